@@ -1,0 +1,77 @@
+"""Facts about the SageMaker HyperPod instance types this project plans and validates for.
+
+One table, shared by config validation (does a replica's GPU request fit its instance type?)
+and by the capacity planner (``kv_tools.planner``). Units are spelled out in every field name:
+``gpu_memory_gib`` is GiB of HBM per GPU, ``host_memory_gib`` GiB of DRAM per instance,
+``nvme_gb`` decimal GB of local instance storage per instance (AWS quotes NVMe in GB).
+
+Sources: Amazon EC2 accelerated-computing instance specifications for G6e
+(https://aws.amazon.com/ec2/instance-types/g6e/) and P5
+(https://aws.amazon.com/ec2/instance-types/p5/), as listed in 2026; GPU memory as marketed by
+NVIDIA (L40S 48 GB, H100 80 GB, H200 141 GB), expressed here in GiB as the CUDA driver
+reports it (48 GB L40S -> 44.99 GiB usable is *not* modelled: we keep the nominal value and
+let the planner's runtime reserve absorb the difference).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    """Hardware of one ``ml.*`` instance type.
+
+    Attributes:
+        name: SageMaker instance type, e.g. ``ml.g6e.12xlarge``.
+        gpu_model: Marketing name of the accelerator, e.g. ``NVIDIA L40S``.
+        gpus: Number of GPUs per instance.
+        gpu_memory_gib: Memory per GPU, GiB (nominal).
+        vcpus: vCPUs per instance.
+        host_memory_gib: System memory per instance, GiB.
+        nvme_gb: Local NVMe instance storage per instance, decimal GB (AWS convention).
+    """
+
+    name: str
+    gpu_model: str
+    gpus: int
+    gpu_memory_gib: float
+    vcpus: int
+    host_memory_gib: int
+    nvme_gb: int
+
+
+_L40S = ("NVIDIA L40S", 48.0)
+_H100 = ("NVIDIA H100", 80.0)
+_H200 = ("NVIDIA H200", 141.0)
+
+INSTANCE_TYPES: dict[str, InstanceType] = {
+    t.name: t
+    for t in (
+        InstanceType("ml.g6e.xlarge", *_L40S[:1], 1, _L40S[1], 4, 32, 250),
+        InstanceType("ml.g6e.2xlarge", *_L40S[:1], 1, _L40S[1], 8, 64, 450),
+        InstanceType("ml.g6e.4xlarge", *_L40S[:1], 1, _L40S[1], 16, 128, 600),
+        InstanceType("ml.g6e.8xlarge", *_L40S[:1], 1, _L40S[1], 32, 256, 900),
+        InstanceType("ml.g6e.16xlarge", *_L40S[:1], 1, _L40S[1], 64, 512, 1900),
+        InstanceType("ml.g6e.12xlarge", *_L40S[:1], 4, _L40S[1], 48, 384, 3800),
+        InstanceType("ml.g6e.24xlarge", *_L40S[:1], 4, _L40S[1], 96, 768, 3800),
+        InstanceType("ml.g6e.48xlarge", *_L40S[:1], 8, _L40S[1], 192, 1536, 7600),
+        InstanceType("ml.p5.48xlarge", *_H100[:1], 8, _H100[1], 192, 2048, 30720),
+        InstanceType("ml.p5e.48xlarge", *_H200[:1], 8, _H200[1], 192, 2048, 30720),
+        InstanceType("ml.p5en.48xlarge", *_H200[:1], 8, _H200[1], 192, 2048, 30720),
+    )
+}
+
+
+def get_instance_type(name: str) -> InstanceType:
+    """Return the hardware facts for ``name``.
+
+    Raises:
+        KeyError: ``name`` is not in :data:`INSTANCE_TYPES`; the message lists the known types.
+    """
+    try:
+        return INSTANCE_TYPES[name]
+    except KeyError:
+        raise KeyError(
+            f"unknown instance type {name!r}; known: {', '.join(sorted(INSTANCE_TYPES))}"
+        ) from None

@@ -1,0 +1,520 @@
+"""Typed, validated configuration: ``config/platform.yaml`` and ``config/business-lines/*.yaml``.
+
+Every model forbids unknown keys, so a misspelled field is an error rather than a silently
+ignored setting. Field-level rules live on the fields; rules that span files (a business
+line's instance type must be one of the platform's instance groups, ...) live in
+:func:`platform_config.loader.load_project`.
+
+Units are in the field names: ``*_gib`` is GiB (2^30 bytes), ``*_gb`` decimal GB where AWS
+defines the unit that way (EBS ``VolumeSizeInGB`` is GiB in practice but named GB by the API;
+we keep the API's name), ``*_mibps`` MiB/s.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal, Union
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+from platform_config.instances import INSTANCE_TYPES
+
+# --- reusable constrained types -------------------------------------------------------------
+
+#: RFC 1123 label: Kubernetes namespaces, object names, and (being a subset) CloudFormation-safe.
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DnsLabel = Annotated[str, StringConstraints(pattern=DNS_LABEL_PATTERN, max_length=63)]
+
+#: HyperPod ``InstanceGroupName`` / ``ClusterName`` pattern (FACTS.md section 2).
+HYPERPOD_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"
+HyperPodName = Annotated[str, StringConstraints(pattern=HYPERPOD_NAME_PATTERN, max_length=63)]
+
+#: SageMaker instance type; the CRD demands ``^ml\\..*`` and we additionally require a known type.
+MlInstanceType = Annotated[str, StringConstraints(pattern=r"^ml\.[a-z0-9]+\.[a-z0-9]+$")]
+
+#: Kubernetes resource quantity (``resource.Quantity`` grammar, decimal and binary suffixes).
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
+Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN)]
+
+#: Version strings are pinned exactly: no ``latest``, no ranges.
+PINNED_VERSION_PATTERN = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?([-+.][0-9A-Za-z.-]+)?$"
+PinnedVersion = Annotated[str, StringConstraints(pattern=PINNED_VERSION_PATTERN)]
+
+
+def _check_image_pinned(image: str) -> str:
+    """Reject images without an explicit tag or digest, and the mutable ``latest`` tag."""
+    name, _, digest = image.partition("@")
+    if digest:
+        if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+            raise ValueError(f"digest of {image!r} must be sha256:<64 hex>")
+        return image
+    last = name.rsplit("/", 1)[-1]
+    if ":" not in last:
+        raise ValueError(f"image {image!r} has no tag; pin a version tag or a sha256 digest")
+    tag = last.rsplit(":", 1)[1]
+    if tag == "latest" or not tag:
+        raise ValueError(f"image {image!r} uses tag {tag!r}; pin a version tag or a sha256 digest")
+    return image
+
+
+PinnedImage = Annotated[str, AfterValidator(_check_image_pinned)]
+
+AWS_ACCOUNT_PATTERN = r"^[0-9]{12}$"
+AWS_REGION_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$"
+AZ_NAME_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-[0-9][a-z]$"
+
+ROUTING_STRATEGIES = ("prefixaware", "kvaware", "session", "roundrobin")
+RoutingStrategy = Literal["prefixaware", "kvaware", "session", "roundrobin"]
+
+
+class StrictModel(BaseModel):
+    """Base for every config model: unknown keys rejected, values immutable after load."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- platform.yaml ------------------------------------------------------------------------------
+
+
+class CreateVpcConfig(StrictModel):
+    """Create a new VPC: one public and one private subnet per configured zone.
+
+    ``nat_gateways`` defaults to one per zone (HA); set 1 to save cost in a single-zone lab.
+    """
+
+    mode: Literal["create"] = "create"
+    cidr: Annotated[str, StringConstraints(pattern=r"^([0-9]{1,3}\.){3}[0-9]{1,3}/(1[6-9]|2[0-4])$")] = (
+        "10.192.0.0/16"
+    )
+    nat_gateways: Annotated[int, Field(ge=1, le=6)] | None = None
+    #: Interface endpoints HyperPod nodes use without leaving the VPC (the console's cluster
+    #: stack creates the S3 gateway endpoint; these keep ECR/STS/EKS-auth traffic private).
+    interface_endpoints: tuple[str, ...] = (
+        "ecr.api",
+        "ecr.dkr",
+        "sts",
+        "logs",
+        "eks",
+        "eks-auth",
+        "sagemaker.api",
+        "ec2",
+    )
+
+
+class ExistingVpcConfig(StrictModel):
+    """Use an existing VPC. Subnets are given per zone name so no lookup is needed at synth."""
+
+    mode: Literal["existing"]
+    vpc_id: Annotated[str, StringConstraints(pattern=r"^vpc-[0-9a-f]{8,17}$")]
+    vpc_cidr: Annotated[str, StringConstraints(pattern=r"^([0-9]{1,3}\.){3}[0-9]{1,3}/[0-9]{1,2}$")]
+    #: zone name -> private subnet ID (must cover every ``availability_zones`` entry).
+    private_subnet_ids: dict[
+        Annotated[str, StringConstraints(pattern=AZ_NAME_PATTERN)],
+        Annotated[str, StringConstraints(pattern=r"^subnet-[0-9a-f]{8,17}$")],
+    ]
+    #: Optional existing security group; else one is created (all traffic within itself).
+    security_group_id: Annotated[str, StringConstraints(pattern=r"^sg-[0-9a-f]{8,17}$")] | None = None
+
+
+NetworkConfig = Annotated[Union[CreateVpcConfig, ExistingVpcConfig], Field(discriminator="mode")]
+
+
+class EksConfig(StrictModel):
+    """The EKS cluster that orchestrates HyperPod.
+
+    ``version`` must match the kubectl Lambda layer and the cdk8s-plus-NN package pinned in
+    requirements.txt (both 1.33 today); the loader enforces it.
+    """
+
+    cluster_name: DnsLabel = "kvcache-eks"
+    version: Literal["1.33"] = "1.33"
+    #: private: API reachable only inside the VPC (default, no public endpoint);
+    #: public_and_private: also from ``public_access_cidrs``.
+    endpoint_access: Literal["private", "public_and_private"] = "private"
+    public_access_cidrs: tuple[str, ...] = ()
+    #: IAM principal ARNs granted AmazonEKSClusterAdminPolicy through access entries.
+    admin_principal_arns: tuple[
+        Annotated[str, StringConstraints(pattern=r"^arn:aws[a-z-]*:(iam|sts)::[0-9]{12}:[A-Za-z0-9+=,.@_/-]+$")],
+        ...,
+    ] = ()
+    control_plane_logging: tuple[
+        Literal["api", "audit", "authenticator", "controllerManager", "scheduler"], ...
+    ] = ("api", "audit", "authenticator", "controllerManager", "scheduler")
+    #: Small managed node group for system pods (CoreDNS, operators, Kyverno, Curvine Primary).
+    system_node_instance_type: Annotated[str, StringConstraints(pattern=r"^[a-z0-9]+\.[a-z0-9]+$")] = "m7i.xlarge"
+    system_node_count: Annotated[int, Field(ge=1, le=10)] = 2
+
+    @model_validator(mode="after")
+    def _public_cidrs_only_when_public(self) -> "EksConfig":
+        if self.endpoint_access == "private" and self.public_access_cidrs:
+            raise ValueError("public_access_cidrs is set but endpoint_access is 'private'")
+        if self.endpoint_access == "public_and_private" and not self.public_access_cidrs:
+            raise ValueError(
+                "endpoint_access 'public_and_private' needs public_access_cidrs "
+                "(refusing to open the API to 0.0.0.0/0 implicitly)"
+            )
+        return self
+
+
+class Taint(StrictModel):
+    """A Kubernetes taint put on every node of an instance group."""
+
+    key: Annotated[str, StringConstraints(min_length=1, max_length=253)]
+    value: Annotated[str, StringConstraints(max_length=63)] = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class InstanceGroupConfig(StrictModel):
+    """One HyperPod instance group (``AWS::SageMaker::Cluster`` ``InstanceGroups[]``)."""
+
+    name: HyperPodName
+    instance_type: MlInstanceType
+    instance_count: Annotated[int, Field(ge=0, le=1000)]
+    #: Secondary EBS volume per instance, GiB (``InstanceStorageConfigs[0].EbsVolumeConfig``).
+    ebs_volume_size_gb: Annotated[int, Field(ge=1, le=16384)] = 500
+    threads_per_core: Literal[1, 2] = 1
+    deep_health_checks: tuple[Literal["InstanceStress", "InstanceConnectivity"], ...] = ()
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+
+    @field_validator("instance_type")
+    @classmethod
+    def _known_instance_type(cls, value: str) -> str:
+        if value not in INSTANCE_TYPES:
+            raise ValueError(f"unknown instance type; allowed: {', '.join(sorted(INSTANCE_TYPES))}")
+        return value
+
+
+class TieredStorageConfig(StrictModel):
+    """HyperPod Tiered Storage (the L1 tier's managed host-memory pool).
+
+    ``memory_allocation_percentage``: share of instance memory given to the KV tier; the blog
+    reports 20-100 accepted and recommends starting at 20 (FACTS.md section 1).
+    """
+
+    enabled: bool = True
+    memory_allocation_percentage: Annotated[int, Field(ge=20, le=100)] = 20
+
+
+class HyperPodConfig(StrictModel):
+    """The ``AWS::SageMaker::Cluster`` orchestrated by the EKS cluster."""
+
+    cluster_name: HyperPodName = "kvcache-hyperpod"
+    node_recovery: Literal["Automatic", "None"] = "Automatic"
+    tiered_storage: TieredStorageConfig = TieredStorageConfig()
+    instance_groups: Annotated[tuple[InstanceGroupConfig, ...], Field(min_length=1, max_length=20)]
+
+    @model_validator(mode="after")
+    def _unique_group_names(self) -> "HyperPodConfig":
+        names = [g.name for g in self.instance_groups]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"instance group names must be unique; repeated: {', '.join(dupes)}")
+        return self
+
+
+class CurvinePrimaryVolumeConfig(StrictModel):
+    """The EBS volume holding the Curvine Primary's RocksDB metadata and Raft journal.
+
+    gp3 baseline is 3,000 IOPS and 125 MiB/s; io2 for heavy metadata churn.
+    """
+
+    size_gib: Annotated[int, Field(ge=1, le=16384)] = 100
+    volume_type: Literal["gp3", "io2"] = "gp3"
+    iops: Annotated[int, Field(ge=3000, le=64000)] = 3000
+    throughput_mibps: Annotated[int, Field(ge=125, le=1000)] = 125
+    #: retain: the volume outlives the stack; snapshot: CloudFormation snapshots then deletes it.
+    removal_policy: Literal["retain", "snapshot"] = "retain"
+
+    @model_validator(mode="after")
+    def _throughput_only_gp3(self) -> "CurvinePrimaryVolumeConfig":
+        if self.volume_type == "io2" and self.throughput_mibps != 125:
+            raise ValueError("throughput_mibps applies to gp3 only; leave it at 125 for io2")
+        return self
+
+
+class CurvineEvictionConfig(StrictModel):
+    """Keeps the L2 pool from filling the NVMe: LMCache's fs connector never deletes files.
+
+    ``ttl_hours``: every KV file gets a TTL (Curvine client ``ttl_ms``) and is removed after it;
+    0 disables TTL, which the loader refuses while L2 is on (the pool would fill).
+    Quota eviction (LRU/LFU between the watermarks) acts only on files that carry a TTL
+    (FACTS.md section 4); Curvine's defaults are high 0.8 / low 0.6.
+    """
+
+    ttl_hours: Annotated[float, Field(ge=0, le=24 * 365)] = 24
+    ttl_action: Literal["delete", "free"] = "delete"
+    quota_eviction: bool = True
+    policy: Literal["lru", "lfu"] = "lru"
+    high_watermark: Annotated[float, Field(gt=0, le=1)] = 0.8
+    low_watermark: Annotated[float, Field(gt=0, le=1)] = 0.6
+
+    @model_validator(mode="after")
+    def _watermarks_ordered(self) -> "CurvineEvictionConfig":
+        if self.low_watermark >= self.high_watermark:
+            raise ValueError(
+                f"low_watermark ({self.low_watermark}) must be below high_watermark ({self.high_watermark})"
+            )
+        return self
+
+
+class CurvineConfig(StrictModel):
+    """The L2 tier: Curvine Primary on EBS, Workers on each GPU node's NVMe, CSI StorageClass."""
+
+    enabled: bool = True
+    namespace: DnsLabel = "curvine"
+    primary_volume: CurvinePrimaryVolumeConfig = CurvinePrimaryVolumeConfig()
+    #: Where Workers keep KV blocks on each GPU node (HyperPod mounts instance NVMe here).
+    worker_data_dir: Annotated[str, StringConstraints(pattern=r"^/opt/dlami/nvme/[A-Za-z0-9._/-]+$")] = (
+        "/opt/dlami/nvme/curvine-data"
+    )
+    #: Capacity bound per Worker, GiB of NVMe; leave headroom for model weights and logs.
+    worker_capacity_gib: Annotated[int, Field(ge=1)] = 1000
+    #: Instance groups whose nodes run a Worker (empty: every group).
+    worker_instance_groups: tuple[HyperPodName, ...] = ()
+    storage_class_name: DnsLabel = "curvine-sc"
+    #: Root directory in Curvine under which each PV gets ``<fs_path>/<pv-name>``.
+    fs_path: Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9._/-]*$")] = "/kvcache"
+    eviction: CurvineEvictionConfig = CurvineEvictionConfig()
+
+
+class AddonVersions(StrictModel):
+    """Pinned EKS add-on versions (``aws eks describe-addon-versions --kubernetes-version 1.33``).
+
+    Minimums for the inference add-on's dependencies come from FACTS.md section 1.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    vpc_cni: PinnedVersion = Field(alias="vpc-cni")
+    coredns: PinnedVersion
+    kube_proxy: PinnedVersion = Field(alias="kube-proxy")
+    eks_pod_identity_agent: PinnedVersion = Field(alias="eks-pod-identity-agent")
+    aws_ebs_csi_driver: PinnedVersion = Field(alias="aws-ebs-csi-driver")
+    aws_mountpoint_s3_csi_driver: PinnedVersion = Field(alias="aws-mountpoint-s3-csi-driver")
+    aws_fsx_csi_driver: PinnedVersion = Field(alias="aws-fsx-csi-driver")
+    metrics_server: PinnedVersion = Field(alias="metrics-server")
+    cert_manager: PinnedVersion = Field(alias="cert-manager")
+    amazon_sagemaker_hyperpod_inference: PinnedVersion = Field(alias="amazon-sagemaker-hyperpod-inference")
+
+
+class HelmChartVersion(StrictModel):
+    """A Helm chart pinned by repository, chart name and exact version."""
+
+    repository: Annotated[str, StringConstraints(pattern=r"^(https|oci)://\S+$")]
+    chart: Annotated[str, StringConstraints(min_length=1)]
+    version: PinnedVersion
+
+
+class ChartVersions(StrictModel):
+    """Helm charts the CDK app installs."""
+
+    kyverno: HelmChartVersion
+
+
+class ImageVersions(StrictModel):
+    """Container images of the platform (business lines pin their own vLLM image)."""
+
+    curvine: PinnedImage
+    curvine_csi: PinnedImage
+    csi_node_driver_registrar: PinnedImage
+    csi_provisioner: PinnedImage
+    csi_attacher: PinnedImage
+    livenessprobe: PinnedImage
+
+
+class VersionsConfig(StrictModel):
+    """Every version the platform deploys, pinned in one place."""
+
+    addons: AddonVersions
+    charts: ChartVersions
+    images: ImageVersions
+
+
+class PlatformConfig(StrictModel):
+    """``config/platform.yaml``: everything shared by all business lines."""
+
+    project: DnsLabel = "kvcache"
+    account: Annotated[str, StringConstraints(pattern=AWS_ACCOUNT_PATTERN)]
+    region: Annotated[str, StringConstraints(pattern=AWS_REGION_PATTERN)]
+    #: Zone *names* (e.g. us-west-2a), given explicitly so synth never looks them up. The
+    #: EKS control plane needs subnets in at least two zones.
+    availability_zones: Annotated[
+        tuple[Annotated[str, StringConstraints(pattern=AZ_NAME_PATTERN)], ...], Field(min_length=2, max_length=6)
+    ]
+    #: The zone where the GPU capacity (and so the HyperPod subnet and the Curvine Primary's
+    #: EBS volume) is; must be one of ``availability_zones``.
+    gpu_availability_zone: Annotated[str, StringConstraints(pattern=AZ_NAME_PATTERN)]
+    network: NetworkConfig = CreateVpcConfig()
+    eks: EksConfig = EksConfig()
+    hyperpod: HyperPodConfig
+    curvine: CurvineConfig = CurvineConfig()
+    versions: VersionsConfig
+    tags: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _zones_consistent(self) -> "PlatformConfig":
+        zones = self.availability_zones
+        if len(set(zones)) != len(zones):
+            raise ValueError("availability_zones must not repeat a zone")
+        if any(not z.startswith(self.region) for z in zones):
+            raise ValueError(f"every availability zone must be in region {self.region}")
+        if self.gpu_availability_zone not in zones:
+            raise ValueError(
+                f"gpu_availability_zone {self.gpu_availability_zone!r} must be one of availability_zones "
+                f"({', '.join(zones)})"
+            )
+        if isinstance(self.network, ExistingVpcConfig):
+            missing = [z for z in zones if z not in self.network.private_subnet_ids]
+            if missing:
+                raise ValueError(f"network.private_subnet_ids has no subnet for zone(s) {', '.join(missing)}")
+        groups = {g.name for g in self.hyperpod.instance_groups}
+        unknown = [g for g in self.curvine.worker_instance_groups if g not in groups]
+        if unknown:
+            raise ValueError(
+                f"curvine.worker_instance_groups names unknown group(s) {', '.join(unknown)}; "
+                f"allowed: {', '.join(sorted(groups))}"
+            )
+        return self
+
+    def instance_group_for(self, instance_type: str) -> InstanceGroupConfig | None:
+        """Return the first instance group of ``instance_type``, or None."""
+        return next((g for g in self.hyperpod.instance_groups if g.instance_type == instance_type), None)
+
+    @property
+    def hyperpod_cluster_arn(self) -> str:
+        """ARN of the HyperPod cluster, computable from config (no lookup needed)."""
+        return (
+            f"arn:aws:sagemaker:{self.region}:{self.account}:cluster/{self.hyperpod.cluster_name}"
+        )
+
+
+# --- business-lines/<name>.yaml -----------------------------------------------------------------
+
+
+class S3ModelSource(StrictModel):
+    """Model weights in S3 (mounted by the Mountpoint for S3 CSI driver)."""
+
+    type: Literal["s3"]
+    bucket: Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")]
+    region: Annotated[str, StringConstraints(pattern=AWS_REGION_PATTERN)]
+    #: Prefix of the model inside the bucket.
+    location: Annotated[str, StringConstraints(min_length=1)]
+    prefetch: bool = False
+
+
+class HuggingFaceModelSource(StrictModel):
+    """Model weights downloaded from the Hugging Face Hub at pod start."""
+
+    type: Literal["huggingface"]
+    model_id: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]+/[A-Za-z0-9._-]+$")]
+    #: Commit to pin; recommended so every replica loads identical weights (cache keys match).
+    commit_sha: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")] | None = None
+    #: Kubernetes Secret (in the line's namespace) holding an HF token for gated models.
+    token_secret_name: DnsLabel | None = None
+
+
+class FsxModelSource(StrictModel):
+    """Model weights on FSx for Lustre."""
+
+    type: Literal["fsx"]
+    file_system_id: Annotated[str, StringConstraints(pattern=r"^fs-[0-9a-f]{8,17}$")]
+    dns_name: Annotated[str, StringConstraints(min_length=1)]
+    mount_name: Annotated[str, StringConstraints(min_length=1)]
+    location: Annotated[str, StringConstraints(min_length=1)]
+
+
+ModelSource = Annotated[
+    Union[S3ModelSource, HuggingFaceModelSource, FsxModelSource], Field(discriminator="type")
+]
+
+
+class ModelConfig(StrictModel):
+    """The model a business line serves.
+
+    ``name`` is the ``modelName`` of the InferenceEndpointConfig and part of LMCache's chunk
+    key: pods share L2 entries only with the same model name, TP size, dtype and LMCache
+    version (FACTS.md section 5).
+    """
+
+    name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$", max_length=63)]
+    source: ModelSource
+    dtype: Literal["bfloat16", "float16", "fp8"] = "bfloat16"
+
+
+class VllmConfig(StrictModel):
+    """The vLLM worker container (LMCache-enabled image)."""
+
+    image: PinnedImage
+    args: tuple[str, ...] = ()
+    port: Annotated[int, Field(ge=1024, le=65535)] = 8000
+    #: Path the operator mounts model weights at (``worker.modelVolumeMount.mountPath``).
+    model_mount_path: Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9._/-]+$")] = "/opt/ml/model"
+
+
+class ResourcesConfig(StrictModel):
+    """CPU and memory per replica (GPUs come from ``gpus_per_replica``)."""
+
+    cpu: Quantity = "6"
+    memory: Quantity = "30Gi"
+
+
+class CacheConfig(StrictModel):
+    """Which KV-cache tiers the line uses. L0 (vLLM prefix cache) is always on."""
+
+    l1_enabled: bool = True
+    l2_enabled: bool = True
+    #: Size of the line's RWX PVC on the Curvine StorageClass (its L2 directory).
+    l2_size: Quantity = "500Gi"
+    #: LMCache chunk size in tokens; 256 is LMCache's default and what the reference used.
+    chunk_size_tokens: Annotated[int, Field(ge=16, le=4096)] = 256
+
+
+class BusinessLineConfig(StrictModel):
+    """``config/business-lines/<name>.yaml``: one team's endpoint; ``name`` is the file stem."""
+
+    name: DnsLabel
+    namespace: DnsLabel
+    model: ModelConfig
+    instance_type: MlInstanceType
+    replicas: Annotated[int, Field(ge=1, le=100)] = 2
+    gpus_per_replica: Annotated[int, Field(ge=1, le=8)] = 1
+    routing_strategy: RoutingStrategy = "prefixaware"
+    cache: CacheConfig = CacheConfig()
+    vllm: VllmConfig
+    resources: ResourcesConfig = ResourcesConfig()
+    #: PYTHONHASHSEED shared by every pod of the line; without one shared seed each pod
+    #: computes different chunk keys and cross-pod hits are silently 0 (FACTS.md section 1).
+    python_hash_seed: Annotated[int, Field(ge=0, le=4294967295)] = 0
+    metrics_enabled: bool = True
+    invocation_endpoint: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._/-]+$")] = "v1/chat/completions"
+
+    @field_validator("instance_type")
+    @classmethod
+    def _known_instance_type(cls, value: str) -> str:
+        if value not in INSTANCE_TYPES:
+            raise ValueError(f"unknown instance type; allowed: {', '.join(sorted(INSTANCE_TYPES))}")
+        return value
+
+    @model_validator(mode="after")
+    def _gpus_fit(self) -> "BusinessLineConfig":
+        gpus = INSTANCE_TYPES[self.instance_type].gpus
+        if self.gpus_per_replica > gpus:
+            raise ValueError(
+                f"gpus_per_replica {self.gpus_per_replica} does not fit {self.instance_type} "
+                f"({gpus} GPU(s)); allowed: 1..{gpus}"
+            )
+        return self
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        """TP degree: one replica spans ``gpus_per_replica`` GPUs of one node."""
+        return self.gpus_per_replica
