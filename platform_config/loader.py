@@ -13,9 +13,21 @@ from typing import Any, Iterable
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from platform_config import models
 from platform_config.models import BusinessLineConfig, PlatformConfig
 
 PLATFORM_FILE = "platform.yaml"
+
+#: Human words for the regular expressions of ``models``, shown before the pattern itself.
+PATTERN_DESCRIPTIONS = {
+    models.DNS_LABEL_PATTERN: "a DNS-1123 label (lowercase letters, digits, '-'; at most 63)",
+    models.HYPERPOD_NAME_PATTERN: "letters, digits and inner '-' (HyperPod names)",
+    models.QUANTITY_PATTERN: "a Kubernetes quantity such as 500Gi or 2Ti",
+    models.PINNED_VERSION_PATTERN: "an exact version such as v1.18.2-eksbuild.2",
+    models.AWS_ACCOUNT_PATTERN: "a 12-digit account ID",
+    models.AWS_REGION_PATTERN: "a region name such as us-west-2",
+    models.AZ_NAME_PATTERN: "a zone name such as us-west-2a",
+}
 BUSINESS_LINES_DIR = "business-lines"
 
 
@@ -84,11 +96,14 @@ def _problems_from_validation(path: Path, exc: ValidationError) -> list[ConfigPr
         if err["type"] == "literal_error" and "expected" in ctx:
             message = f"not allowed; allowed: {ctx['expected']}"
         elif err["type"] == "string_pattern_mismatch":
-            message = f"does not match the required pattern {ctx.get('pattern')}"
+            pattern = ctx.get("pattern")
+            described = PATTERN_DESCRIPTIONS.get(pattern)
+            message = f"not allowed; allowed: {described} (pattern {pattern})" if described \
+                else f"not allowed; allowed: strings matching {pattern}"
         elif err["type"] == "extra_forbidden":
             message = "unknown key (typo?); see the config reference in README.md"
         elif err["type"] == "union_tag_invalid":
-            message = f"unknown type; allowed: {ctx.get('expected_tags')}"
+            message = f"unknown type {ctx.get('tag')!r}; allowed: {ctx.get('expected_tags')}"
         value = err.get("input") if err["type"] != "missing" else None
         if isinstance(value, (dict, list)):
             value = None

@@ -1,0 +1,293 @@
+"""Config validation: the example loads, and every kind of bad input is named precisely.
+
+Each error test copies the example config to a temp dir, breaks one thing, and checks that
+``load_project`` raises a ConfigError whose report names the file, the field, and what is
+allowed. (That nothing is written on such an error is tested where writing happens: app.py
+and scripts/manifests.py.)
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+from platform_config import ConfigError, load_project
+from platform_config.models import ROUTING_STRATEGIES
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "config"
+
+
+@pytest.fixture
+def config_dir(tmp_path: Path) -> Path:
+    target = tmp_path / "config"
+    shutil.copytree(EXAMPLE, target)
+    return target
+
+
+def edit(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
+    data = yaml.safe_load(path.read_text())
+    change(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def problems(config_dir: Path) -> list[str]:
+    with pytest.raises(ConfigError) as info:
+        load_project(config_dir)
+    return [str(p) for p in info.value.problems]
+
+
+def only_problem(config_dir: Path) -> str:
+    found = problems(config_dir)
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_example_config_loads_with_g6e_and_p5_groups() -> None:
+    project = load_project(EXAMPLE)
+    types = {g.instance_type for g in project.platform.hyperpod.instance_groups}
+    assert any(t.startswith("ml.g6e.") for t in types)
+    assert "ml.p5.48xlarge" in types
+    assert project.platform.hyperpod.tiered_storage.memory_allocation_percentage == 20
+    assert [l.name for l in project.business_lines] == ["rag-assistant", "research-reasoning"]
+    assert {l.instance_type for l in project.business_lines} == {"ml.g6e.12xlarge", "ml.p5.48xlarge"}
+
+
+def test_defaults_are_the_documented_ones(config_dir: Path) -> None:
+    path = config_dir / "platform.yaml"
+    edit(path, lambda d: d["hyperpod"].pop("tiered_storage"))
+    edit(path, lambda d: d["hyperpod"].pop("node_recovery"))
+    line_path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit(line_path, lambda d: (d.pop("routing_strategy"), d.pop("python_hash_seed")))
+    project = load_project(config_dir)
+    assert project.platform.hyperpod.tiered_storage.enabled is True
+    assert project.platform.hyperpod.tiered_storage.memory_allocation_percentage == 20
+    assert project.platform.hyperpod.node_recovery == "Automatic"
+    line = project.business_line("rag-assistant")
+    assert line.routing_strategy == "prefixaware"
+    assert line.python_hash_seed == 0
+
+
+@pytest.mark.parametrize("percentage", [19, 101, 0])
+def test_tiered_storage_percentage_out_of_range(config_dir: Path, percentage: int) -> None:
+    path = config_dir / "platform.yaml"
+    edit(path, lambda d: d["hyperpod"]["tiered_storage"].update(memory_allocation_percentage=percentage))
+    message = only_problem(config_dir)
+    assert str(path) in message
+    assert "hyperpod.tiered_storage.memory_allocation_percentage" in message
+    assert ("greater than or equal to 20" in message) or ("less than or equal to 100" in message)
+    assert repr(percentage) in message
+
+
+@pytest.mark.parametrize("percentage", [20, 100])
+def test_tiered_storage_percentage_bounds_accepted(config_dir: Path, percentage: int) -> None:
+    edit(config_dir / "platform.yaml",
+         lambda d: d["hyperpod"]["tiered_storage"].update(memory_allocation_percentage=percentage))
+    assert load_project(config_dir).platform.hyperpod.tiered_storage.memory_allocation_percentage == percentage
+
+
+def test_unknown_key_is_rejected_in_platform(config_dir: Path) -> None:
+    path = config_dir / "platform.yaml"
+    edit(path, lambda d: d["hyperpod"].update(tiered_storag={"enabled": True}))
+    message = only_problem(config_dir)
+    assert f"{path}: hyperpod.tiered_storag: unknown key" in message
+
+
+def test_unknown_key_is_rejected_in_business_line(config_dir: Path) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit(path, lambda d: d["cache"].update(l3_enabled=True))
+    assert f"{path}: cache.l3_enabled: unknown key" in only_problem(config_dir)
+
+
+def test_unknown_routing_strategy_lists_allowed(config_dir: Path) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit(path, lambda d: d.update(routing_strategy="fastest"))
+    message = only_problem(config_dir)
+    assert f"{path}: routing_strategy" in message
+    assert "'fastest'" in message
+    for strategy in ROUTING_STRATEGIES:
+        assert strategy in message
+
+
+def test_pvc_size_must_be_a_quantity(config_dir: Path) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit(path, lambda d: d["cache"].update(l2_size="500 gigs"))
+    message = only_problem(config_dir)
+    assert f"{path}: cache.l2_size" in message and "'500 gigs'" in message
+    assert "allowed: a Kubernetes quantity such as 500Gi" in message
+
+
+def test_instance_type_must_belong_to_an_instance_group(config_dir: Path) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit(path, lambda d: d.update(instance_type="ml.g6e.48xlarge"))
+    message = only_problem(config_dir)
+    assert f"{path}: instance_type: no HyperPod instance group has this type" in message
+    assert "ml.g6e.12xlarge, ml.p5.48xlarge" in message
+
+
+def test_unknown_instance_type_is_rejected(config_dir: Path) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit(path, lambda d: d.update(instance_type="ml.g4dn.xlarge"))
+    message = only_problem(config_dir)
+    assert f"{path}: instance_type: unknown instance type; allowed:" in message
+    assert "ml.g6e.12xlarge" in message
+
+
+def test_gpus_per_replica_must_fit_the_instance_type(config_dir: Path) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit(path, lambda d: d.update(gpus_per_replica=8))
+    message = only_problem(config_dir)
+    assert str(path) in message
+    assert "does not fit ml.g6e.12xlarge (4 GPU(s)); allowed: 1..4" in message
+
+
+@pytest.mark.parametrize("namespace", ["RAG", "rag_assistant", "-rag", "x" * 64])
+def test_namespace_must_be_a_dns_label(config_dir: Path, namespace: str) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit(path, lambda d: d.update(namespace=namespace))
+    message = only_problem(config_dir)
+    assert f"{path}: namespace" in message
+
+
+def test_namespaces_must_be_unique(config_dir: Path) -> None:
+    path = config_dir / "business-lines" / "research-reasoning.yaml"
+    edit(path, lambda d: d.update(namespace="rag-assistant"))
+    message = only_problem(config_dir)
+    assert f"{path}: namespace: already used by" in message
+    assert "rag-assistant.yaml" in message
+
+
+def test_platform_namespaces_are_reserved(config_dir: Path) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit(path, lambda d: d.update(namespace="curvine"))
+    assert f"{path}: namespace: reserved for the platform" in only_problem(config_dir)
+
+
+def test_business_line_file_name_must_be_a_valid_name(config_dir: Path) -> None:
+    src = config_dir / "business-lines" / "rag-assistant.yaml"
+    bad = config_dir / "business-lines" / "Rag_Assistant.yaml"
+    src.rename(bad)
+    message = only_problem(config_dir)
+    assert f"{bad}: name" in message
+
+
+def test_name_field_must_match_file_name(config_dir: Path) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit(path, lambda d: d.update(name="other"))
+    assert f"{path}: name: must equal the file name 'rag-assistant'" in only_problem(config_dir)
+
+
+def test_instance_group_names_must_be_valid_and_unique(config_dir: Path) -> None:
+    path = config_dir / "platform.yaml"
+    edit(path, lambda d: d["hyperpod"]["instance_groups"][0].update(name="g6e_inference"))
+    assert f"{path}: hyperpod.instance_groups.0.name" in only_problem(config_dir)
+
+    def duplicate(d: dict[str, Any]) -> None:
+        d["hyperpod"]["instance_groups"][0]["name"] = "p5-inference"
+    edit(path, duplicate)
+    message = only_problem(config_dir)
+    assert "instance group names must be unique; repeated: p5-inference" in message
+
+
+def test_l2_on_while_curvine_off(config_dir: Path) -> None:
+    edit(config_dir / "platform.yaml", lambda d: d["curvine"].update(enabled=False))
+    found = problems(config_dir)
+    assert len(found) == 2  # both example lines use L2
+    for line in ("rag-assistant", "research-reasoning"):
+        assert any(f"{line}.yaml: cache.l2_enabled: L2 needs Curvine" in p for p in found)
+
+
+def test_curvine_off_is_fine_when_no_line_uses_l2(config_dir: Path) -> None:
+    edit(config_dir / "platform.yaml", lambda d: d["curvine"].update(enabled=False))
+    for name in ("rag-assistant", "research-reasoning"):
+        edit(config_dir / "business-lines" / f"{name}.yaml", lambda d: d["cache"].update(l2_enabled=False))
+    assert load_project(config_dir).platform.curvine.enabled is False
+
+
+def test_l2_without_eviction_would_fill_nvme(config_dir: Path) -> None:
+    path = config_dir / "platform.yaml"
+    edit(path, lambda d: d["curvine"]["eviction"].update(ttl_hours=0))
+    assert f"{path}: curvine.eviction.ttl_hours: 0 disables eviction" in only_problem(config_dir)
+
+
+def test_watermarks_must_be_ordered(config_dir: Path) -> None:
+    edit(config_dir / "platform.yaml",
+         lambda d: d["curvine"]["eviction"].update(high_watermark=0.5, low_watermark=0.6))
+    assert "low_watermark (0.6) must be below high_watermark (0.5)" in only_problem(config_dir)
+
+
+@pytest.mark.parametrize("image", ["lmcache/vllm-openai", "lmcache/vllm-openai:latest", "vllm@sha256:abc"])
+def test_images_must_be_pinned(config_dir: Path, image: str) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit(path, lambda d: d["vllm"].update(image=image))
+    message = only_problem(config_dir)
+    assert f"{path}: vllm.image" in message
+
+
+def test_platform_images_must_be_pinned(config_dir: Path) -> None:
+    path = config_dir / "platform.yaml"
+    edit(path, lambda d: d["versions"]["images"].update(curvine="docker.io/curvine/curvine:latest"))
+    assert f"{path}: versions.images.curvine" in only_problem(config_dir)
+
+
+def test_addon_versions_cannot_float(config_dir: Path) -> None:
+    path = config_dir / "platform.yaml"
+    edit(path, lambda d: d["versions"]["addons"].update({"cert-manager": "latest"}))
+    assert f"{path}: versions.addons.cert-manager" in only_problem(config_dir)
+
+
+def test_zones_must_be_in_region_and_include_the_gpu_zone(config_dir: Path) -> None:
+    path = config_dir / "platform.yaml"
+    edit(path, lambda d: d.update(gpu_availability_zone="us-west-2c"))
+    assert "gpu_availability_zone 'us-west-2c' must be one of availability_zones" in only_problem(config_dir)
+    edit(path, lambda d: d.update(availability_zones=["us-east-1a", "us-east-1b"], gpu_availability_zone="us-east-1a"))
+    assert "every availability zone must be in region us-west-2" in only_problem(config_dir)
+
+
+def test_public_endpoint_needs_explicit_cidrs(config_dir: Path) -> None:
+    path = config_dir / "platform.yaml"
+    edit(path, lambda d: d["eks"].update(endpoint_access="public_and_private"))
+    assert "needs public_access_cidrs" in only_problem(config_dir)
+
+
+def test_existing_vpc_needs_a_subnet_per_zone(config_dir: Path) -> None:
+    path = config_dir / "platform.yaml"
+    edit(path, lambda d: d.update(network={
+        "mode": "existing", "vpc_id": "vpc-0123456789abcdef0", "vpc_cidr": "10.0.0.0/16",
+        "private_subnet_ids": {"us-west-2a": "subnet-0123456789abcdef0"}}))
+    assert "network.private_subnet_ids has no subnet for zone(s) us-west-2b" in only_problem(config_dir)
+
+
+def test_unknown_network_mode_lists_allowed(config_dir: Path) -> None:
+    path = config_dir / "platform.yaml"
+    edit(path, lambda d: d["network"].update(mode="peered"))
+    message = only_problem(config_dir)
+    assert f"{path}: network" in message and "'create'" in message and "'existing'" in message
+
+
+def test_unknown_model_source_type_lists_allowed(config_dir: Path) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit(path, lambda d: d["model"]["source"].update(type="gcs"))
+    message = only_problem(config_dir)
+    assert f"{path}: model.source" in message
+    for allowed in ("'s3'", "'huggingface'", "'fsx'"):
+        assert allowed in message
+
+
+def test_invalid_yaml_names_the_file(config_dir: Path) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    path.write_text("namespace: [unclosed\n")
+    assert f"{path}: <root>: not valid YAML" in only_problem(config_dir)
+
+
+def test_every_problem_is_reported_at_once(config_dir: Path) -> None:
+    edit(config_dir / "platform.yaml",
+         lambda d: d["hyperpod"]["tiered_storage"].update(memory_allocation_percentage=5))
+    edit(config_dir / "business-lines" / "rag-assistant.yaml", lambda d: d.update(routing_strategy="x"))
+    edit(config_dir / "business-lines" / "research-reasoning.yaml", lambda d: d.update(replicas=0))
+    found = problems(config_dir)
+    assert len(found) == 3
+    assert str(ConfigError([])).startswith("invalid configuration")
