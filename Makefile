@@ -11,7 +11,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION := 1
 export JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION := 1
 
-.PHONY: setup synth test manifests bench lint clean
+.PHONY: setup synth test manifests bench docs clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ manifests: setup
 ## make bench: synthesis time and peak memory for 1, 10 and 50 business lines (JSON).
 bench: setup
 	$(PY) scripts/bench_synth.py
+
+## make docs: regenerate README.md's configuration reference from the pydantic models.
+docs: setup
+	$(PY) -m platform_config.reference README.md
 
 clean:
 	rm -rf cdk.out dist .pytest_cache

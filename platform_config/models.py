@@ -91,9 +91,11 @@ class CreateVpcConfig(StrictModel):
     """
 
     mode: Literal["create"] = "create"
+    #: IPv4 CIDR of the new VPC, /16 to /24.
     cidr: Annotated[str, StringConstraints(pattern=r"^([0-9]{1,3}\.){3}[0-9]{1,3}/(1[6-9]|2[0-4])$")] = (
         "10.192.0.0/16"
     )
+    #: NAT gateways; null = one per zone (HA). 1 saves cost in a lab.
     nat_gateways: Annotated[int, Field(ge=1, le=6)] | None = None
     #: Interface endpoints HyperPod nodes use without leaving the VPC (the console's cluster
     #: stack creates the S3 gateway endpoint; these keep ECR/STS/EKS-auth traffic private).
@@ -134,11 +136,14 @@ class EksConfig(StrictModel):
     requirements.txt (both 1.33 today); the loader enforces it.
     """
 
+    #: Name of the EKS cluster (also used in `aws eks update-kubeconfig`).
     cluster_name: DnsLabel = "kvcache-eks"
+    #: Kubernetes minor version; tied to the pinned kubectl layer and cdk8s-plus-33.
     version: Literal["1.33"] = "1.33"
     #: private: API reachable only inside the VPC (default, no public endpoint);
     #: public_and_private: also from ``public_access_cidrs``.
     endpoint_access: Literal["private", "public_and_private"] = "private"
+    #: CIDRs allowed to reach a public endpoint; required with public_and_private.
     public_access_cidrs: tuple[str, ...] = ()
     #: IAM principal ARNs granted AmazonEKSClusterAdminPolicy through access entries.
     admin_principal_arns: tuple[
@@ -175,13 +180,17 @@ class Taint(StrictModel):
 class InstanceGroupConfig(StrictModel):
     """One HyperPod instance group (``AWS::SageMaker::Cluster`` ``InstanceGroups[]``)."""
 
+    #: InstanceGroupName; changing it replaces the group (FACTS.md section 2).
     name: HyperPodName
+    #: One of the ml.g6e.* / ml.p5*.48xlarge types in platform_config/instances.py.
     instance_type: MlInstanceType
     instance_count: Annotated[int, Field(ge=0, le=1000)]
     #: Secondary EBS volume per instance, GiB (``InstanceStorageConfigs[0].EbsVolumeConfig``).
     ebs_volume_size_gb: Annotated[int, Field(ge=1, le=16384)] = 500
     threads_per_core: Literal[1, 2] = 1
+    #: OnStartDeepHealthChecks run before a node joins (adds minutes per node; catches bad GPUs).
     deep_health_checks: tuple[Literal["InstanceStress", "InstanceConnectivity"], ...] = ()
+    #: Kubernetes labels put on every node of the group.
     labels: dict[str, str] = Field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
 
@@ -200,7 +209,9 @@ class TieredStorageConfig(StrictModel):
     reports 20-100 accepted and recommends starting at 20 (FACTS.md section 1).
     """
 
+    #: Mode Enable/Disable of TieredStorageConfig; L1 needs it.
     enabled: bool = True
+    #: InstanceMemoryAllocationPercentage: share of host memory for the KV tier.
     memory_allocation_percentage: Annotated[int, Field(ge=20, le=100)] = 20
 
 
@@ -208,6 +219,7 @@ class HyperPodConfig(StrictModel):
     """The ``AWS::SageMaker::Cluster`` orchestrated by the EKS cluster."""
 
     cluster_name: HyperPodName = "kvcache-hyperpod"
+    #: Automatic: HyperPod replaces nodes that fail health checks.
     node_recovery: Literal["Automatic", "None"] = "Automatic"
     tiered_storage: TieredStorageConfig = TieredStorageConfig()
     instance_groups: Annotated[tuple[InstanceGroupConfig, ...], Field(min_length=1, max_length=20)]
@@ -453,7 +465,9 @@ class ModelConfig(StrictModel):
 class VllmConfig(StrictModel):
     """The vLLM worker container (LMCache-enabled image)."""
 
+    #: LMCache-enabled vLLM image, pinned by tag or digest.
     image: PinnedImage
+    #: vLLM arguments (model path first); the KV connector flags are added by the chart.
     args: tuple[str, ...] = ()
     port: Annotated[int, Field(ge=1024, le=65535)] = 8000
     #: Path the operator mounts model weights at (``worker.modelVolumeMount.mountPath``).
@@ -481,12 +495,18 @@ class CacheConfig(StrictModel):
 class BusinessLineConfig(StrictModel):
     """``config/business-lines/<name>.yaml``: one team's endpoint; ``name`` is the file stem."""
 
+    #: Defaults to the file name; must equal it.
     name: DnsLabel
+    #: Kubernetes namespace of the line's endpoint and PVC; unique per line.
     namespace: DnsLabel
     model: ModelConfig
+    #: Must be the type of one of the platform's HyperPod instance groups.
     instance_type: MlInstanceType
     replicas: Annotated[int, Field(ge=1, le=100)] = 2
+    #: GPUs per replica = tensor-parallel size; must fit the instance type.
     gpus_per_replica: Annotated[int, Field(ge=1, le=8)] = 1
+    #: Router strategy; prefixaware for shared system prompts and multi-turn, kvaware for long
+    #: documents, session for sticky users, roundrobin for stateless load. Fixed after creation.
     routing_strategy: RoutingStrategy = "prefixaware"
     cache: CacheConfig = CacheConfig()
     vllm: VllmConfig

@@ -291,3 +291,12 @@ def test_every_problem_is_reported_at_once(config_dir: Path) -> None:
     found = problems(config_dir)
     assert len(found) == 3
     assert str(ConfigError([])).startswith("invalid configuration")
+
+
+def test_readme_config_reference_is_current() -> None:
+    """The README's reference tables are generated; editing a model without `make docs` fails."""
+    from platform_config.reference import BEGIN, END, config_reference
+
+    readme = (EXAMPLE.parent / "README.md").read_text()
+    block = readme.split(BEGIN, 1)[1].split(END, 1)[0]
+    assert block.strip() == config_reference().strip(), "README config reference is stale: run `make docs`"
