@@ -1,29 +1,71 @@
-"""STUB (to be filled by issue 3): one stack per business line.
+"""One stack per business line: its chart applied through the cluster's kubectl provider.
 
 Contract used by ``stacks.build_platform``:
     BusinessLineStack(scope, construct_id, *, platform: PlatformConfig, line: BusinessLineConfig,
-                      cluster: eks_v2.Cluster, **stack_kwargs)
-The caller adds the dependencies on the add-ons and L2-cache stacks.
+                      cluster: eks_v2.Cluster, policy_engine: Construct | None = None,
+                      inference_operator: Construct | None = None, **stack_kwargs)
+The caller adds the stack dependencies on the add-ons and L2-cache stacks; ``policy_engine``
+(the Kyverno HelmChart) and ``inference_operator`` (the add-on that installs the
+InferenceEndpointConfig CRD), when given, become explicit construct dependencies of the
+manifests whose kinds they define.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import cdk8s
 from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from k8s import names
+from k8s.render import build_line_chart
 from platform_config import BusinessLineConfig, PlatformConfig
 
 
 class BusinessLineStack(Stack):
-    """One business line's namespace and outputs (stub)."""
+    """The Kubernetes objects of one business line, applied in dependency order.
+
+    Three manifests, each applied after what defines its kinds or holds it:
+
+    * ``Namespace``: the line's namespace;
+    * ``Storage``: egress NetworkPolicy, RWX PVC and the Kyverno Policy (kind from the Kyverno
+      chart's CRDs), after the namespace;
+    * ``Endpoint``: the InferenceEndpointConfig (kind from the inference operator's CRD), after
+      the namespace and after the Policy, so the operator's first Pods are already mutated.
+
+    Attributes:
+        chart: the cdk8s chart; ``namespace``, ``storage``, ``endpoint``: the manifests.
+    """
 
     def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig,
-                 line: BusinessLineConfig, cluster: eks.ICluster, **kwargs: Any) -> None:
+                 line: BusinessLineConfig, cluster: eks.ICluster, policy_engine: Construct | None = None,
+                 inference_operator: Construct | None = None, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self.line = line
-        eks.KubernetesManifest(self, "Namespace", cluster=cluster, manifest=[{
-            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": line.namespace}}])
+        self.chart = build_line_chart(cdk8s.App(), platform, line)
+        objects = list(self.chart.to_json())
+        by_kind: dict[str, list[dict]] = {"namespace": [], "storage": [], "endpoint": []}
+        for obj in objects:
+            if obj["kind"] == "Namespace":
+                by_kind["namespace"].append(obj)
+            elif obj["kind"] == "InferenceEndpointConfig":
+                by_kind["endpoint"].append(obj)
+            else:
+                by_kind["storage"].append(obj)
+        self.namespace = eks.KubernetesManifest(self, "Namespace", cluster=cluster, manifest=by_kind["namespace"],
+                                                overwrite=True)
+        self.storage = eks.KubernetesManifest(self, "Storage", cluster=cluster, manifest=by_kind["storage"],
+                                              overwrite=True)
+        self.storage.node.add_dependency(self.namespace)
+        self.endpoint = eks.KubernetesManifest(self, "Endpoint", cluster=cluster, manifest=by_kind["endpoint"],
+                                               overwrite=True)
+        self.endpoint.node.add_dependency(self.namespace, self.storage)
+        if policy_engine is not None and line.cache.l2_enabled:
+            self.storage.node.add_dependency(policy_engine)
+        if inference_operator is not None:
+            self.endpoint.node.add_dependency(inference_operator)
         CfnOutput(self, "NamespaceName", value=line.namespace)
+        CfnOutput(self, "EndpointName", value=names.endpoint_name(line),
+                  description="InferenceEndpointConfig (and Deployment) name; pods carry app=<this>")

@@ -1,23 +1,52 @@
-"""STUB (to be filled by the L2-cache work, issue 3): Kyverno + the Curvine chart on the EKS cluster.
+"""Kyverno + the Curvine chart on the EKS cluster (the L2 tier, issue 3).
 
 Contract used by ``stacks.build_platform``:
     L2CacheStack(scope, construct_id, *, platform: PlatformConfig, cluster: eks_v2.Cluster,
                  curvine_volume: kv_constructs.CurvinePrimaryVolume, **stack_kwargs)
+
+Everything is applied through the cluster's kubectl provider with constructs scoped to *this*
+stack (``eks.KubernetesManifest`` / ``eks.HelmChart`` rather than ``cluster.add_cdk8s_chart``,
+which would place them in the cluster stack and make it reference the HyperPod stack's
+volume: a dependency cycle).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Stack
+import cdk8s
+from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from k8s.kyverno import KYVERNO_NAMESPACE, kyverno_helm_values
+from k8s.render import build_curvine_chart
 from platform_config import PlatformConfig
+
+#: Output keys read by ``scripts/manifests.py --outputs-file``.
+VOLUME_ID_OUTPUT = "CurvinePrimaryVolumeId"
+ZONE_OUTPUT = "CurvinePrimaryVolumeAz"
 
 
 class L2CacheStack(Stack):
-    """The L2 KV-cache tier on the cluster (stub)."""
+    """The L2 KV-cache tier on the cluster: Kyverno (pinned Helm chart) and the Curvine chart.
+
+    Args:
+        scope: the CDK app.
+        construct_id: stack id.
+        platform: validated platform config (``curvine.*``, ``versions.charts.kyverno``).
+        cluster: the EKS cluster with a kubectl provider.
+        curvine_volume: the Primary's EBS volume (``volume_id`` token, ``availability_zone``).
+        **kwargs: passed to ``Stack``.
+
+    Attributes:
+        kyverno: the ``eks.HelmChart`` of Kyverno (None when Curvine is disabled). Business-line
+            stacks depend on it: their Policy's kind is defined by its CRDs.
+        curvine_namespace: manifest of the ``curvine`` Namespace.
+        curvine: manifest of every other object of the Curvine chart (applied after the
+            namespace that holds them).
+        chart: the cdk8s chart (tokens unresolved), for tests.
+    """
 
     def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig,
                  cluster: eks.ICluster, curvine_volume: Any, **kwargs: Any) -> None:
@@ -25,3 +54,34 @@ class L2CacheStack(Stack):
         self.platform = platform
         self.cluster = cluster
         self.curvine_volume = curvine_volume
+        self.kyverno: eks.HelmChart | None = None
+        self.curvine_namespace: eks.KubernetesManifest | None = None
+        self.curvine: eks.KubernetesManifest | None = None
+        self.chart: cdk8s.Chart | None = None
+        if not platform.curvine.enabled:
+            return
+        pin = platform.versions.charts.kyverno
+        self.kyverno = eks.HelmChart(
+            self, "Kyverno", cluster=cluster, chart=pin.chart, repository=pin.repository, version=pin.version,
+            release="kyverno", namespace=KYVERNO_NAMESPACE, create_namespace=True,
+            values=kyverno_helm_values(),
+            # wait: the CRDs and the admission webhook must be ready before any line's Policy.
+            wait=True, timeout=Duration.minutes(15), atomic=True)
+
+        # CDK tokens (the volume ID) pass through cdk8s as strings and resolve at deploy.
+        self.chart = build_curvine_chart(cdk8s.App(), platform, volume_id=curvine_volume.volume_id,
+                                         availability_zone=curvine_volume.availability_zone)
+        objects = list(self.chart.to_json())
+        namespaces = [o for o in objects if o["kind"] == "Namespace"]
+        rest = [o for o in objects if o["kind"] != "Namespace"]
+        self.curvine_namespace = eks.KubernetesManifest(self, "CurvineNamespace", cluster=cluster,
+                                                        manifest=namespaces, overwrite=True)
+        self.curvine = eks.KubernetesManifest(self, "Curvine", cluster=cluster, manifest=rest, overwrite=True)
+        self.curvine.node.add_dependency(self.curvine_namespace)
+
+        CfnOutput(self, VOLUME_ID_OUTPUT, value=curvine_volume.volume_id,
+                  description="EBS volume of the Curvine Primary (scripts/manifests.py --outputs-file)")
+        CfnOutput(self, ZONE_OUTPUT, value=curvine_volume.availability_zone,
+                  description="Zone of that volume")
+        CfnOutput(self, "CurvineStorageClass", value=platform.curvine.storage_class_name,
+                  description="StorageClass of the business lines' RWX L2 PVCs")

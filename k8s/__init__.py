@@ -1,0 +1,15 @@
+"""cdk8s charts of the L2 KV-cache tier and of each business line (plain cdk8s, no aws_cdk).
+
+Modules:
+    lmcache        typed allow-list of the LMCache settings and the env a line's pods must carry.
+    patch          L2 constants, that env, and the RFC 6902 patch for clusters without Kyverno.
+    curvine_config curvine-cluster.toml generated from typed settings.
+    curvine_chart  the Curvine chart (Primary, Workers, CSI driver, StorageClass, NetworkPolicy).
+    kyverno        the per-line Kyverno Policy and the Kyverno Helm values.
+    line_chart     one chart per business line (namespace, RWX PVC, policy, endpoint).
+    render         builds every chart; the one code path shared by the CDK app and
+                   ``scripts/manifests.py``.
+
+Every module here is importable without aws_cdk, so ``make manifests`` and the operator
+tools can use them on a machine with no CDK toolchain.
+"""

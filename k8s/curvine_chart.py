@@ -1,0 +1,554 @@
+"""The Curvine chart: the L2 pool on every GPU node's NVMe, its metadata on durable EBS.
+
+Objects (namespace ``curvine.namespace``, default ``curvine``):
+
+* Primary ("master"): StatefulSet of one on a *static* PersistentVolume for the CDK-created EBS
+  volume (``ebs.csi.aws.com``, explicit ext4, reclaim Retain, node affinity to the volume's
+  zone), PVC bound to it by name, headless Service, probes, resources, PodDisruptionBudget.
+* Workers: DaemonSet on the HyperPod nodes, data on hostPath ``curvine.worker_data_dir`` as one
+  SSD tier with a capacity bound.
+* ConfigMap ``curvine-cluster.toml`` generated from typed settings (:mod:`k8s.curvine_config`).
+* CSI: CSIDriver ``curvine``, controller Deployment (provisioner), node plugin DaemonSet, RBAC,
+  and the StorageClass the business lines' RWX PVCs use.
+* NetworkPolicy on the Primary (the business-line side is in :mod:`k8s.line_chart`).
+
+Plain cdk8s (``cdk8s_plus_33.k8s`` L1 classes); no aws_cdk import, so the same chart renders in
+the CDK app (with CDK tokens for the volume ID and zone) and in ``make manifests``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+import cdk8s
+from cdk8s_plus_33 import k8s
+from constructs import Construct
+
+from k8s import names
+from k8s.curvine_config import (
+    FUSE_WEB_PORT, INIT_MARKER, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT, META_DIR, PRIMARY_MOUNT,
+    PRIMARY_ROOT, WORKER_RPC_PORT, WORKER_WEB_PORT, master_addrs, render_cluster_toml,
+)
+from platform_config import PlatformConfig
+from platform_config.models import ExistingVpcConfig
+
+#: Well-known node label of the zone (set by the kubelet on every node, managed node group and
+#: HyperPod alike). Chosen over ``topology.ebs.csi.aws.com/zone`` because the scheduler matches
+#: a static PV's nodeAffinity against node labels, and the CSI-specific key exists only on nodes
+#: where the EBS CSI node plugin has registered, so the PV would fit no node if it had not.
+ZONE_LABEL: Final = "topology.kubernetes.io/zone"
+#: Label HyperPod puts on its nodes (the reference deployment selects them with it).
+HYPERPOD_NODE_LABEL: Final = "sagemaker.amazonaws.com/compute-type"
+HYPERPOD_NODE_VALUE: Final = "hyperpod"
+#: Label with the HyperPod instance group name of a node.
+HYPERPOD_GROUP_LABEL: Final = "sagemaker.amazonaws.com/instance-group-name"
+#: Filesystem of the Primary's EBS volume; explicit so the CSI driver formats a blank volume
+#: the same way every time, and never guesses on an existing one.
+PRIMARY_FS_TYPE: Final = "ext4"
+#: Kubelet path layout of the Curvine CSI driver (curvine-csi Helm chart, CurvineIO/curvine-helm).
+CSI_PLUGIN_DIR: Final = "/var/lib/kubelet/csi-plugins/csi.curvine.io/"
+CSI_SOCKET: Final = "/csi/csi.sock"
+CSI_HEALTH_PORT: Final = 9909
+#: Where the CSI driver and its FUSE client read curvine-cluster.toml (curvine-csi image layout).
+CSI_CONF_DIR: Final = "/opt/curvine/conf"
+
+_TOKEN = re.compile(r"\$\{Token\[[^\]]+\]\}")
+_VOLUME_ID = re.compile(r"^vol-[0-9a-f]{8,17}$")
+_AZ = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-[0-9][a-z]$")
+
+#: Primary sizing: RocksDB metadata of a KV cache (one file per 256-token chunk) stays in the
+#: low millions of inodes; 1 CPU / 4 GiB request and an 8 GiB limit leave room for RocksDB's
+#: block cache. Not measured on HyperPod; adjust with the inode count.
+MASTER_RESOURCES: Final = {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"memory": "8Gi"}}
+#: Worker sizing: the data path is mostly sendfile/short-circuit from NVMe.
+WORKER_RESOURCES: Final = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "8Gi"}}
+#: Sidecar sizing (CSI provisioner, registrar, liveness probe): upstream defaults are unset.
+SIDECAR_RESOURCES: Final = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}
+CSI_RESOURCES: Final = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
+#: Resources of the standalone FUSE pods the node plugin starts (curvine-csi chart defaults).
+FUSE_POD_RESOURCES: Final = {"cpu_request": "500m", "cpu_limit": "2", "memory_request": "512Mi",
+                             "memory_limit": "2Gi"}
+
+
+def is_token(value: str) -> bool:
+    """True for an unresolved CDK token string (``${Token[...]}``); checked without aws_cdk."""
+    return bool(_TOKEN.search(value))
+
+
+def check_volume_inputs(volume_id: str, availability_zone: str) -> None:
+    """Validate the Primary volume's ID and zone (CDK tokens pass; they resolve at deploy).
+
+    Raises:
+        ValueError: naming the argument, the bad value and the expected form.
+    """
+    if not is_token(volume_id) and not _VOLUME_ID.match(volume_id):
+        raise ValueError(f"volume_id {volume_id!r} is not an EBS volume ID; expected vol- and 8-17 hex digits")
+    if not is_token(availability_zone) and not _AZ.match(availability_zone):
+        raise ValueError(f"availability_zone {availability_zone!r} is not a zone name like us-west-2a")
+
+
+def _q(value: str) -> k8s.Quantity:
+    return k8s.Quantity.from_string(value)
+
+
+def _resources(spec: dict[str, dict[str, str]]) -> k8s.ResourceRequirements:
+    return k8s.ResourceRequirements(
+        requests={k: _q(v) for k, v in spec.get("requests", {}).items()},
+        limits={k: _q(v) for k, v in spec.get("limits", {}).items()},
+    )
+
+
+def _tcp_probe(port: int, *, period: int, failures: int) -> k8s.Probe:
+    return k8s.Probe(tcp_socket=k8s.TcpSocketAction(port=k8s.IntOrString.from_number(port)),
+                     period_seconds=period, failure_threshold=failures, timeout_seconds=5)
+
+
+def _restricted() -> k8s.SecurityContext:
+    """Unprivileged container: no privilege escalation, no Linux capabilities."""
+    return k8s.SecurityContext(allow_privilege_escalation=False, privileged=False,
+                               capabilities=k8s.Capabilities(drop=["ALL"]),
+                               seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault"))
+
+
+def vpc_cidr(platform: PlatformConfig) -> str:
+    """CIDR of the cluster VPC (node IPs of the host-network Workers and FUSE pods are in it)."""
+    net = platform.network
+    return net.vpc_cidr if isinstance(net, ExistingVpcConfig) else net.cidr
+
+
+def _config_check_script(*, conf: str, primary: bool) -> str:
+    """Init script: fail loudly on a missing config; on the Primary also guard the metadata.
+
+    Curvine falls back to its defaults when it starts without its config file, and those
+    defaults format (wipe) the metadata. So the config must exist, be non-empty and keep both
+    format flags false, or the pod does not start. On the Primary the directories live below
+    the mount root (``lost+found`` is in the root). The marker records that this volume holds a
+    namespace: written once the metadata directory is non-empty; if it exists while the
+    metadata directory is empty or missing, the volume is not the one we initialized (or was
+    wiped) and the pod refuses to start instead of serving an empty namespace.
+    """
+    lines = [
+        "set -eu",
+        f'CONF="{conf}"',
+        'if [ ! -s "$CONF" ]; then echo "FATAL: $CONF is missing or empty; refusing to start '
+        '(Curvine defaults would format the metadata)" >&2; exit 1; fi',
+        "for flag in format_master format_worker; do",
+        '  if ! grep -Eq "^${flag}[[:space:]]*=[[:space:]]*false" "$CONF"; then',
+        '    echo "FATAL: $CONF must set ${flag} = false (a restart would wipe data)" >&2; exit 1; fi',
+        "done",
+    ]
+    if primary:
+        lines += [
+            f'ROOT="{PRIMARY_ROOT}"; META="{META_DIR}"; MARK="{INIT_MARKER}"',
+            'mkdir -p "$ROOT"',
+            'if [ -d "$META" ] && [ -n "$(ls -A "$META" 2>/dev/null)" ]; then',
+            '  [ -f "$MARK" ] || date -u +%Y-%m-%dT%H:%M:%SZ > "$MARK"',
+            '  echo "metadata present; starting without formatting"',
+            'elif [ -f "$MARK" ]; then',
+            '  echo "FATAL: $MARK exists but $META is empty: wrong or wiped volume; refusing to start" >&2; exit 1',
+            "else",
+            '  echo "first start: empty $ROOT; the master creates $META and the journal"',
+            "fi",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+class CurvineChart(cdk8s.Chart):
+    """Curvine Primary, Workers, CSI driver, StorageClass and NetworkPolicy.
+
+    Args:
+        scope: the cdk8s App (or any construct).
+        construct_id: chart id; also the chart name in :func:`k8s.render.render_manifests`.
+        platform: validated platform config (``curvine.*``, ``versions.images``, network CIDR).
+        volume_id: EBS volume ID of the Primary (``vol-...``) or a CDK token resolving to it.
+        availability_zone: zone name of that volume (``us-west-2a``) or a CDK token.
+
+    Raises:
+        ValueError: ``curvine.enabled`` is false, or a malformed volume ID or zone.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig,
+                 volume_id: str, availability_zone: str) -> None:
+        if not platform.curvine.enabled:
+            raise ValueError("curvine.enabled is false in platform.yaml; the Curvine chart is not built")
+        check_volume_inputs(volume_id, availability_zone)
+        super().__init__(scope, construct_id, disable_resource_name_hashes=True,
+                         labels={"app.kubernetes.io/part-of": "kvcache-l2", "app.kubernetes.io/managed-by": "cdk8s"})
+        self.platform = platform
+        c = platform.curvine
+        self.ns = c.namespace
+        self.images = platform.versions.images
+        self.namespace_obj = k8s.KubeNamespace(self, "Namespace", metadata=k8s.ObjectMeta(
+            name=self.ns,
+            # The CSI node plugin is privileged (FUSE mounts with Bidirectional propagation).
+            labels={"pod-security.kubernetes.io/enforce": "privileged"}))
+        self._objects: list[cdk8s.ApiObject] = []
+        self.config_map = self._add(k8s.KubeConfigMap(self, "Config", metadata=self._meta(names.CURVINE_CONFIG_MAP),
+                                                      data={names.CURVINE_CONFIG_FILE: render_cluster_toml(platform)}))
+        self._primary(volume_id, availability_zone)
+        self._workers()
+        self._csi()
+        self.storage_class = k8s.KubeStorageClass(
+            self, "StorageClass", metadata=k8s.ObjectMeta(name=c.storage_class_name),
+            provisioner=names.CSI_DRIVER_NAME,
+            parameters={"master-addrs": master_addrs(platform), "fs-path": c.fs_path, "path-type": "DirectoryOrCreate"},
+            # The L2 directory of a deleted line is recomputable cache: delete it with the PVC.
+            reclaim_policy="Delete", volume_binding_mode="Immediate", allow_volume_expansion=False)
+        self._network_policy()
+        for obj in self._objects:
+            obj.add_dependency(self.namespace_obj)
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _add(self, obj: cdk8s.ApiObject) -> Any:
+        self._objects.append(obj)
+        return obj
+
+    def _meta(self, name: str, labels: dict[str, str] | None = None) -> k8s.ObjectMeta:
+        return k8s.ObjectMeta(name=name, namespace=self.ns, labels=labels)
+
+    def _config_volume(self) -> k8s.Volume:
+        return k8s.Volume(name="config", config_map=k8s.ConfigMapVolumeSource(name=names.CURVINE_CONFIG_MAP))
+
+    def _conf_path(self) -> str:
+        return f"{names.CURVINE_CONFIG_DIR}/{names.CURVINE_CONFIG_FILE}"
+
+    def _curvine_env(self, extra: list[k8s.EnvVar]) -> list[k8s.EnvVar]:
+        return [k8s.EnvVar(name="CURVINE_CONF_FILE", value=self._conf_path()),
+                k8s.EnvVar(name="ORPC_BIND_HOSTNAME", value="0.0.0.0"), *extra]
+
+    def _hyperpod_affinity(self, groups: tuple[str, ...]) -> k8s.Affinity:
+        exprs = [k8s.NodeSelectorRequirement(key=HYPERPOD_NODE_LABEL, operator="In", values=[HYPERPOD_NODE_VALUE])]
+        if groups:
+            exprs.append(k8s.NodeSelectorRequirement(key=HYPERPOD_GROUP_LABEL, operator="In", values=list(groups)))
+        return k8s.Affinity(node_affinity=k8s.NodeAffinity(
+            required_during_scheduling_ignored_during_execution=k8s.NodeSelector(
+                node_selector_terms=[k8s.NodeSelectorTerm(match_expressions=exprs)])))
+
+    def _group_tolerations(self, groups: tuple[str, ...]) -> list[k8s.Toleration]:
+        seen: dict[tuple[str, str, str], k8s.Toleration] = {}
+        for g in self.platform.hyperpod.instance_groups:
+            if groups and g.name not in groups:
+                continue
+            for t in g.taints:
+                seen.setdefault((t.key, t.value, t.effect),
+                                k8s.Toleration(key=t.key, operator="Equal", value=t.value, effect=t.effect))
+        return list(seen.values())
+
+    # --- Primary ------------------------------------------------------------------------------
+
+    def _primary(self, volume_id: str, zone: str) -> None:
+        c = self.platform.curvine
+        size = _q(f"{c.primary_volume.size_gib}Gi")
+        labels = {"app.kubernetes.io/name": "curvine", "app.kubernetes.io/component": "master"}
+        self.primary_pv = k8s.KubePersistentVolume(
+            self, "PrimaryPv", metadata=k8s.ObjectMeta(name=names.CURVINE_PRIMARY_PV, labels=labels),
+            spec=k8s.PersistentVolumeSpec(
+                capacity={"storage": size}, access_modes=["ReadWriteOnce"], volume_mode="Filesystem",
+                # Retain: deleting the claim must never delete the namespace of the L2 pool.
+                persistent_volume_reclaim_policy="Retain",
+                storage_class_name="",  # static: no provisioner may create or delete it
+                csi=k8s.CsiPersistentVolumeSource(driver="ebs.csi.aws.com", volume_handle=volume_id,
+                                                  fs_type=PRIMARY_FS_TYPE),
+                claim_ref=k8s.ObjectReference(kind="PersistentVolumeClaim", namespace=self.ns,
+                                              name=names.CURVINE_PRIMARY_PV),
+                node_affinity=k8s.VolumeNodeAffinity(required=k8s.NodeSelector(node_selector_terms=[
+                    k8s.NodeSelectorTerm(match_expressions=[
+                        k8s.NodeSelectorRequirement(key=ZONE_LABEL, operator="In", values=[zone])])]))))
+        self.primary_pvc = self._add(k8s.KubePersistentVolumeClaim(
+            self, "PrimaryPvc", metadata=self._meta(names.CURVINE_PRIMARY_PV, labels),
+            spec=k8s.PersistentVolumeClaimSpec(
+                access_modes=["ReadWriteOnce"], storage_class_name="", volume_name=names.CURVINE_PRIMARY_PV,
+                resources=k8s.VolumeResourceRequirements(requests={"storage": size}))))
+        self.primary_pvc.add_dependency(self.primary_pv)
+        self.service_account = self._add(k8s.KubeServiceAccount(
+            self, "ServiceAccount", metadata=self._meta("curvine"), automount_service_account_token=False))
+        ports = [("rpc", MASTER_RPC_PORT), ("journal", JOURNAL_PORT), ("web", MASTER_WEB_PORT)]
+        self.master_service = self._add(k8s.KubeService(
+            self, "MasterService", metadata=self._meta(names.CURVINE_MASTER, labels),
+            spec=k8s.ServiceSpec(
+                cluster_ip="None", selector=labels,
+                # Raft peers and clients resolve the pod before it is Ready.
+                publish_not_ready_addresses=True,
+                ports=[k8s.ServicePort(name=n, port=p, target_port=k8s.IntOrString.from_number(p), protocol="TCP")
+                       for n, p in ports])))
+        conf = self._conf_path()
+        mounts = [k8s.VolumeMount(name="config", mount_path=names.CURVINE_CONFIG_DIR, read_only=True),
+                  k8s.VolumeMount(name="primary", mount_path=PRIMARY_MOUNT)]
+        init = k8s.Container(
+            name="check-config-and-dirs", image=self.images.curvine, command=["/bin/sh", "-c"],
+            args=[_config_check_script(conf=conf, primary=True)], volume_mounts=mounts,
+            security_context=_restricted(), resources=_resources(SIDECAR_RESOURCES))
+        master = k8s.Container(
+            name="master", image=self.images.curvine, args=["master", "start"],
+            env=self._curvine_env([k8s.EnvVar(name="CURVINE_MASTER_HOSTNAME",
+                                              value=names.cluster_domain_host(self.platform))]),
+            ports=[k8s.ContainerPort(name=n, container_port=p, protocol="TCP") for n, p in ports],
+            # RocksDB replay of a large namespace can take minutes: 5 min startup budget.
+            startup_probe=_tcp_probe(MASTER_RPC_PORT, period=5, failures=60),
+            readiness_probe=_tcp_probe(MASTER_RPC_PORT, period=10, failures=3),
+            liveness_probe=_tcp_probe(MASTER_RPC_PORT, period=20, failures=3),
+            resources=_resources(MASTER_RESOURCES), volume_mounts=mounts, security_context=_restricted())
+        self.master = self._add(k8s.KubeStatefulSet(
+            self, "Master", metadata=self._meta(names.CURVINE_MASTER, labels),
+            spec=k8s.StatefulSetSpec(
+                # One Primary: a single EBS volume holds meta + journal. HA needs 3 volumes (odd
+                # Raft quorum); FUSE clients stall on failover anyway (Curvine #311).
+                replicas=1, service_name=names.CURVINE_MASTER,
+                selector=k8s.LabelSelector(match_labels=labels),
+                template=k8s.PodTemplateSpec(
+                    metadata=k8s.ObjectMeta(labels=labels),
+                    spec=k8s.PodSpec(
+                        service_account_name="curvine", automount_service_account_token=False,
+                        # The zone is forced by the PV's node affinity; prefer the system nodes
+                        # over the GPU nodes for the metadata server.
+                        affinity=k8s.Affinity(node_affinity=k8s.NodeAffinity(
+                            preferred_during_scheduling_ignored_during_execution=[k8s.PreferredSchedulingTerm(
+                                weight=100, preference=k8s.NodeSelectorTerm(match_expressions=[
+                                    k8s.NodeSelectorRequirement(key=HYPERPOD_NODE_LABEL, operator="NotIn",
+                                                                values=[HYPERPOD_NODE_VALUE])]))])),
+                        termination_grace_period_seconds=60,
+                        init_containers=[init], containers=[master],
+                        volumes=[self._config_volume(),
+                                 k8s.Volume(name="primary", persistent_volume_claim=k8s.PersistentVolumeClaimVolumeSource(
+                                     claim_name=names.CURVINE_PRIMARY_PV))])))))
+        self.master.add_dependency(self.primary_pvc, self.config_map, self.master_service)
+        self.master_pdb = self._add(k8s.KubePodDisruptionBudget(
+            self, "MasterPdb", metadata=self._meta(names.CURVINE_MASTER, labels),
+            # minAvailable 1 of 1: a node drain waits for an operator instead of silently taking
+            # the whole L2 pool's namespace down (clients stall on master loss, Curvine #311).
+            spec=k8s.PodDisruptionBudgetSpec(min_available=k8s.IntOrString.from_number(1),
+                                             selector=k8s.LabelSelector(match_labels=labels))))
+
+    # --- Workers ------------------------------------------------------------------------------
+
+    def _workers(self) -> None:
+        c = self.platform.curvine
+        labels = {"app.kubernetes.io/name": "curvine", "app.kubernetes.io/component": "worker"}
+        conf = self._conf_path()
+        mounts = [k8s.VolumeMount(name="config", mount_path=names.CURVINE_CONFIG_DIR, read_only=True),
+                  k8s.VolumeMount(name="data", mount_path=c.worker_data_dir)]
+        init = k8s.Container(
+            name="check-config", image=self.images.curvine, command=["/bin/sh", "-c"],
+            args=[_config_check_script(conf=conf, primary=False)], volume_mounts=mounts[:1],
+            security_context=_restricted(), resources=_resources(SIDECAR_RESOURCES))
+        worker = k8s.Container(
+            name="worker", image=self.images.curvine, args=["worker", "start"],
+            env=self._curvine_env([k8s.EnvVar(name="CURVINE_WORKER_HOSTNAME", value_from=k8s.EnvVarSource(
+                field_ref=k8s.ObjectFieldSelector(field_path="status.hostIP")))]),
+            ports=[k8s.ContainerPort(name="rpc", container_port=WORKER_RPC_PORT, protocol="TCP"),
+                   k8s.ContainerPort(name="web", container_port=WORKER_WEB_PORT, protocol="TCP")],
+            startup_probe=_tcp_probe(WORKER_RPC_PORT, period=5, failures=60),
+            readiness_probe=_tcp_probe(WORKER_RPC_PORT, period=10, failures=3),
+            liveness_probe=_tcp_probe(WORKER_RPC_PORT, period=20, failures=3),
+            resources=_resources(WORKER_RESOURCES), volume_mounts=mounts, security_context=_restricted())
+        self.workers = self._add(k8s.KubeDaemonSet(
+            self, "Workers", metadata=self._meta(names.CURVINE_WORKER, labels),
+            spec=k8s.DaemonSetSpec(
+                selector=k8s.LabelSelector(match_labels=labels),
+                update_strategy=k8s.DaemonSetUpdateStrategy(type="RollingUpdate", rolling_update=k8s.RollingUpdateDaemonSet(
+                    max_unavailable=k8s.IntOrString.from_number(1))),
+                template=k8s.PodTemplateSpec(
+                    metadata=k8s.ObjectMeta(labels=labels),
+                    spec=k8s.PodSpec(
+                        service_account_name="curvine", automount_service_account_token=False,
+                        # Host network: the FUSE clients run on the host network too, and Curvine
+                        # picks the local Worker (short-circuit NVMe reads) by matching hostnames.
+                        host_network=True, dns_policy="ClusterFirstWithHostNet",
+                        affinity=self._hyperpod_affinity(c.worker_instance_groups),
+                        tolerations=self._group_tolerations(c.worker_instance_groups),
+                        termination_grace_period_seconds=60,
+                        init_containers=[init], containers=[worker],
+                        volumes=[self._config_volume(),
+                                 k8s.Volume(name="data", host_path=k8s.HostPathVolumeSource(
+                                     path=c.worker_data_dir, type="DirectoryOrCreate"))])))))
+        self.workers.add_dependency(self.config_map, self.master_service)
+
+    # --- CSI ----------------------------------------------------------------------------------
+
+    def _csi(self) -> None:
+        img = self.images
+        ctrl_labels = {"app.kubernetes.io/name": "curvine-csi", "app.kubernetes.io/component": "controller"}
+        node_labels = {"app.kubernetes.io/name": "curvine-csi", "app.kubernetes.io/component": "node"}
+        self.csi_driver = k8s.KubeCsiDriver(
+            self, "CsiDriver", metadata=k8s.ObjectMeta(name=names.CSI_DRIVER_NAME),
+            spec=k8s.CsiDriverSpec(
+                attach_required=False,  # a FUSE file system: nothing to attach, no VolumeAttachment
+                pod_info_on_mount=False, volume_lifecycle_modes=["Persistent"],
+                fs_group_policy="None"))  # FUSE: no recursive chown of a shared cache on mount
+        for sa in (names.CSI_CONTROLLER, names.CSI_NODE):
+            self._add(k8s.KubeServiceAccount(self, f"Sa-{sa}", metadata=self._meta(sa)))
+        rule = k8s.PolicyRule
+        # Rules of the external-provisioner sidecar (kubernetes-csi/external-provisioner
+        # deploy/kubernetes/rbac.yaml, without snapshots and leader election) plus the PV reads
+        # of Curvine's controller (DeleteVolume looks up the PV by volume handle).
+        ctrl_rules = [
+            rule(api_groups=[""], resources=["persistentvolumes"], verbs=["get", "list", "watch", "create", "patch", "delete"]),
+            rule(api_groups=[""], resources=["persistentvolumeclaims"], verbs=["get", "list", "watch", "update"]),
+            rule(api_groups=["storage.k8s.io"], resources=["storageclasses"], verbs=["get", "list", "watch"]),
+            rule(api_groups=[""], resources=["events"], verbs=["list", "watch", "create", "update", "patch"]),
+            rule(api_groups=["storage.k8s.io"], resources=["csinodes"], verbs=["get", "list", "watch"]),
+            rule(api_groups=[""], resources=["nodes"], verbs=["get", "list", "watch"]),
+            rule(api_groups=["storage.k8s.io"], resources=["volumeattachments"], verbs=["get", "list", "watch"]),
+        ]
+        # The node plugin reads PVs cluster-wide and emits events; everything it creates (the
+        # standalone FUSE pods and their state ConfigMaps) stays in its own namespace, so those
+        # rights are a namespaced Role, not cluster-wide as in the upstream chart.
+        node_cluster_rules = [
+            rule(api_groups=[""], resources=["persistentvolumes"], verbs=["get", "list", "watch"]),
+            rule(api_groups=[""], resources=["events"], verbs=["create", "patch"]),
+        ]
+        node_ns_rules = [
+            rule(api_groups=[""], resources=["pods"], verbs=["create", "delete", "get", "list", "watch"]),
+            rule(api_groups=[""], resources=["configmaps"], verbs=["create", "delete", "get", "list", "update", "watch"]),
+            rule(api_groups=[""], resources=["secrets"], verbs=["get", "list", "watch", "create", "update", "patch", "delete"]),
+        ]
+        for sa, rules in ((names.CSI_CONTROLLER, ctrl_rules), (names.CSI_NODE, node_cluster_rules)):
+            role = k8s.KubeClusterRole(self, f"ClusterRole-{sa}", metadata=k8s.ObjectMeta(name=sa), rules=rules)
+            binding = k8s.KubeClusterRoleBinding(
+                self, f"ClusterRoleBinding-{sa}", metadata=k8s.ObjectMeta(name=sa),
+                role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=sa),
+                subjects=[k8s.Subject(kind="ServiceAccount", name=sa, namespace=self.ns)])
+            binding.add_dependency(role)
+        node_role = self._add(k8s.KubeRole(self, "Role-node", metadata=self._meta(names.CSI_NODE), rules=node_ns_rules))
+        node_rb = self._add(k8s.KubeRoleBinding(
+            self, "RoleBinding-node", metadata=self._meta(names.CSI_NODE),
+            role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=names.CSI_NODE),
+            subjects=[k8s.Subject(kind="ServiceAccount", name=names.CSI_NODE, namespace=self.ns)]))
+        node_rb.add_dependency(node_role)
+
+        socket_env = [k8s.EnvVar(name="ADDRESS", value=CSI_SOCKET)]
+        health = k8s.Probe(http_get=k8s.HttpGetAction(path="/healthz", port=k8s.IntOrString.from_string("healthz")),
+                           initial_delay_seconds=10, period_seconds=10, timeout_seconds=3, failure_threshold=5)
+        conf_env = k8s.EnvVar(name="CURVINE_CONF_FILE", value=f"{CSI_CONF_DIR}/{names.CURVINE_CONFIG_FILE}")
+        conf_mount = k8s.VolumeMount(name="config", mount_path=CSI_CONF_DIR, read_only=True)
+        node_name_env = k8s.EnvVar(name="NODE_NAME", value_from=k8s.EnvVarSource(
+            field_ref=k8s.ObjectFieldSelector(field_path="spec.nodeName")))
+
+        def liveness_sidecar(socket_mount: str) -> k8s.Container:
+            return k8s.Container(
+                name="liveness-probe", image=img.livenessprobe,
+                args=["--csi-address=$(ADDRESS)", f"--health-port={CSI_HEALTH_PORT}"], env=socket_env,
+                volume_mounts=[k8s.VolumeMount(name=socket_mount, mount_path="/csi")],
+                resources=_resources(SIDECAR_RESOURCES), security_context=_restricted())
+
+        controller = k8s.Container(
+            name="csi-plugin", image=img.curvine_csi, command=["/opt/curvine/csi"],
+            args=["--endpoint=$(CSI_ENDPOINT)", "--nodeid=$(NODE_NAME)"],
+            env=[k8s.EnvVar(name="CSI_ENDPOINT", value=f"unix://{CSI_SOCKET}"), node_name_env, conf_env],
+            ports=[k8s.ContainerPort(name="healthz", container_port=CSI_HEALTH_PORT, protocol="TCP")],
+            liveness_probe=health, resources=_resources(CSI_RESOURCES),
+            volume_mounts=[k8s.VolumeMount(name="socket-dir", mount_path="/csi"), conf_mount],
+            # Not privileged: CreateVolume/DeleteVolume only run curvine-cli over RPC (mkdir/rm
+            # in Curvine); no mount happens in the controller (upstream chart grants
+            # privileged + SYS_ADMIN without needing it).
+            security_context=_restricted())
+        provisioner = k8s.Container(
+            name="csi-provisioner", image=img.csi_provisioner,
+            args=["--csi-address=$(ADDRESS)", "--timeout=60s", "--v=2"], env=socket_env,
+            volume_mounts=[k8s.VolumeMount(name="socket-dir", mount_path="/csi")],
+            resources=_resources(SIDECAR_RESOURCES), security_context=_restricted())
+        self.csi_controller = self._add(k8s.KubeDeployment(
+            self, "CsiController", metadata=self._meta(names.CSI_CONTROLLER, ctrl_labels),
+            spec=k8s.DeploymentSpec(
+                replicas=1, selector=k8s.LabelSelector(match_labels=ctrl_labels),
+                template=k8s.PodTemplateSpec(
+                    metadata=k8s.ObjectMeta(labels=ctrl_labels),
+                    spec=k8s.PodSpec(
+                        service_account_name=names.CSI_CONTROLLER, priority_class_name="system-cluster-critical",
+                        affinity=k8s.Affinity(node_affinity=k8s.NodeAffinity(
+                            preferred_during_scheduling_ignored_during_execution=[k8s.PreferredSchedulingTerm(
+                                weight=100, preference=k8s.NodeSelectorTerm(match_expressions=[
+                                    k8s.NodeSelectorRequirement(key=HYPERPOD_NODE_LABEL, operator="NotIn",
+                                                                values=[HYPERPOD_NODE_VALUE])]))])),
+                        containers=[controller, provisioner, liveness_sidecar("socket-dir")],
+                        volumes=[k8s.Volume(name="socket-dir", empty_dir=k8s.EmptyDirVolumeSource()),
+                                 k8s.Volume(name="config", config_map=k8s.ConfigMapVolumeSource(
+                                     name=names.CURVINE_CONFIG_MAP))])))))
+        self.csi_controller.add_dependency(self.config_map)
+
+        fuse = FUSE_POD_RESOURCES
+        node_plugin = k8s.Container(
+            name="csi-plugin", image=img.curvine_csi, command=["/opt/curvine/csi"],
+            args=["--endpoint=$(CSI_ENDPOINT)", "--nodeid=$(NODE_NAME)"],
+            env=[k8s.EnvVar(name="CSI_ENDPOINT", value=f"unix://{CSI_SOCKET}"), node_name_env,
+                 k8s.EnvVar(name="KUBERNETES_NAMESPACE", value_from=k8s.EnvVarSource(
+                     field_ref=k8s.ObjectFieldSelector(field_path="metadata.namespace"))),
+                 # FUSE runs in standalone pods the plugin creates (hostNetwork, /dev/fuse), so a
+                 # plugin restart does not kill the mounts of running inference pods.
+                 k8s.EnvVar(name="MOUNT_MODE", value="standalone"),
+                 k8s.EnvVar(name="STANDALONE_IMAGE", value=img.curvine_csi),
+                 k8s.EnvVar(name="STANDALONE_SERVICE_ACCOUNT", value=names.CSI_NODE),
+                 k8s.EnvVar(name="STANDALONE_CPU_REQUEST", value=fuse["cpu_request"]),
+                 k8s.EnvVar(name="STANDALONE_CPU_LIMIT", value=fuse["cpu_limit"]),
+                 k8s.EnvVar(name="STANDALONE_MEMORY_REQUEST", value=fuse["memory_request"]),
+                 k8s.EnvVar(name="STANDALONE_MEMORY_LIMIT", value=fuse["memory_limit"]),
+                 conf_env],
+            ports=[k8s.ContainerPort(name="healthz", container_port=CSI_HEALTH_PORT, protocol="TCP")],
+            liveness_probe=health, resources=_resources(CSI_RESOURCES),
+            lifecycle=k8s.Lifecycle(pre_stop=k8s.LifecycleHandler(exec=k8s.ExecAction(
+                command=["/bin/sh", "-c", f"rm -f {CSI_SOCKET}"]))),
+            volume_mounts=[k8s.VolumeMount(name="plugin-dir", mount_path="/csi"),
+                           k8s.VolumeMount(name="kubelet-dir", mount_path="/var/lib/kubelet",
+                                           mount_propagation="Bidirectional"),
+                           k8s.VolumeMount(name="registration-dir", mount_path="/registration"), conf_mount],
+            # Privileged: the only container here that needs it. It performs the FUSE mounts
+            # under /var/lib/kubelet that the kubelet then bind-mounts into inference pods, which
+            # needs CAP_SYS_ADMIN, /dev/fuse and Bidirectional mount propagation (the API server
+            # only accepts Bidirectional for privileged containers).
+            security_context=k8s.SecurityContext(privileged=True))
+        registrar = k8s.Container(
+            name="node-driver-registrar", image=img.csi_node_driver_registrar,
+            args=["--csi-address=$(ADDRESS)", "--kubelet-registration-path=$(DRIVER_REG_SOCK_PATH)", "--v=2"],
+            env=[*socket_env, k8s.EnvVar(name="DRIVER_REG_SOCK_PATH", value=f"{CSI_PLUGIN_DIR}csi.sock")],
+            volume_mounts=[k8s.VolumeMount(name="plugin-dir", mount_path="/csi"),
+                           k8s.VolumeMount(name="registration-dir", mount_path="/registration")],
+            resources=_resources(SIDECAR_RESOURCES), security_context=_restricted())
+        self.csi_node = self._add(k8s.KubeDaemonSet(
+            self, "CsiNode", metadata=self._meta(names.CSI_NODE, node_labels),
+            spec=k8s.DaemonSetSpec(
+                selector=k8s.LabelSelector(match_labels=node_labels),
+                template=k8s.PodTemplateSpec(
+                    metadata=k8s.ObjectMeta(labels=node_labels),
+                    spec=k8s.PodSpec(
+                        service_account_name=names.CSI_NODE, priority_class_name="system-node-critical",
+                        # Every HyperPod node may run an inference pod that mounts the L2 PVC.
+                        affinity=self._hyperpod_affinity(()),
+                        tolerations=[k8s.Toleration(operator="Exists")],
+                        containers=[node_plugin, registrar, liveness_sidecar("plugin-dir")],
+                        volumes=[
+                            k8s.Volume(name="plugin-dir", host_path=k8s.HostPathVolumeSource(
+                                path=CSI_PLUGIN_DIR, type="DirectoryOrCreate")),
+                            k8s.Volume(name="kubelet-dir", host_path=k8s.HostPathVolumeSource(
+                                path="/var/lib/kubelet", type="Directory")),
+                            k8s.Volume(name="registration-dir", host_path=k8s.HostPathVolumeSource(
+                                path="/var/lib/kubelet/plugins_registry/", type="Directory")),
+                            self._config_volume()])))))
+        self.csi_node.add_dependency(self.config_map, self.csi_driver)
+
+    # --- NetworkPolicy ------------------------------------------------------------------------
+
+    def _network_policy(self) -> None:
+        labels = {"app.kubernetes.io/name": "curvine", "app.kubernetes.io/component": "master"}
+        ports = [k8s.NetworkPolicyPort(protocol="TCP", port=k8s.IntOrString.from_number(p))
+                 for p in (MASTER_RPC_PORT, JOURNAL_PORT, MASTER_WEB_PORT)]
+        self.master_policy = self._add(k8s.KubeNetworkPolicy(
+            self, "MasterIngress", metadata=self._meta("curvine-master-ingress"),
+            spec=k8s.NetworkPolicySpec(
+                pod_selector=k8s.LabelSelector(match_labels=labels), policy_types=["Ingress"],
+                ingress=[k8s.NetworkPolicyIngressRule(ports=ports, from_=[
+                    # Curvine's own pods (CSI controller, any pod-network component).
+                    k8s.NetworkPolicyPeer(namespace_selector=k8s.LabelSelector(
+                        match_labels={"kubernetes.io/metadata.name": self.ns})),
+                    # Workers and the CSI's FUSE pods use the host network: their source is a
+                    # node IP inside the VPC. With the VPC CNI, pod IPs are in the VPC too, so
+                    # this rule limits ports and sources outside the VPC; keeping business-line
+                    # pods out is done by the egress policy of each line's namespace.
+                    k8s.NetworkPolicyPeer(ip_block=k8s.IpBlock(cidr=vpc_cidr(self.platform))),
+                ])])))
+
+
+def curvine_port_list() -> tuple[int, ...]:
+    """Every TCP port Curvine serves (master, journal, worker, their web ports, FUSE web)."""
+    return (MASTER_RPC_PORT, JOURNAL_PORT, WORKER_RPC_PORT, MASTER_WEB_PORT, WORKER_WEB_PORT, FUSE_WEB_PORT)

@@ -1,0 +1,59 @@
+"""Object names shared by the charts, the policy, the patch script and the post-deploy checks.
+
+Derived, never repeated: a business line ``rag-assistant`` gets an InferenceEndpointConfig
+``rag-assistant`` (whose pods the operator labels ``app: rag-assistant``), a PVC
+``rag-assistant-l2-cache`` and a Kyverno Policy ``rag-assistant-l2-cache`` in its namespace.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from platform_config import BusinessLineConfig, PlatformConfig
+
+#: Curvine Primary StatefulSet and its headless Service (same name, so pod 0 resolves as
+#: ``curvine-master-0.curvine-master.<ns>.svc.cluster.local``).
+CURVINE_MASTER: Final = "curvine-master"
+CURVINE_WORKER: Final = "curvine-worker"
+CURVINE_CONFIG_MAP: Final = "curvine-config"
+CURVINE_CONFIG_FILE: Final = "curvine-cluster.toml"
+#: Absolute path of the config inside every Curvine container (passed via CURVINE_CONF_FILE).
+CURVINE_CONFIG_DIR: Final = "/etc/curvine"
+CURVINE_PRIMARY_PV: Final = "curvine-primary-meta"
+CSI_DRIVER_NAME: Final = "curvine"
+CSI_CONTROLLER: Final = "curvine-csi-controller"
+CSI_NODE: Final = "curvine-csi-node"
+
+#: Label the operator puts on the pods of an InferenceEndpointConfig: ``app=<metadata.name>``.
+#: Source: the reference deployment's procedure (``kubectl get pods -l app=<endpoint>``,
+#: FACTS.md section 1 blog); the CRD itself documents no pod labels.
+OPERATOR_POD_LABEL: Final = "app"
+
+#: Pod-level volume name of the line's L2 PVC in the inference pods.
+L2_VOLUME_NAME: Final = "curvine-l2-cache"
+
+
+def cluster_domain_host(platform: PlatformConfig) -> str:
+    """FQDN of the Curvine Primary pod (StatefulSet pod 0 behind the headless Service)."""
+    ns = platform.curvine.namespace
+    return f"{CURVINE_MASTER}-0.{CURVINE_MASTER}.{ns}.svc.cluster.local"
+
+
+def endpoint_name(line: BusinessLineConfig) -> str:
+    """``metadata.name`` of the line's InferenceEndpointConfig (and of its Deployment)."""
+    return line.name
+
+
+def pvc_name(line: BusinessLineConfig) -> str:
+    """The line's RWX PVC on the Curvine StorageClass (its own L2 directory)."""
+    return f"{line.name}-l2-cache"
+
+
+def policy_name(line: BusinessLineConfig) -> str:
+    """The line's Kyverno Policy."""
+    return f"{line.name}-l2-cache"
+
+
+def line_chart_name(line: BusinessLineConfig) -> str:
+    """Key of the line's chart in :func:`k8s.render.render_manifests` and its dist/ file stem."""
+    return f"line-{line.name}"

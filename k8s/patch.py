@@ -1,0 +1,210 @@
+"""The L2 patch: constants, the env a line's pods need, and the RFC 6902 Deployment patch.
+
+Two ways put a business line's vLLM pods on the Curvine L2 tier, built from the same data:
+
+* the Kyverno Policy of :mod:`k8s.kyverno` mutates every inference Pod at creation (the
+  production path: reconcile-proof, because the operator re-rendering its Deployment creates
+  new Pods, which are mutated again);
+* :func:`endpoint_json_patch` patches the operator-rendered Deployment, for clusters without the
+  policy engine; ``scripts/patch_endpoint.sh`` applies it with the safe sequence (pause the
+  operator, scale to 0, patch, scale up, wait Ready, restore the operator). The operator
+  overwrites it on its next re-render (CRD edit, operator upgrade, Deployment deletion), so the
+  script must be re-run after each.
+
+Command line (used by ``scripts/patch_endpoint.sh``)::
+
+    python -m k8s.patch --config config --line rag-assistant [--deployment deploy.json]
+
+prints the JSON patch; with ``--deployment`` (the live Deployment as JSON) it also removes every
+entry the patch owns first, so the result holds exactly one of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Final
+
+from k8s import names
+from k8s.lmcache import POD_NAME_ENV, lmcache_env, owned_env_names
+from platform_config import BusinessLineConfig, ConfigError, PlatformConfig, load_project
+
+#: Where the line's RWX PVC is mounted in the vLLM container (FACTS.md section 1).
+L2_MOUNT_PATH: Final = "/mnt/curvine/l2cache"
+#: LMCache remote URL of the fs connector on that mount. Host and port are required by
+#: LMCache's URL parser but ignored; ``fs:///path`` fails (FACTS.md section 5).
+L2_REMOTE_URL: Final = "fs://localhost:0/mnt/curvine/l2cache/"
+
+#: Per-pod token of the Deployment patch: the kubelet expands ``$(KVCACHE_POD_NAME)`` in env
+#: values to the pod's name (the variable is defined earlier in the same env list).
+DEPLOYMENT_TMP_TOKEN: Final = f"$({POD_NAME_ENV})"
+
+__all__ = [
+    "DEPLOYMENT_TMP_TOKEN",
+    "L2_MOUNT_PATH",
+    "L2_REMOTE_URL",
+    "endpoint_json_patch",
+    "find_vllm_container",
+    "line_cache_env",
+    "pod_env_entries",
+]
+
+
+def line_cache_env(platform: PlatformConfig, line: BusinessLineConfig, *,
+                   tmp_dir_token: str = DEPLOYMENT_TMP_TOKEN) -> dict[str, str]:
+    """The cache env (name -> value) a line's inference pods must end up with.
+
+    One source of truth for the Kyverno policy and the JSON patch; see
+    :func:`k8s.lmcache.lmcache_env` for every value and why. ``tmp_dir_token`` makes the temp
+    directory unique per pod (default: the kubelet-expanded pod name of the Deployment patch).
+    """
+    return lmcache_env(platform, line, tmp_dir_token=tmp_dir_token, remote_url=L2_REMOTE_URL)
+
+
+def pod_env_entries(platform: PlatformConfig, line: BusinessLineConfig, *,
+                    tmp_dir_token: str = DEPLOYMENT_TMP_TOKEN) -> list[dict[str, Any]]:
+    """The env entries to append to the vLLM container, in order (Kubernetes ``EnvVar`` dicts).
+
+    With the default token the downward-API entry ``KVCACHE_POD_NAME`` comes first, because the
+    kubelet expands ``$(VAR)`` only from variables defined earlier in the list.
+    """
+    entries: list[dict[str, Any]] = []
+    if POD_NAME_ENV in tmp_dir_token:
+        entries.append({"name": POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+    entries += [{"name": k, "value": v} for k, v in line_cache_env(platform, line, tmp_dir_token=tmp_dir_token).items()]
+    return entries
+
+
+def l2_volume(line: BusinessLineConfig) -> dict[str, Any]:
+    """The pod volume of the line's RWX PVC."""
+    return {"name": names.L2_VOLUME_NAME, "persistentVolumeClaim": {"claimName": names.pvc_name(line)}}
+
+
+def l2_volume_mount() -> dict[str, Any]:
+    """The mount of that volume in the vLLM container."""
+    return {"name": names.L2_VOLUME_NAME, "mountPath": L2_MOUNT_PATH}
+
+
+def find_vllm_container(pod_spec: dict[str, Any], line: BusinessLineConfig) -> int:
+    """Index of the vLLM container in a pod spec rendered by the operator.
+
+    The vLLM container is the one exposing ``worker.modelInvocationPort`` (the CRD: "the port
+    at which the model server will listen"), or else the one named after the endpoint (the
+    operator names its model container after the InferenceEndpointConfig).
+
+    Raises:
+        ValueError: no container matches (not an inference pod of this line).
+    """
+    containers = pod_spec.get("containers") or []
+    for i, c in enumerate(containers):
+        if any(p.get("containerPort") == line.vllm.port for p in c.get("ports") or []):
+            return i
+    for i, c in enumerate(containers):
+        if c.get("name") == names.endpoint_name(line):
+            return i
+    raise ValueError(
+        f"no container exposes port {line.vllm.port} or is named {names.endpoint_name(line)!r}; "
+        f"containers: {[c.get('name') for c in containers]}")
+
+
+def _removals(base: str, items: list[dict[str, Any]], key: str, doomed) -> list[dict[str, Any]]:
+    """test+remove ops for every item with ``doomed(item)``, highest index first (indices stay valid)."""
+    ops: list[dict[str, Any]] = []
+    for i in reversed(range(len(items))):
+        if doomed(items[i]):
+            ops.append({"op": "test", "path": f"{base}/{i}/{key}", "value": items[i][key]})
+            ops.append({"op": "remove", "path": f"{base}/{i}"})
+    return ops
+
+
+def endpoint_json_patch(platform: PlatformConfig, line: BusinessLineConfig, *,
+                        deployment: dict[str, Any] | None = None) -> list[dict]:
+    """RFC 6902 operations that put the operator-rendered Deployment of ``line`` on the L2 tier.
+
+    Args:
+        platform: the platform config.
+        line: the business line (its Deployment is named :func:`k8s.names.endpoint_name`).
+        deployment: the live Deployment (``kubectl get deploy -o json``). When given, the patch
+            first removes every volume named ``curvine-l2-cache``, every mount of it or at
+            :data:`L2_MOUNT_PATH`, and every env entry the patch owns (the operator may inject
+            its own ``LMCACHE_REMOTE_URL`` / ``LMCACHE_EXTRA_CONFIG``, the CR adds
+            ``LMCACHE_REMOTE_SERDE`` / ``PYTHONHASHSEED``), each guarded by a ``test`` op so a
+            concurrent change fails the patch instead of removing the wrong entry; the result
+            holds exactly one of each. Without it, the patch assumes the reference layout
+            (vLLM is container 0) and only appends: the kubelet uses the last of duplicate env
+            names, but ``kubectl get`` then shows both.
+
+    Returns:
+        The operations, in order (a JSON-serialisable list of dicts).
+
+    Raises:
+        ValueError: ``deployment`` has no vLLM container (see :func:`find_vllm_container`).
+    """
+    spec_path = "/spec/template/spec"
+    ops: list[dict[str, Any]] = []
+    if deployment is None:
+        idx = 0
+        has = {"volumes": True, "volumeMounts": True, "env": True}
+    else:
+        pod_spec = deployment.get("spec", {}).get("template", {}).get("spec", {})
+        idx = find_vllm_container(pod_spec, line)
+        container = pod_spec["containers"][idx]
+        cpath = f"{spec_path}/containers/{idx}"
+        volumes = pod_spec.get("volumes") or []
+        mounts = container.get("volumeMounts") or []
+        env = container.get("env") or []
+        owned = set(owned_env_names())
+        ops += _removals(f"{spec_path}/volumes", volumes, "name", lambda v: v.get("name") == names.L2_VOLUME_NAME)
+        ops += _removals(f"{cpath}/volumeMounts", mounts, "name",
+                         lambda m: m.get("name") == names.L2_VOLUME_NAME or m.get("mountPath") == L2_MOUNT_PATH)
+        ops += _removals(f"{cpath}/env", env, "name", lambda e: e.get("name") in owned)
+        has = {"volumes": "volumes" in pod_spec, "volumeMounts": "volumeMounts" in container, "env": "env" in container}
+    cpath = f"{spec_path}/containers/{idx}"
+    for key, path in (("volumes", f"{spec_path}/volumes"), ("volumeMounts", f"{cpath}/volumeMounts"),
+                      ("env", f"{cpath}/env")):
+        if not has[key]:
+            ops.append({"op": "add", "path": path, "value": []})
+    ops.append({"op": "add", "path": f"{spec_path}/volumes/-", "value": l2_volume(line)})
+    ops.append({"op": "add", "path": f"{cpath}/volumeMounts/-", "value": l2_volume_mount()})
+    for entry in pod_env_entries(platform, line):
+        ops.append({"op": "add", "path": f"{cpath}/env/-", "value": entry})
+    return ops
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: print the JSON patch of one line; exit 2 with the config problems on bad input."""
+    parser = argparse.ArgumentParser(prog="python -m k8s.patch", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="config", help="config directory (default: config)")
+    parser.add_argument("--line", required=True, help="business line name (file stem in business-lines/)")
+    parser.add_argument("--deployment", type=Path, help="live Deployment as JSON (kubectl get deploy -o json)")
+    args = parser.parse_args(argv)
+    try:
+        project = load_project(args.config)
+        line = project.business_line(args.line)
+    except (ConfigError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not line.cache.l2_enabled:
+        print(f"error: business line {line.name!r} has cache.l2_enabled: false; nothing to patch", file=sys.stderr)
+        return 2
+    deployment = None
+    if args.deployment is not None:
+        try:
+            deployment = json.loads(args.deployment.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as exc:
+            print(f"error: cannot read {args.deployment}: {exc}", file=sys.stderr)
+            return 2
+    try:
+        ops = endpoint_json_patch(project.platform, line, deployment=deployment)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    json.dump(ops, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

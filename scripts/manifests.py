@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""``make manifests``: the cdk8s charts as plain YAML in ``dist/`` for GitOps or kubectl users.
+
+Same code path as the CDK app (:func:`k8s.render.render_manifests` builds the same chart
+classes the stacks apply). Writes, replacing the output directory as a whole:
+
+* ``curvine.yaml``                    the Curvine chart (needs the Primary's EBS volume ID);
+* ``line-<name>.yaml``                one file per business line, in apply order;
+* ``kyverno-values.yaml``             values for the pinned Kyverno Helm chart
+                                       (install it before applying the line files);
+* ``patches/<name>.json``             the RFC 6902 Deployment patch for clusters without
+                                       Kyverno (``scripts/patch_endpoint.sh`` computes the exact
+                                       one against the live Deployment).
+
+The volume ID and zone come from ``--volume-id`` / ``--availability-zone`` (or the environment
+variables ``CURVINE_VOLUME_ID`` / ``CURVINE_VOLUME_AZ``, e.g.
+``CURVINE_VOLUME_ID=vol-... make manifests``), else from the
+outputs file of a deployed app (``cdk deploy --all --outputs-file cdk-outputs.json``; keys
+``CurvinePrimaryVolumeId`` / ``CurvinePrimaryVolumeAz`` of the L2-cache stack), else the zone
+defaults to ``gpu_availability_zone`` from config. Without a volume ID the Curvine chart is
+skipped with a warning (the business-line files do not depend on it).
+
+Bad input (invalid config, malformed volume ID or zone, unreadable outputs file) prints the
+problems and exits 1 before anything is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script from any directory
+    sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
+
+from k8s.kyverno import kyverno_helm_values  # noqa: E402
+from k8s.patch import endpoint_json_patch  # noqa: E402
+from k8s.render import CURVINE_CHART, render_manifests  # noqa: E402
+from platform_config import ConfigError, ProjectConfig, load_project  # noqa: E402
+
+#: Output keys the L2-cache stack exports (stacks/l2_cache_stack.py).
+VOLUME_ID_OUTPUT = "CurvinePrimaryVolumeId"
+ZONE_OUTPUT = "CurvinePrimaryVolumeAz"
+PLACEHOLDER_VOLUME_ID = "vol-00000000000000000"
+
+
+class InputError(Exception):
+    """Bad command-line input; the message names the flag or file."""
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style for multi-line strings (the TOML config, the policy's patches)."""
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str_representer)
+
+
+def to_yaml(objects: list[dict[str, Any]]) -> str:
+    """Multi-document YAML of ``objects`` in order (keys kept in chart order)."""
+    return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, default_flow_style=False)
+
+
+def read_outputs(path: Path) -> dict[str, str]:
+    """Flatten a ``cdk deploy --outputs-file`` JSON (``{stack: {key: value}}``) to ``{key: value}``.
+
+    Raises:
+        InputError: unreadable file, not the outputs format, or a key exported by two stacks.
+    """
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise InputError(f"--outputs-file {path}: cannot read JSON: {exc}") from None
+    if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+        raise InputError(f"--outputs-file {path}: expected {{stack: {{output: value}}}} from cdk deploy --outputs-file")
+    flat: dict[str, str] = {}
+    for stack, outputs in data.items():
+        for key, value in outputs.items():
+            if key in (VOLUME_ID_OUTPUT, ZONE_OUTPUT) and key in flat and flat[key] != value:
+                raise InputError(f"--outputs-file {path}: {key} exported by more than one stack ({stack})")
+            flat[key] = str(value)
+    return flat
+
+
+def resolve_volume(project: ProjectConfig, volume_id: str | None, zone: str | None,
+                   outputs_file: Path | None) -> tuple[str | None, str]:
+    """Volume ID (or None) and zone from flags, then the outputs file, then config."""
+    outputs = read_outputs(outputs_file) if outputs_file is not None else {}
+    volume_id = volume_id or outputs.get(VOLUME_ID_OUTPUT)
+    zone = zone or outputs.get(ZONE_OUTPUT) or project.platform.gpu_availability_zone
+    return volume_id, zone
+
+
+def build_files(project: ProjectConfig, volume_id: str | None, zone: str) -> dict[str, str]:
+    """Relative path -> file content, all rendered in memory (nothing touches the disk)."""
+    rendered = render_manifests(project, volume_id=volume_id or PLACEHOLDER_VOLUME_ID, availability_zone=zone)
+    files: dict[str, str] = {}
+    for name, objects in rendered.items():
+        if name == CURVINE_CHART and volume_id is None:
+            continue
+        files[f"{name}.yaml"] = to_yaml(objects)
+    files["kyverno-values.yaml"] = yaml.dump(kyverno_helm_values(), Dumper=_Dumper, sort_keys=False)
+    for line in project.business_lines:
+        if line.cache.l2_enabled:
+            ops = endpoint_json_patch(project.platform, line)
+            files[f"patches/{line.name}.json"] = json.dumps(ops, indent=2) + "\n"
+    return files
+
+
+def write_files(out: Path, files: dict[str, str]) -> None:
+    """Replace ``out`` with exactly ``files`` (written to a sibling temp dir, then swapped in)."""
+    out = out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        for rel, content in files.items():
+            path = tmp / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(content, encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit code (0 ok, 1 bad input)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, default=ROOT / "config", help="config directory")
+    parser.add_argument("--out", type=Path, default=ROOT / "dist", help="output directory (replaced)")
+    parser.add_argument("--volume-id", default=os.environ.get("CURVINE_VOLUME_ID") or None,
+                        help="EBS volume ID of the Curvine Primary (vol-...; env CURVINE_VOLUME_ID)")
+    parser.add_argument("--availability-zone", default=os.environ.get("CURVINE_VOLUME_AZ") or None,
+                        help="zone of that volume (env CURVINE_VOLUME_AZ; default: gpu_availability_zone)")
+    parser.add_argument("--outputs-file", type=Path,
+                        help="JSON written by `cdk deploy --all --outputs-file FILE` (default: "
+                             "cdk-outputs.json in the repository root, if present)")
+    args = parser.parse_args(argv)
+    outputs_file = args.outputs_file
+    if outputs_file is None and (ROOT / "cdk-outputs.json").exists():
+        outputs_file = ROOT / "cdk-outputs.json"
+    try:
+        project = load_project(args.config)
+        volume_id, zone = resolve_volume(project, args.volume_id, args.availability_zone, outputs_file)
+        files = build_files(project, volume_id, zone)
+    except (ConfigError, InputError, ValueError) as exc:
+        print(f"error: {exc}\nnothing written to {args.out}", file=sys.stderr)
+        return 1
+    write_files(args.out, files)
+    if volume_id is None and project.platform.curvine.enabled:
+        print(f"warning: no Curvine Primary volume ID (--volume-id or --outputs-file with {VOLUME_ID_OUTPUT}); "
+              f"{CURVINE_CHART}.yaml not written", file=sys.stderr)
+    for rel in sorted(files):
+        print(f"{args.out / rel}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Put one business line's operator-rendered Deployment on the Curvine L2 tier, for clusters
+# WITHOUT Kyverno (with Kyverno, the line's Policy does this on every Pod; do not use this).
+#
+# The operator overwrites this patch whenever it re-renders the Deployment (CRD edit, operator
+# upgrade, Deployment deletion): re-run the script after each. The sequence avoids both known
+# traps of the manual procedure (FACTS.md section 1):
+#   1. pause the operator (scale its controller to 0) so its reconcile loop cannot undo the patch;
+#   2. scale the Deployment to 0: frees the GPUs, so no rolling update deadlocks on maxSurge
+#      when replicas == GPUs available;
+#   3. compute the patch against the live Deployment (python -m k8s.patch: removes every entry
+#      it owns first, each guarded by a JSON-patch "test", then adds exactly one of each) and
+#      apply it in one `kubectl patch --type=json`;
+#   4. scale back to the previous replica count and wait until the Pods are Ready;
+#   5. restore the operator (also on failure, via the EXIT trap).
+#
+# Usage: scripts/patch_endpoint.sh <business-line> [--config DIR] [--dry-run]
+# Needs: kubectl pointed at the cluster, the repository's .venv (make setup).
+set -euo pipefail
+
+usage() { echo "usage: $0 <business-line> [--config DIR] [--dry-run]" >&2; exit 2; }
+[[ $# -ge 1 ]] || usage
+LINE="$1"; shift
+CONFIG=config
+DRY_RUN=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --config) CONFIG="${2:?}"; shift 2 ;;
+    --dry-run) DRY_RUN=1; shift ;;
+    *) usage ;;
+  esac
+done
+
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+PY="${PYTHON:-$REPO/.venv/bin/python}"
+OPERATOR_NS="${OPERATOR_NS:-hyperpod-inference-system}"
+OPERATOR_DEPLOY="${OPERATOR_DEPLOY:-hyperpod-inference-controller-manager}"
+TIMEOUT="${TIMEOUT:-30m}"
+
+# Names come from the same code as the charts (k8s/names.py), never retyped here.
+read -r NS DEPLOY < <(cd "$REPO" && "$PY" -c '
+import sys
+from k8s import names
+from platform_config import load_project
+line = load_project(sys.argv[1]).business_line(sys.argv[2])
+print(line.namespace, names.endpoint_name(line))' "$CONFIG" "$LINE")
+
+WORK="$(mktemp -d)"
+OPERATOR_REPLICAS=""
+restore_operator() {
+  if [[ -n "$OPERATOR_REPLICAS" ]]; then
+    echo "restoring $OPERATOR_NS/$OPERATOR_DEPLOY to $OPERATOR_REPLICAS replica(s)"
+    kubectl -n "$OPERATOR_NS" scale deployment "$OPERATOR_DEPLOY" --replicas="$OPERATOR_REPLICAS" || true
+  fi
+  rm -rf "$WORK"
+}
+trap restore_operator EXIT
+
+kubectl -n "$NS" get deployment "$DEPLOY" -o json > "$WORK/before.json"
+(cd "$REPO" && "$PY" -m k8s.patch --config "$CONFIG" --line "$LINE" --deployment "$WORK/before.json") > "$WORK/patch.json"
+echo "patch for $NS/$DEPLOY: $(grep -c '"op"' "$WORK/patch.json") operations ($WORK/patch.json)"
+if [[ "$DRY_RUN" == 1 ]]; then
+  cat "$WORK/patch.json"
+  kubectl -n "$NS" patch deployment "$DEPLOY" --type=json --patch-file "$WORK/patch.json" --dry-run=server -o name
+  exit 0
+fi
+
+REPLICAS="$(kubectl -n "$NS" get deployment "$DEPLOY" -o jsonpath='{.spec.replicas}')"
+OPERATOR_REPLICAS="$(kubectl -n "$OPERATOR_NS" get deployment "$OPERATOR_DEPLOY" -o jsonpath='{.spec.replicas}')"
+
+echo "1/5 pausing the operator ($OPERATOR_NS/$OPERATOR_DEPLOY)"
+kubectl -n "$OPERATOR_NS" scale deployment "$OPERATOR_DEPLOY" --replicas=0
+kubectl -n "$OPERATOR_NS" rollout status deployment "$OPERATOR_DEPLOY" --timeout="$TIMEOUT"
+
+echo "2/5 scaling $NS/$DEPLOY to 0 (was $REPLICAS)"
+kubectl -n "$NS" scale deployment "$DEPLOY" --replicas=0
+kubectl -n "$NS" wait pod -l "app=$DEPLOY" --for=delete --timeout="$TIMEOUT" || true
+
+echo "3/5 applying the patch (recomputed against the scaled Deployment)"
+kubectl -n "$NS" get deployment "$DEPLOY" -o json > "$WORK/scaled.json"
+(cd "$REPO" && "$PY" -m k8s.patch --config "$CONFIG" --line "$LINE" --deployment "$WORK/scaled.json") > "$WORK/patch.json"
+kubectl -n "$NS" patch deployment "$DEPLOY" --type=json --patch-file "$WORK/patch.json"
+
+echo "4/5 scaling back to $REPLICAS and waiting for Ready"
+kubectl -n "$NS" scale deployment "$DEPLOY" --replicas="$REPLICAS"
+kubectl -n "$NS" rollout status deployment "$DEPLOY" --timeout="$TIMEOUT"
+
+echo "5/5 restoring the operator"  # done by the EXIT trap

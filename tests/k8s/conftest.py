@@ -1,0 +1,74 @@
+"""Session fixtures of the chart tests: config loaded and charts rendered once per session."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+from k8s.render import render_manifests
+from platform_config import ProjectConfig, load_project
+
+REPO = Path(__file__).resolve().parents[2]
+#: The CRD's v1 schema, generated from the operator's CRD by scripts/update_crd_schema.py and
+#: committed beside the `cdk8s import` classes, so these tests run on any fresh clone.
+CRD_SCHEMA_FILE = REPO / "imports" / "inferenceendpointconfig-v1.schema.json"
+#: The reference files themselves (never copied into the repository) sit in shared/ beside
+#: the checkout for contributors and CI; tests that compare against them skip elsewhere.
+REFERENCE = REPO.parent / "shared" / "reference"
+CRD_FILE = REFERENCE / "crds" / "inference.sagemaker.aws.amazon.com_inferenceendpointconfigs.yaml"
+CURVINE_SAMPLE = REFERENCE / "curvine" / "curvine-cluster.toml"
+needs_reference = pytest.mark.skipif(not REFERENCE.is_dir(), reason=f"reference files not beside the checkout ({REFERENCE})")
+
+VOLUME_ID = "vol-0a1b2c3d4e5f60718"
+ZONE = "us-west-2a"
+
+
+@pytest.fixture(scope="session")
+def k8s_project() -> ProjectConfig:
+    """The example configuration, independent of other suites' fixtures."""
+    return load_project(REPO / "config")
+
+
+@pytest.fixture(scope="session")
+def manifests(k8s_project: ProjectConfig) -> dict[str, list[dict]]:
+    """Every chart rendered once with a real-looking volume ID and zone."""
+    return render_manifests(k8s_project, volume_id=VOLUME_ID, availability_zone=ZONE)
+
+
+@pytest.fixture(scope="session")
+def crd_v1_schema() -> dict[str, Any]:
+    """openAPIV3Schema of the InferenceEndpointConfig CRD's v1 (storage) version."""
+    schema = json.loads(CRD_SCHEMA_FILE.read_text(encoding="utf-8"))
+    schema.pop("$comment")
+    return schema
+
+
+def find(objects: list[dict], kind: str, name: str | None = None) -> dict:
+    """The single object of ``kind`` (and ``name``) in a chart's objects."""
+    hits = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    assert len(hits) == 1, f"expected one {kind} {name or ''}, found {len(hits)}"
+    return hits[0]
+
+
+@pytest.fixture
+def config_copy(tmp_path: Path) -> Callable[[], Path]:
+    """Copy config/ into a temp dir so a test can edit a file and load the result."""
+
+    def make() -> Path:
+        dst = tmp_path / "config"
+        shutil.copytree(REPO / "config", dst)
+        return dst
+
+    return make
+
+
+def edit_yaml(path: Path, edit: Callable[[dict], None]) -> None:
+    """Load a YAML file, apply ``edit`` to the dict, write it back."""
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    edit(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")

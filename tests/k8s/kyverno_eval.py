@@ -1,0 +1,223 @@
+"""A faithful evaluator of the subset of Kyverno mutate policies that ``k8s.kyverno`` emits.
+
+No Kyverno binary is installable here (not on PyPI/npm), so the tests apply the policy with
+this evaluator instead. It implements exactly the constructs our policy uses, with Kyverno's
+semantics as documented for kyverno.io/v1 (1.10+), and rejects anything else, so a policy that
+grows a construct this file does not know fails the tests rather than being half-simulated:
+
+* ``match.any[].resources``: ``kinds``, ``operations``, ``selector.matchLabels``; a namespaced
+  ``Policy`` sees only its own namespace.
+* rules applied in declaration order, each on the result of the previous one; rule-level
+  ``preconditions``.
+* ``mutate.patchesJson6902`` (a YAML/JSON string of RFC 6902 ops, applied with ``jsonpatch``).
+* ``mutate.foreach[]``: ``list`` (JMESPath), ``order`` (Ascending|Descending),
+  ``preconditions``, nested ``foreach``, ``patchesJson6902``; variables ``element``,
+  ``elementIndex`` and, per nesting level N, ``elementN`` / ``elementIndexN``.
+* preconditions ``any`` / ``all`` (both must hold when both are given) with operators
+  ``Equals``, ``NotEquals``, ``AnyIn``, ``AnyNotIn``.
+* ``{{ }}`` substitution with JMESPath (``jmespath``), plus Kyverno's ``random(pattern)`` for
+  patterns of the form ``[class]{n}``.
+
+``refresh_context`` chooses whether ``request.object`` is re-read after each rule and foreach
+entry (Kyverno re-reads it; the policy is written so the result is the same either way, and the
+tests run both).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random as _random
+import re
+from typing import Any, Callable
+
+import jmespath
+import jsonpatch
+import yaml
+from jmespath import functions
+
+#: Kyverno's variable regex (one level of nested braces, as in ``random('[a-z]{8}')``).
+VARIABLE = re.compile(r"\{\{(\{[^{}]*\}|[^{}])*\}\}")
+
+_RULE_KEYS = {"name", "match", "mutate", "preconditions"}
+_MUTATE_KEYS = {"foreach", "patchesJson6902"}
+_FOREACH_KEYS = {"list", "order", "preconditions", "foreach", "patchesJson6902"}
+_RESOURCE_KEYS = {"kinds", "operations", "selector"}
+_SPEC_KEYS = {"background", "admission", "applyRules", "webhookConfiguration", "rules"}
+_OPERATORS = {"Equals", "NotEquals", "AnyIn", "AnyNotIn"}
+
+
+class UnsupportedPolicy(ValueError):
+    """The policy uses a construct this evaluator does not implement."""
+
+
+def _strict(obj: dict, allowed: set[str], where: str) -> None:
+    unknown = set(obj) - allowed
+    if unknown:
+        raise UnsupportedPolicy(f"{where}: unsupported keys {sorted(unknown)}")
+
+
+def _random_from_pattern(pattern: str, rng: _random.Random) -> str:
+    m = re.fullmatch(r"\[([^\]]+)\]\{(\d+)\}", pattern)
+    if not m:
+        raise UnsupportedPolicy(f"random({pattern!r}): only [class]{{n}} patterns are simulated")
+    chars = []
+    spec = m.group(1)
+    i = 0
+    while i < len(spec):
+        if i + 2 < len(spec) and spec[i + 1] == "-":
+            chars += [chr(c) for c in range(ord(spec[i]), ord(spec[i + 2]) + 1)]
+            i += 3
+        else:
+            chars.append(spec[i])
+            i += 1
+    return "".join(rng.choice(chars) for _ in range(int(m.group(2))))
+
+
+def _functions(rng: _random.Random) -> functions.Functions:
+    class KyvernoFunctions(functions.Functions):
+        @functions.signature({"types": ["string"]})
+        def _func_random(self, pattern: str) -> str:
+            return _random_from_pattern(pattern, rng)
+
+    return KyvernoFunctions()
+
+
+class _Context:
+    def __init__(self, rng: _random.Random):
+        self.options = jmespath.Options(custom_functions=_functions(rng))
+        self.vars: dict[str, Any] = {}
+
+    def search(self, expr: str) -> Any:
+        return jmespath.search(expr, self.vars, options=self.options)
+
+    def substitute(self, text: str) -> Any:
+        """Kyverno substitution: a lone variable keeps its JSON type; embedded ones become text."""
+        stripped = text.strip()
+        m = VARIABLE.fullmatch(stripped)
+        if m:
+            return self.search(stripped[2:-2].strip())
+
+        def repl(match: re.Match) -> str:
+            value = self.search(match.group(0)[2:-2].strip())
+            if value is None:
+                raise UnsupportedPolicy(f"variable {match.group(0)} resolved to null")
+            return value if isinstance(value, str) else json.dumps(value)
+        return VARIABLE.sub(repl, text)
+
+
+def _equals(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return float(a) == float(b)
+    return a == b
+
+
+def _condition(ctx: _Context, cond: dict) -> bool:
+    _strict(cond, {"key", "operator", "value"}, "condition")
+    op = cond["operator"]
+    if op not in _OPERATORS:
+        raise UnsupportedPolicy(f"operator {op}")
+    key = ctx.substitute(cond["key"]) if isinstance(cond["key"], str) else cond["key"]
+    value = cond["value"]
+    if op == "Equals":
+        return _equals(key, value)
+    if op == "NotEquals":
+        return not _equals(key, value)
+    keys = key if isinstance(key, list) else [key]
+    values = value if isinstance(value, list) else [value]
+    hit = any(any(_equals(k, v) for v in values) for k in keys)
+    return hit if op == "AnyIn" else any(not any(_equals(k, v) for v in values) for k in keys)
+
+
+def _preconditions(ctx: _Context, pre: dict | None) -> bool:
+    if not pre:
+        return True
+    _strict(pre, {"any", "all"}, "preconditions")
+    ok = True
+    if "any" in pre:
+        ok = ok and any(_condition(ctx, c) for c in pre["any"])
+    if "all" in pre:
+        ok = ok and all(_condition(ctx, c) for c in pre["all"])
+    return ok
+
+
+def _apply_patch(ctx: _Context, doc: dict, patch_text: str) -> dict:
+    ops = yaml.safe_load(ctx.substitute(patch_text))
+    return jsonpatch.apply_patch(doc, ops)
+
+
+def _matches(policy: dict, rule: dict, pod: dict, operation: str) -> bool:
+    if policy["kind"] == "Policy" and pod["metadata"].get("namespace") != policy["metadata"]["namespace"]:
+        return False
+    match = rule["match"]
+    _strict(match, {"any"}, "match")
+    for entry in match["any"]:
+        _strict(entry, {"resources"}, "match.any[]")
+        res = entry["resources"]
+        _strict(res, _RESOURCE_KEYS, "match.any[].resources")
+        if pod["kind"] not in res["kinds"] or operation not in res.get("operations", [operation]):
+            continue
+        labels = pod["metadata"].get("labels") or {}
+        selector = res.get("selector") or {}
+        _strict(selector, {"matchLabels"}, "selector")
+        if all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items()):
+            return True
+    return False
+
+
+def apply_policy(policy: dict, pod: dict, *, operation: str = "CREATE", refresh_context: bool = True,
+                 seed: int | None = None) -> dict:
+    """Return ``pod`` as Kyverno would admit it under ``policy`` (the input is not modified).
+
+    Raises:
+        UnsupportedPolicy: a construct outside the simulated subset.
+        jsonpatch.JsonPatchException / jsonpointer.JsonPointerException: a patch that Kyverno
+            would also fail to apply (Kyverno then rejects the Pod, failurePolicy Fail).
+    """
+    _strict(policy["spec"], _SPEC_KEYS, "spec")
+    rng = _random.Random(seed)
+    original = copy.deepcopy(pod)
+    doc = copy.deepcopy(pod)
+    for rule in policy["spec"]["rules"]:
+        _strict(rule, _RULE_KEYS, f"rule {rule.get('name')}")
+        if not _matches(policy, rule, doc, operation):
+            continue
+        ctx = _Context(rng)
+        ctx.vars = {"request": {"object": doc if refresh_context else original, "operation": operation}}
+        if not _preconditions(ctx, rule.get("preconditions")):
+            continue
+        mutate = rule["mutate"]
+        _strict(mutate, _MUTATE_KEYS, "mutate")
+        if "patchesJson6902" in mutate:
+            doc = _apply_patch(ctx, doc, mutate["patchesJson6902"])
+        for entry in mutate.get("foreach", []):
+            if refresh_context:
+                ctx.vars["request"]["object"] = doc
+            doc = _foreach(ctx, entry, doc, depth=0)
+    return doc
+
+
+def _foreach(ctx: _Context, entry: dict, doc: dict, *, depth: int) -> dict:
+    _strict(entry, _FOREACH_KEYS, "foreach")
+    items = ctx.search(entry["list"])
+    if items is None:
+        items = []
+    if not isinstance(items, list):
+        raise UnsupportedPolicy(f"foreach list {entry['list']!r} is not a list")
+    order = entry.get("order", "Ascending")
+    indices: Callable = reversed if order == "Descending" else (lambda r: r)
+    saved = dict(ctx.vars)
+    for i in indices(range(len(items))):
+        ctx.vars = {**saved, "element": items[i], "elementIndex": i, f"element{depth}": items[i],
+                    f"elementIndex{depth}": i}
+        if not _preconditions(ctx, entry.get("preconditions")):
+            continue
+        if "foreach" in entry:
+            for nested in entry["foreach"]:
+                doc = _foreach(ctx, nested, doc, depth=depth + 1)
+                ctx.vars = {**saved, "element": items[i], "elementIndex": i, f"element{depth}": items[i],
+                            f"elementIndex{depth}": i}
+        if "patchesJson6902" in entry:
+            doc = _apply_patch(ctx, doc, entry["patchesJson6902"])
+    ctx.vars = saved
+    return doc

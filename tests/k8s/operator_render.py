@@ -1,0 +1,111 @@
+"""What the HyperPod inference operator renders for a line, as far as the L2 patch cares.
+
+Modelled on the reference deployment (FACTS.md section 1): pods labelled ``app=<endpoint>``,
+three containers (vLLM first, named after the endpoint, then reverse-proxy and otel-collector),
+the operator's own ``LMCACHE_REMOTE_URL=sagemaker-hyperpod://$(NODE_IP):9200`` and
+``LMCACHE_EXTRA_CONFIG`` (the HyperPod shared-memory setting), plus whatever the CR carried.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+from k8s import names
+from platform_config import BusinessLineConfig
+
+OPERATOR_URL = "sagemaker-hyperpod://$(NODE_IP):9200"
+OPERATOR_EXTRA = json.dumps({"sagemaker_hyperpod_bucket": "lmcache",
+                             "sagemaker_hyperpod_shared_memory_name": "ai_toolkit_cache"})
+
+
+def vllm_env(line: BusinessLineConfig, *, strip_cr_lmcache: bool = False, duplicates: bool = True) -> list[dict]:
+    """The vLLM container's env as the operator renders it.
+
+    ``strip_cr_lmcache``: the operator versions that drop every LMCACHE_* of the CR.
+    ``duplicates``: a CR that also declared LMCACHE_REMOTE_URL (a second entry).
+    """
+    env: list[dict[str, Any]] = [
+        {"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+        {"name": "LMCACHE_REMOTE_URL", "value": OPERATOR_URL},
+        {"name": "LMCACHE_EXTRA_CONFIG", "value": OPERATOR_EXTRA},
+        {"name": "LMCACHE_LOCAL_CPU", "value": "True"},
+        {"name": "LMCACHE_MAX_LOCAL_CPU_SIZE", "value": "20"},
+    ]
+    if not strip_cr_lmcache:
+        env.append({"name": "LMCACHE_REMOTE_SERDE", "value": "naive"})
+        if duplicates:
+            env.append({"name": "LMCACHE_REMOTE_URL", "value": "fs://localhost:0/somewhere/else/"})
+    env.append({"name": "PYTHONHASHSEED", "value": str(line.python_hash_seed)})
+    if duplicates:
+        env.append({"name": "PYTHONHASHSEED", "value": "12345"})
+    return env
+
+
+def pod_spec(line: BusinessLineConfig, **env_kwargs: Any) -> dict[str, Any]:
+    """The pod template spec of the operator's Deployment."""
+    name = names.endpoint_name(line)
+    return {
+        "containers": [
+            {
+                "name": name,
+                "image": line.vllm.image,
+                "args": list(line.vllm.args),
+                "ports": [{"containerPort": line.vllm.port, "name": "http", "protocol": "TCP"}],
+                "env": vllm_env(line, **env_kwargs),
+                "volumeMounts": [{"name": "model-weights", "mountPath": line.vllm.model_mount_path}],
+            },
+            {
+                "name": "reverse-proxy",
+                "image": "public.ecr.aws/example/reverse-proxy:1.0.0",
+                "ports": [{"containerPort": 8081, "name": "proxy", "protocol": "TCP"}],
+                "env": [{"name": "LMCACHE_REMOTE_URL", "value": "untouched-sidecar"}],
+            },
+            {
+                "name": "otel-collector",
+                "image": "public.ecr.aws/example/otel-collector:1.0.0",
+                "volumeMounts": [{"name": "otel-config", "mountPath": "/etc/otel"}],
+            },
+        ],
+        "volumes": [
+            {"name": "model-weights", "emptyDir": {}},
+            {"name": "otel-config", "emptyDir": {}},
+        ],
+    }
+
+
+def pod(line: BusinessLineConfig, **env_kwargs: Any) -> dict[str, Any]:
+    """A Pod of the operator's Deployment, as the ReplicaSet controller submits it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"generateName": f"{names.endpoint_name(line)}-5d8f7c9b4-", "namespace": line.namespace,
+                     "labels": {names.OPERATOR_POD_LABEL: names.endpoint_name(line), "pod-template-hash": "5d8f7c9b4"}},
+        "spec": pod_spec(line, **env_kwargs),
+    }
+
+
+def deployment(line: BusinessLineConfig, **env_kwargs: Any) -> dict[str, Any]:
+    """The operator-rendered Deployment."""
+    name = names.endpoint_name(line)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": line.namespace},
+        "spec": {
+            "replicas": line.replicas,
+            "selector": {"matchLabels": {names.OPERATOR_POD_LABEL: name}},
+            "template": {"metadata": {"labels": {names.OPERATOR_POD_LABEL: name}},
+                         "spec": pod_spec(line, **env_kwargs)},
+        },
+    }
+
+
+def pod_from_deployment(dep: dict[str, Any]) -> dict[str, Any]:
+    """The Pod the ReplicaSet controller creates from a Deployment's template."""
+    tpl = copy.deepcopy(dep["spec"]["template"])
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {**tpl["metadata"], "namespace": dep["metadata"]["namespace"],
+                         "generateName": f"{dep['metadata']['name']}-5d8f7c9b4-"},
+            "spec": tpl["spec"]}

@@ -1,0 +1,219 @@
+"""Business-line charts, the LMCache env contract, and the fallback Deployment patch."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import jsonpatch
+import pytest
+from conftest import edit_yaml, find
+from kyverno_eval import apply_policy
+from operator_render import deployment, pod
+
+from k8s import names
+from k8s.kyverno import policy_manifest
+from k8s.lmcache import LMCACHE_CONFIG_KEYS, env_name, is_lmcache_env
+from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL, endpoint_json_patch, line_cache_env, main as patch_main
+from k8s.render import render_manifests
+from platform_config import load_project
+
+
+def test_each_line_gets_its_own_namespace_pvc_and_endpoint(manifests, k8s_project):
+    seen = {"ns": set(), "pvc": set(), "endpoint": set()}
+    for line in k8s_project.business_lines:
+        objs = manifests[names.line_chart_name(line)]
+        assert [o["kind"] for o in objs] == ["Namespace", "NetworkPolicy", "PersistentVolumeClaim", "Policy",
+                                             "InferenceEndpointConfig"]
+        assert objs[0]["metadata"]["name"] == line.namespace
+        assert all(o["metadata"]["namespace"] == line.namespace for o in objs[1:])
+        pvc = find(objs, "PersistentVolumeClaim")
+        ep = find(objs, "InferenceEndpointConfig")
+        seen["ns"].add(line.namespace)
+        seen["pvc"].add((line.namespace, pvc["metadata"]["name"]))
+        seen["endpoint"].add((line.namespace, ep["metadata"]["name"]))
+    assert all(len(v) == 2 for v in seen.values())
+
+
+def test_pvc_is_rwx_on_the_curvine_storage_class(manifests, k8s_project):
+    for line in k8s_project.business_lines:
+        pvc = find(manifests[names.line_chart_name(line)], "PersistentVolumeClaim", names.pvc_name(line))["spec"]
+        assert pvc["accessModes"] == ["ReadWriteMany"]
+        assert pvc["storageClassName"] == k8s_project.platform.curvine.storage_class_name == "curvine-sc"
+        assert pvc["resources"]["requests"]["storage"] == line.cache.l2_size
+    sizes = {line.name: line.cache.l2_size for line in k8s_project.business_lines}
+    assert sizes == {"rag-assistant": "500Gi", "research-reasoning": "2Ti"}
+
+
+def test_endpoint_spec(manifests, k8s_project):
+    rag = find(manifests["line-rag-assistant"], "InferenceEndpointConfig")["spec"]
+    assert rag["modelName"] == "Qwen2-7B-Instruct" and rag["instanceType"] == "ml.g6e.12xlarge"
+    assert rag["replicas"] == 2
+    assert rag["modelSourceConfig"] == {"modelSourceType": "s3", "modelLocation": "qwen2-7b-instruct",
+                                        "prefetchEnabled": False,
+                                        "s3Storage": {"bucketName": "example-model-weights", "region": "us-west-2"}}
+    w = rag["worker"]
+    assert w["image"] == "lmcache/vllm-openai:v0.3.7"
+    assert w["modelInvocationPort"] == {"containerPort": 8000, "name": "http"}
+    assert w["modelVolumeMount"] == {"name": "model-weights", "mountPath": "/opt/ml/model"}
+    assert w["resources"] == {"limits": {"nvidia.com/gpu": 1},
+                              "requests": {"cpu": "10", "memory": "80Gi", "nvidia.com/gpu": 1}}
+    assert w["environmentVariables"] == [{"name": "LMCACHE_REMOTE_SERDE", "value": "naive"},
+                                         {"name": "PYTHONHASHSEED", "value": "0"}]
+    assert not any(e["name"] == "LMCACHE_REMOTE_URL" for e in w["environmentVariables"])
+    assert rag["kvCacheSpec"] == {"enableL1Cache": True, "enableL2Cache": True,
+                                  "l2CacheSpec": {"l2CacheBackend": "tieredstorage"}}
+    assert rag["intelligentRoutingSpec"] == {"enabled": True, "routingStrategy": "prefixaware"}
+    assert rag["metrics"]["enabled"] is True and rag["metrics"]["modelMetrics"]["port"] == 8000
+    rr = find(manifests["line-research-reasoning"], "InferenceEndpointConfig")["spec"]
+    assert rr["intelligentRoutingSpec"] == {"enabled": True, "routingStrategy": "kvaware"}
+    assert rr["modelSourceConfig"]["huggingFaceModel"] == {
+        "modelId": "deepseek-ai/DeepSeek-R1-Distill-Llama-70B", "commitSHA": "0d6d11a6ea1187363aa7b78543f824fc02e06b14"}
+    assert rr["worker"]["resources"]["limits"] == {"nvidia.com/gpu": 8}
+
+
+def test_egress_policy_blocks_exactly_the_curvine_ports(manifests):
+    pol = find(manifests["line-rag-assistant"], "NetworkPolicy", "block-curvine-ports")["spec"]
+    assert pol["podSelector"] == {} and pol["policyTypes"] == ["Egress"]
+    allowed = set()
+    for p in pol["egress"][0]["ports"]:
+        if p["protocol"] == "TCP":
+            allowed |= set(range(p["port"], p.get("endPort", p["port"]) + 1))
+    blocked = set(range(1, 65536)) - allowed
+    assert blocked == {8995, 8996, 8997, 9001, 9002, 9003}
+    assert {"protocol": "UDP"} in pol["egress"][0]["ports"]  # DNS keeps working
+
+
+def test_every_lmcache_variable_is_one_lmcache_reads(manifests, k8s_project):
+    """Policy, CR env and Deployment patch set only variables LMCache 0.5.6 reads."""
+    names_set = set()
+    for line in k8s_project.business_lines:
+        for obj in manifests[names.line_chart_name(line)]:
+            text = json.dumps(obj)
+            names_set |= set(re.findall(r'"name": "(LMCACHE_[A-Z0-9_]+)"', text))
+        names_set |= {op["value"]["name"] for op in endpoint_json_patch(k8s_project.platform, line)
+                      if op["path"].endswith("/env/-")}
+    lmcache = {n for n in names_set if n.startswith("LMCACHE_")}
+    assert lmcache == {"LMCACHE_REMOTE_URL", "LMCACHE_REMOTE_SERDE", "LMCACHE_CHUNK_SIZE", "LMCACHE_EXTRA_CONFIG"}
+    assert all(is_lmcache_env(n) for n in lmcache)
+    assert not is_lmcache_env("LMCACHE_USE_EXPERIMENTAL")  # removed from LMCache (FACTS.md section 5)
+    assert {"chunk_size", "remote_url", "remote_serde", "extra_config"} <= LMCACHE_CONFIG_KEYS
+
+
+def test_cache_env_values(k8s_project):
+    line = k8s_project.business_line("rag-assistant")
+    env = line_cache_env(k8s_project.platform, line)
+    assert env == {
+        "LMCACHE_REMOTE_URL": "fs://localhost:0/mnt/curvine/l2cache/",
+        "LMCACHE_REMOTE_SERDE": "naive",
+        "LMCACHE_CHUNK_SIZE": "256",
+        "LMCACHE_EXTRA_CONFIG": '{"fs_connector_relative_tmp_dir": ".tmp-$(KVCACHE_POD_NAME)"}',
+        "PYTHONHASHSEED": "0",
+    }
+    assert L2_REMOTE_URL.startswith("fs://") and L2_REMOTE_URL.removeprefix("fs://localhost:0").rstrip("/") == L2_MOUNT_PATH
+    with pytest.raises(KeyError, match="not an LMCache 0.5.6 config key"):
+        env_name("use_experimental")
+
+
+# --- fallback Deployment patch ------------------------------------------------------------------
+
+
+def _kubelet_env(env: list[dict], pod_name: str) -> dict[str, str]:
+    """Resolve env like the kubelet: later duplicates win, $(VAR) expands from earlier vars."""
+    out: dict[str, str] = {}
+    for e in env:
+        if "valueFrom" in e:
+            field = e["valueFrom"]["fieldRef"]["fieldPath"]
+            value = {"metadata.name": pod_name, "status.hostIP": "10.1.2.3"}[field]
+        else:
+            value = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: out.get(m.group(1), m.group(0)), e["value"])
+        out[e["name"]] = value
+    return out
+
+
+@pytest.mark.parametrize("variant,removed", [({}, 6), ({"strip_cr_lmcache": True}, 4)], ids=["duplicates", "stripped"])
+def test_live_patch_leaves_exactly_one_of_each(k8s_project, variant, removed):
+    line = k8s_project.business_line("rag-assistant")
+    dep = deployment(line, **variant)
+    ops = endpoint_json_patch(k8s_project.platform, line, deployment=dep)
+    removes = [k for k, op in enumerate(ops) if op["op"] == "remove"]
+    assert len(removes) == removed  # URL(s), EXTRA_CONFIG, SERDE, PYTHONHASHSEED(s) of the operator and CR
+    assert all(ops[k - 1]["op"] == "test" and ops[k - 1]["path"] == ops[k]["path"] + "/name" for k in removes)
+    patched = jsonpatch.apply_patch(dep, ops)
+    c = patched["spec"]["template"]["spec"]["containers"][0]
+    counts = {n: sum(e["name"] == n for e in c["env"]) for n in line_cache_env(k8s_project.platform, line)}
+    assert set(counts.values()) == {1}
+    env = _kubelet_env(c["env"], "rag-assistant-5d8f7c9b4-abcde")
+    assert json.loads(env["LMCACHE_EXTRA_CONFIG"]) == {"fs_connector_relative_tmp_dir": ".tmp-rag-assistant-5d8f7c9b4-abcde"}
+    assert env["LMCACHE_REMOTE_URL"] == L2_REMOTE_URL and env["LMCACHE_LOCAL_CPU"] == "True"
+    assert [m for m in c["volumeMounts"] if m["mountPath"] == L2_MOUNT_PATH] == [
+        {"name": names.L2_VOLUME_NAME, "mountPath": L2_MOUNT_PATH}]
+    vols = [v for v in patched["spec"]["template"]["spec"]["volumes"] if v["name"] == names.L2_VOLUME_NAME]
+    assert vols == [{"name": names.L2_VOLUME_NAME, "persistentVolumeClaim": {"claimName": "rag-assistant-l2-cache"}}]
+    # Idempotent: patching the patched Deployment again changes nothing but order-free duplicates.
+    again = jsonpatch.apply_patch(patched, endpoint_json_patch(k8s_project.platform, line, deployment=patched))
+    assert again == patched
+
+
+def test_live_patch_fails_instead_of_removing_the_wrong_entry(k8s_project):
+    line = k8s_project.business_line("rag-assistant")
+    dep = deployment(line)
+    ops = endpoint_json_patch(k8s_project.platform, line, deployment=dep)
+    dep["spec"]["template"]["spec"]["containers"][0]["env"].insert(0, {"name": "INSERTED", "value": "1"})
+    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+        jsonpatch.apply_patch(dep, ops)
+
+
+def test_static_patch_matches_the_reference_layout(k8s_project):
+    line = k8s_project.business_line("rag-assistant")
+    ops = endpoint_json_patch(k8s_project.platform, line)
+    assert ops[0] == {"op": "add", "path": "/spec/template/spec/volumes/-",
+                      "value": {"name": "curvine-l2-cache", "persistentVolumeClaim": {"claimName": "rag-assistant-l2-cache"}}}
+    assert ops[1] == {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
+                      "value": {"name": "curvine-l2-cache", "mountPath": "/mnt/curvine/l2cache"}}
+    env_ops = ops[2:]
+    assert [op["value"]["name"] for op in env_ops] == [
+        "KVCACHE_POD_NAME", "LMCACHE_REMOTE_URL", "LMCACHE_REMOTE_SERDE", "LMCACHE_CHUNK_SIZE",
+        "LMCACHE_EXTRA_CONFIG", "PYTHONHASHSEED"]
+    patched = jsonpatch.apply_patch(deployment(line), ops)
+    env = _kubelet_env(patched["spec"]["template"]["spec"]["containers"][0]["env"], "p-1")
+    assert env["LMCACHE_REMOTE_URL"] == L2_REMOTE_URL  # last duplicate wins in the kubelet
+
+
+def test_patch_cli(tmp_path, capsys, k8s_project):
+    line = k8s_project.business_line("rag-assistant")
+    dep_file = tmp_path / "deploy.json"
+    dep_file.write_text(json.dumps(deployment(line)))
+    assert patch_main(["--line", "rag-assistant", "--deployment", str(dep_file)]) == 0
+    ops = json.loads(capsys.readouterr().out)
+    assert ops == endpoint_json_patch(k8s_project.platform, line, deployment=deployment(line))
+    assert patch_main(["--line", "no-such-line"]) == 2
+    assert "no business line" in capsys.readouterr().err
+
+
+def test_line_without_l2(config_copy):
+    cfg = config_copy()
+    edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", lambda d: d["cache"].update(l2_enabled=False))
+    project = load_project(cfg)
+    objs = render_manifests(project, volume_id="vol-0123456789abcdef0", availability_zone="us-west-2a")["line-rag-assistant"]
+    assert [o["kind"] for o in objs] == ["Namespace", "NetworkPolicy", "InferenceEndpointConfig"]
+    spec = objs[-1]["spec"]["kvCacheSpec"]
+    assert spec == {"enableL1Cache": True, "enableL2Cache": False}
+
+
+def test_policy_for_a_custom_port_and_seed(config_copy):
+    cfg = config_copy()
+
+    def edit(d):
+        d["vllm"]["port"] = 8080
+        d["python_hash_seed"] = 42
+        d["cache"]["chunk_size_tokens"] = 512
+    edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", edit)
+    project = load_project(cfg)
+    line = project.business_line("rag-assistant")
+    p = pod(line)
+    p["spec"]["containers"][0]["name"] = "renamed-by-a-newer-operator"  # selected by port alone
+    after = apply_policy(policy_manifest(project.platform, line), p, seed=5)
+    env = {e["name"]: e.get("value") for e in after["spec"]["containers"][0]["env"]}
+    assert env["PYTHONHASHSEED"] == "42" and env["LMCACHE_CHUNK_SIZE"] == "512"
+    assert env["LMCACHE_REMOTE_URL"] == L2_REMOTE_URL

@@ -1,0 +1,113 @@
+"""``scripts/manifests.py`` (make manifests): same charts as the CDK path; bad input writes nothing."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO, VOLUME_ID, ZONE, edit_yaml
+
+from platform_config import ConfigError, load_project
+
+
+@pytest.fixture(autouse=True)
+def _no_volume_env(monkeypatch):
+    """A developer's CURVINE_VOLUME_ID/AZ must not change what these tests see."""
+    monkeypatch.delenv("CURVINE_VOLUME_ID", raising=False)
+    monkeypatch.delenv("CURVINE_VOLUME_AZ", raising=False)
+
+
+@pytest.fixture(scope="module")
+def script():
+    spec = importlib.util.spec_from_file_location("_k8s_manifests_script", REPO / "scripts" / "manifests.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_writes_one_file_per_chart_equal_to_render(script, tmp_path, manifests):
+    out = tmp_path / "dist"
+    assert script.main(["--config", str(REPO / "config"), "--out", str(out), "--volume-id", VOLUME_ID,
+                        "--availability-zone", ZONE]) == 0
+    written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert written == ["curvine.yaml", "kyverno-values.yaml", "line-rag-assistant.yaml", "line-research-reasoning.yaml",
+                       "patches/rag-assistant.json", "patches/research-reasoning.json"]
+    for name, objects in manifests.items():
+        assert list(yaml.safe_load_all((out / f"{name}.yaml").read_text())) == objects
+
+
+def test_volume_and_zone_from_a_deploy_outputs_file(script, tmp_path):
+    outputs = tmp_path / "cdk-outputs.json"
+    outputs.write_text(json.dumps({"kvcache-l2-cache": {"CurvinePrimaryVolumeId": "vol-0fedcba9876543210",
+                                                        "CurvinePrimaryVolumeAz": "us-west-2b"},
+                                   "kvcache-eks": {"ClusterName": "kvcache-eks"}}))
+    out = tmp_path / "dist"
+    assert script.main(["--config", str(REPO / "config"), "--out", str(out), "--outputs-file", str(outputs)]) == 0
+    pv = next(o for o in yaml.safe_load_all((out / "curvine.yaml").read_text()) if o["kind"] == "PersistentVolume")
+    assert pv["spec"]["csi"]["volumeHandle"] == "vol-0fedcba9876543210"
+    assert pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["us-west-2b"]
+
+
+def test_without_a_volume_id_the_curvine_chart_is_skipped(script, tmp_path, capsys):
+    out = tmp_path / "dist"
+    assert script.main(["--config", str(REPO / "config"), "--out", str(out)]) == 0
+    assert not (out / "curvine.yaml").exists() and (out / "line-rag-assistant.yaml").exists()
+    assert "curvine.yaml not written" in capsys.readouterr().err
+
+
+def _assert_nothing_written(script, cfg: Path, tmp_path: Path, capsys, *expected: str, extra=()) -> None:
+    out = tmp_path / "dist"
+    out.mkdir()
+    (out / "keep.txt").write_text("previous run")
+    rc = script.main(["--config", str(cfg), "--out", str(out), "--volume-id", VOLUME_ID, *extra])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"], "nothing may be written on bad input"
+    assert not list(tmp_path.glob(".dist-*")), "no temp dir left behind"
+    for text in expected:
+        assert text in err, err
+
+
+def test_unknown_routing_strategy(script, config_copy, tmp_path, capsys):
+    cfg = config_copy()
+    edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", lambda d: d.update(routing_strategy="fastest"))
+    _assert_nothing_written(script, cfg, tmp_path, capsys, "rag-assistant.yaml", "routing_strategy",
+                            "prefixaware", "kvaware", "session", "roundrobin")
+
+
+def test_pvc_size_not_a_quantity(script, config_copy, tmp_path, capsys):
+    cfg = config_copy()
+    edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", lambda d: d["cache"].update(l2_size="500 gigs"))
+    _assert_nothing_written(script, cfg, tmp_path, capsys, "rag-assistant.yaml", "cache.l2_size", "500 gigs")
+
+
+def test_l2_on_while_curvine_off(script, config_copy, tmp_path, capsys):
+    cfg = config_copy()
+    edit_yaml(cfg / "platform.yaml", lambda d: d["curvine"].update(enabled=False))
+    _assert_nothing_written(script, cfg, tmp_path, capsys, "cache.l2_enabled", "curvine.enabled")
+    with pytest.raises(ConfigError) as exc:
+        load_project(cfg)
+    assert {p.field for p in exc.value.problems} == {"cache.l2_enabled"}
+
+
+def test_malformed_volume_id_and_outputs_file(script, tmp_path, capsys):
+    _assert_nothing_written(script, REPO / "config", tmp_path, capsys, "volume_id", "vol-",
+                            extra=["--volume-id", "i-0123456789abcdef0"])
+    bad = tmp_path / "outputs.json"
+    bad.write_text("not json")
+    out = tmp_path / "dist2"
+    assert script.main(["--config", str(REPO / "config"), "--out", str(out), "--outputs-file", str(bad)]) == 1
+    assert not out.exists() and "--outputs-file" in capsys.readouterr().err
+
+
+def test_volume_id_from_the_environment(script, tmp_path, monkeypatch):
+    monkeypatch.setenv("CURVINE_VOLUME_ID", "vol-0aaaabbbbccccdddd")
+    out = tmp_path / "dist"
+    assert script.main(["--config", str(REPO / "config"), "--out", str(out)]) == 0
+    pv = next(o for o in yaml.safe_load_all((out / "curvine.yaml").read_text()) if o["kind"] == "PersistentVolume")
+    assert pv["spec"]["csi"]["volumeHandle"] == "vol-0aaaabbbbccccdddd"
+    zone = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
+    assert zone == [load_project(REPO / "config").platform.gpu_availability_zone]

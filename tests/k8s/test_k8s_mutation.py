@@ -1,0 +1,132 @@
+"""The Kyverno policy applied to pods as the operator renders them: exactly one of each setting.
+
+Evaluated with ``kyverno_eval`` (a strict evaluator of the policy subset we emit, JSON patches
+applied with the ``jsonpatch`` library); see that module for the semantics simulated.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+import kubernetes_validate
+import pytest
+from kyverno_eval import apply_policy
+from operator_render import OPERATOR_URL, deployment, pod, pod_from_deployment
+
+from k8s import names
+from k8s.kyverno import policy_manifest
+from k8s.lmcache import TMP_DIR_PREFIX, owned_env_names
+from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL, endpoint_json_patch, line_cache_env
+import jsonpatch
+
+
+@pytest.fixture(scope="module", params=["rag-assistant", "research-reasoning"])
+def line(request, k8s_project):
+    return k8s_project.business_line(request.param)
+
+
+@pytest.fixture(scope="module")
+def policy(k8s_project, line):
+    return policy_manifest(k8s_project.platform, line)
+
+
+def _vllm(p, line):
+    (c,) = [c for c in p["spec"]["containers"] if c["name"] == names.endpoint_name(line)]
+    return c
+
+
+def _check_end_state(p, line, k8s_project):
+    c = _vllm(p, line)
+    counts = Counter(e["name"] for e in c["env"])
+    for name in owned_env_names():
+        if name == "KVCACHE_POD_NAME":
+            continue
+        assert counts[name] == 1, (name, counts[name])
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    expected = line_cache_env(k8s_project.platform, line, tmp_dir_token="X")
+    assert env["LMCACHE_REMOTE_URL"] == L2_REMOTE_URL == "fs://localhost:0/mnt/curvine/l2cache/"
+    assert env["LMCACHE_REMOTE_SERDE"] == "naive"
+    assert env["LMCACHE_CHUNK_SIZE"] == str(line.cache.chunk_size_tokens) == expected["LMCACHE_CHUNK_SIZE"]
+    assert env["PYTHONHASHSEED"] == str(line.python_hash_seed)
+    extra = json.loads(env["LMCACHE_EXTRA_CONFIG"])
+    assert set(extra) == {"fs_connector_relative_tmp_dir"}
+    assert re.fullmatch(re.escape(TMP_DIR_PREFIX) + r"[a-z0-9]{12}", extra["fs_connector_relative_tmp_dir"])
+    # Settings the patch does not own survive (the operator's L1 settings, NODE_IP).
+    assert env["LMCACHE_LOCAL_CPU"] == "True" and "NODE_IP" in env
+    mounts = [m for m in c["volumeMounts"] if m["mountPath"] == L2_MOUNT_PATH]
+    assert mounts == [{"name": names.L2_VOLUME_NAME, "mountPath": L2_MOUNT_PATH}]
+    vols = [v for v in p["spec"]["volumes"] if v["name"] == names.L2_VOLUME_NAME]
+    assert vols == [{"name": names.L2_VOLUME_NAME, "persistentVolumeClaim": {"claimName": names.pvc_name(line)}}]
+    # Sidecars are not touched.
+    proxy = [c for c in p["spec"]["containers"] if c["name"] == "reverse-proxy"][0]
+    assert proxy["env"] == [{"name": "LMCACHE_REMOTE_URL", "value": "untouched-sidecar"}]
+    # The result is still a valid Pod.
+    kubernetes_validate.validate({**p, "metadata": {**p["metadata"], "name": "x"}}, "1.33", strict=True)
+    return extra["fs_connector_relative_tmp_dir"]
+
+
+@pytest.mark.parametrize("refresh", [True, False], ids=["refresh-context", "stale-context"])
+@pytest.mark.parametrize("variant", [
+    {}, {"strip_cr_lmcache": True}, {"duplicates": False}, {"strip_cr_lmcache": True, "duplicates": False}],
+    ids=["duplicates", "operator-strips-cr", "clean", "stripped-clean"])
+def test_operator_pod_ends_with_exactly_one_of_each(policy, line, k8s_project, refresh, variant):
+    before = pod(line, **variant)
+    assert any(e.get("value") == OPERATOR_URL for e in _vllm(before, line)["env"])
+    after = apply_policy(policy, before, refresh_context=refresh, seed=1)
+    _check_end_state(after, line, k8s_project)
+
+
+def test_two_pods_get_different_temp_dirs(policy, line, k8s_project):
+    a = _check_end_state(apply_policy(policy, pod(line), seed=1), line, k8s_project)
+    b = _check_end_state(apply_policy(policy, pod(line), seed=2), line, k8s_project)
+    assert a != b
+
+
+def test_pod_of_an_already_patched_deployment(policy, line, k8s_project):
+    """Policy and fallback patch both active: the Pod still has exactly one of each."""
+    dep = deployment(line)
+    patched = jsonpatch.apply_patch(dep, endpoint_json_patch(k8s_project.platform, line, deployment=dep))
+    after = apply_policy(policy, pod_from_deployment(patched), seed=3)
+    _check_end_state(after, line, k8s_project)
+    env_names = [e["name"] for e in _vllm(after, line)["env"]]
+    assert "KVCACHE_POD_NAME" not in env_names  # the policy owns the temp dir token
+
+
+def test_container_without_env_or_mounts(policy, line, k8s_project):
+    p = pod(line)
+    c = _vllm(p, line)
+    del c["env"], c["volumeMounts"]
+    after = apply_policy(policy, p, seed=4)
+    env = {e["name"] for e in _vllm(after, line)["env"]}
+    assert env == {"LMCACHE_REMOTE_URL", "LMCACHE_REMOTE_SERDE", "LMCACHE_CHUNK_SIZE", "LMCACHE_EXTRA_CONFIG",
+                   "PYTHONHASHSEED"}
+    assert _vllm(after, line)["volumeMounts"] == [{"name": names.L2_VOLUME_NAME, "mountPath": L2_MOUNT_PATH}]
+
+
+def test_policy_ignores_other_pods_and_updates(policy, line, k8s_project):
+    other = pod(line)
+    other["metadata"]["labels"]["app"] = "someone-else"
+    assert apply_policy(policy, other) == other
+    elsewhere = pod(line)
+    elsewhere["metadata"]["namespace"] = "default"
+    assert apply_policy(policy, elsewhere) == elsewhere
+    assert apply_policy(policy, pod(line), operation="UPDATE") == pod(line)
+
+
+def test_policy_does_not_touch_controllers(policy):
+    """Auto-generation off and Pods only: the operator's Deployment is never rewritten."""
+    assert policy["metadata"]["annotations"]["pod-policies.kyverno.io/autogen-controllers"] == "none"
+    for rule in policy["spec"]["rules"]:
+        for clause in rule["match"]["any"]:
+            assert clause["resources"]["kinds"] == ["Pod"]
+            assert clause["resources"]["operations"] == ["CREATE"]
+    assert policy["spec"]["background"] is False
+    assert policy["spec"]["webhookConfiguration"]["failurePolicy"] == "Fail"
+
+
+def test_policy_selects_the_operator_pods_of_its_line(policy, line):
+    (clause,) = policy["spec"]["rules"][0]["match"]["any"]
+    assert clause["resources"]["selector"] == {"matchLabels": {"app": names.endpoint_name(line)}}
+    assert policy["kind"] == "Policy" and policy["metadata"]["namespace"] == line.namespace

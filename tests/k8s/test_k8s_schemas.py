@@ -1,0 +1,125 @@
+"""Schema checks: built-in objects (kubernetes-validate, strict, 1.33) and the CRD objects.
+
+An InferenceEndpointConfig must validate against the CRD's v1 openAPIV3Schema *and* hold no
+field the API server would silently prune: structural schemas drop unknown fields without an
+error, which is how a misspelled ``kvCacheSpec`` key disappears in production.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import jsonschema
+import kubernetes_validate
+import pytest
+from conftest import CRD_FILE, CRD_SCHEMA_FILE, REPO, find, needs_reference
+
+from k8s import names
+from k8s.kyverno import policy_manifest
+
+K8S_VERSION = "1.33"
+CUSTOM_KINDS = {"InferenceEndpointConfig", "Policy"}
+
+
+def _builtin_objects(manifests) -> Iterator[tuple[str, dict]]:
+    for chart, objects in manifests.items():
+        for obj in objects:
+            if obj["kind"] not in CUSTOM_KINDS:
+                yield f"{chart}/{obj['kind']}/{obj['metadata']['name']}", obj
+
+
+def test_every_builtin_object_validates_strictly(manifests, k8s_project):
+    assert K8S_VERSION == k8s_project.platform.eks.version
+    checked = 0
+    for ident, obj in _builtin_objects(manifests):
+        try:
+            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as exc:  # pragma: no cover - message for humans
+            pytest.fail(f"{ident}: {exc.message} at {list(exc.path)}")
+        checked += 1
+    assert checked >= 25
+
+
+def test_strict_validation_catches_a_typo(manifests):
+    """The check above can fail: an unknown field is rejected in strict mode."""
+    sts = dict(find(manifests["curvine"], "StatefulSet", names.CURVINE_MASTER))
+    sts["spec"] = {**sts["spec"], "replica": 1}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(sts, K8S_VERSION, strict=True)
+
+
+def pruned_fields(obj: Any, schema: dict[str, Any], path: str = "") -> list[str]:
+    """Paths in ``obj`` that a structural schema does not declare (the API server prunes them)."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return []
+    found: list[str] = []
+    if isinstance(obj, dict):
+        props = schema.get("properties")
+        additional = schema.get("additionalProperties")
+        for key, value in obj.items():
+            if props is not None and key in props:
+                found += pruned_fields(value, props[key], f"{path}.{key}")
+            elif isinstance(additional, dict):
+                found += pruned_fields(value, additional, f"{path}.{key}")
+            elif additional is True:
+                continue
+            elif props is not None or schema.get("type") == "object":
+                found.append(f"{path}.{key}")
+    elif isinstance(obj, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(obj):
+            found += pruned_fields(item, schema["items"], f"{path}[{i}]")
+    return found
+
+
+def _endpoints(manifests) -> list[dict]:
+    return [o for objects in manifests.values() for o in objects if o["kind"] == "InferenceEndpointConfig"]
+
+
+@needs_reference
+def test_committed_crd_schema_is_generated_from_the_reference_crd():
+    """imports/inferenceendpointconfig-v1.schema.json is what the generator makes of the CRD."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("update_crd_schema", REPO / "scripts" / "update_crd_schema.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert CRD_SCHEMA_FILE.read_text(encoding="utf-8") == module.render(CRD_FILE)
+
+
+def test_endpoints_validate_against_the_crd(manifests, crd_v1_schema):
+    endpoints = _endpoints(manifests)
+    assert len(endpoints) == 2
+    for obj in endpoints:
+        assert obj["apiVersion"] == "inference.sagemaker.aws.amazon.com/v1"
+        jsonschema.validate(obj, crd_v1_schema, cls=jsonschema.Draft7Validator)
+
+
+def test_endpoints_hold_no_field_the_api_server_would_prune(manifests, crd_v1_schema):
+    for obj in _endpoints(manifests):
+        body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
+        assert pruned_fields(body, crd_v1_schema) == [], obj["metadata"]["name"]
+
+
+def test_the_prune_walker_finds_unknown_fields(manifests, crd_v1_schema):
+    """The walker can fail: a misspelled key inside kvCacheSpec is reported."""
+    obj = _endpoints(manifests)[0]
+    spec = {**obj["spec"], "kvCacheSpec": {**obj["spec"]["kvCacheSpec"], "enableL2cache": True}}
+    assert pruned_fields({"spec": spec}, crd_v1_schema) == [".spec.kvCacheSpec.enableL2cache"]
+
+
+def test_endpoint_schema_rejects_a_bad_backend(manifests, crd_v1_schema):
+    obj = _endpoints(manifests)[0]
+    bad = {**obj, "spec": {**obj["spec"], "kvCacheSpec": {"enableL2Cache": True, "l2CacheSpec": {"l2CacheBackend": "fs"}}}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, crd_v1_schema, cls=jsonschema.Draft7Validator)
+
+
+def test_policy_objects_are_the_generated_ones(manifests, k8s_project):
+    """The rendered Policy equals policy_manifest() (cdk8s adds only the chart labels)."""
+    for line in k8s_project.business_lines:
+        rendered = find(manifests[names.line_chart_name(line)], "Policy", names.policy_name(line))
+        expected = policy_manifest(k8s_project.platform, line)
+        assert rendered["apiVersion"] == "kyverno.io/v1"
+        assert rendered["spec"] == expected["spec"]
+        assert rendered["metadata"]["annotations"] == expected["metadata"]["annotations"]
+        assert rendered["metadata"]["namespace"] == line.namespace

@@ -1,0 +1,105 @@
+"""CDK wiring: the charts applied through the kubectl provider, in dependency order.
+
+Uses the root conftest's session fixtures (``platform``, ``templates``: the example platform
+synthesized once). Resources are found by what they contain, never by hashed logical IDs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+MANIFEST = "Custom::AWSCDK-EKS-KubernetesResource"
+HELM = "Custom::AWSCDK-EKS-HelmChart"
+
+
+def _manifests(template) -> dict[str, dict[str, Any]]:
+    return template.find_resources(MANIFEST)
+
+
+def _kinds(resource: dict[str, Any], substitute: str = "vol-0123456789abcdef0") -> list[str]:
+    """Kinds in a manifest resource; Fn::Join parts (tokens) are replaced by ``substitute``."""
+    manifest = resource["Properties"]["Manifest"]
+    if isinstance(manifest, dict):
+        parts = manifest["Fn::Join"][1]
+        manifest = "".join(p if isinstance(p, str) else substitute for p in parts)
+    return [o["kind"] for o in json.loads(manifest)]
+
+
+def _by_kind(manifests: dict[str, dict], kind: str) -> str:
+    (logical_id,) = [lid for lid, r in manifests.items() if kind in _kinds(r)]
+    return logical_id
+
+
+@pytest.fixture(scope="module")
+def l2(templates, project):
+    return templates[f"{project.platform.project}-l2-cache"]
+
+
+def test_kyverno_chart_is_pinned_from_config(l2, project):
+    pin = project.platform.versions.charts.kyverno
+    charts = l2.find_resources(HELM)
+    (chart,) = charts.values()
+    props = chart["Properties"]
+    assert (props["Chart"], props["Repository"], props["Version"]) == (pin.chart, pin.repository, pin.version)
+    assert props["Namespace"] == "kyverno" and props["CreateNamespace"] is True and props["Wait"] is True
+    values = json.loads(props["Values"])
+    assert values["config"]["excludeGroups"] == ["system:nodes"]
+    assert values["config"]["excludeUsernames"] == []
+    excluded = values["config"]["webhooks"]["namespaceSelector"]["matchExpressions"][0]["values"]
+    assert set(excluded) == {"kube-system", "kyverno"}
+    for line in project.business_lines:
+        assert line.namespace not in excluded
+
+
+def test_curvine_chart_gets_the_real_volume_id(l2, platform):
+    manifests = _manifests(l2)
+    curvine = manifests[_by_kind(manifests, "StatefulSet")]
+    parts = curvine["Properties"]["Manifest"]["Fn::Join"][1]
+    tokens = [p for p in parts if not isinstance(p, str)]
+    assert len(tokens) == 1, "only the volume ID is a deploy-time value"
+    (imported,) = tokens
+    assert "Fn::ImportValue" in imported and "CurvinePrimaryVolume" in imported["Fn::ImportValue"]
+    text = "".join(p if isinstance(p, str) else "vol-0feedfacecafe0000" for p in parts)
+    (pv,) = [o for o in json.loads(text) if o["kind"] == "PersistentVolume"]
+    assert pv["spec"]["csi"]["volumeHandle"] == "vol-0feedfacecafe0000"
+    zone = platform.hyperpod.curvine_volume.availability_zone
+    assert pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [zone]
+
+
+def test_curvine_objects_after_their_namespace(l2):
+    manifests = _manifests(l2)
+    ns = _by_kind(manifests, "Namespace")
+    curvine = _by_kind(manifests, "StatefulSet")
+    assert _kinds(manifests[ns]) == ["Namespace"]
+    assert ns in manifests[curvine].get("DependsOn", [])
+
+
+def test_volume_outputs_for_make_manifests(l2):
+    outputs = l2.to_json()["Outputs"]
+    assert "Fn::ImportValue" in outputs["CurvinePrimaryVolumeId"]["Value"]
+    assert outputs["CurvinePrimaryVolumeAz"]["Value"] == "us-west-2a"
+
+
+@pytest.mark.parametrize("name", ["rag-assistant", "research-reasoning"])
+def test_line_objects_in_dependency_order(templates, project, name):
+    t = templates[f"{project.platform.project}-line-{name}"]
+    manifests = _manifests(t)
+    ns = _by_kind(manifests, "Namespace")
+    storage = _by_kind(manifests, "Policy")
+    endpoint = _by_kind(manifests, "InferenceEndpointConfig")
+    assert _kinds(manifests[ns]) == ["Namespace"]
+    assert sorted(_kinds(manifests[storage])) == ["NetworkPolicy", "PersistentVolumeClaim", "Policy"]
+    assert _kinds(manifests[endpoint]) == ["InferenceEndpointConfig"]
+    assert ns in manifests[storage]["DependsOn"]
+    assert {ns, storage} <= set(manifests[endpoint]["DependsOn"])
+
+
+def test_line_stacks_after_kyverno_and_the_operator(platform):
+    for stack in platform.business_lines.values():
+        deps = set(stack.dependencies)
+        assert platform.l2_cache in deps, "the Policy kind comes from the Kyverno chart"
+        assert platform.addons in deps, "the InferenceEndpointConfig kind comes from the inference add-on"
+    assert platform.addons in set(platform.l2_cache.dependencies), "EBS CSI driver before the static PV"
