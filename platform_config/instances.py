@@ -15,7 +15,7 @@ let the planner's runtime reserve absorb the difference).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,10 @@ class InstanceType:
         vcpus: vCPUs per instance.
         host_memory_gib: System memory per instance, GiB.
         nvme_gb: Local NVMe instance storage per instance, decimal GB (AWS convention).
+        gpu_peak_bf16_tflops: Dense (no sparsity) BF16/FP16 tensor-core peak per GPU, TFLOP/s,
+            from NVIDIA's datasheets: L40S 362.05, H100 SXM 989.4, H200 989.4 (the sheets'
+            larger "with sparsity" figures are twice these). Used by ``kv_tools.planner``
+            to scale the prefill rate calibrated on the reference run (an L40S) to other GPUs.
     """
 
     name: str
@@ -39,14 +43,17 @@ class InstanceType:
     vcpus: int
     host_memory_gib: int
     nvme_gb: int
+    gpu_peak_bf16_tflops: float = 0.0
 
 
 _L40S = ("NVIDIA L40S", 48.0)
 _H100 = ("NVIDIA H100", 80.0)
 _H200 = ("NVIDIA H200", 141.0)
+#: Dense BF16 tensor-core peak per GPU model, TFLOP/s (see ``InstanceType.gpu_peak_bf16_tflops``).
+GPU_PEAK_BF16_TFLOPS = {"NVIDIA L40S": 362.05, "NVIDIA H100": 989.4, "NVIDIA H200": 989.4}
 
 INSTANCE_TYPES: dict[str, InstanceType] = {
-    t.name: t
+    t.name: replace(t, gpu_peak_bf16_tflops=GPU_PEAK_BF16_TFLOPS[t.gpu_model])
     for t in (
         InstanceType("ml.g6e.xlarge", *_L40S[:1], 1, _L40S[1], 4, 32, 250),
         InstanceType("ml.g6e.2xlarge", *_L40S[:1], 1, _L40S[1], 8, 64, 450),

@@ -1,0 +1,456 @@
+"""Prompt-overlap analysis: what share of prompt tokens could a perfect cross-pod prefix cache
+have served for a request log?
+
+Input: JSON Lines, one OpenAI request per line: chat (``{"messages": [...]}``), completion
+(``{"prompt": "..." | [...] | [ids]}``), or either wrapped as a Batch API line
+(``{"custom_id": ..., "body": {...}}``). Each prompt is rendered (chat messages with a
+ChatML-style template), tokenized, and cut into whole ``chunk_tokens`` chunks as LMCache does
+(default 256; the trailing partial chunk is never stored, ``save_unfull_chunk: false``).
+
+**Perfect prefix cache**, simulated in log order: chunk k of a prompt is keyed by a rolling
+hash of chunks 0..k (``blake2b(key of chunk k-1 + tokens of chunk k)``, 8 bytes), so a key
+names the whole prefix, as LMCache's chunk hashes do. A chunk is served when its key was
+stored by any earlier request and every earlier chunk of the same prompt was served too
+(lookups stop at the first miss). Each key is stored once, shared by all pods: "cross-pod".
+The first request with a prefix always pays for it.
+
+**Constant memory**: the key set is an LRU bounded at ``max_cached_chunks`` keys (default
+2^20, about 100 MB; it equals ``max_cached_chunks x chunk_tokens`` tokens of KV, 268M tokens
+at the defaults, 14 TiB for Qwen2-7B: larger than any L2 pool here, so the bound does not
+bite on realistic logs). When it does, ``evictions`` says so and the share is a lower bound.
+Per-system-prompt groups are bounded at ``max_groups`` (the rest pooled); the length
+distribution is a counter of distinct lengths (bounded by the longest context). The log is
+read line by line and tokenized in batches of ``batch_size`` lines.
+
+Tokenizer: a ``tokenizer.json`` via the ``tokenizers`` package (exact for that model), or an
+approximation of 4 characters per token (OpenAI's rule of thumb for English text), labelled
+as such in every output.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import math
+from array import array
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Iterable, Iterator, Sequence
+
+#: Adoption rule of thumb from the reference deployment (FACTS.md section 1): the tiered cache
+#: is worth it when more than about 40% of leading tokens are shared.
+ADOPTION_THRESHOLD = 0.40
+DEFAULT_CHUNK_TOKENS = 256
+DEFAULT_MAX_CACHED_CHUNKS = 1 << 20
+DEFAULT_MAX_GROUPS = 1000
+APPROX_CHARS_PER_TOKEN = 4
+NO_SYSTEM = "(no system prompt)"
+COMPLETION = "(completion prompt)"
+OTHER = "(other system prompts)"
+
+
+class Tokens:
+    """A tokenized prompt: its length and the bytes of each whole chunk."""
+
+    def __init__(self, length: int, chunk: Any) -> None:
+        self.length = length
+        self._chunk = chunk
+
+    def chunk_bytes(self, index: int, size: int) -> bytes:
+        return self._chunk(index, size)
+
+
+def _ids_tokens(ids: Sequence[int]) -> Tokens:
+    packed = array("I", ids)
+    return Tokens(len(packed), lambda k, c: packed[k * c:(k + 1) * c].tobytes())
+
+
+class HFTokenizer:
+    """Exact token counts from a ``tokenizer.json`` (Hugging Face ``tokenizers``)."""
+
+    exact = True
+
+    def __init__(self, path: str | Path) -> None:
+        from tokenizers import Tokenizer
+
+        self.path = str(path)
+        self.name = f"{path} (exact)"
+        self._tok = Tokenizer.from_file(self.path)
+
+    def encode_batch(self, texts: list[str]) -> list[Tokens]:
+        # encode_batch_fast skips character offsets, which we do not need: ~3x faster.
+        encodings = self._tok.encode_batch_fast(texts, add_special_tokens=False)
+        return [_ids_tokens(e.ids) for e in encodings]
+
+
+class ApproxTokenizer:
+    """Approximation: one token per 4 characters. Prefix sharing is exact on characters, so a
+    shared leading text of L characters shares L // 4 leading "tokens"."""
+
+    exact = False
+    name = f"approximation: {APPROX_CHARS_PER_TOKEN} characters per token (no tokenizer given)"
+
+    def encode_batch(self, texts: list[str]) -> list[Tokens]:
+        out = []
+        for text in texts:
+            n = APPROX_CHARS_PER_TOKEN
+            out.append(Tokens(math.ceil(len(text) / n),
+                              lambda k, c, t=text: t[k * c * n:(k + 1) * c * n].encode("utf-8", "surrogatepass")))
+        return out
+
+
+# --- request parsing ---------------------------------------------------------------------------
+
+
+class Malformed(ValueError):
+    """A log line that is not a usable request; ``reason`` is the counter key."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict):
+                if part.get("type", "text") == "text" and isinstance(part.get("text"), str):
+                    parts.append(part["text"])
+            else:
+                raise Malformed("bad message content")
+        return "".join(parts)
+    raise Malformed("bad message content")
+
+
+def render_chat(messages: list[dict[str, Any]], template: str = "chatml") -> str:
+    """Render chat messages to the prompt text a server would tokenize.
+
+    ``chatml`` (Qwen's template): ``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per message
+    plus ``<|im_start|>assistant\\n``. ``plain``: ``{role}: {content}\\n\\n``. Both render
+    earlier messages identically whatever follows, as real chat templates do, so shared
+    leading messages give shared leading tokens.
+    """
+    out = []
+    for msg in messages:
+        role, text = msg.get("role", ""), _content_text(msg.get("content"))
+        if template == "chatml":
+            out.append(f"<|im_start|>{role}\n{text}<|im_end|>\n")
+        else:
+            out.append(f"{role}: {text}\n\n")
+    if template == "chatml":
+        out.append("<|im_start|>assistant\n")
+    return "".join(out)
+
+
+def _token_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**32
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt to analyse: text or token ids, and its system-prompt group."""
+
+    group: str
+    text: str | None = None
+    ids: tuple[int, ...] | None = None
+
+
+def parse_request(line: str, template: str = "chatml") -> list[Prompt]:
+    """The prompts of one JSONL line (a completion ``prompt`` list is a batch: several).
+
+    Raises:
+        Malformed: with a short reason (invalid JSON, not an object, no messages or prompt,
+            bad messages, bad prompt).
+    """
+    try:
+        obj = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise Malformed("invalid JSON") from None
+    if not isinstance(obj, dict):
+        raise Malformed("not a JSON object")
+    body = obj["body"] if isinstance(obj.get("body"), dict) else obj
+    if "messages" in body:
+        messages = body["messages"]
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            raise Malformed("bad messages")
+        first = messages[0]
+        group = NO_SYSTEM
+        if first.get("role") in ("system", "developer"):
+            group = _content_text(first.get("content"))
+        return [Prompt(group=group, text=render_chat(messages, template))]
+    if "prompt" in body:
+        prompt = body["prompt"]
+        if isinstance(prompt, str):
+            return [Prompt(group=COMPLETION, text=prompt)]
+        if isinstance(prompt, list) and prompt:
+            if all(isinstance(p, str) for p in prompt):
+                return [Prompt(group=COMPLETION, text=p) for p in prompt]
+            if all(_token_id(p) for p in prompt):
+                return [Prompt(group=COMPLETION, ids=tuple(prompt))]
+            if all(isinstance(p, list) and p and all(_token_id(i) for i in p) for p in prompt):
+                return [Prompt(group=COMPLETION, ids=tuple(p)) for p in prompt]
+        raise Malformed("bad prompt")
+    raise Malformed("no messages or prompt")
+
+
+# --- the analysis -----------------------------------------------------------------------------
+
+
+@dataclass
+class GroupStats:
+    """Per system prompt: requests, prompt tokens, tokens a perfect cache serves."""
+
+    label: str
+    requests: int = 0
+    prompt_tokens: int = 0
+    served_tokens: int = 0
+
+    @property
+    def share(self) -> float:
+        return self.served_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+
+def _percentile(counts: Counter, q: float) -> int:
+    """Nearest-rank percentile (q in 0..100) of a length -> count histogram."""
+    total = sum(counts.values())
+    if not total:
+        return 0
+    rank = max(1, math.ceil(q / 100.0 * total))
+    seen = 0
+    for length in sorted(counts):
+        seen += counts[length]
+        if seen >= rank:
+            return length
+    return max(counts)
+
+
+def _label(text: str, width: int = 60) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+@dataclass
+class OverlapReport:
+    """Everything :func:`analyse` measured (see :meth:`to_dict` for the JSON shape)."""
+
+    tokenizer: str
+    exact: bool
+    chunk_tokens: int
+    max_cached_chunks: int
+    threshold: float
+    lines: int = 0
+    requests: int = 0
+    prompt_tokens: int = 0
+    served_tokens: int = 0
+    whole_chunk_tokens: int = 0
+    requests_with_hit: int = 0
+    evictions: int = 0
+    cached_chunks: int = 0
+    malformed: Counter = field(default_factory=Counter)
+    malformed_lines: list[int] = field(default_factory=list)
+    lengths: Counter = field(default_factory=Counter)
+    groups: dict[str, GroupStats] = field(default_factory=dict)
+
+    @property
+    def share(self) -> float:
+        """Served prompt tokens / all prompt tokens (0 for an empty log)."""
+        return self.served_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    @property
+    def verdict(self) -> str:
+        """What the share implies, against the ~40% adoption threshold."""
+        pct = f"{self.share:.1%}"
+        if not self.requests:
+            return "no requests: nothing to judge"
+        if self.share >= self.threshold:
+            text = (f"{pct} is above the ~{self.threshold:.0%} adoption threshold: shared prefixes are common "
+                    "enough for the L2 tier to pay off where prompts are longer than the break-even of "
+                    "scripts/plan.py (~780 tokens for Qwen2-7B on an L40S)")
+        else:
+            text = (f"{pct} is below the ~{self.threshold:.0%} adoption threshold: the L2 tier is unlikely to pay "
+                    "off; vLLM's L0 prefix cache with prefix-aware routing may be enough")
+        if self.evictions:
+            text += (f"; the analysis evicted {self.evictions:,} chunk keys (bound {self.max_cached_chunks:,}), "
+                     "so the share is a lower bound")
+        if not self.exact:
+            text += "; token counts are approximate (no tokenizer given)"
+        return text
+
+    def top_groups(self, n: int = 10) -> list[GroupStats]:
+        return sorted(self.groups.values(), key=lambda g: (-g.prompt_tokens, g.label))[:n]
+
+    def to_dict(self, top: int = 10) -> dict[str, Any]:
+        total = sum(self.lengths.values())
+        mean = sum(k * v for k, v in self.lengths.items()) / total if total else 0.0
+        return {
+            "tokenizer": self.tokenizer, "exact_tokens": self.exact, "chunk_tokens": self.chunk_tokens,
+            "lines": self.lines, "requests": self.requests, "prompt_tokens": self.prompt_tokens,
+            "served_tokens": self.served_tokens, "share": round(self.share, 4),
+            "whole_chunk_tokens": self.whole_chunk_tokens, "requests_with_hit": self.requests_with_hit,
+            "threshold": self.threshold, "above_threshold": self.share >= self.threshold and self.requests > 0,
+            "verdict": self.verdict,
+            "malformed": {"count": sum(self.malformed.values()), "by_reason": dict(self.malformed),
+                          "first_lines": self.malformed_lines},
+            "prompt_length": {"p50": _percentile(self.lengths, 50), "p90": _percentile(self.lengths, 90),
+                              "p99": _percentile(self.lengths, 99), "max": max(self.lengths, default=0),
+                              "mean": round(mean, 1), "histogram": self.histogram()},
+            "cache": {"max_chunks": self.max_cached_chunks, "chunks": self.cached_chunks,
+                      "evictions": self.evictions},
+            "groups": [{"system_prompt": g.label, "requests": g.requests, "prompt_tokens": g.prompt_tokens,
+                        "served_tokens": g.served_tokens, "share": round(g.share, 4)} for g in self.top_groups(top)],
+        }
+
+    def histogram(self) -> list[dict[str, Any]]:
+        """Request counts per prompt-length bucket: [0, 256), [256, 512), ... doubling."""
+        buckets: Counter = Counter()
+        for length, count in self.lengths.items():
+            upper = 256
+            while length >= upper:
+                upper *= 2
+            buckets[upper] += count
+        return [{"min": 0 if u == 256 else u // 2, "max": u - 1, "requests": buckets[u]} for u in sorted(buckets)]
+
+
+def _open(path: str | Path) -> IO[str]:
+    if str(path) == "-":
+        import sys
+
+        return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+    if str(path).endswith(".gz"):
+        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
+    return open(path, encoding="utf-8", errors="replace")
+
+
+def _batches(lines: Iterable[str], size: int) -> Iterator[list[tuple[int, str]]]:
+    batch: list[tuple[int, str]] = []
+    for number, line in enumerate(lines, start=1):
+        batch.append((number, line))
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def analyse(lines: Iterable[str], *, tokenizer: HFTokenizer | ApproxTokenizer | None = None,
+            chunk_tokens: int = DEFAULT_CHUNK_TOKENS, max_cached_chunks: int = DEFAULT_MAX_CACHED_CHUNKS,
+            max_groups: int = DEFAULT_MAX_GROUPS, template: str = "chatml", threshold: float = ADOPTION_THRESHOLD,
+            batch_size: int = 256, max_malformed_lines: int = 10) -> OverlapReport:
+    """Simulate a perfect cross-pod prefix cache over ``lines`` (JSONL requests, in log order).
+
+    Memory is bounded by ``max_cached_chunks`` (LRU of 8-byte keys), ``max_groups`` and
+    ``batch_size``, not by the log's length. Malformed lines are counted by reason (the
+    first ``max_malformed_lines`` line numbers kept), never raised.
+
+    Raises:
+        ValueError: ``chunk_tokens``, ``max_cached_chunks``, ``max_groups`` or ``batch_size``
+            below 1, or an unknown ``template``.
+    """
+    if min(chunk_tokens, max_cached_chunks, max_groups, batch_size) < 1:
+        raise ValueError("chunk_tokens, max_cached_chunks, max_groups and batch_size must be >= 1")
+    if template not in ("chatml", "plain"):
+        raise ValueError(f"unknown template {template!r}; allowed: chatml, plain")
+    tok = tokenizer or ApproxTokenizer()
+    report = OverlapReport(tokenizer=tok.name, exact=tok.exact, chunk_tokens=chunk_tokens,
+                           max_cached_chunks=max_cached_chunks, threshold=threshold)
+    seen: OrderedDict[bytes, None] = OrderedDict()
+    group_ids: dict[bytes, str] = {}
+
+    for batch in _batches(lines, batch_size):
+        prompts: list[Prompt] = []
+        for number, line in batch:
+            report.lines += 1
+            if not line.strip():
+                continue
+            try:
+                prompts.extend(parse_request(line, template))
+            except Malformed as exc:
+                report.malformed[exc.reason] += 1
+                if len(report.malformed_lines) < max_malformed_lines:
+                    report.malformed_lines.append(number)
+        texts = [p.text for p in prompts if p.text is not None]
+        encoded = iter(tok.encode_batch(texts)) if texts else iter(())
+        for prompt in prompts:
+            tokens = next(encoded) if prompt.text is not None else _ids_tokens(prompt.ids or ())
+            served = 0
+            matching = True
+            prev = b""
+            whole = tokens.length // chunk_tokens
+            for k in range(whole):
+                key = hashlib.blake2b(prev + tokens.chunk_bytes(k, chunk_tokens), digest_size=8).digest()
+                if matching and key in seen:
+                    served += chunk_tokens
+                    seen.move_to_end(key)
+                else:
+                    matching = False
+                    seen[key] = None
+                    if len(seen) > max_cached_chunks:
+                        seen.popitem(last=False)
+                        report.evictions += 1
+                prev = key
+            report.requests += 1
+            report.prompt_tokens += tokens.length
+            report.served_tokens += served
+            report.whole_chunk_tokens += whole * chunk_tokens
+            report.requests_with_hit += served > 0
+            report.lengths[tokens.length] += 1
+            gid = hashlib.blake2b(prompt.group.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+            label = group_ids.get(gid)
+            if label is None:
+                if len(group_ids) < max_groups:
+                    label = group_ids[gid] = _label(prompt.group) if prompt.group else "(empty system prompt)"
+                else:
+                    label = OTHER
+            stats = report.groups.setdefault(label, GroupStats(label))
+            stats.requests += 1
+            stats.prompt_tokens += tokens.length
+            stats.served_tokens += served
+    report.cached_chunks = len(seen)
+    return report
+
+
+def analyse_file(path: str | Path, **kwargs: Any) -> OverlapReport:
+    """:func:`analyse` over a file (``.gz`` is decompressed on the fly; ``-`` is stdin)."""
+    with _open(path) as handle:
+        return analyse(handle, **kwargs)
+
+
+def format_report(report: OverlapReport, top: int = 10) -> str:
+    """The readable report ``scripts/overlap.py`` prints."""
+    d = report.to_dict(top)
+    bad = d["malformed"]
+    lines = [f"tokenizer     {report.tokenizer}",
+             f"requests      {report.requests:,} from {report.lines:,} lines"]
+    if bad["count"]:
+        reasons = ", ".join(f"{n} {r}" for r, n in sorted(report.malformed.items(), key=lambda x: -x[1]))
+        lines.append(f"malformed     {bad['count']:,} lines skipped ({reasons}); first at line(s) "
+                     f"{', '.join(map(str, bad['first_lines']))}")
+    lines += [
+        f"prompt tokens {report.prompt_tokens:,}",
+        f"served        {report.served_tokens:,} = {report.share:.1%} by a perfect cross-pod prefix cache "
+        f"({report.chunk_tokens}-token chunks; {report.requests_with_hit:,} requests with a hit)",
+        f"verdict       {report.verdict}",
+        "",
+        "prompt length (tokens): " + "  ".join(f"{k} {d['prompt_length'][k]:,}" for k in ("p50", "p90", "p99", "max"))
+        + f"  mean {d['prompt_length']['mean']:,}",
+    ]
+    for bucket in d["prompt_length"]["histogram"]:
+        lines.append(f"  {bucket['min']:>7,} - {bucket['max']:<7,} {bucket['requests']:>9,} requests")
+    lines += ["", f"{'system prompt':<62} {'requests':>9} {'tokens':>12} {'served':>12} {'share':>7}"]
+    for g in d["groups"]:
+        lines.append(f"{g['system_prompt']:<62} {g['requests']:>9,} {g['prompt_tokens']:>12,} "
+                     f"{g['served_tokens']:>12,} {g['share']:>7.1%}")
+    if report.evictions:
+        lines.append(f"\nnote: {report.evictions:,} chunk keys evicted (bound {report.max_cached_chunks:,}); "
+                     "the share is a lower bound")
+    return "\n".join(lines)

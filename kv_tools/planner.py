@@ -1,0 +1,668 @@
+"""Capacity, latency and cost planner for one model on one HyperPod instance type.
+
+What it computes (all per GPU, per replica and per endpoint where it matters):
+
+* weights: ``params x bytes per element`` in GiB (2^30 B) and GB (10^9 B); whether they fit
+  with a tensor-parallel (TP) degree, and the smallest TP that fits;
+* KV cache bytes per token: ``2 x layers x KV heads x head_dim x bytes`` (FACTS.md section 5);
+* tier capacities: L0 = GPU memory x ``gpu_memory_utilization`` - weights/TP - runtime reserve,
+  in tokens; L1 = host memory x HyperPod Tiered Storage percentage, per node; L2 = per node
+  min(Curvine ``worker_capacity_gib``, NVMe less a reserve) x nodes;
+* times: reading N tokens of KV from L2 at a bandwidth, prefilling N tokens at a calibrated
+  rate, cold vs warm TTFT and their ratio, and the break-even prompt length;
+* cost per endpoint-hour from ``config/prices.yaml`` and a recommendation.
+
+**Calibration** (:data:`REFERENCE_RUN`, FACTS.md section 1): the reference deployment measured
+Qwen2-7B-Instruct (fp16, TP 1, one L40S) at TTFT 774 ms cold and 287 ms warm from L2 for a
+2,500-token prompt, and an L2 read of 1.84 GiB/s. Two constants come from that run:
+
+1. the *prefill efficiency*: prefill FLOPs of those 2,500 tokens divided by 774 ms, as a
+   fraction of the L40S dense BF16 peak (362.05 TFLOP/s). Prefill FLOPs of N tokens are
+   ``2 x params x N`` (matrix multiplies) ``+ 2 x layers x (heads x head_dim) x N^2`` (causal
+   attention: Q.K^T and A.V each ``2 x i x width`` FLOPs for the token at position i, summed
+   over i). The cold TTFT is modelled as prefill alone, so the fraction absorbs the fixed
+   request overheads (HTTP, tokenisation, scheduling) of the reference run: about 14% of peak.
+   Other models and GPUs scale by their FLOPs and by ``peak x TP`` (TP communication is not
+   modelled: optimistic for TP > 1);
+2. the *L2 fixed overhead*: warm TTFT minus the time to read the prompt's KV at 1.84 GiB/s,
+   287 - 72.6 = about 214 ms (chunk lookups, FUSE opens, copy into GPU memory, scheduling).
+
+With these the reference's break-even, where L2 read + overhead = prefill saved, is about 783
+tokens. The blog's rule of thumb says "~1,000"; its own measurements (about 1.0x at 500
+tokens, 1.7x at 1,000) put the crossing between 500 and 1,000, which is where the model lands.
+The model reproduces the calibration point exactly and is pessimistic below 1,000 tokens
+(0.66x at 500, 1.25x at 1,000) and optimistic above 2,500 (3.1x at 3,000 vs 2.2x measured).
+
+L2 reads scale with TP: each TP rank runs its own LMCache engine and reads its own chunk
+files (the chunk key includes the worker id), so ``--l2-read-gibps`` is per rank and a
+replica reads at ``TP x`` that rate. This is an assumption, not a measurement.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Iterable
+
+from kv_tools.model_specs import ModelSpec, dtype_bytes, lookup_model
+from kv_tools.prices import Price, PriceTable
+from platform_config import INSTANCE_TYPES, BusinessLineConfig, InstanceType, PlatformConfig, get_instance_type
+
+GIB = 2**30
+GB = 10**9
+
+#: vLLM's default ``--gpu-memory-utilization`` (vllm/engine/arg_utils.py): the share of GPU
+#: memory vLLM may use for weights, activations and the KV cache.
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
+#: GiB per GPU kept for activations at the default batch size, the CUDA context and CUDA
+#: graphs. A planning figure; read the real one from vLLM's start-up log ("Available KV
+#: cache memory") and pass ``--runtime-reserve-gib``.
+DEFAULT_RUNTIME_RESERVE_GIB = 2.0
+#: Share of each node's NVMe kept out of the L2 pool (model weight copies, logs, images).
+DEFAULT_NVME_RESERVE_FRACTION = 0.10
+#: LMCache's default chunk size, tokens (FACTS.md section 5).
+DEFAULT_CHUNK_TOKENS = 256
+#: TP degrees vLLM is normally run with on one node.
+TP_CHOICES = (1, 2, 4, 8)
+#: HyperPod Tiered Storage share the blog starts with (FACTS.md section 1).
+DEFAULT_L1_PERCENTAGE = 20
+
+
+@dataclass(frozen=True)
+class ReferenceRun:
+    """A measured deployment the planner calibrates on (defaults: the AWS blog's run).
+
+    Attributes:
+        model: model name in :data:`kv_tools.model_specs.MODELS`.
+        gpu_instance_type: an instance type with the GPU it ran on.
+        tp: tensor-parallel degree.
+        kv_dtype: dtype of the KV cache.
+        prompt_tokens: prompt length of the TTFT measurements, tokens.
+        cold_ttft_ms: TTFT with nothing cached, ms.
+        warm_ttft_ms: TTFT with the whole prompt's KV read from L2 by another pod, ms.
+        l2_read_gibps: measured cross-node L2 read bandwidth, GiB/s.
+        source: where the figures come from.
+    """
+
+    model: str = "Qwen2-7B"
+    gpu_instance_type: str = "ml.g6e.12xlarge"
+    tp: int = 1
+    kv_dtype: str = "float16"
+    prompt_tokens: int = 2500
+    cold_ttft_ms: float = 774.0
+    warm_ttft_ms: float = 287.0
+    l2_read_gibps: float = 1.84
+    source: str = ("AWS ML blog 'Tiered KV cache for large LLMs on Amazon SageMaker HyperPod with "
+                   "Curvine' (FACTS.md section 1): Qwen2-7B-Instruct fp16, TP 1, L40S")
+
+
+REFERENCE_RUN = ReferenceRun()
+
+
+def prefill_flops(model: ModelSpec, tokens: int, cached_tokens: int = 0) -> float:
+    """FLOPs to prefill ``tokens`` prompt tokens of which the first ``cached_tokens`` are
+    already cached: ``2 x params x new + 2 x layers x width x (tokens^2 - cached^2)``.
+
+    The quadratic term is causal attention: the token at position i costs ``4 x i x width``
+    FLOPs per layer (Q.K^T and A.V); summing i over the new tokens gives the difference of
+    squares (see the module docstring).
+    """
+    new = tokens - cached_tokens
+    return 2.0 * model.params * new + 2.0 * model.layers * model.attention_width * (
+        float(tokens) ** 2 - float(cached_tokens) ** 2)
+
+
+def l2_read_ms(kv_bytes: float, read_gibps: float) -> float:
+    """Milliseconds to read ``kv_bytes`` at ``read_gibps`` GiB/s (1,925 tokens of Qwen2-7B,
+    0.1028 GiB, at 1.84 GiB/s: 55.9 ms; the reference measured 55.75 ms)."""
+    return kv_bytes / (read_gibps * GIB) * 1000.0
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The two constants derived from a :class:`ReferenceRun` (see the module docstring).
+
+    Attributes:
+        efficiency: achieved prefill FLOP/s over the GPU's dense BF16 peak (dimensionless).
+        l2_overhead_ms: fixed cost of a warm (L2) request beyond the read itself, ms.
+        reference: the run they were derived from.
+    """
+
+    efficiency: float
+    l2_overhead_ms: float
+    reference: ReferenceRun
+
+    @classmethod
+    def from_reference(cls, ref: ReferenceRun = REFERENCE_RUN) -> "Calibration":
+        """Derive the constants from ``ref``.
+
+        Raises:
+            ValueError: the warm TTFT is shorter than the bare L2 read of the prompt, which
+                would make the overhead negative.
+        """
+        model = lookup_model(ref.model)
+        peak = get_instance_type(ref.gpu_instance_type).gpu_peak_bf16_tflops * 1e12 * ref.tp
+        achieved = prefill_flops(model, ref.prompt_tokens) / (ref.cold_ttft_ms / 1000.0)
+        read = l2_read_ms(ref.prompt_tokens * model.kv_bytes_per_token(ref.kv_dtype), ref.l2_read_gibps * ref.tp)
+        overhead = ref.warm_ttft_ms - read
+        if overhead < 0:
+            raise ValueError(f"warm TTFT {ref.warm_ttft_ms} ms is below the L2 read time {read:.1f} ms")
+        return cls(efficiency=achieved / peak, l2_overhead_ms=overhead, reference=ref)
+
+
+DEFAULT_CALIBRATION = Calibration.from_reference()
+
+
+def valid_tp(model: ModelSpec, tp: int) -> bool:
+    """vLLM's rule: query heads divide by TP, and KV heads divide by TP or TP by KV heads."""
+    return model.attention_heads % tp == 0 and (model.kv_heads % tp == 0 or tp % model.kv_heads == 0)
+
+
+def kv_bytes_per_token_per_gpu(model: ModelSpec, tp: int, kv_dtype: str) -> int:
+    """KV bytes per token held by one GPU: its share of the KV heads (at least one head:
+    with TP above the KV head count vLLM replicates heads)."""
+    heads = max(1, model.kv_heads // tp)
+    return 2 * model.layers * heads * model.head_dim * dtype_bytes(kv_dtype)
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """Everything the planner needs; built from flags or from a business-line file.
+
+    Units: ``*_gib`` GiB, ``*_gibps`` GiB/s, tokens as counts, fractions in [0, 1].
+    ``tp`` None means "the smallest TP in (1, 2, 4, 8) that fits". ``kv_dtype`` None means
+    "as vLLM's ``--kv-cache-dtype auto``": the model dtype, except bf16 for fp8 weights.
+    ``l2_nodes`` None means the nodes the endpoint occupies; ``l2_node_capacity_gib`` None
+    means NVMe less the reserve (a platform's ``curvine.worker_capacity_gib`` bounds it).
+    """
+
+    model: ModelSpec
+    instance_type: str
+    dtype: str = "bfloat16"
+    kv_dtype: str | None = None
+    tp: int | None = None
+    replicas: int = 1
+    tokens: int = 2500
+    max_model_len: int = 0
+    hit_ratio: float = 1.0
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    l2_read_gibps: float = REFERENCE_RUN.l2_read_gibps
+    gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
+    runtime_reserve_gib: float = DEFAULT_RUNTIME_RESERVE_GIB
+    l1_percentage: int = DEFAULT_L1_PERCENTAGE
+    l2_nodes: int | None = None
+    l2_node_capacity_gib: float | None = None
+    nvme_reserve_fraction: float = DEFAULT_NVME_RESERVE_FRACTION
+    region: str = "us-west-2"
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.instance_type in INSTANCE_TYPES, f"instance type {self.instance_type!r} unknown; allowed: "
+             f"{', '.join(sorted(INSTANCE_TYPES))}"),
+            (self.tokens >= 1, f"tokens must be >= 1 (got {self.tokens})"),
+            (self.replicas >= 1, f"replicas must be >= 1 (got {self.replicas})"),
+            (0.0 <= self.hit_ratio <= 1.0, f"hit ratio must be within 0..1 (got {self.hit_ratio})"),
+            (self.chunk_tokens >= 1, f"chunk size must be >= 1 (got {self.chunk_tokens})"),
+            (self.l2_read_gibps > 0, f"L2 read bandwidth must be > 0 GiB/s (got {self.l2_read_gibps})"),
+            (0.0 < self.gpu_memory_utilization <= 1.0,
+             f"gpu memory utilization must be within (0, 1] (got {self.gpu_memory_utilization})"),
+            (self.runtime_reserve_gib >= 0, f"runtime reserve must be >= 0 GiB (got {self.runtime_reserve_gib})"),
+            (0 <= self.l1_percentage <= 100, f"L1 percentage must be within 0..100 (got {self.l1_percentage})"),
+            (0.0 <= self.nvme_reserve_fraction < 1.0,
+             f"NVMe reserve must be within [0, 1) (got {self.nvme_reserve_fraction})"),
+        ]
+        problems = [msg for ok, msg in checks if not ok]
+        if self.tp is not None and self.instance_type in INSTANCE_TYPES:
+            gpus = INSTANCE_TYPES[self.instance_type].gpus
+            if not 1 <= self.tp <= gpus:
+                problems.append(f"tp {self.tp} does not fit {self.instance_type} ({gpus} GPU(s)); allowed: 1..{gpus}")
+            elif not valid_tp(self.model, self.tp):
+                problems.append(f"tp {self.tp} does not divide {self.model.name}'s {self.model.attention_heads} "
+                                f"attention heads / {self.model.kv_heads} KV heads")
+        dtype_bytes(self.dtype)
+        if self.kv_dtype is not None:
+            dtype_bytes(self.kv_dtype)
+        if problems:
+            raise ValueError("; ".join(problems))
+
+    @property
+    def effective_kv_dtype(self) -> str:
+        """The KV cache dtype in use (see the class docstring)."""
+        if self.kv_dtype:
+            return self.kv_dtype
+        return "bfloat16" if self.dtype == "fp8" else self.dtype
+
+
+@dataclass(frozen=True)
+class Fit:
+    """Whether the weights and one full-length sequence fit at a TP degree."""
+
+    tp: int
+    fits: bool
+    weights_per_gpu_gib: float
+    kv_free_per_gpu_gib: float
+    l0_tokens_per_replica: int
+    reason: str
+
+
+def _fit(inputs: PlanInputs, instance: InstanceType, tp: int) -> Fit:
+    model = inputs.model
+    weights_gib = model.weights_bytes(inputs.dtype) / GIB
+    per_gpu = weights_gib / tp
+    budget = instance.gpu_memory_gib * inputs.gpu_memory_utilization
+    free = budget - per_gpu - inputs.runtime_reserve_gib
+    per_token = kv_bytes_per_token_per_gpu(model, tp, inputs.effective_kv_dtype)
+    tokens = max(0, int(free * GIB // per_token)) if free > 0 else 0
+    need = max(inputs.tokens, inputs.max_model_len)
+    if free <= 0:
+        reason = (f"weights {per_gpu:.1f} GiB/GPU + reserve {inputs.runtime_reserve_gib:.1f} GiB exceed "
+                  f"{inputs.gpu_memory_utilization:.0%} of {instance.gpu_memory_gib:.0f} GiB ({instance.gpu_model})")
+    elif tokens < need:
+        reason = (f"KV room for {tokens:,} tokens per replica, below one {need:,}-token sequence "
+                  "(vLLM refuses to start)")
+    else:
+        reason = f"{per_gpu:.1f} GiB weights/GPU, {free:.1f} GiB/GPU left for KV ({tokens:,} tokens per replica)"
+    return Fit(tp, free > 0 and tokens >= need, per_gpu, max(free, 0.0), tokens, reason)
+
+
+def choose_tp(inputs: PlanInputs) -> tuple[Fit, int | None]:
+    """The fit at ``inputs.tp`` (or the smallest fitting TP), and the smallest TP that fits.
+
+    Returns ``(fit, min_tp)``; ``min_tp`` is None when no TP on this instance type fits.
+    """
+    instance = get_instance_type(inputs.instance_type)
+    candidates = [tp for tp in TP_CHOICES if tp <= instance.gpus and valid_tp(inputs.model, tp)]
+    fits = [_fit(inputs, instance, tp) for tp in candidates]
+    min_tp = next((f.tp for f in fits if f.fits), None)
+    if inputs.tp is not None:
+        return _fit(inputs, instance, inputs.tp), min_tp
+    chosen = next((f for f in fits if f.fits), fits[-1] if fits else _fit(inputs, instance, 1))
+    return chosen, min_tp
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Latency figures for one prompt length (ms, tokens)."""
+
+    tokens: int
+    cached_tokens: int
+    kv_gib: float
+    l2_read_ms: float
+    prefill_ms: float
+    cold_ttft_ms: float
+    warm_ttft_ms: float
+    ttft_ratio: float
+    break_even_tokens: float | None
+    l2_pays: bool
+
+
+def timing(model: ModelSpec, instance: InstanceType, tp: int, kv_dtype: str, *, tokens: int,
+           hit_ratio: float = 1.0, chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+           l2_read_gibps: float = REFERENCE_RUN.l2_read_gibps,
+           calibration: Calibration = DEFAULT_CALIBRATION) -> Timing:
+    """Cold vs warm TTFT of a ``tokens``-long prompt of which ``hit_ratio`` is in L2.
+
+    Cold TTFT = prefill of all tokens. Warm TTFT = L2 fixed overhead + read of the cached
+    tokens + prefill of the rest. With ``hit_ratio`` 1 the whole prompt is read (the
+    reference's repeated prompt, 1,925 of 1,925 tokens hit); below 1 the cached part is
+    rounded down to whole ``chunk_tokens`` chunks, as LMCache stores only full chunks.
+    """
+    flops_per_s = calibration.efficiency * instance.gpu_peak_bf16_tflops * 1e12 * tp
+    bandwidth = l2_read_gibps * tp
+    kv_per_token = model.kv_bytes_per_token(kv_dtype)
+    cached = tokens if hit_ratio >= 1.0 else int(hit_ratio * tokens) // chunk_tokens * chunk_tokens
+    kv_bytes = tokens * kv_per_token
+    read = l2_read_ms(cached * kv_per_token, bandwidth)
+    prefill = prefill_flops(model, tokens) / flops_per_s * 1000.0
+    warm = calibration.l2_overhead_ms + read + prefill_flops(model, tokens, cached) / flops_per_s * 1000.0
+    # Break-even (whole prompt cached): a*N^2 + b*N - overhead = 0.
+    a = 2.0 * model.layers * model.attention_width / flops_per_s * 1000.0
+    b = 2.0 * model.params / flops_per_s * 1000.0 - kv_per_token / (bandwidth * GIB) * 1000.0
+    disc = b * b + 4 * a * calibration.l2_overhead_ms
+    break_even = (-b + math.sqrt(disc)) / (2 * a) if a > 0 else (
+        calibration.l2_overhead_ms / b if b > 0 else None)
+    return Timing(tokens=tokens, cached_tokens=cached, kv_gib=kv_bytes / GIB, l2_read_ms=l2_read_ms(kv_bytes, bandwidth),
+                  prefill_ms=prefill, cold_ttft_ms=prefill, warm_ttft_ms=warm, ttft_ratio=prefill / warm,
+                  break_even_tokens=break_even, l2_pays=warm < prefill)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What the endpoint costs per hour (``None`` figures when the table has no price)."""
+
+    nodes: int
+    price: Price | None
+    cost_per_endpoint_hour: float | None
+    gpu_share_cost_per_hour: float | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's answer for one model on one instance type (see :func:`plan`)."""
+
+    inputs: PlanInputs
+    instance: InstanceType
+    fit: Fit
+    min_tp: int | None
+    kv_bytes_per_token: int
+    l1_gib_per_node: float
+    l2_nodes: int
+    l2_gib_per_node: float
+    timing: Timing
+    cost: Cost
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def weights_gib(self) -> float:
+        return self.inputs.model.weights_bytes(self.inputs.dtype) / GIB
+
+    @property
+    def weights_gb(self) -> float:
+        return self.inputs.model.weights_bytes(self.inputs.dtype) / GB
+
+    @property
+    def replicas_per_node(self) -> int:
+        return max(1, self.instance.gpus // self.fit.tp)
+
+    @property
+    def expected_ttft_ms(self) -> float:
+        """TTFT this option delivers: warm when L2 pays at this prompt length, else cold
+        (where L2 does not pay it should be left off)."""
+        return min(self.timing.cold_ttft_ms, self.timing.warm_ttft_ms)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready figures; units in the key names (``_gib`` GiB, ``_gb`` GB, ``_ms``)."""
+        i, t, m = self.inputs, self.timing, self.inputs.model
+        kv_per_token = self.kv_bytes_per_token
+        price = self.cost.price
+        return {
+            "model": {"name": m.name, "params": m.params, "layers": m.layers, "hidden_size": m.hidden_size,
+                      "attention_heads": m.attention_heads, "kv_heads": m.kv_heads, "head_dim": m.head_dim,
+                      "source": m.source},
+            "instance_type": self.instance.name,
+            "gpu": {"model": self.instance.gpu_model, "count": self.instance.gpus,
+                    "memory_gib": self.instance.gpu_memory_gib},
+            "dtype": i.dtype,
+            "kv_dtype": i.effective_kv_dtype,
+            "tp": self.fit.tp,
+            "min_tp": self.min_tp,
+            "replicas": i.replicas,
+            "weights_gib": round(self.weights_gib, 3),
+            "weights_gb": round(self.weights_gb, 3),
+            "weights_per_gpu_gib": round(self.fit.weights_per_gpu_gib, 3),
+            "fits": self.fit.fits,
+            "fit_reason": self.fit.reason,
+            "kv_bytes_per_token": kv_per_token,
+            "tokens": i.tokens,
+            "kv_gib": round(t.kv_gib, 4),
+            "kv_gb": round(t.kv_gib * GIB / GB, 4),
+            "l0": {"kv_gib_per_gpu": round(self.fit.kv_free_per_gpu_gib, 2),
+                   "tokens_per_replica": self.fit.l0_tokens_per_replica,
+                   "tokens_per_endpoint": self.fit.l0_tokens_per_replica * i.replicas},
+            "l1": {"gib_per_node": round(self.l1_gib_per_node, 2), "percentage": i.l1_percentage,
+                   "tokens_per_node": int(self.l1_gib_per_node * GIB // kv_per_token)},
+            "l2": {"nodes": self.l2_nodes, "gib_per_node": round(self.l2_gib_per_node, 1),
+                   "gib": round(self.l2_gib_per_node * self.l2_nodes, 1),
+                   "tokens": int(self.l2_gib_per_node * self.l2_nodes * GIB // kv_per_token),
+                   "read_gibps_per_rank": i.l2_read_gibps},
+            "l2_read_ms": round(t.l2_read_ms, 2),
+            "prefill_ms": round(t.prefill_ms, 1),
+            "cold_ttft_ms": round(t.cold_ttft_ms, 1),
+            "warm_ttft_ms": round(t.warm_ttft_ms, 1),
+            "ttft_ratio": round(t.ttft_ratio, 2),
+            "hit_ratio": i.hit_ratio,
+            "cached_tokens": t.cached_tokens,
+            "break_even_tokens": None if t.break_even_tokens is None else round(t.break_even_tokens),
+            "l2_pays": t.l2_pays,
+            "cost": {"nodes": self.cost.nodes,
+                     "usd_per_instance_hour": price.usd_per_hour if price else None,
+                     "cost_per_endpoint_hour": _round(self.cost.cost_per_endpoint_hour, 2),
+                     "gpu_share_cost_per_hour": _round(self.cost.gpu_share_cost_per_hour, 2),
+                     "price_as_of": price.as_of.isoformat() if price else None,
+                     "price_source": price.source if price else None,
+                     "price_checked": price.checked if price else None,
+                     "region": i.region},
+            "warnings": list(self.warnings),
+        }
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def plan(inputs: PlanInputs, *, prices: PriceTable | None = None,
+         calibration: Calibration = DEFAULT_CALIBRATION) -> Plan:
+    """Compute every figure for ``inputs`` (pure: no I/O).
+
+    Raises:
+        ValueError: from :class:`PlanInputs` validation (never for a model that does not
+            fit: that is reported as ``fit.fits == False``).
+    """
+    instance = get_instance_type(inputs.instance_type)
+    fit, min_tp = choose_tp(inputs)
+    kv_dtype = inputs.effective_kv_dtype
+    t = timing(inputs.model, instance, fit.tp, kv_dtype, tokens=inputs.tokens, hit_ratio=inputs.hit_ratio,
+               chunk_tokens=inputs.chunk_tokens, l2_read_gibps=inputs.l2_read_gibps, calibration=calibration)
+    nodes = math.ceil(inputs.replicas * fit.tp / instance.gpus)
+    nvme_gib = instance.nvme_gb * GB / GIB * (1.0 - inputs.nvme_reserve_fraction)
+    l2_per_node = min(nvme_gib, inputs.l2_node_capacity_gib) if inputs.l2_node_capacity_gib else nvme_gib
+    price = prices.price(inputs.region, instance.name) if prices else None
+    warnings = []
+    if prices is not None and price is None:
+        warnings.append(f"no price for {instance.name} in {inputs.region} in the price table")
+    if price is not None and not price.checked:
+        warnings.append(f"price of {instance.name} ({price.usd_per_hour} {prices.currency}/h, as of "
+                        f"{price.as_of}) is unchecked; verify at {price.source}")
+    if not t.l2_pays:
+        warnings.append(f"L2 does not pay at {inputs.tokens:,} tokens (break-even about "
+                        f"{t.break_even_tokens:,.0f} tokens): warm {t.warm_ttft_ms:.0f} ms vs cold {t.cold_ttft_ms:.0f} ms")
+    cost = Cost(
+        nodes=nodes, price=price,
+        cost_per_endpoint_hour=nodes * price.usd_per_hour if price else None,
+        gpu_share_cost_per_hour=inputs.replicas * fit.tp / instance.gpus * price.usd_per_hour if price else None,
+    )
+    return Plan(inputs=inputs, instance=instance, fit=fit, min_tp=min_tp,
+                kv_bytes_per_token=inputs.model.kv_bytes_per_token(kv_dtype),
+                l1_gib_per_node=instance.host_memory_gib * inputs.l1_percentage / 100.0,
+                l2_nodes=inputs.l2_nodes if inputs.l2_nodes is not None else nodes,
+                l2_gib_per_node=l2_per_node, timing=t, cost=cost, warnings=tuple(warnings))
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """The chosen option among candidate instance types, why, and every option considered."""
+
+    instance_type: str | None
+    tp: int | None
+    use_l2: bool
+    reason: str
+    options: tuple[Plan, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "instance_type": self.instance_type, "tp": self.tp, "use_l2": self.use_l2, "reason": self.reason,
+            "options": [{
+                "instance_type": p.instance.name, "fits": p.fit.fits, "tp": p.fit.tp, "nodes": p.cost.nodes,
+                "cost_per_endpoint_hour": _round(p.cost.cost_per_endpoint_hour, 2),
+                "cold_ttft_ms": round(p.timing.cold_ttft_ms, 1), "warm_ttft_ms": round(p.timing.warm_ttft_ms, 1),
+                "l2_pays": p.timing.l2_pays, "fit_reason": p.fit.reason,
+            } for p in self.options],
+        }
+
+
+def _money(value: float | None) -> str:
+    return "no price" if value is None else f"${value:,.2f}/endpoint-hour"
+
+
+def recommend(inputs: PlanInputs, candidates: Iterable[str], *, prices: PriceTable,
+              ttft_slo_ms: float | None = None, calibration: Calibration = DEFAULT_CALIBRATION) -> Recommendation:
+    """Pick the instance type for ``inputs``' model among ``candidates``.
+
+    Each candidate gets its smallest fitting TP (``inputs.tp`` is not carried over). Rule:
+    among options that fit and have a price, keep those whose expected TTFT (warm with L2
+    where L2 pays, else cold) meets ``ttft_slo_ms`` (all, if no SLO), then take the cheapest
+    per endpoint-hour, ties to the faster. The reason compares it with the fastest option.
+    If no option meets the SLO, the fastest is chosen and the reason says the SLO is missed.
+    """
+    options = tuple(plan(replace(inputs, instance_type=c, tp=None), prices=prices, calibration=calibration)
+                    for c in dict.fromkeys(candidates))
+    usable = [p for p in options if p.fit.fits and p.cost.cost_per_endpoint_hour is not None]
+    if not usable:
+        why = "; ".join(f"{p.instance.name}: {p.fit.reason if not p.fit.fits else 'no price'}" for p in options)
+        return Recommendation(None, None, False, f"no candidate fits {inputs.model.name} with a price: {why}", options)
+    meeting = [p for p in usable if ttft_slo_ms is None or p.expected_ttft_ms <= ttft_slo_ms]
+    fastest = min(usable, key=lambda p: (p.expected_ttft_ms, p.cost.cost_per_endpoint_hour))
+    if meeting:
+        best = min(meeting, key=lambda p: (p.cost.cost_per_endpoint_hour, p.expected_ttft_ms))
+    else:
+        best = fastest
+    t = best.timing
+    tier = (f"with L2 (warm TTFT {t.warm_ttft_ms:.0f} ms vs {t.cold_ttft_ms:.0f} ms cold, "
+            f"{t.ttft_ratio:.1f}x)" if t.l2_pays else
+            f"without L2 (TTFT {t.cold_ttft_ms:.0f} ms; L2 pays only above about "
+            f"{t.break_even_tokens:,.0f} tokens)")
+    reason = (f"{best.instance.name} TP {best.fit.tp} {tier} at {_money(best.cost.cost_per_endpoint_hour)} "
+              f"({best.cost.nodes} node(s) for {inputs.replicas} replica(s) of {inputs.tokens:,}-token prompts)")
+    if ttft_slo_ms is not None and not meeting:
+        reason = f"no option meets the {ttft_slo_ms:.0f} ms TTFT target; fastest: " + reason
+    elif ttft_slo_ms is not None:
+        reason += f"; cheapest option meeting the {ttft_slo_ms:.0f} ms TTFT target"
+    others = sorted((p for p in usable if p is not best), key=lambda p: p.cost.cost_per_endpoint_hour)
+    for other in others:
+        ot = other.timing
+        how = "with L2" if ot.l2_pays else "cold, L2 not paying"
+        reason += (f"; vs {other.instance.name} TP {other.fit.tp}: {other.expected_ttft_ms:.0f} ms ({how}) at "
+                   f"{_money(other.cost.cost_per_endpoint_hour)}, "
+                   f"{other.cost.cost_per_endpoint_hour / best.cost.cost_per_endpoint_hour:.1f}x the cost")
+    not_fitting = [p.instance.name for p in options if not p.fit.fits]
+    if not_fitting:
+        reason += f"; does not fit: {', '.join(not_fitting)}"
+    return Recommendation(best.instance.name, best.fit.tp, best.timing.l2_pays, reason, options)
+
+
+# --- inputs from config ------------------------------------------------------------------------
+
+
+def parse_vllm_args(args: Iterable[str]) -> dict[str, str]:
+    """``--flag value`` and ``--flag=value`` pairs of a vLLM command line (flags without a
+    value map to ``""``)."""
+    out: dict[str, str] = {}
+    items = list(args)
+    for idx, item in enumerate(items):
+        if not item.startswith("--"):
+            continue
+        key, eq, value = item.partition("=")
+        if not eq:
+            nxt = items[idx + 1] if idx + 1 < len(items) else ""
+            value = "" if nxt.startswith("--") else nxt
+        out[key] = value
+    return out
+
+
+def l2_pool(platform: PlatformConfig, nvme_reserve_fraction: float = DEFAULT_NVME_RESERVE_FRACTION) -> tuple[int, float]:
+    """``(worker nodes, GiB)`` of the platform's Curvine pool: every node of the Worker
+    instance groups (all groups when ``worker_instance_groups`` is empty) contributes
+    min(``worker_capacity_gib``, its NVMe less the reserve)."""
+    names = set(platform.curvine.worker_instance_groups)
+    nodes, gib = 0, 0.0
+    for group in platform.hyperpod.instance_groups:
+        if names and group.name not in names:
+            continue
+        nvme = INSTANCE_TYPES[group.instance_type].nvme_gb * GB / GIB * (1.0 - nvme_reserve_fraction)
+        nodes += group.instance_count
+        gib += group.instance_count * min(nvme, platform.curvine.worker_capacity_gib)
+    return nodes, gib
+
+
+def inputs_from_line(line: BusinessLineConfig, platform: PlatformConfig | None, *, model: ModelSpec | None = None,
+                     **overrides: Any) -> PlanInputs:
+    """Planner inputs for a business line: its model (by normalized ``model.name`` unless
+    ``model`` is given), ``model.dtype``, TP = ``gpus_per_replica``, ``replicas``,
+    ``cache.chunk_size_tokens``, ``--max-model-len``/``--kv-cache-dtype``/
+    ``--gpu-memory-utilization`` from ``vllm.args``; and from the platform the Tiered Storage
+    percentage, the region and the Curvine pool (nodes, per-node capacity). ``overrides``
+    replace any field (e.g. ``tokens``).
+
+    Raises:
+        KeyError: the model is not in the table (pass ``model``).
+    """
+    spec = model or lookup_model(line.model.name)
+    vargs = parse_vllm_args(line.vllm.args)
+    values: dict[str, Any] = dict(
+        model=spec, instance_type=line.instance_type, dtype=line.model.dtype, tp=line.tensor_parallel_size,
+        replicas=line.replicas, chunk_tokens=line.cache.chunk_size_tokens,
+    )
+    if vargs.get("--max-model-len", "").isdigit():
+        values["max_model_len"] = int(vargs["--max-model-len"])
+    if vargs.get("--kv-cache-dtype") in ("fp8", "fp8_e4m3", "fp8_e5m2"):
+        values["kv_dtype"] = "fp8"
+    if vargs.get("--gpu-memory-utilization"):
+        values["gpu_memory_utilization"] = float(vargs["--gpu-memory-utilization"])
+    if platform is not None:
+        values["region"] = platform.region
+        ts = platform.hyperpod.tiered_storage
+        values["l1_percentage"] = ts.memory_allocation_percentage if ts.enabled and line.cache.l1_enabled else 0
+        if platform.curvine.enabled and line.cache.l2_enabled:
+            nodes, gib = l2_pool(platform, overrides.get("nvme_reserve_fraction", DEFAULT_NVME_RESERVE_FRACTION))
+            values["l2_nodes"] = nodes
+            values["l2_node_capacity_gib"] = gib / nodes if nodes else None
+        else:
+            values["l2_nodes"] = 0
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return PlanInputs(**values)
+
+
+def calibration_dict(calibration: Calibration = DEFAULT_CALIBRATION) -> dict[str, Any]:
+    """The calibration constants and the run they come from, for ``--json`` output."""
+    return {"prefill_efficiency_of_peak": round(calibration.efficiency, 4),
+            "l2_overhead_ms": round(calibration.l2_overhead_ms, 1),
+            "reference": asdict(calibration.reference)}
+
+
+# --- text output ---------------------------------------------------------------------------------
+
+
+def format_plan(p: Plan, recommendation: Recommendation | None = None) -> str:
+    """The readable report ``scripts/plan.py`` prints (``--json`` prints :meth:`Plan.to_dict`)."""
+    i, t, m, inst = p.inputs, p.timing, p.inputs.model, p.instance
+    kv_per_token = p.kv_bytes_per_token
+    fit = "fits" if p.fit.fits else "DOES NOT FIT"
+    min_tp = f"smallest TP that fits: {p.min_tp}" if p.min_tp else f"no TP on {inst.name} fits"
+    l2_total = p.l2_gib_per_node * p.l2_nodes
+    lines = [
+        f"{m.name} ({i.dtype}) on {inst.name}: {inst.gpus} x {inst.gpu_model} {inst.gpu_memory_gib:.0f} GiB, "
+        f"TP {p.fit.tp}, {i.replicas} replica(s)",
+        f"  model facts: {m.params / 1e9:.2f}B params, {m.layers} layers, {m.kv_heads} KV heads x {m.head_dim} "
+        f"head_dim ({m.source})",
+        "",
+        f"weights       {p.weights_gib:.2f} GiB ({p.weights_gb:.2f} GB), {p.fit.weights_per_gpu_gib:.2f} GiB per GPU "
+        f"at TP {p.fit.tp}: {fit}{'' if p.fit.fits else f' ({p.fit.reason})'}; {min_tp}",
+        f"KV per token  {kv_per_token:,} B ({i.effective_kv_dtype})",
+        f"prompt        {i.tokens:,} tokens = {t.kv_gib:.4f} GiB ({t.kv_gib * GIB / GB:.4f} GB) of KV",
+        "",
+        f"{'tier':<5} {'capacity':<40} tokens",
+        f"{'L0':<5} {f'{p.fit.kv_free_per_gpu_gib:.2f} GiB KV per GPU':<40} "
+        f"{p.fit.l0_tokens_per_replica:,} per replica ({p.fit.l0_tokens_per_replica * i.replicas:,} per endpoint)",
+        f"{'L1':<5} {f'{p.l1_gib_per_node:.2f} GiB per node ({i.l1_percentage}% of host memory)':<40} "
+        f"{int(p.l1_gib_per_node * GIB // kv_per_token):,} per node",
+        f"{'L2':<5} {f'{l2_total:,.0f} GiB ({p.l2_nodes} node(s) x {p.l2_gib_per_node:,.0f} GiB NVMe)':<40} "
+        f"{int(l2_total * GIB // kv_per_token):,} in the pool",
+        "",
+        f"latency for {i.tokens:,} tokens, {t.cached_tokens:,} of them read from L2",
+        f"  L2 read       {t.l2_read_ms:8.1f} ms  all {i.tokens:,} tokens at {i.l2_read_gibps} GiB/s x TP {p.fit.tp}",
+        f"  cold TTFT     {t.cold_ttft_ms:8.1f} ms  prefill at the calibrated rate",
+        f"  warm TTFT     {t.warm_ttft_ms:8.1f} ms  L2 overhead + read + prefill of uncached tokens",
+        f"  cold / warm   {t.ttft_ratio:8.2f} x",
+        f"  break-even    {t.break_even_tokens or 0:8,.0f} tokens  (L2 pays above; below, leave it to L0/L1)",
+    ]
+    if p.cost.price is not None:
+        price = p.cost.price
+        lines += ["", f"cost          {p.cost.nodes} node(s) x ${price.usd_per_hour:,.2f}/h = "
+                      f"${p.cost.cost_per_endpoint_hour:,.2f} per endpoint-hour (GPU share "
+                      f"${p.cost.gpu_share_cost_per_hour:,.2f}/h); {i.region} price as of {price.as_of}"
+                      f"{'' if price.checked else ' (unchecked)'}"]
+    if recommendation is not None:
+        lines += ["", f"recommendation: {recommendation.reason}"]
+    if p.warnings:
+        lines += [""] + [f"warning: {w}" for w in p.warnings]
+    return "\n".join(lines)

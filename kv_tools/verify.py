@@ -1,0 +1,399 @@
+"""Post-deploy verification: is the tiered KV cache of this platform (and its lines) working?
+
+Checks, each a row of the pass/fail table:
+
+platform
+  * the HyperPod cluster is ``InService`` and Tiered Storage is ``Enable`` with the configured
+    ``InstanceMemoryAllocationPercentage`` (``sagemaker:DescribeCluster``);
+  * the ``ai-toolkit`` DaemonSet (namespace ``aws-hyperpod``, run by HyperPod once Tiered
+    Storage is on) is ready on every node it is scheduled to;
+  * the Curvine Primary StatefulSet and the Worker DaemonSet are ready;
+  * the ``curvine`` CSIDriver exists and its node plugin is registered (``CSINode``) on as
+    many nodes as the node-plugin DaemonSet wants;
+business line (L2 enabled)
+  * its RWX PVC is ``Bound``; its inference pods (label ``app=<line>``) are Ready;
+  * every pod's vLLM container has exactly one ``LMCACHE_REMOTE_URL``, equal to the fs://
+    URL of the Curvine mount (the operator injects its own ``sagemaker-hyperpod://`` one; two
+    entries mean the patch appended without removing it), ``LMCACHE_REMOTE_SERDE=naive``,
+    the L2 mount backed by the line's PVC, and the same ``PYTHONHASHSEED`` as its siblings
+    (and as configured): with different seeds cross-pod hits are silently 0;
+  * optionally (``cross_pod=True``): the same fresh prompt sent to pod A then pod B shows
+    "LMCache hit tokens: N > 0" in pod B's log.
+
+The checks are pure functions over plain dicts (Kubernetes objects as ``kubectl get -o json``
+returns them, the DescribeCluster response as boto3 returns it); :class:`LiveReader` is the thin
+I/O layer (kubernetes client + boto3, standard kubeconfig and credential resolution), and tests
+inject a fake reader.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from typing import Any, Iterable, Protocol
+
+from k8s import names
+from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL, find_vllm_container
+from kv_tools.preflight import CheckResult
+from platform_config import BusinessLineConfig, PlatformConfig, ProjectConfig
+
+HYPERPOD_NAMESPACE = "aws-hyperpod"
+AI_TOOLKIT = "ai-toolkit"
+REMOTE_URL_ENV = "LMCACHE_REMOTE_URL"
+REMOTE_SERDE_ENV = "LMCACHE_REMOTE_SERDE"
+HASH_SEED_ENV = "PYTHONHASHSEED"
+#: vLLM + LMCache log line of a retrieval (FACTS.md section 5).
+HIT_LOG_PATTERN = re.compile(r"LMCache hit tokens:\s*(\d+)")
+
+
+def _ok(name: str, detail: str) -> CheckResult:
+    return CheckResult(name, True, detail)
+
+
+def _fail(name: str, detail: str) -> CheckResult:
+    return CheckResult(name, False, detail)
+
+
+# --- pure checks ---------------------------------------------------------------------------------
+
+
+def check_hyperpod_cluster(describe: dict[str, Any] | None, platform: PlatformConfig) -> list[CheckResult]:
+    """Cluster status and Tiered Storage from a ``DescribeCluster`` response (None: not found)."""
+    name = platform.hyperpod.cluster_name
+    if not describe:
+        return [_fail("HyperPod cluster", f"{name} not found in {platform.region}")]
+    status = describe.get("ClusterStatus", "?")
+    results = [CheckResult("HyperPod cluster", status == "InService", f"{name} is {status}")]
+    wanted = platform.hyperpod.tiered_storage
+    ts = describe.get("TieredStorageConfig") or {}
+    mode, pct = ts.get("Mode", "Disable"), ts.get("InstanceMemoryAllocationPercentage")
+    if not wanted.enabled:
+        results.append(_ok("Tiered Storage", f"disabled in config (cluster: {mode})"))
+    elif mode != "Enable":
+        results.append(_fail("Tiered Storage", f"Mode is {mode}; config wants Enable at "
+                                               f"{wanted.memory_allocation_percentage}%"))
+    elif pct != wanted.memory_allocation_percentage:
+        results.append(_fail("Tiered Storage", f"enabled at {pct}%, config says "
+                                               f"{wanted.memory_allocation_percentage}%"))
+    else:
+        results.append(_ok("Tiered Storage", f"Enable, {pct}% of instance memory"))
+    return results
+
+
+def daemonset_ready(name: str, ds: dict[str, Any] | None, what: str) -> CheckResult:
+    """A DaemonSet exists, is scheduled somewhere, and every scheduled pod is ready and updated."""
+    if ds is None:
+        return _fail(name, f"{what} not found")
+    status = ds.get("status") or {}
+    desired = status.get("desiredNumberScheduled", 0)
+    ready = status.get("numberReady", 0)
+    updated = status.get("updatedNumberScheduled", desired)
+    if desired == 0:
+        return _fail(name, f"{what}: scheduled on no node")
+    ok = ready == desired and updated == desired
+    return CheckResult(name, ok, f"{what}: {ready}/{desired} ready" + ("" if updated == desired else
+                                                                      f", {updated}/{desired} updated"))
+
+
+def statefulset_ready(name: str, sts: dict[str, Any] | None, what: str) -> CheckResult:
+    """A StatefulSet exists, wants at least one replica, and all are ready."""
+    if sts is None:
+        return _fail(name, f"{what} not found")
+    wanted = (sts.get("spec") or {}).get("replicas", 1)
+    ready = (sts.get("status") or {}).get("readyReplicas", 0)
+    return CheckResult(name, wanted >= 1 and ready == wanted, f"{what}: {ready}/{wanted} ready")
+
+
+def check_ai_toolkit(daemonsets: Iterable[dict[str, Any]], platform: PlatformConfig) -> CheckResult:
+    """The HyperPod ``ai-toolkit`` DaemonSet (matched by name) in ``aws-hyperpod`` is ready."""
+    name = "ai-toolkit DaemonSet"
+    if not platform.hyperpod.tiered_storage.enabled:
+        return _ok(name, "not expected: Tiered Storage is disabled in config")
+    found = [d for d in daemonsets if AI_TOOLKIT in (d.get("metadata") or {}).get("name", "")]
+    if not found:
+        return _fail(name, f"no DaemonSet named *{AI_TOOLKIT}* in {HYPERPOD_NAMESPACE}")
+    ds = found[0]
+    return daemonset_ready(name, ds, f"{HYPERPOD_NAMESPACE}/{ds['metadata']['name']}")
+
+
+def check_csi_driver(driver: dict[str, Any] | None, csinodes: Iterable[dict[str, Any]],
+                     node_plugin: dict[str, Any] | None) -> CheckResult:
+    """The CSIDriver object exists and the node plugin registered on every node it runs on."""
+    name = "CSI driver registered"
+    if driver is None:
+        return _fail(name, f"CSIDriver {names.CSI_DRIVER_NAME} not found")
+    registered = sorted((n.get("metadata") or {}).get("name", "?") for n in csinodes
+                        if any(d.get("name") == names.CSI_DRIVER_NAME for d in (n.get("spec") or {}).get("drivers") or []))
+    wanted = ((node_plugin or {}).get("status") or {}).get("desiredNumberScheduled", 1)
+    ok = bool(registered) and len(registered) >= wanted
+    return CheckResult(name, ok, f"{names.CSI_DRIVER_NAME} on {len(registered)} node(s), node plugin wants {wanted}")
+
+
+def check_pvc(line: BusinessLineConfig, pvc: dict[str, Any] | None) -> CheckResult:
+    """The line's RWX PVC exists and is ``Bound``."""
+    name = f"{line.name}: PVC Bound"
+    ref = f"{line.namespace}/{names.pvc_name(line)}"
+    if pvc is None:
+        return _fail(name, f"{ref} not found")
+    phase = (pvc.get("status") or {}).get("phase", "?")
+    modes = (pvc.get("spec") or {}).get("accessModes") or []
+    if phase != "Bound":
+        return _fail(name, f"{ref} is {phase}")
+    if "ReadWriteMany" not in modes:
+        return _fail(name, f"{ref} is Bound but not ReadWriteMany ({', '.join(modes) or 'no access modes'})")
+    return _ok(name, f"{ref} Bound, ReadWriteMany")
+
+
+def _pod_name(pod: dict[str, Any]) -> str:
+    return (pod.get("metadata") or {}).get("name", "?")
+
+
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _env_values(container: dict[str, Any], env_name: str) -> list[str | None]:
+    """Every value of ``env_name`` in the container (None for a ``valueFrom`` entry)."""
+    return [e.get("value") for e in container.get("env") or [] if e.get("name") == env_name]
+
+
+def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]]) -> list[CheckResult]:
+    """Readiness, L2 env, mount and hash seed of a line's inference pods (see module docstring)."""
+    prefix = f"{line.name}: "
+    if not pods:
+        return [_fail(prefix + "inference pods", f"no pod labelled {names.OPERATOR_POD_LABEL}="
+                                                 f"{names.endpoint_name(line)} in {line.namespace}")]
+    ready = [p for p in pods if _ready(p)]
+    results = [CheckResult(prefix + "inference pods Ready", len(ready) == len(pods) and len(pods) >= line.replicas,
+                           f"{len(ready)}/{len(pods)} Ready, {line.replicas} configured")]
+    url_problems, serde_problems, mount_problems, seeds = [], [], [], {}
+    for pod in pods:
+        pname = _pod_name(pod)
+        spec = pod.get("spec") or {}
+        try:
+            container = spec["containers"][find_vllm_container(spec, line)]
+        except (ValueError, KeyError, IndexError) as exc:
+            url_problems.append(f"{pname}: {exc}")
+            mount_problems.append(f"{pname}: no vLLM container")
+            continue
+        urls = _env_values(container, REMOTE_URL_ENV)
+        if len(urls) != 1:
+            url_problems.append(f"{pname}: {len(urls)} entries {urls}")
+        elif urls[0] != L2_REMOTE_URL:
+            url_problems.append(f"{pname}: {urls[0]!r}")
+        serdes = _env_values(container, REMOTE_SERDE_ENV)
+        if serdes[-1:] != ["naive"]:
+            serde_problems.append(f"{pname}: {serdes or 'unset'}")
+        mounts = [m for m in container.get("volumeMounts") or [] if m.get("mountPath") == L2_MOUNT_PATH]
+        volumes = {v.get("name"): v for v in spec.get("volumes") or []}
+        claims = [((volumes.get(m.get("name")) or {}).get("persistentVolumeClaim") or {}).get("claimName")
+                  for m in mounts]
+        if len(mounts) != 1:
+            mount_problems.append(f"{pname}: {len(mounts)} mounts at {L2_MOUNT_PATH}")
+        elif claims[0] != names.pvc_name(line):
+            mount_problems.append(f"{pname}: {L2_MOUNT_PATH} is not PVC {names.pvc_name(line)} (got {claims[0]})")
+        elif mounts[0].get("readOnly"):
+            mount_problems.append(f"{pname}: {L2_MOUNT_PATH} mounted read-only")
+        seed = _env_values(container, HASH_SEED_ENV)
+        seeds[pname] = seed[-1] if seed else None
+    results.append(CheckResult(prefix + REMOTE_URL_ENV, not url_problems,
+                               "; ".join(url_problems) or f"exactly one, {L2_REMOTE_URL}, in {len(pods)} pod(s)"))
+    results.append(CheckResult(prefix + "LMCACHE_REMOTE_SERDE naive", not serde_problems,
+                               "; ".join(serde_problems) or f"naive in {len(pods)} pod(s)"))
+    results.append(CheckResult(prefix + "L2 mount", not mount_problems,
+                               "; ".join(mount_problems) or f"{L2_MOUNT_PATH} from PVC {names.pvc_name(line)}"))
+    distinct = sorted({str(s) for s in seeds.values()})
+    expected = str(line.python_hash_seed)
+    seed_ok = distinct == [expected]
+    if seed_ok:
+        detail = f"{expected} in all {len(seeds)} pod(s)"
+    else:
+        detail = ", ".join(f"{p}={s}" for p, s in sorted(seeds.items())) + f" (config: {expected})"
+    results.append(CheckResult(prefix + "PYTHONHASHSEED shared", seed_ok, detail))
+    return results
+
+
+def parse_hit_tokens(log_text: str) -> int | None:
+    """The last "LMCache hit tokens: N" in a log, or None if the line never appears."""
+    hits = HIT_LOG_PATTERN.findall(log_text)
+    return int(hits[-1]) if hits else None
+
+
+def check_cross_pod_hit(line: BusinessLineConfig, pod_a: str, pod_b: str, log_b: str) -> CheckResult:
+    """Pod B's log after the second of two identical requests shows a non-zero L2 hit."""
+    name = f"{line.name}: cross-pod hit"
+    hits = parse_hit_tokens(log_b)
+    if hits is None:
+        return _fail(name, f"no 'LMCache hit tokens' line in {pod_b}'s log (is LMCache enabled?)")
+    return CheckResult(name, hits > 0, f"{hits} tokens of {pod_a}'s prompt hit in {pod_b}")
+
+
+# --- I/O ---------------------------------------------------------------------------------------
+
+
+class Reader(Protocol):
+    """What :func:`verify` reads; :class:`LiveReader` talks to AWS and Kubernetes."""
+
+    def describe_cluster(self, name: str) -> dict[str, Any] | None: ...
+    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None: ...
+    def list(self, kind: str, namespace: str | None = None, label_selector: str | None = None) -> list[dict[str, Any]]: ...
+    def pod_get(self, namespace: str, pod: str, port: int, path: str) -> Any: ...
+    def pod_post(self, namespace: str, pod: str, port: int, path: str, body: dict[str, Any]) -> Any: ...
+    def pod_log(self, namespace: str, pod: str, container: str, since_seconds: int) -> str: ...
+
+
+def cross_pod_probe(reader: Reader, line: BusinessLineConfig, pods: list[dict[str, Any]], *,
+                    prompt_tokens: int = 2048, settle_s: float = 2.0) -> CheckResult:
+    """Send one fresh prompt to pod A, the same to pod B, and check pod B's log for a hit.
+
+    The prompt starts with a random nonce so no earlier run can have cached it; it is about
+    ``prompt_tokens`` words long (several whole chunks). Pods on different nodes are
+    preferred, so the hit is a cross-node L2 read. The model id comes from pod A's
+    ``/v1/models``.
+    """
+    ready = [p for p in pods if _ready(p)]
+    if len(ready) < 2:
+        return _fail(f"{line.name}: cross-pod hit", f"needs 2 Ready pods, found {len(ready)}")
+    pod_a = ready[0]
+    others = [p for p in ready[1:] if (p.get("spec") or {}).get("nodeName") != (pod_a.get("spec") or {}).get("nodeName")]
+    pod_b = (others or ready[1:])[0]
+    a, b = _pod_name(pod_a), _pod_name(pod_b)
+    spec_b = pod_b.get("spec") or {}
+    container_b = spec_b["containers"][find_vllm_container(spec_b, line)]["name"]
+    port = line.vllm.port
+    models = reader.pod_get(line.namespace, a, port, "v1/models")
+    model_id = models["data"][0]["id"]
+    nonce = uuid.uuid4().hex
+    prompt = f"verify {nonce}: " + " ".join(f"word{i % 997}" for i in range(prompt_tokens))
+    body = {"model": model_id, "prompt": prompt, "max_tokens": 1, "temperature": 0}
+    started = time.monotonic()
+    reader.pod_post(line.namespace, a, port, "v1/completions", body)
+    time.sleep(settle_s)  # let pod A's LMCache finish writing the chunks to L2
+    reader.pod_post(line.namespace, b, port, "v1/completions", body)
+    since = int(time.monotonic() - started) + 5
+    return check_cross_pod_hit(line, a, b, reader.pod_log(line.namespace, b, container_b, since))
+
+
+def verify(reader: Reader, project: ProjectConfig, *, lines: Iterable[str] | None = None,
+           cross_pod: bool = False, platform_checks: bool = True) -> list[CheckResult]:
+    """Run every check against ``reader``; ``lines`` limits the business lines (default all).
+
+    Raises:
+        KeyError: a name in ``lines`` is not a business line of ``project``.
+    """
+    platform = project.platform
+    selected = [project.business_line(n) for n in lines] if lines is not None else list(project.business_lines)
+    results: list[CheckResult] = []
+    if platform_checks:
+        results += check_hyperpod_cluster(reader.describe_cluster(platform.hyperpod.cluster_name), platform)
+        results.append(check_ai_toolkit(reader.list("DaemonSet", HYPERPOD_NAMESPACE), platform))
+        if platform.curvine.enabled:
+            ns = platform.curvine.namespace
+            results.append(statefulset_ready("Curvine Primary ready", reader.get("StatefulSet", ns, names.CURVINE_MASTER),
+                                             f"{ns}/{names.CURVINE_MASTER}"))
+            results.append(daemonset_ready("Curvine Workers ready", reader.get("DaemonSet", ns, names.CURVINE_WORKER),
+                                           f"{ns}/{names.CURVINE_WORKER}"))
+            results.append(check_csi_driver(reader.get("CSIDriver", None, names.CSI_DRIVER_NAME),
+                                            reader.list("CSINode"), reader.get("DaemonSet", ns, names.CSI_NODE)))
+    for line in selected:
+        if not line.cache.l2_enabled:
+            results.append(_ok(f"{line.name}: L2", "cache.l2_enabled is false; nothing to check"))
+            continue
+        results.append(check_pvc(line, reader.get("PersistentVolumeClaim", line.namespace, names.pvc_name(line))))
+        pods = reader.list("Pod", line.namespace, f"{names.OPERATOR_POD_LABEL}={names.endpoint_name(line)}")
+        results += check_inference_pods(line, pods)
+        if cross_pod:
+            try:
+                results.append(cross_pod_probe(reader, line, pods))
+            except Exception as exc:  # any transport error is a failed check, not a crash
+                results.append(_fail(f"{line.name}: cross-pod hit", f"probe failed: {exc}"))
+    return results
+
+
+class LiveReader:
+    """Reads the live cluster: kubernetes client (kubeconfig, or in-cluster config) and boto3
+    (standard credential chain). Objects are returned as plain dicts in the API's camelCase,
+    as ``kubectl get -o json`` shows them; 404 becomes None."""
+
+    def __init__(self, region: str, *, context: str | None = None, session: Any = None) -> None:
+        import boto3
+        from kubernetes import client, config
+
+        try:
+            config.load_kube_config(context=context)
+        except config.ConfigException as exc:
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                raise RuntimeError(f"no usable kubeconfig ({exc}) and not running in a pod; run "
+                                   "`aws eks update-kubeconfig --name <cluster>` first") from None
+        self._api = client.ApiClient()
+        self._core = client.CoreV1Api(self._api)
+        self._apps = client.AppsV1Api(self._api)
+        self._storage = client.StorageV1Api(self._api)
+        self._sagemaker = (session or boto3.Session(region_name=region)).client("sagemaker")
+        self._not_found = client.exceptions.ApiException
+
+    def _dict(self, obj: Any) -> dict[str, Any]:
+        return self._api.sanitize_for_serialization(obj)
+
+    def describe_cluster(self, name: str) -> dict[str, Any] | None:
+        try:
+            return self._sagemaker.describe_cluster(ClusterName=name)
+        except self._sagemaker.exceptions.ResourceNotFound:
+            return None
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        read = {
+            "DaemonSet": lambda: self._apps.read_namespaced_daemon_set(name, namespace),
+            "StatefulSet": lambda: self._apps.read_namespaced_stateful_set(name, namespace),
+            "Deployment": lambda: self._apps.read_namespaced_deployment(name, namespace),
+            "PersistentVolumeClaim": lambda: self._core.read_namespaced_persistent_volume_claim(name, namespace),
+            "CSIDriver": lambda: self._storage.read_csi_driver(name),
+        }[kind]
+        try:
+            return self._dict(read())
+        except self._not_found as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def list(self, kind: str, namespace: str | None = None, label_selector: str | None = None) -> list[dict[str, Any]]:
+        kwargs = {"label_selector": label_selector} if label_selector else {}
+        call = {
+            "DaemonSet": lambda: self._apps.list_namespaced_daemon_set(namespace, **kwargs),
+            "Pod": lambda: self._core.list_namespaced_pod(namespace, **kwargs),
+            "CSINode": lambda: self._storage.list_csi_node(**kwargs),
+        }[kind]
+        return [self._dict(item) for item in call().items]
+
+    def _pod_proxy(self, method: str, namespace: str, pod: str, port: int, path: str, body: Any = None) -> Any:
+        # Pod and namespace names are DNS labels: safe in a path as they are.
+        params = self._api.param_serialize(
+            method=method, resource_path=f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy/{path}", body=body,
+            header_params={"Content-Type": "application/json", "Accept": "application/json"},
+            auth_settings=["BearerToken"])
+        response = self._api.call_api(*params, _request_timeout=120)
+        response.read()
+        return json.loads(response.data or b"null")
+
+    def pod_get(self, namespace: str, pod: str, port: int, path: str) -> Any:
+        return self._pod_proxy("GET", namespace, pod, port, path)
+
+    def pod_post(self, namespace: str, pod: str, port: int, path: str, body: dict[str, Any]) -> Any:
+        return self._pod_proxy("POST", namespace, pod, port, path, body)
+
+    def pod_log(self, namespace: str, pod: str, container: str, since_seconds: int) -> str:
+        return self._core.read_namespaced_pod_log(pod, namespace, container=container, since_seconds=since_seconds)
+
+
+def format_results(results: list[CheckResult]) -> str:
+    """The pass/fail table ``scripts/verify.py`` prints."""
+    width = max((len(r.name) for r in results), default=0)
+    rows = [f"{'PASS' if r.ok else 'FAIL'}  {r.name:<{width}}  {r.detail}" for r in results]
+    failed = sum(not r.ok for r in results)
+    rows.append(f"\nverify: {len(results)} checks, {failed} failing")
+    return "\n".join(rows)

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""After deploy: check that the tiered KV cache works, as a pass/fail table.
+
+Tiered Storage on the HyperPod cluster, the ai-toolkit DaemonSet, Curvine Primary and
+Workers, the CSI driver, and per business line: PVC Bound, pods Ready, exactly one fs://
+LMCACHE_REMOTE_URL, LMCACHE_REMOTE_SERDE=naive, the L2 mount, one shared PYTHONHASHSEED;
+optionally a live cross-pod hit (--cross-pod-hit). Uses the standard kubeconfig (or
+in-cluster config) and AWS credential chain; reads only, except the two probe requests.
+
+    .venv/bin/python scripts/verify.py [--config config] [--line rag-assistant] [--cross-pod-hit] [--json]
+
+Exit code 0 when every check passes, 1 when any fails, 2 on invalid config or when the
+cluster or AWS cannot be reached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kv_tools.verify import LiveReader, format_results, verify  # noqa: E402
+from platform_config import ConfigError, load_project  # noqa: E402
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="config", help="config directory (default: config)")
+    parser.add_argument("--line", action="append", help="check only this business line (repeatable)")
+    parser.add_argument("--lines-only", action="store_true", help="skip the platform checks")
+    parser.add_argument("--cross-pod-hit", action="store_true",
+                        help="send one prompt to pod A and B of each line and look for an L2 hit in B's log")
+    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    return parser
+
+
+def main(argv: list[str] | None = None, reader_factory=LiveReader) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        project = load_project(args.config)
+        for name in args.line or []:
+            project.business_line(name)
+    except (ConfigError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        reader = reader_factory(project.platform.region, context=args.context)
+        results = verify(reader, project, lines=args.line, cross_pod=args.cross_pod_hit,
+                         platform_checks=not args.lines_only)
+    except Exception as exc:  # no kubeconfig, no credentials, API unreachable: say so, exit 2
+        print(f"error: cannot query the cluster or AWS: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([asdict(r) for r in results], indent=2))
+    else:
+        print(format_results(results))
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,233 @@
+"""TTFT benchmark against local streaming servers (127.0.0.1, ephemeral ports) whose first-token
+delay is known: 200 ms for a prefix they have not seen, 50 ms for one they have."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterator
+
+import pytest
+
+from script_loader import load_script
+from kv_tools.bench_ttft import BenchConfig, build_requests, percentile, run
+
+COLD_S, WARM_S, CHUNK_GAP_S = 0.200, 0.050, 0.030
+PREFIX_KEY_CHARS = 60  # the run id + document index are in the first characters
+
+
+class FakeServer:
+    """An OpenAI-style SSE server. ``cache`` may be shared between servers (the L2 tier)."""
+
+    def __init__(self, cache: set[str], lock: threading.Lock, *, api_key: str | None = None,
+                 fail_every: int = 0) -> None:
+        self.cache, self.lock, self.api_key, self.fail_every = cache, lock, api_key, fail_every
+        self.seen: list[tuple[str, str]] = []  # (path, "cold"|"warm")
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # chunked streaming on keep-alive connections, as uvicorn does
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _chunk(self, data: str) -> None:
+                raw = data.encode()
+                self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+                self.wfile.flush()
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if server.api_key and self.headers.get("Authorization") != f"Bearer {server.api_key}":
+                    self.send_response(401)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                chat = self.path.endswith("/chat/completions")
+                prompt = body["messages"][-1]["content"] if chat else body["prompt"]
+                key = prompt[:PREFIX_KEY_CHARS]
+                with server.lock:
+                    warm = key in server.cache
+                    server.cache.add(key)
+                    server.seen.append((self.path, "warm" if warm else "cold"))
+                    n = len(server.seen)
+                if server.fail_every and n % server.fail_every == 0:
+                    msg = b'{"error": "overloaded"}'
+                    self.send_response(503)
+                    self.send_header("Content-Length", str(len(msg)))
+                    self.end_headers()
+                    self.wfile.write(msg)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                if chat:  # a role-only chunk at once: TTFT must not stop here
+                    self._chunk('data: {"choices": [{"delta": {"role": "assistant"}}]}\n\n')
+                time.sleep(WARM_S if warm else COLD_S)
+                for i in range(body["max_tokens"]):
+                    piece = {"delta": {"content": f"t{i} "}} if chat else {"text": f"t{i} "}
+                    self._chunk(f"data: {json.dumps({'choices': [piece]})}\n\n")
+                    time.sleep(CHUNK_GAP_S)
+                self._chunk("data: [DONE]\n\n")
+                self._chunk("")
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def servers(n: int, **kwargs: Any) -> list[FakeServer]:
+    cache: set[str] = set()
+    lock = threading.Lock()
+    return [FakeServer(cache, lock, **kwargs) for _ in range(n)]
+
+
+@pytest.fixture
+def one() -> Iterator[FakeServer]:
+    (s,) = servers(1)
+    yield s
+    s.close()
+
+
+def cfg(url: str, **kwargs: Any) -> BenchConfig:
+    base = dict(base_url=url, model="m", requests=8, reuse_share=0.5, prefix_tokens=300, suffix_tokens=8,
+                max_tokens=4, concurrency=2, duration_s=30, timeout_s=10)
+    base.update(kwargs)
+    return BenchConfig(**base)
+
+
+def test_measured_ttft_matches_the_servers_delays(one: FakeServer) -> None:
+    report = run(cfg(one.url))
+    d = report.to_dict()
+    assert d["requests"] == {"planned": 8, "cold": 4, "warm": 4, "completed": 8, "errors": 0, "skipped": 0}
+    assert [k for _, k in one.seen] == ["cold"] * 4 + ["warm"] * 4
+    # Lower bounds are the delays themselves; the upper bounds leave ~50 ms for loopback HTTP on a
+    # busy 2-core machine, and stay below delay + the 120 ms of content chunks, so measuring at
+    # the role-only chunk (~0 ms) or at the end of the stream would fail.
+    assert 200 <= d["cold"]["ttft_ms"]["p50"] < 250 and 200 <= d["cold"]["ttft_ms"]["p99"] < 300, d
+    assert 50 <= d["warm"]["ttft_ms"]["p50"] < 100 and 50 <= d["warm"]["ttft_ms"]["p99"] < 150, d
+    assert d["cold_warm_ratio"] == pytest.approx(d["cold"]["ttft_ms"]["p50"] / d["warm"]["ttft_ms"]["p50"], abs=1e-3)
+    assert 2.0 < d["cold_warm_ratio"] < 5.0, d  # within (200/100, 250/50)
+    # End to end: first-token delay + 4 content chunks 30 ms apart.
+    assert 200 + 4 * 30 <= d["cold"]["e2e_ms"]["p50"] < 400, d
+    assert 50 + 4 * 30 <= d["warm"]["e2e_ms"]["p50"] < 250, d
+    assert set(d["ttft_ms"]) == {"p50", "p90", "p99", "mean"}
+
+
+def test_two_urls_cold_writes_to_a_and_warm_reads_from_b() -> None:
+    a, b = servers(2)
+    try:
+        report = run(cfg(a.url, read_base_url=b.url, requests=6, reuse_share=0.5, endpoint="completions"))
+        assert [k for _, k in a.seen] == ["cold"] * 3
+        assert [k for _, k in b.seen] == ["warm"] * 3  # B never saw the prefixes: the shared cache served them
+        assert {p for p, _ in a.seen + b.seen} == {"/v1/completions"}
+        assert 50 <= report.to_dict()["warm"]["ttft_ms"]["p50"] < 100
+    finally:
+        a.close()
+        b.close()
+
+
+def test_without_a_shared_cache_pod_b_is_cold() -> None:
+    (a,), (b,) = servers(1), servers(1)
+    try:
+        report = run(cfg(a.url, read_base_url=b.url, requests=4))
+        assert [k for _, k in b.seen] == ["cold"] * 2
+        assert 0.5 < report.cold_warm_ratio < 2.0  # no reuse across pods: ~1x, where shared L2 gives ~4x
+    finally:
+        a.close()
+        b.close()
+
+
+def test_the_duration_bound_stops_new_requests(one: FakeServer) -> None:
+    started = time.monotonic()
+    report = run(cfg(one.url, requests=40, reuse_share=0.0, concurrency=1, duration_s=0.5))
+    elapsed = time.monotonic() - started
+    d = report.to_dict()["requests"]
+    assert 1 <= d["completed"] <= 4 and d["completed"] + d["skipped"] == 40
+    assert elapsed < 1.5
+
+
+def test_errors_are_counted_not_raised() -> None:
+    (s,) = servers(1, fail_every=3)
+    try:
+        report = run(cfg(s.url, requests=6, concurrency=1))
+        d = report.to_dict()
+        assert d["requests"]["errors"] == 2 and d["requests"]["completed"] == 4
+        assert d["errors"] == ['HTTP 503: {"error": "overloaded"}']
+    finally:
+        s.close()
+
+
+def test_api_key_is_sent_and_not_reported() -> None:
+    (s,) = servers(1, api_key="sk-test")
+    try:
+        assert run(cfg(s.url, api_key="sk-test", requests=2)).to_dict()["requests"]["errors"] == 0
+        bad = run(cfg(s.url, api_key="wrong", requests=2)).to_dict()
+        assert bad["requests"]["errors"] == 2 and "api_key" not in bad["config"]
+    finally:
+        s.close()
+
+
+def test_request_plan_prefixes_are_unique_per_cold_request_and_reused_by_warm() -> None:
+    plan = build_requests(cfg("http://127.0.0.1:1", requests=10, reuse_share=0.7), run_id="r1")
+    cold = [p for k, _, p in plan if k == "cold"]
+    warm = [(i, p) for k, i, p in plan if k == "warm"]
+    assert len(cold) == 3 and len(warm) == 7
+    assert len({p[:PREFIX_KEY_CHARS] for p in cold}) == 3
+    assert all(p.startswith(cold[i].split("\n\nQuestion")[0]) for i, p in warm)
+    assert len({p for _, p in warm}) == 7  # unique suffixes
+    assert len(cold[0].split("\n\nQuestion")[0].split()) == 300
+
+
+def test_exact_prefix_length_with_a_tokenizer(tmp_path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from kv_tools.bench_ttft import WORDS, TextMaker
+
+    words = list(WORDS) + ["[", "]", "run", "x", "document", "0"]
+    vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(words)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    path = tmp_path / "tokenizer.json"
+    tok.save(str(path))
+    import random
+
+    maker = TextMaker(str(path))
+    text = maker.make("[run x document 0]", 250, random.Random(0))
+    assert maker.count(text) == 250
+
+
+def test_percentile_is_linear_interpolation() -> None:
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([10], 99) == 10 and percentile([], 50) is None
+    assert percentile(list(range(101)), 90) == 90
+
+
+def test_invalid_config_is_rejected() -> None:
+    with pytest.raises(ValueError, match="allowed: chat, completions"):
+        cfg("http://127.0.0.1:1", endpoint="responses")
+    with pytest.raises(ValueError, match="http"):
+        cfg("127.0.0.1:8000")
+    with pytest.raises(ValueError, match="reuse share"):
+        cfg("http://127.0.0.1:1", reuse_share=2)
+
+
+def test_cli_json(one: FakeServer, capsys) -> None:
+    rc = load_script("bench_ttft").main(["--base-url", one.url, "--model", "m", "--requests", "4",
+                                         "--prefix-tokens", "200", "--max-tokens", "2", "--json", "--no-progress"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert set(out["ttft_ms"]) >= {"p50", "p90", "p99"} and out["cold_warm_ratio"] > 2
+    rc = load_script("bench_ttft").main(["--base-url", one.url, "--model", "m", "--requests", "2",
+                                         "--prefix-tokens", "50", "--progress"])
+    captured = capsys.readouterr()
+    assert rc == 0 and "cold/warm TTFT (p50)" in captured.out and "2/2" in captured.err

@@ -1,0 +1,300 @@
+"""Planner: the reference deployment's figures, model facts, fit, tiers, timing, cost, CLI."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from script_loader import load_script
+from kv_tools.model_specs import MODELS, count_params, load_hf_config, lookup_model, normalize_model_name
+from kv_tools.planner import (
+    DEFAULT_CALIBRATION,
+    PlanInputs,
+    inputs_from_line,
+    kv_bytes_per_token_per_gpu,
+    l2_pool,
+    parse_vllm_args,
+    plan,
+    recommend,
+    timing,
+)
+from kv_tools.prices import load_prices
+from platform_config import ConfigError, get_instance_type, load_project
+
+REPO = Path(__file__).resolve().parents[2]
+PROJECT = load_project(REPO / "config")
+PRICES = load_prices()
+QWEN7 = lookup_model("Qwen2-7B")
+L40S = get_instance_type("ml.g6e.12xlarge")
+P5 = get_instance_type("ml.p5.48xlarge")
+
+
+# --- the reference deployment's figures (FACTS.md sections 1 and 5) ---------------------------
+
+def test_qwen2_7b_weights_are_about_14_gib_in_bf16() -> None:
+    p = plan(PlanInputs(model=QWEN7, instance_type="ml.g6e.12xlarge"))
+    # 7,615,616,512 params x 2 B = 15.23 GB = 14.18 GiB.
+    assert QWEN7.params == 7_615_616_512
+    assert p.weights_gib == pytest.approx(14.185, abs=0.001)
+    assert p.weights_gb == pytest.approx(15.231, abs=0.001)
+    assert p.fit.fits and p.fit.tp == 1
+
+
+def test_qwen2_7b_kv_per_token_and_the_1925_token_read() -> None:
+    p = plan(PlanInputs(model=QWEN7, instance_type="ml.g6e.12xlarge", tokens=1925, l2_read_gibps=1.84))
+    d = p.to_dict()
+    assert d["kv_bytes_per_token"] == 57_344 == 2 * 28 * 4 * 128 * 2
+    assert d["kv_gib"] == pytest.approx(0.1028, abs=0.00005)
+    # The blog measured 55.75 ms; 110,387,200 B at 1.84 GiB/s is 55.87 ms.
+    assert d["l2_read_ms"] == pytest.approx(55.87, abs=0.05)
+
+
+def test_a_32b_model_does_not_fit_one_48_gb_gpu() -> None:
+    model = lookup_model("Qwen2.5-32B")
+    one_gpu = plan(PlanInputs(model=model, instance_type="ml.g6e.xlarge"))
+    assert one_gpu.weights_gb == pytest.approx(65.53, abs=0.01)
+    assert not one_gpu.fit.fits and one_gpu.min_tp is None
+    assert "exceed" in one_gpu.fit.reason
+    forced = plan(PlanInputs(model=model, instance_type="ml.g6e.12xlarge", tp=1))
+    assert not forced.fit.fits and forced.min_tp == 2
+    auto = plan(PlanInputs(model=model, instance_type="ml.g6e.12xlarge"))
+    assert auto.fit.fits and auto.fit.tp == 2
+
+
+def test_calibration_reproduces_the_reference_ttft() -> None:
+    t = timing(QWEN7, L40S, 1, "float16", tokens=2500)
+    assert t.cold_ttft_ms == pytest.approx(774.0, abs=0.01)
+    assert t.warm_ttft_ms == pytest.approx(287.0, abs=0.01)
+    assert t.ttft_ratio == pytest.approx(2.70, abs=0.01)
+    assert DEFAULT_CALIBRATION.l2_overhead_ms == pytest.approx(214.4, abs=0.1)
+    assert DEFAULT_CALIBRATION.efficiency == pytest.approx(0.1404, abs=0.0005)
+
+
+def test_break_even_lands_between_the_references_neutral_and_paying_points() -> None:
+    # Blog: ~1.0x at 500 tokens, 1.7x at 1,000, "below ~1,000 tokens L2 does not pay".
+    t = timing(QWEN7, L40S, 1, "bfloat16", tokens=2500)
+    assert 500 < t.break_even_tokens < 1000
+    assert t.break_even_tokens == pytest.approx(783, abs=2)
+    below = timing(QWEN7, L40S, 1, "bfloat16", tokens=500)
+    above = timing(QWEN7, L40S, 1, "bfloat16", tokens=1000)
+    assert not below.l2_pays and above.l2_pays
+
+
+def test_prefill_scales_with_gpu_peak_and_tp() -> None:
+    on_p5 = timing(QWEN7, P5, 1, "bfloat16", tokens=2500)
+    assert on_p5.cold_ttft_ms == pytest.approx(774.0 * 362.05 / 989.4, rel=1e-6)
+    tp2 = timing(QWEN7, L40S, 2, "bfloat16", tokens=2500)
+    assert tp2.cold_ttft_ms == pytest.approx(387.0, abs=0.01)
+
+
+def test_partial_hits_read_whole_chunks_and_prefill_the_rest() -> None:
+    t = timing(QWEN7, L40S, 1, "bfloat16", tokens=2500, hit_ratio=0.5, chunk_tokens=256)
+    assert t.cached_tokens == 1024  # 1,250 rounded down to whole 256-token chunks
+    full = timing(QWEN7, L40S, 1, "bfloat16", tokens=2500)
+    assert full.warm_ttft_ms < t.warm_ttft_ms < full.cold_ttft_ms
+
+
+# --- model facts -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", list(MODELS))
+def test_param_formula_reproduces_the_published_counts(name: str) -> None:
+    m = MODELS[name]
+    assert count_params(layers=m.layers, hidden_size=m.hidden_size, attention_heads=m.attention_heads,
+                        kv_heads=m.kv_heads, head_dim=m.head_dim, intermediate_size=m.intermediate_size,
+                        vocab_size=m.vocab_size, tie_word_embeddings=m.tie_word_embeddings,
+                        qkv_bias=m.qkv_bias) == m.params
+    assert m.source.startswith("https://huggingface.co/") and m.source.endswith("/config.json")
+
+
+@pytest.mark.parametrize("given, expected", [
+    ("Qwen2-7B-Instruct", "Qwen2-7B"),
+    ("meta-llama/Meta-Llama-3.1-8B-Instruct", "Llama-3.1-8B"),
+    ("Llama-3.1-70B-Instruct", "Llama-3.1-70B"),
+    ("deepseek-ai/DeepSeek-R1-Distill-Llama-70B", "DeepSeek-R1-Distill-Llama-70B"),
+    ("DeepSeek-R1-Distill-Qwen-32B", "DeepSeek-R1-Distill-Qwen-32B"),
+    ("qwen2.5-32b-instruct", "Qwen2.5-32B"),
+])
+def test_model_names_are_matched_normalized(given: str, expected: str) -> None:
+    assert lookup_model(given).name == expected
+
+
+def test_unknown_model_points_to_hf_config() -> None:
+    with pytest.raises(KeyError, match="--hf-config"):
+        lookup_model("Mistral-7B-v0.3")
+    assert normalize_model_name("Qwen2-7B-Instruct") == "qwen2-7b"
+
+
+def _llama8b_config() -> dict:
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+            "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
+            "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": False,
+            "max_position_embeddings": 131072, "torch_dtype": "bfloat16"}
+
+
+def test_hf_config_file_gives_the_same_facts_as_the_table(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(_llama8b_config()))
+    spec = load_hf_config(tmp_path, name="my-llama")
+    table = lookup_model("Llama-3.1-8B")
+    assert (spec.params, spec.kv_bytes_per_token("bfloat16"), spec.head_dim) == (
+        table.params, table.kv_bytes_per_token("bfloat16"), 128)
+    assert spec.kv_bytes_per_token("bfloat16") == 131_072 and spec.name == "my-llama"
+
+
+def test_hf_config_rejects_moe_and_missing_fields(tmp_path: Path) -> None:
+    moe = tmp_path / "moe.json"
+    moe.write_text(json.dumps({**_llama8b_config(), "num_local_experts": 8}))
+    with pytest.raises(ValueError, match="mixture-of-experts"):
+        load_hf_config(moe)
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({k: v for k, v in _llama8b_config().items() if k != "num_hidden_layers"}))
+    with pytest.raises(ValueError, match="num_hidden_layers"):
+        load_hf_config(broken)
+
+
+# --- tiers -------------------------------------------------------------------------------------
+
+def test_l0_l1_l2_capacities() -> None:
+    p = plan(PlanInputs(model=QWEN7, instance_type="ml.g6e.12xlarge", replicas=2, l2_nodes=2,
+                        l2_node_capacity_gib=2000))
+    # L0: 48 GiB x 0.90 - 14.185 GiB weights - 2 GiB reserve = 27.015 GiB per GPU.
+    assert p.fit.kv_free_per_gpu_gib == pytest.approx(48 * 0.9 - 14.185 - 2.0, abs=0.001)
+    assert p.fit.l0_tokens_per_replica == int(p.fit.kv_free_per_gpu_gib * 2**30 // 57_344)
+    assert p.l1_gib_per_node == pytest.approx(384 * 0.20)
+    assert p.to_dict()["l2"]["gib"] == 4000.0
+    assert p.cost.nodes == 1  # two one-GPU replicas pack onto one 4-GPU node
+
+
+def test_tp_splits_kv_heads_across_gpus() -> None:
+    llama70 = lookup_model("Llama-3.1-70B")
+    assert kv_bytes_per_token_per_gpu(llama70, 8, "bfloat16") * 8 == llama70.kv_bytes_per_token("bfloat16")
+    # TP above the KV head count replicates heads: never less than one head per GPU.
+    qwen_heads = kv_bytes_per_token_per_gpu(QWEN7, 4, "bfloat16")
+    assert qwen_heads == 2 * 28 * 1 * 128 * 2
+
+
+def test_fp8_weights_keep_a_bf16_kv_cache_unless_asked() -> None:
+    inputs = PlanInputs(model=QWEN7, instance_type="ml.g6e.xlarge", dtype="fp8")
+    assert plan(inputs).weights_gb == pytest.approx(7.616, abs=0.001)
+    assert plan(inputs).kv_bytes_per_token == 57_344
+    assert plan(replace(inputs, kv_dtype="fp8")).kv_bytes_per_token == 28_672
+
+
+def test_invalid_inputs_are_rejected_with_the_allowed_range() -> None:
+    with pytest.raises(ValueError, match="allowed: 1..1"):
+        PlanInputs(model=QWEN7, instance_type="ml.g6e.xlarge", tp=2)
+    with pytest.raises(ValueError, match="hit ratio"):
+        PlanInputs(model=QWEN7, instance_type="ml.g6e.xlarge", hit_ratio=1.5)
+
+
+# --- business lines, prices, recommendation ---------------------------------------------------
+
+def test_inputs_from_the_example_lines() -> None:
+    rag = inputs_from_line(PROJECT.business_line("rag-assistant"), PROJECT.platform)
+    assert (rag.model.name, rag.instance_type, rag.tp, rag.replicas, rag.max_model_len) == (
+        "Qwen2-7B", "ml.g6e.12xlarge", 1, 2, 8192)
+    assert (rag.l1_percentage, rag.l2_nodes, rag.l2_node_capacity_gib, rag.region) == (20, 3, 2000, "us-west-2")
+    research = inputs_from_line(PROJECT.business_line("research-reasoning"), PROJECT.platform)
+    assert (research.model.name, research.tp, research.max_model_len) == (
+        "DeepSeek-R1-Distill-Llama-70B", 8, 32768)
+    assert plan(research).fit.fits
+
+
+def test_l2_pool_honours_worker_groups_and_capacity() -> None:
+    assert l2_pool(PROJECT.platform) == (3, 6000.0)
+    only_g6e = PROJECT.platform.model_copy(update={"curvine": PROJECT.platform.curvine.model_copy(
+        update={"worker_instance_groups": ("g6e-inference",), "worker_capacity_gib": 100_000})})
+    nodes, gib = l2_pool(only_g6e)
+    assert nodes == 2 and gib == pytest.approx(2 * 3800e9 / 2**30 * 0.9)
+
+
+def test_price_table_has_dated_sourced_prices_for_g6e_and_p5() -> None:
+    prices = PRICES.regions["us-west-2"]
+    assert {"ml.g6e.xlarge", "ml.g6e.12xlarge", "ml.g6e.48xlarge", "ml.p5.48xlarge"} <= set(prices)
+    assert all(p.source.startswith("https://") and p.as_of.year >= 2025 for p in prices.values())
+
+
+def test_invalid_price_table_names_file_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "prices.yaml"
+    bad.write_text("regions:\n  us-west-2:\n    ml.g6e.xlarge: {usd_per_hour: -1, as_of: 2026-01-01, "
+                   "source: 'https://example.com/p'}\n    ml.x9.huge: {usd_per_hour: 1, as_of: 2026-01-01, "
+                   "source: 'https://example.com/p'}\n")
+    with pytest.raises(ConfigError) as err:
+        load_prices(bad)
+    text = str(err.value)
+    assert str(bad) in text and "usd_per_hour" in text and "ml.x9.huge" in text
+
+
+def test_recommendation_prefers_g6e_with_l2_over_p5_for_the_rag_line() -> None:
+    inputs = inputs_from_line(PROJECT.business_line("rag-assistant"), PROJECT.platform)
+    rec = recommend(inputs, ["ml.g6e.12xlarge", "ml.p5.48xlarge"], prices=PRICES)
+    assert (rec.instance_type, rec.tp, rec.use_l2) == ("ml.g6e.12xlarge", 1, True)
+    assert "$13.12/endpoint-hour" in rec.reason and "ml.p5.48xlarge" in rec.reason
+    assert "5.2x the cost" in rec.reason
+
+
+def test_recommendation_honours_a_ttft_target() -> None:
+    inputs = PlanInputs(model=QWEN7, instance_type="ml.g6e.12xlarge", tokens=600, replicas=2)
+    # At 600 tokens L2 does not pay; G6e prefills in ~181 ms, only P5 (~66 ms) meets 100 ms.
+    rec = recommend(inputs, ["ml.g6e.12xlarge", "ml.p5.48xlarge"], prices=PRICES, ttft_slo_ms=100)
+    assert rec.instance_type == "ml.p5.48xlarge" and not rec.use_l2
+    cheap = recommend(inputs, ["ml.g6e.12xlarge", "ml.p5.48xlarge"], prices=PRICES, ttft_slo_ms=200)
+    assert cheap.instance_type == "ml.g6e.12xlarge" and not cheap.use_l2
+    missed = recommend(inputs, ["ml.g6e.12xlarge", "ml.p5.48xlarge"], prices=PRICES, ttft_slo_ms=10)
+    assert missed.reason.startswith("no option meets the 10 ms TTFT target")
+
+
+def test_vllm_args_are_parsed() -> None:
+    assert parse_vllm_args(["/opt/ml/model", "--max-model-len", "8192", "--enable-prefix-caching",
+                            "--kv-cache-dtype=fp8"]) == {
+        "--max-model-len": "8192", "--enable-prefix-caching": "", "--kv-cache-dtype": "fp8"}
+
+
+# --- command line --------------------------------------------------------------------------------
+
+def test_cli_json_has_the_documented_keys(capsys) -> None:
+    rc = load_script("plan").main(["--model", "Qwen2-7B", "--instance-type", "ml.g6e.12xlarge",
+                                   "--tokens", "1925", "--l2-read-gibps", "1.84", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert out["weights_gib"] == pytest.approx(14.185, abs=0.001)
+    assert out["kv_bytes_per_token"] == 57_344 and out["kv_gib"] == 0.1028
+    assert out["l2_read_ms"] == pytest.approx(55.87, abs=0.05) and out["fits"] is True
+    assert out["calibration"]["l2_overhead_ms"] == pytest.approx(214.4, abs=0.1)
+    assert out["recommendation"]["instance_type"].startswith("ml.g6e")
+
+
+def test_cli_business_line_report(capsys) -> None:
+    rc = load_script("plan").main(["--business-line", str(REPO / "config/business-lines/rag-assistant.yaml"),
+                                   "--config", str(REPO / "config")])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "Qwen2-7B (bfloat16) on ml.g6e.12xlarge" in out
+    assert "KV per token  57,344 B" in out and "cold / warm       2.70 x" in out
+    assert "recommendation: ml.g6e.12xlarge TP 1 with L2" in out
+
+
+def test_cli_calibration_overrides(capsys) -> None:
+    plan_cli = load_script("plan")
+    assert plan_cli.main(["--model", "Qwen2-7B", "--instance-type", "ml.g6e.12xlarge", "--json",
+                          "--l2-overhead-ms", "100", "--prefill-efficiency", "0.2807"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # Twice the reference efficiency halves the cold TTFT; the warm one is 100 ms + the 72.6 ms read.
+    assert out["cold_ttft_ms"] == pytest.approx(387.0, abs=0.5)
+    assert out["warm_ttft_ms"] == pytest.approx(172.6, abs=0.1)
+    assert out["calibration"]["l2_overhead_ms"] == 100.0
+    assert plan_cli.main(["--model", "Qwen2-7B", "--instance-type", "ml.g6e.12xlarge",
+                          "--prefill-efficiency", "2"]) == 2
+
+
+def test_cli_exit_codes(capsys, tmp_path: Path) -> None:
+    plan_cli = load_script("plan")
+    assert plan_cli.main(["--model", "Qwen2.5-32B", "--instance-type", "ml.g6e.xlarge"]) == 1
+    assert plan_cli.main(["--model", "Mistral-7B", "--instance-type", "ml.g6e.xlarge"]) == 2
+    bad_line = tmp_path / "bad.yaml"
+    bad_line.write_text("namespace: bad\ninstance_type: ml.g6e.99xlarge\n")
+    assert plan_cli.main(["--business-line", str(bad_line)]) == 2
+    err = capsys.readouterr().err
+    assert "--hf-config" in err and "bad.yaml: instance_type" in err

@@ -1,0 +1,337 @@
+"""Post-deploy checks on objects built from our own synthesized manifests, and on broken copies.
+
+The inference pods are made the way they appear on a cluster: the synthesized
+InferenceEndpointConfig becomes the Deployment the operator renders (vLLM container exposing
+``worker.modelInvocationPort``, the worker env plus the operator's own
+``LMCACHE_REMOTE_URL=sagemaker-hyperpod://$(NODE_IP):9200``), the line's RFC 6902 patch is
+applied to it, and each replica is a pod of that template. No cluster, no AWS: a fake reader.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import jsonpatch
+import pytest
+
+from script_loader import load_script
+from k8s import names
+from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL, endpoint_json_patch
+from k8s.render import CURVINE_CHART, render_manifests
+from kv_tools.verify import (
+    check_cross_pod_hit,
+    check_inference_pods,
+    cross_pod_probe,
+    format_results,
+    parse_hit_tokens,
+    verify,
+)
+from platform_config import load_project
+
+REPO = Path(__file__).resolve().parents[2]
+PROJECT = load_project(REPO / "config")
+PLATFORM = PROJECT.platform
+RAG = PROJECT.business_line("rag-assistant")
+OPERATOR_URL = "sagemaker-hyperpod://$(NODE_IP):9200"
+OPERATOR_EXTRA = json.dumps({"sagemaker_hyperpod_bucket": "lmcache",
+                             "sagemaker_hyperpod_shared_memory_name": "ai_toolkit_cache"})
+#: The operator's sidecars (same layout as tests/k8s/operator_render.py): checks must look at the
+#: vLLM container only, whatever env a sidecar carries.
+SIDECARS = [
+    {"name": "reverse-proxy", "image": "public.ecr.aws/example/reverse-proxy:1.0.0",
+     "ports": [{"containerPort": 8081, "name": "proxy"}],
+     "env": [{"name": "LMCACHE_REMOTE_URL", "value": "untouched-sidecar"}]},
+    {"name": "otel-collector", "image": "public.ecr.aws/example/otel-collector:1.0.0",
+     "volumeMounts": [{"name": "otel-config", "mountPath": "/etc/otel"}]},
+]
+NODES = ("hyperpod-i-0a", "hyperpod-i-0b", "hyperpod-i-0c")
+
+
+@pytest.fixture(scope="session")
+def synthesized() -> dict[str, list[dict]]:
+    return render_manifests(PROJECT, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a")
+
+
+def operator_deployment(iec: dict[str, Any]) -> dict[str, Any]:
+    """The Deployment the HyperPod inference operator renders from an InferenceEndpointConfig:
+    the vLLM container first (named after the endpoint, exposing the invocation port), the
+    operator's LMCache env, then the CR's ``worker.environmentVariables``, then the sidecars."""
+    spec, meta = iec["spec"], iec["metadata"]
+    worker = spec["worker"]
+    env = [{"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}]
+    if spec["kvCacheSpec"].get("enableL2Cache"):
+        env += [{"name": "LMCACHE_REMOTE_URL", "value": OPERATOR_URL},
+                {"name": "LMCACHE_EXTRA_CONFIG", "value": OPERATOR_EXTRA}]
+    if spec["kvCacheSpec"].get("enableL1Cache", True):
+        env += [{"name": "LMCACHE_LOCAL_CPU", "value": "True"}]
+    env += copy.deepcopy(worker.get("environmentVariables", []))
+    container = {
+        "name": meta["name"], "image": worker["image"], "args": list(worker.get("args", [])),
+        "ports": [{"containerPort": worker["modelInvocationPort"]["containerPort"],
+                   "name": worker["modelInvocationPort"]["name"]}],
+        "env": env, "resources": worker["resources"],
+        "volumeMounts": [{"name": worker["modelVolumeMount"]["name"],
+                          "mountPath": worker["modelVolumeMount"]["mountPath"]}],
+    }
+    labels = {names.OPERATOR_POD_LABEL: meta["name"]}
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "spec": {"replicas": spec.get("replicas", 1), "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels},
+                                  "spec": {"containers": [container] + SIDECARS,
+                                           "volumes": [{"name": worker["modelVolumeMount"]["name"], "emptyDir": {}},
+                                                       {"name": "otel-config", "emptyDir": {}}]}}}}
+
+
+def pods_of(deployment: dict[str, Any]) -> list[dict[str, Any]]:
+    """One Running, Ready pod per replica, each on its own node."""
+    template = deployment["spec"]["template"]
+    out = []
+    for i in range(deployment["spec"]["replicas"]):
+        spec = copy.deepcopy(template["spec"])
+        spec["nodeName"] = NODES[i % len(NODES)]
+        out.append({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": f"{deployment['metadata']['name']}-5f7d8-{i}",
+                                 "namespace": deployment["metadata"]["namespace"],
+                                 "labels": dict(template["metadata"]["labels"])},
+                    "spec": spec,
+                    "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+    return out
+
+
+def find(objects: list[dict], kind: str, name: str | None = None) -> dict:
+    (hit,) = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    return hit
+
+
+class FakeReader:
+    """The cluster and AWS as plain dicts: what :class:`kv_tools.verify.LiveReader` would return."""
+
+    def __init__(self, describe: dict | None, objects: list[dict]) -> None:
+        self.describe = describe
+        self.objects = objects
+        self.posts: list[tuple[str, dict]] = []
+        self.log = "INFO LMCache hit tokens: 1792, need to load: 1792\n"
+
+    def describe_cluster(self, name: str) -> dict | None:
+        assert name == PLATFORM.hyperpod.cluster_name
+        return self.describe
+
+    def _match(self, kind: str, namespace: str | None) -> list[dict]:
+        return [o for o in self.objects
+                if o["kind"] == kind and (namespace is None or o["metadata"].get("namespace") == namespace)]
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict | None:
+        hits = [o for o in self._match(kind, namespace) if o["metadata"]["name"] == name]
+        return copy.deepcopy(hits[0]) if hits else None
+
+    def list(self, kind: str, namespace: str | None = None, label_selector: str | None = None) -> list[dict]:
+        out = self._match(kind, namespace)
+        if label_selector:
+            key, _, value = label_selector.partition("=")
+            out = [o for o in out if o["metadata"].get("labels", {}).get(key) == value]
+        return copy.deepcopy(out)
+
+    def pod_get(self, namespace: str, pod: str, port: int, path: str) -> Any:
+        assert (path, port) == ("v1/models", 8000)
+        return {"data": [{"id": "/opt/ml/model"}]}
+
+    def pod_post(self, namespace: str, pod: str, port: int, path: str, body: dict) -> Any:
+        self.posts.append((pod, body))
+        return {"choices": [{"text": "x"}]}
+
+    def pod_log(self, namespace: str, pod: str, container: str, since_seconds: int) -> str:
+        assert container == RAG.name and since_seconds > 0
+        return self.log
+
+
+@pytest.fixture
+def cluster(synthesized: dict[str, list[dict]]) -> FakeReader:
+    """A healthy deployment of the example config, as the cluster would report it."""
+    curvine = copy.deepcopy(synthesized[CURVINE_CHART])
+    objects: list[dict] = []
+    for obj in curvine:
+        if obj["kind"] == "StatefulSet":
+            obj["status"] = {"readyReplicas": obj["spec"]["replicas"]}
+        elif obj["kind"] == "DaemonSet":
+            obj["status"] = {"desiredNumberScheduled": 3, "numberReady": 3, "updatedNumberScheduled": 3}
+        objects.append(obj)
+    objects.append({"kind": "DaemonSet", "metadata": {"name": "hyperpod-ai-toolkit", "namespace": "aws-hyperpod"},
+                    "status": {"desiredNumberScheduled": 3, "numberReady": 3, "updatedNumberScheduled": 3}})
+    objects += [{"kind": "CSINode", "metadata": {"name": n},
+                 "spec": {"drivers": [{"name": "ebs.csi.aws.com"}, {"name": names.CSI_DRIVER_NAME}]}} for n in NODES]
+    for line in PROJECT.business_lines:
+        chart = copy.deepcopy(synthesized[names.line_chart_name(line)])
+        pvc = find(chart, "PersistentVolumeClaim")
+        pvc["status"] = {"phase": "Bound"}
+        deployment = operator_deployment(find(chart, "InferenceEndpointConfig"))
+        patched = jsonpatch.apply_patch(deployment, endpoint_json_patch(PLATFORM, line, deployment=deployment))
+        objects += [pvc] + pods_of(patched)
+    describe = {"ClusterName": PLATFORM.hyperpod.cluster_name, "ClusterStatus": "InService",
+                "TieredStorageConfig": {"Mode": "Enable", "InstanceMemoryAllocationPercentage": 20}}
+    return FakeReader(describe, objects)
+
+
+def rag_pods(reader: FakeReader) -> list[dict]:
+    return [o for o in reader.objects if o["kind"] == "Pod" and o["metadata"]["namespace"] == RAG.namespace]
+
+
+def vllm(pod: dict) -> dict:
+    return pod["spec"]["containers"][0]
+
+
+def failed(results) -> list[str]:
+    return [r.name for r in results if not r.ok]
+
+
+def test_the_synthesized_deployment_passes_every_check(cluster: FakeReader) -> None:
+    results = verify(cluster, PROJECT)
+    assert failed(results) == [], format_results(results)
+    by_name = {r.name: r for r in results}
+    assert {"Tiered Storage", "ai-toolkit DaemonSet", "Curvine Primary ready", "Curvine Workers ready",
+            "CSI driver registered", "rag-assistant: PVC Bound", "rag-assistant: LMCACHE_REMOTE_URL",
+            "rag-assistant: L2 mount", "rag-assistant: PYTHONHASHSEED shared",
+            "research-reasoning: PVC Bound"} <= set(by_name)
+    assert by_name["rag-assistant: LMCACHE_REMOTE_URL"].detail == f"exactly one, {L2_REMOTE_URL}, in 2 pod(s)"
+    assert by_name["rag-assistant: PYTHONHASHSEED shared"].detail == "0 in all 2 pod(s)"
+
+
+def _set_env(pod: dict, name: str, value: str) -> None:
+    for entry in vllm(pod)["env"]:
+        if entry["name"] == name:
+            entry["value"] = value
+
+
+def _break_mount(r: FakeReader) -> None:
+    pod = rag_pods(r)[1]
+    vllm(pod)["volumeMounts"] = [m for m in vllm(pod)["volumeMounts"] if m["mountPath"] != L2_MOUNT_PATH]
+
+
+def _duplicate_url(r: FakeReader) -> None:
+    vllm(rag_pods(r)[0])["env"].append({"name": "LMCACHE_REMOTE_URL", "value": OPERATOR_URL})
+
+
+def _daemonset(r: FakeReader, name: str) -> dict:
+    return next(o for o in r.objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == name)
+
+
+BREAKAGES: dict[str, tuple[Callable[[FakeReader], None], str]] = {
+    "tiered storage off": (lambda r: r.describe["TieredStorageConfig"].update(Mode="Disable"), "Tiered Storage"),
+    "tiered storage share drifted": (
+        lambda r: r.describe["TieredStorageConfig"].update(InstanceMemoryAllocationPercentage=40), "Tiered Storage"),
+    "cluster updating": (lambda r: r.describe.update(ClusterStatus="Updating"), "HyperPod cluster"),
+    "ai-toolkit not ready": (lambda r: _daemonset(r, "hyperpod-ai-toolkit")["status"].update(numberReady=2),
+                             "ai-toolkit DaemonSet"),
+    "ai-toolkit missing": (lambda r: r.objects.remove(_daemonset(r, "hyperpod-ai-toolkit")), "ai-toolkit DaemonSet"),
+    "primary down": (lambda r: find(r.objects, "StatefulSet", names.CURVINE_MASTER)["status"].update(readyReplicas=0),
+                     "Curvine Primary ready"),
+    "a worker down": (lambda r: _daemonset(r, names.CURVINE_WORKER)["status"].update(numberReady=2),
+                      "Curvine Workers ready"),
+    "csi driver missing": (lambda r: r.objects.remove(find(r.objects, "CSIDriver")), "CSI driver registered"),
+    "csi not registered on a node": (
+        lambda r: find(r.objects, "CSINode", NODES[2])["spec"].update(drivers=[]), "CSI driver registered"),
+    "pvc pending": (lambda r: find(r.objects, "PersistentVolumeClaim", names.pvc_name(RAG))["status"].update(
+        phase="Pending"), "rag-assistant: PVC Bound"),
+    "mount dropped": (_break_mount, "rag-assistant: L2 mount"),
+    "url duplicated": (_duplicate_url, "rag-assistant: LMCACHE_REMOTE_URL"),
+    "url without host": (lambda r: _set_env(rag_pods(r)[0], "LMCACHE_REMOTE_URL", "fs:///mnt/curvine/l2cache/"),
+                         "rag-assistant: LMCACHE_REMOTE_URL"),
+    "hash seeds differ": (lambda r: _set_env(rag_pods(r)[1], "PYTHONHASHSEED", "42"),
+                          "rag-assistant: PYTHONHASHSEED shared"),
+    "cachegen serde": (lambda r: _set_env(rag_pods(r)[0], "LMCACHE_REMOTE_SERDE", "cachegen"),
+                       "rag-assistant: LMCACHE_REMOTE_SERDE naive"),
+    "pod not ready": (lambda r: rag_pods(r)[0]["status"].update(conditions=[{"type": "Ready", "status": "False"}]),
+                      "rag-assistant: inference pods Ready"),
+}
+
+
+@pytest.mark.parametrize("breakage", list(BREAKAGES))
+def test_each_breakage_fails_exactly_its_check(cluster: FakeReader, breakage: str) -> None:
+    mutate, check = BREAKAGES[breakage]
+    mutate(cluster)
+    assert failed(verify(cluster, PROJECT)) == [check]
+
+
+def test_the_unpatched_operator_deployment_fails_url_and_mount(synthesized) -> None:
+    iec = find(synthesized[names.line_chart_name(RAG)], "InferenceEndpointConfig")
+    results = check_inference_pods(RAG, pods_of(operator_deployment(iec)))
+    assert failed(results) == ["rag-assistant: LMCACHE_REMOTE_URL", "rag-assistant: L2 mount"]
+    assert OPERATOR_URL in next(r.detail for r in results if not r.ok)
+
+
+def test_a_patch_that_only_appends_leaves_a_duplicate_url(synthesized) -> None:
+    iec = find(synthesized[names.line_chart_name(RAG)], "InferenceEndpointConfig")
+    deployment = operator_deployment(iec)
+    appended = jsonpatch.apply_patch(deployment, endpoint_json_patch(PLATFORM, RAG))  # no live Deployment given
+    results = check_inference_pods(RAG, pods_of(appended))
+    assert failed(results) == ["rag-assistant: LMCACHE_REMOTE_URL"]
+    assert "2 entries" in next(r.detail for r in results if not r.ok)
+
+
+def test_no_pods_is_a_failure(cluster: FakeReader) -> None:
+    cluster.objects = [o for o in cluster.objects if o["kind"] != "Pod"]
+    results = verify(cluster, PROJECT, lines=["rag-assistant"], platform_checks=False)
+    assert failed(results) == ["rag-assistant: inference pods"]
+
+
+def test_missing_cluster_and_line_selection(cluster: FakeReader) -> None:
+    cluster.describe = None
+    results = verify(cluster, PROJECT, lines=["research-reasoning"])
+    assert failed(results) == ["HyperPod cluster"]
+    assert not any(r.name.startswith("rag-assistant") for r in results)
+    with pytest.raises(KeyError):
+        verify(cluster, PROJECT, lines=["nope"])
+
+
+def test_cross_pod_probe_sends_the_same_fresh_prompt_to_two_nodes(cluster: FakeReader) -> None:
+    pods = rag_pods(cluster)
+    result = cross_pod_probe(cluster, RAG, pods, settle_s=0)
+    assert result.ok and result.detail == f"1792 tokens of {pods[0]['metadata']['name']}'s prompt hit in " \
+                                          f"{pods[1]['metadata']['name']}"
+    (a, body_a), (b, body_b) = cluster.posts
+    assert (a, b) == (pods[0]["metadata"]["name"], pods[1]["metadata"]["name"]) and body_a == body_b
+    assert body_a["model"] == "/opt/ml/model" and len(body_a["prompt"].split()) > 2 * 256
+    cross_pod_probe(cluster, RAG, pods, settle_s=0)
+    assert cluster.posts[2][1]["prompt"] != body_a["prompt"]  # a new nonce every run: never a stale hit
+
+
+@pytest.mark.parametrize("log, ok", [("LMCache hit tokens: 0\n", False), ("loaded model\n", False),
+                                     ("LMCache hit tokens: 0\nLMCache hit tokens: 512\n", True)])
+def test_cross_pod_hit_reads_the_last_hit_line(log: str, ok: bool) -> None:
+    assert check_cross_pod_hit(RAG, "a", "b", log).ok is ok
+    assert parse_hit_tokens("x LMCache hit tokens: 7 y") == 7
+
+
+def test_cross_pod_needs_two_ready_pods(cluster: FakeReader) -> None:
+    assert not cross_pod_probe(cluster, RAG, rag_pods(cluster)[:1], settle_s=0).ok
+
+
+def test_cross_pod_transport_errors_are_failed_checks(cluster: FakeReader) -> None:
+    def boom(*args: Any) -> Any:
+        raise ConnectionError("proxy refused")
+
+    cluster.pod_post = boom  # type: ignore[method-assign]
+    results = verify(cluster, PROJECT, lines=["rag-assistant"], cross_pod=True, platform_checks=False)
+    assert failed(results) == ["rag-assistant: cross-pod hit"]
+    assert "proxy refused" in results[-1].detail
+
+
+def test_cli_table_json_and_exit_codes(cluster: FakeReader, capsys) -> None:
+    verify_cli = load_script("verify")
+    factory = lambda region, context=None: cluster  # noqa: E731
+    assert verify_cli.main(["--config", str(REPO / "config")], reader_factory=factory) == 0
+    out = capsys.readouterr().out
+    assert "PASS  Tiered Storage" in out and "0 failing" in out
+    BREAKAGES["hash seeds differ"][0](cluster)
+    assert verify_cli.main(["--config", str(REPO / "config"), "--json"], reader_factory=factory) == 1
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows if not r["ok"]] == ["rag-assistant: PYTHONHASHSEED shared"]
+
+    def unreachable(region: str, context: str | None = None) -> Any:
+        raise RuntimeError("no kubeconfig")
+
+    assert verify_cli.main(["--config", str(REPO / "config")], reader_factory=unreachable) == 2
+    assert verify_cli.main(["--config", str(REPO / "config"), "--line", "nope"], reader_factory=factory) == 2
