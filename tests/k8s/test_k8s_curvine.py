@@ -7,7 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import CURVINE_SAMPLE, VOLUME_ID, ZONE, find, needs_reference
+from tests.k8s.conftest import CURVINE_SAMPLE, VOLUME_ID, ZONE, find, needs_reference
 
 from k8s import curvine_config, names
 from k8s.curvine_chart import _config_check_script

@@ -7,9 +7,9 @@ import re
 
 import jsonpatch
 import pytest
-from conftest import edit_yaml, find
-from kyverno_eval import apply_policy
-from operator_render import deployment, pod
+from tests.k8s.conftest import edit_yaml, find
+from tests.k8s.kyverno_eval import apply_policy
+from tests.k8s.operator_render import deployment, pod
 
 from k8s import names
 from k8s.kyverno import policy_manifest

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, VOLUME_ID, ZONE, edit_yaml
+from tests.k8s.conftest import REPO, VOLUME_ID, ZONE, edit_yaml
 
 from platform_config import ConfigError, load_project
 

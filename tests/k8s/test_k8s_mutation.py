@@ -12,8 +12,8 @@ from collections import Counter
 
 import kubernetes_validate
 import pytest
-from kyverno_eval import apply_policy
-from operator_render import OPERATOR_URL, deployment, pod, pod_from_deployment
+from tests.k8s.kyverno_eval import apply_policy
+from tests.k8s.operator_render import OPERATOR_URL, deployment, pod, pod_from_deployment
 
 from k8s import names
 from k8s.kyverno import policy_manifest

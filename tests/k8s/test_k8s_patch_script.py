@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO
-from operator_render import deployment
+from tests.k8s.conftest import REPO
+from tests.k8s.operator_render import deployment
 
 FAKE_KUBECTL = r"""#!/usr/bin/env bash
 echo "$*" >> "$KUBECTL_LOG"

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 import jsonschema
 import kubernetes_validate
 import pytest
-from conftest import CRD_FILE, CRD_SCHEMA_FILE, REPO, find, needs_reference
+from tests.k8s.conftest import CRD_FILE, CRD_SCHEMA_FILE, REPO, find, needs_reference
 
 from k8s import names
 from k8s.kyverno import policy_manifest

@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from script_loader import load_script
+from tests.tools.script_loader import load_script
 from kv_tools.bench_ttft import BenchConfig, build_requests, percentile, run
 
 COLD_S, WARM_S, CHUNK_GAP_S = 0.200, 0.050, 0.030

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from script_loader import load_script
+from tests.tools.script_loader import load_script
 from kv_tools.overlap import (
     COMPLETION,
     NO_SYSTEM,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from script_loader import load_script
+from tests.tools.script_loader import load_script
 from kv_tools.model_specs import MODELS, count_params, load_hf_config, lookup_model, normalize_model_name
 from kv_tools.planner import (
     DEFAULT_CALIBRATION,

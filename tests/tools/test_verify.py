@@ -17,7 +17,7 @@ from typing import Any, Callable
 import jsonpatch
 import pytest
 
-from script_loader import load_script
+from tests.tools.script_loader import load_script
 from k8s import names
 from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL, endpoint_json_patch
 from k8s.render import CURVINE_CHART, render_manifests
