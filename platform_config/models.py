@@ -13,7 +13,7 @@ we keep the API's name), ``*_mibps`` MiB/s.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal, Union
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     AfterValidator,
@@ -109,6 +109,12 @@ class CreateVpcConfig(StrictModel):
         "sagemaker.api",
         "ec2",
     )
+    #: Days VPC flow logs (all traffic, to CloudWatch Logs) are kept. Flow logs are the network
+    #: audit trail (cdk-nag AwsSolutions-VPC7); 90 days covers a quarterly review. Allowed: the
+    #: CloudWatch Logs retention values from 1 day to 10 years.
+    flow_log_retention_days: Literal[
+        1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653
+    ] = 90
 
 
 class ExistingVpcConfig(StrictModel):
@@ -215,6 +221,28 @@ class TieredStorageConfig(StrictModel):
     memory_allocation_percentage: Annotated[int, Field(ge=20, le=100)] = 20
 
 
+class HyperPodDependencyChartConfig(StrictModel):
+    """The HyperPod dependency Helm chart (aws/sagemaker-hyperpod-cli, ``helm_chart/HyperPodHelmChart``).
+
+    HyperPod on EKS needs it in ``kube-system`` before the HyperPod cluster is created (health
+    monitoring agent, deep health checks, GPU/EFA device plugins). It is published only in that
+    Git repository, not in a Helm repository, so it cannot be pinned by chart version: check it
+    out at ``source_commit`` and vendor its sub-charts into ``path`` (README, "HyperPod
+    dependency chart"). When set, the HyperPod stack installs it through the cluster's kubectl
+    handler before creating the HyperPod cluster; when absent, install it by hand first.
+    """
+
+    #: Directory holding ``Chart.yaml`` and the vendored ``charts/``; relative paths are
+    #: relative to the repository root (where ``cdk.json`` is).
+    path: Annotated[str, StringConstraints(min_length=1)]
+    #: The aws/sagemaker-hyperpod-cli commit ``path`` was checked out at (40 hex digits).
+    source_commit: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")]
+    release: DnsLabel = "dependencies"
+    #: Extra chart values, merged over the platform's defaults (which turn off what the EKS
+    #: add-ons already provide: cert-manager and the inference operator).
+    values: dict[str, Any] = Field(default_factory=dict)
+
+
 class HyperPodConfig(StrictModel):
     """The ``AWS::SageMaker::Cluster`` orchestrated by the EKS cluster."""
 
@@ -223,6 +251,8 @@ class HyperPodConfig(StrictModel):
     node_recovery: Literal["Automatic", "None"] = "Automatic"
     tiered_storage: TieredStorageConfig = TieredStorageConfig()
     instance_groups: Annotated[tuple[InstanceGroupConfig, ...], Field(min_length=1, max_length=20)]
+    #: Install the HyperPod dependency chart from a vendored checkout (None: install by hand).
+    dependency_chart: HyperPodDependencyChartConfig | None = None
 
     @model_validator(mode="after")
     def _unique_group_names(self) -> "HyperPodConfig":
@@ -339,7 +369,6 @@ class ImageVersions(StrictModel):
     curvine_csi: PinnedImage
     csi_node_driver_registrar: PinnedImage
     csi_provisioner: PinnedImage
-    csi_attacher: PinnedImage
     livenessprobe: PinnedImage
 
 
@@ -396,17 +425,6 @@ class PlatformConfig(StrictModel):
                 f"allowed: {', '.join(sorted(groups))}"
             )
         return self
-
-    def instance_group_for(self, instance_type: str) -> InstanceGroupConfig | None:
-        """Return the first instance group of ``instance_type``, or None."""
-        return next((g for g in self.hyperpod.instance_groups if g.instance_type == instance_type), None)
-
-    @property
-    def hyperpod_cluster_arn(self) -> str:
-        """ARN of the HyperPod cluster, computable from config (no lookup needed)."""
-        return (
-            f"arn:aws:sagemaker:{self.region}:{self.account}:cluster/{self.hyperpod.cluster_name}"
-        )
 
 
 # --- business-lines/<name>.yaml -----------------------------------------------------------------
@@ -467,7 +485,8 @@ class VllmConfig(StrictModel):
 
     #: LMCache-enabled vLLM image, pinned by tag or digest.
     image: PinnedImage
-    #: vLLM arguments (model path first); the KV connector flags are added by the chart.
+    #: vLLM arguments (model path first). With kvCacheSpec on, the operator adds LMCache's KV
+    #: connector itself (the operator's own L1/L2 sample passes only model and length flags).
     args: tuple[str, ...] = ()
     port: Annotated[int, Field(ge=1024, le=65535)] = 8000
     #: Path the operator mounts model weights at (``worker.modelVolumeMount.mountPath``).

@@ -1,0 +1,36 @@
+"""Reusable CDK constructs of the tiered KV cache platform.
+
+Named ``kv_constructs`` rather than ``constructs`` so it never shadows the ``constructs``
+library that every CDK app imports (``from constructs import Construct``).
+
+- :class:`HyperPodCluster`: ``AWS::SageMaker::Cluster`` on EKS with its execution role.
+- :class:`CurvinePrimaryVolume`: the encrypted, retained EBS volume of the Curvine Primary.
+- :class:`SecureBucket`: encrypted, TLS-only, private, versioned, access-logged S3 bucket.
+- :class:`IrsaRole`: IAM role for one Kubernetes service account (IRSA).
+- :mod:`kv_constructs.nag`: cdk-nag acknowledgment helpers (``suppress_kubectl_provider``, ...).
+"""
+
+from kv_constructs import nag
+from kv_constructs.curvine_volume import CurvinePrimaryVolume, CurvinePrimaryVolumeProps
+from kv_constructs.hyperpod_cluster import (
+    HyperPodCluster,
+    InstanceGroupSpec,
+    LifecycleScripts,
+    TaintSpec,
+    TieredStorage,
+)
+from kv_constructs.irsa import IrsaRole
+from kv_constructs.secure_bucket import SecureBucket
+
+__all__ = [
+    "CurvinePrimaryVolume",
+    "CurvinePrimaryVolumeProps",
+    "HyperPodCluster",
+    "InstanceGroupSpec",
+    "IrsaRole",
+    "LifecycleScripts",
+    "SecureBucket",
+    "TaintSpec",
+    "TieredStorage",
+    "nag",
+]

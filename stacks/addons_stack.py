@@ -1,0 +1,256 @@
+"""EKS add-ons: storage CSI drivers, metrics-server, cert-manager and the HyperPod inference operator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import CfnOutput, Stack
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from kv_constructs import IrsaRole, SecureBucket, nag
+from platform_config import BusinessLineConfig, PlatformConfig
+from platform_config.models import S3ModelSource
+
+#: The inference operator's namespace and service accounts (aws/sagemaker-hyperpod-cli,
+#: helm_chart/.../inference-operator/migration/helm_to_addon.sh; FACTS.md section 1).
+INFERENCE_NAMESPACE = "hyperpod-inference-system"
+INFERENCE_CONTROLLER_SA = "hyperpod-inference-controller-manager"
+INFERENCE_ALB_SA = "aws-load-balancer-controller"
+INFERENCE_KEDA_SA = "keda-operator"
+
+#: AWS Load Balancer Controller IAM policy v3.2.2, the file aws-cdk-lib 2.275.0 ships for
+#: ``aws_eks_v2.AlbController`` (origin: kubernetes-sigs/aws-load-balancer-controller
+#: docs/install/iam_policy.json, Apache-2.0). Loaded as data; region and account are pinned below.
+ALB_POLICY_FILE = Path(__file__).resolve().parent.parent / "kv_constructs" / "policies" / "aws-load-balancer-controller-v3.2.2.json"
+
+#: Add-ons the inference operator depends on, with the minimum versions of FACTS.md section 1.
+INFERENCE_DEPENDENCIES = ("aws-mountpoint-s3-csi-driver", "aws-fsx-csi-driver", "metrics-server", "cert-manager")
+
+
+def tls_bucket_name(platform: PlatformConfig) -> str:
+    """TLS-certificate bucket of the inference operator; must start with ``hyperpod-tls-`` (FACTS.md s.1)."""
+    suffix = f"-{platform.account}-{platform.region}"
+    head = f"hyperpod-tls-{platform.project}"
+    return head[: 63 - len(suffix)].rstrip("-") + suffix
+
+
+def alb_controller_policy_document(stack: Stack) -> iam.PolicyDocument:
+    """The Load Balancer Controller policy, with ``arn:aws:<svc>:*:*:`` narrowed to this partition/region/account."""
+    text = ALB_POLICY_FILE.read_text(encoding="utf-8")
+    for service in ("ec2", "elasticloadbalancing"):
+        text = text.replace(
+            f"arn:aws:{service}:*:*:", f"arn:{stack.partition}:{service}:{stack.region}:{stack.account}:"
+        )
+    return iam.PolicyDocument.from_json(json.loads(text))
+
+
+class AddonsStack(Stack):
+    """Managed add-ons at pinned versions and the IAM they need.
+
+    - ``aws-ebs-csi-driver`` with an IRSA role (the blog prefers IRSA over Pod Identity):
+      managed ``AmazonEBSCSIDriverPolicy``, plus ``sagemaker:AttachClusterNodeVolume`` /
+      ``DetachClusterNodeVolume`` on this HyperPod cluster and ``eks:Describe*`` on this EKS
+      cluster; without them an EBS attach to a HyperPod node returns ValidationException.
+    - ``aws-mountpoint-s3-csi-driver`` with an IRSA role that can only read the S3 model
+      prefixes of the business lines (none if no line loads from S3).
+    - ``aws-fsx-csi-driver``, ``metrics-server``, ``cert-manager`` (no AWS permissions: FSx
+      volumes are statically provisioned from existing file systems).
+    - ``amazon-sagemaker-hyperpod-inference`` with ``executionRoleArn``, ``tlsCertificateS3Bucket``,
+      ``hyperpodClusterArn``, ``alb.serviceAccount.{create,roleArn}`` and
+      ``keda.auth.aws.irsa.roleArn``; it depends on the four add-ons above, so
+      ``cdk deploy --all`` creates them first.
+
+    Attributes:
+        addons: add-on name -> ``eks_v2.Addon``.
+        inference_operator: the ``amazon-sagemaker-hyperpod-inference`` add-on (it installs the
+            InferenceEndpointConfig CRD, so business-line manifests depend on it).
+        tls_bucket: :class:`kv_constructs.SecureBucket` for the operator's TLS certificates.
+        inference_execution_role, alb_role, keda_role, ebs_csi_role: :class:`kv_constructs.IrsaRole`.
+        s3_csi_role: :class:`kv_constructs.IrsaRole` or ``None``.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        platform: PlatformConfig,
+        business_lines: tuple[BusinessLineConfig, ...],
+        cluster: eks.ICluster,
+        hyperpod_cluster_arn: str,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        versions = platform.versions.addons
+        eks_cluster_arn = self.format_arn(service="eks", resource="cluster", resource_name=platform.eks.cluster_name)
+        self.addons: dict[str, eks.Addon] = {}
+
+        # --- EBS CSI driver (Curvine Primary volume) ------------------------------------------
+        self.ebs_csi_role = IrsaRole(self, "EbsCsiRole", cluster=cluster, namespace="kube-system",
+                                     service_account="ebs-csi-controller-sa",
+                                     description="EBS CSI controller: EBS volumes, attach to HyperPod nodes")
+        role = self.ebs_csi_role.role
+        role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name("service-role/AmazonEBSCSIDriverPolicy"))
+        role.add_to_policy(iam.PolicyStatement(
+            sid="AttachVolumesToHyperPodNodes",
+            actions=["sagemaker:AttachClusterNodeVolume", "sagemaker:DetachClusterNodeVolume"],
+            resources=[hyperpod_cluster_arn],
+        ))
+        role.add_to_policy(iam.PolicyStatement(
+            sid="DescribeThisEksCluster", actions=["eks:Describe*"], resources=[eks_cluster_arn]))
+        nag.acknowledge_managed_policies(
+            role, ["service-role/AmazonEBSCSIDriverPolicy"],
+            "The AWS managed policy of the EBS CSI driver (EKS user guide, 'Amazon EBS CSI driver'); its "
+            "mutating EC2 actions are conditioned on the ebs.csi.aws.com/cluster tags the driver sets.")
+        nag.acknowledge_wildcards(
+            role, actions=["eks:Describe*"],
+            reason="HyperPod's EBS CSI integration needs eks:Describe* (SageMaker HyperPod EBS CSI setup; "
+            "FACTS.md section 1); the wildcard is on the action only and the resource is this cluster.")
+        self._addon("aws-ebs-csi-driver", cluster, versions.aws_ebs_csi_driver, role=self.ebs_csi_role)
+
+        # --- Mountpoint for S3 CSI driver (model weights) -------------------------------------
+        self.s3_csi_role: IrsaRole | None = None
+        s3_sources = sorted({(l.model.source.bucket, l.model.source.location.strip("/"))
+                             for l in business_lines if isinstance(l.model.source, S3ModelSource)})
+        if s3_sources:
+            self.s3_csi_role = IrsaRole(self, "S3CsiRole", cluster=cluster, namespace="kube-system",
+                                        service_account="s3-csi-driver-sa",
+                                        description="Mountpoint for S3 CSI driver: read model weights")
+            buckets = sorted({b for b, _ in s3_sources})
+            objects = [f"arn:{self.partition}:s3:::{b}/{loc}/*" for b, loc in s3_sources]
+            self.s3_csi_role.role.add_to_policy(iam.PolicyStatement(
+                sid="ListModelBuckets", actions=["s3:ListBucket"],
+                resources=[f"arn:{self.partition}:s3:::{b}" for b in buckets]))
+            self.s3_csi_role.role.add_to_policy(iam.PolicyStatement(
+                sid="ReadModelWeights", actions=["s3:GetObject"], resources=objects))
+            nag.acknowledge_wildcards(
+                self.s3_csi_role.role, resources=objects,
+                reason="Read-only access to the model prefixes named in config/business-lines/*.yaml; "
+                "the weight files under a prefix are not known at synth time.")
+        self._addon("aws-mountpoint-s3-csi-driver", cluster, versions.aws_mountpoint_s3_csi_driver,
+                    role=self.s3_csi_role)
+
+        # --- Add-ons without AWS permissions ---------------------------------------------------
+        self._addon("aws-fsx-csi-driver", cluster, versions.aws_fsx_csi_driver)
+        self._addon("metrics-server", cluster, versions.metrics_server)
+        self._addon("cert-manager", cluster, versions.cert_manager)
+
+        # --- HyperPod inference operator ---------------------------------------------------------
+        self.tls_bucket = SecureBucket(self, "TlsCertificates", bucket_name=tls_bucket_name(platform))
+        self.inference_execution_role = IrsaRole(
+            self, "InferenceExecutionRole", cluster=cluster, namespace=INFERENCE_NAMESPACE,
+            service_account=INFERENCE_CONTROLLER_SA, extra_service_principals=["sagemaker.amazonaws.com"],
+            description="HyperPod inference operator execution role")
+        execution = self.inference_execution_role.role
+        execution.add_managed_policy(
+            iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSageMakerHyperPodInferenceAccess"))
+        certificates = self.tls_bucket.bucket.arn_for_objects("*")
+        same_account = {"StringEquals": {"aws:ResourceAccount": self.account}}
+        execution.add_to_policy(iam.PolicyStatement(
+            sid="TlsCertificatesReadWrite",
+            actions=["s3:GetObject", "s3:PutObject", "s3:PutObjectTagging", "s3:DeleteObject"],
+            resources=[certificates], conditions=same_account))
+        nag.acknowledge_managed_policies(
+            execution, ["AmazonSageMakerHyperPodInferenceAccess"],
+            "The AWS managed policy the HyperPod inference operator requires (FACTS.md section 1; "
+            "SageMaker HyperPod model deployment setup).")
+        nag.acknowledge_wildcards(
+            execution, resources=[certificates],
+            reason="The operator writes one certificate object per endpoint into its own TLS bucket; "
+            "object keys are generated at run time (as in the operator's helm_to_addon.sh policy).")
+
+        self.alb_role = IrsaRole(self, "InferenceAlbRole", cluster=cluster, namespace=INFERENCE_NAMESPACE,
+                                 service_account=INFERENCE_ALB_SA,
+                                 description="AWS Load Balancer Controller of the HyperPod inference operator")
+        alb_document = alb_controller_policy_document(self)
+        alb_policy = iam.Policy(self, "InferenceAlbPolicy", document=alb_document, roles=[self.alb_role.role])
+        _acknowledge_document_wildcards(
+            alb_policy, alb_document,
+            "Official AWS Load Balancer Controller policy (v3.2.2, as shipped by aws-cdk-lib), narrowed to "
+            "this region and account: Describe/Get actions have no resource-level permissions, and the "
+            "mutating ones are conditioned on the elbv2.k8s.aws/cluster tags the controller sets.")
+
+        self.keda_role = IrsaRole(self, "InferenceKedaRole", cluster=cluster, namespace=INFERENCE_NAMESPACE,
+                                  service_account=INFERENCE_KEDA_SA,
+                                  description="KEDA operator of the HyperPod inference operator (autoscaling)")
+        workspaces = self.format_arn(service="aps", resource="workspace", resource_name="*")
+        self.keda_role.role.add_to_policy(iam.PolicyStatement(
+            sid="ReadCloudWatchMetrics",
+            actions=["cloudwatch:GetMetricData", "cloudwatch:GetMetricStatistics", "cloudwatch:ListMetrics"],
+            resources=["*"]))
+        self.keda_role.role.add_to_policy(iam.PolicyStatement(
+            sid="QueryPrometheusWorkspaces",
+            actions=["aps:QueryMetrics", "aps:GetSeries", "aps:GetLabels", "aps:GetMetricMetadata"],
+            resources=[workspaces]))
+        nag.acknowledge_wildcards(
+            self.keda_role.role, resources=["*", workspaces],
+            reason="KEDA scalers read metrics only: CloudWatch metric reads have no resource-level "
+            "permissions, and the Prometheus workspaces a scaler queries are chosen per endpoint "
+            "(read-only, this account and region).")
+
+        inference = self._addon(
+            "amazon-sagemaker-hyperpod-inference",
+            cluster,
+            versions.amazon_sagemaker_hyperpod_inference,
+            configuration={
+                "executionRoleArn": execution.role_arn,
+                "tlsCertificateS3Bucket": self.tls_bucket.bucket.bucket_name,
+                "hyperpodClusterArn": hyperpod_cluster_arn,
+                "alb": {"enabled": True, "serviceAccount": {"create": True, "roleArn": self.alb_role.role_arn}},
+                "keda": {"enabled": True, "auth": {"aws": {"irsa": {"enabled": True, "roleArn": self.keda_role.role_arn}}}},
+            },
+        )
+        self.inference_operator = inference
+        for name in INFERENCE_DEPENDENCIES:
+            inference.node.add_dependency(self.addons[name])
+        # The operator's permissions must exist before it starts reconciling (the roles and the
+        # bucket are already ordered by the references in the configuration values).
+        inference.node.add_dependency(alb_policy)
+        for role in (self.inference_execution_role, self.keda_role):
+            if role.policy is not None:
+                inference.node.add_dependency(role.policy)
+
+        CfnOutput(self, "TlsCertificateBucket", value=self.tls_bucket.bucket.bucket_name,
+                  description="S3 bucket of the inference endpoints' TLS certificates")
+        CfnOutput(self, "InferenceExecutionRoleArn", value=execution.role_arn,
+                  description="Execution role of the HyperPod inference operator")
+
+    def _addon(self, name: str, cluster: eks.ICluster, version: str, *, role: IrsaRole | None = None,
+               configuration: dict[str, Any] | None = None) -> eks.Addon:
+        addon = eks.Addon(self, f"Addon-{name}", cluster=cluster, addon_name=name, addon_version=version,
+                          preserve_on_delete=False, configuration_values=configuration)
+        cfn = addon.node.default_child
+        assert isinstance(cfn, eks.CfnAddon)
+        cfn.resolve_conflicts = "OVERWRITE"
+        if role is not None:
+            cfn.service_account_role_arn = role.role_arn
+            if role.policy is not None:
+                addon.node.add_dependency(role.policy)
+        self.addons[name] = addon
+        return addon
+
+
+def _acknowledge_document_wildcards(scope: Construct, document: iam.PolicyDocument, reason: str) -> None:
+    """Acknowledge every wildcard action/resource of ``document`` (IAM5) on ``scope``."""
+    resolved = Stack.of(scope).resolve(document.to_json())
+    actions: set[str] = set()
+    resources: list[Any] = []
+    for statement in resolved.get("Statement", []):
+        if statement.get("Effect") != "Allow":
+            continue
+        for key, sink in (("Action", actions), ("Resource", None)):
+            values = statement.get(key, [])
+            values = values if isinstance(values, list) else [values]
+            for value in values:
+                flat = nag.flatten_reference(Stack.of(scope), value)
+                if "*" not in flat:
+                    continue
+                if sink is not None:
+                    sink.add(flat)
+                elif value not in resources:
+                    resources.append(value)
+    nag.acknowledge_wildcards(scope, actions=sorted(actions), resources=resources, reason=reason)

@@ -1,0 +1,209 @@
+"""Network: the VPC the EKS control plane, the system nodes and the HyperPod nodes share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import Acknowledgment, CfnOutput, RemovalPolicy, Stack, Tags, Validations
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from platform_config import PlatformConfig
+from platform_config.models import CreateVpcConfig, ExistingVpcConfig
+
+#: Public subnets hold only the NAT gateways (and an internet-facing load balancer if someone
+#: configures one); /26 = 64 addresses per zone is plenty. Private subnets get the largest equal
+#: blocks that fit in the rest of the CIDR (a /18 per zone in a /16 with two zones): HyperPod
+#: nodes and VPC-CNI pods take one VPC address each, so they need the space.
+PUBLIC_SUBNET_MASK = 26
+
+#: Subnet tags the AWS Load Balancer Controller uses to pick subnets. The HyperPod inference
+#: operator's ALB requires ``kubernetes.io/role/elb=1`` (FACTS.md section 1).
+ELB_TAG = "kubernetes.io/role/elb"
+INTERNAL_ELB_TAG = "kubernetes.io/role/internal-elb"
+#: Above the default tag priority (100) that aws_eks_v2 uses when it tags public subnets.
+PUBLIC_ELB_TAG_REMOVAL_PRIORITY = 200
+
+
+class NetworkStack(Stack):
+    """VPC, subnets, endpoints and the shared security group (or an imported VPC).
+
+    Created VPC (``network.mode: create``): one public and one private subnet in each of
+    ``availability_zones`` (given explicitly, so synthesis never looks zones up), NAT gateways
+    as configured, an S3 gateway endpoint, the configured interface endpoints in the private
+    subnets, VPC flow logs, and the default security group stripped of rules.
+
+    Load-balancer subnet tags go on the private subnets only, both ``kubernetes.io/role/elb=1``
+    (required by the inference operator) and ``kubernetes.io/role/internal-elb=1``. Public
+    subnets are deliberately left untagged: with no tagged public subnet, no load balancer the
+    controllers create can land on the internet, which keeps the "no public endpoints unless
+    configured" rule; a user who wants an internet-facing ALB tags a public subnet on purpose.
+
+    Imported VPC (``network.mode: existing``): ``ec2.Vpc.from_vpc_attributes`` with the given
+    IDs (no lookup). Endpoints, flow logs and subnet tags are then the VPC owner's job; the
+    README lists what HyperPod needs.
+
+    Attributes:
+        vpc: the VPC (``ec2.IVpc``).
+        security_group: shared by the EKS control plane ENIs, the system nodes and HyperPod
+            nodes; allows all traffic within itself (EFA needs it) and egress anywhere.
+        hyperpod_subnet: the private subnet in ``gpu_availability_zone``.
+        private_subnets: the private subnets, one per zone, in ``availability_zones`` order.
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig, **kwargs: Any) -> None:
+        # Set before the Stack exists: ``availability_zones`` below is read during construction.
+        self._configured_zones = list(platform.availability_zones)
+        super().__init__(scope, construct_id, **kwargs)
+        network = platform.network
+        zones = list(platform.availability_zones)
+        if isinstance(network, CreateVpcConfig):
+            self.vpc = self._create_vpc(network, zones)
+            private = self.vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnets
+        else:
+            self.vpc = self._import_vpc(network, zones)
+            private = self.vpc.private_subnets
+        by_zone = {s.availability_zone: s for s in private}
+        self.private_subnets = [by_zone[z] for z in zones]
+        self.hyperpod_subnet = by_zone[platform.gpu_availability_zone]
+        self.security_group = self._security_group(platform, network)
+
+        CfnOutput(self, "VpcId", value=self.vpc.vpc_id, description="VPC of the platform")
+        CfnOutput(
+            self,
+            "HyperPodSubnetId",
+            value=self.hyperpod_subnet.subnet_id,
+            description=f"Private subnet of the HyperPod nodes ({platform.gpu_availability_zone})",
+        )
+        CfnOutput(self, "SecurityGroupId", value=self.security_group.security_group_id,
+                  description="Shared security group (EKS control plane, system and HyperPod nodes)")
+
+    @property
+    def availability_zones(self) -> list[str]:
+        """The configured zones, never a lookup.
+
+        ``ec2.Vpc(availability_zones=...)`` still checks the zones against
+        ``Stack.availability_zones``, which for a stack with an explicit account and region is a
+        context lookup (the CLI then needs credentials; plain Python gets "dummy1a"). The CDK
+        documents overriding this property to choose zones differently; we return the config's.
+        """
+        return list(self._configured_zones)
+
+    def _create_vpc(self, network: CreateVpcConfig, zones: list[str]) -> ec2.Vpc:
+        flow_log_group = logs.LogGroup(
+            self,
+            "FlowLogs",
+            retention=_retention(network.flow_log_retention_days),
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        vpc = ec2.Vpc(
+            self,
+            "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(network.cidr),
+            availability_zones=zones,
+            nat_gateways=network.nat_gateways if network.nat_gateways is not None else len(zones),
+            subnet_configuration=[
+                ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC,
+                                        cidr_mask=PUBLIC_SUBNET_MASK, map_public_ip_on_launch=False),
+                ec2.SubnetConfiguration(name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            ],
+            gateway_endpoints={
+                # HyperPod nodes pull lifecycle scripts and model weights from S3 (FACTS.md s.1).
+                "S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3),
+            },
+            flow_logs={
+                "AllTraffic": ec2.FlowLogOptions(
+                    destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group),
+                    traffic_type=ec2.FlowLogTrafficType.ALL,
+                )
+            },
+            restrict_default_security_group=True,
+        )
+        # CloudFormation's linter warns on literal zones; here they are explicit on purpose.
+        Validations.of(vpc).acknowledge(Acknowledgment(
+            id="CloudFormation-Validate::W3010",
+            reason="Zones come from config/platform.yaml on purpose: synthesis must not look them up, "
+            "and the GPU capacity exists only in the configured zone.",
+        ))
+        private_selection = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS)
+        # One group for all interface endpoints: HTTPS from inside the VPC only (the CIDR from
+        # config, a literal, so the rule is reviewable in the template).
+        endpoint_group = ec2.SecurityGroup(
+            self, "EndpointSecurityGroup", vpc=vpc, allow_all_outbound=False,
+            description="Interface VPC endpoints: HTTPS from inside the VPC",
+        )
+        endpoint_group.add_ingress_rule(ec2.Peer.ipv4(network.cidr), ec2.Port.tcp(443), "HTTPS from the VPC")
+        for service in network.interface_endpoints:
+            vpc.add_interface_endpoint(
+                f"Endpoint-{service.replace('.', '-')}",
+                service=ec2.InterfaceVpcEndpointAwsService(service),
+                subnets=private_selection,
+                private_dns_enabled=True,
+                security_groups=[endpoint_group],
+                open=False,
+            )
+        for subnet in vpc.private_subnets:
+            Tags.of(subnet).add(ELB_TAG, "1")
+            Tags.of(subnet).add(INTERNAL_ELB_TAG, "1")
+        for subnet in vpc.public_subnets:
+            # aws_eks_v2.Cluster tags public subnets kubernetes.io/role/elb=1 (priority 100);
+            # removing it at a higher priority keeps internet-facing load balancers out unless
+            # someone tags a public subnet deliberately.
+            Tags.of(subnet).remove(ELB_TAG, priority=PUBLIC_ELB_TAG_REMOVAL_PRIORITY)
+        return vpc
+
+    def _import_vpc(self, network: ExistingVpcConfig, zones: list[str]) -> ec2.IVpc:
+        vpc = ec2.Vpc.from_vpc_attributes(
+            self,
+            "Vpc",
+            vpc_id=network.vpc_id,
+            vpc_cidr_block=network.vpc_cidr,
+            availability_zones=zones,
+            private_subnet_ids=[network.private_subnet_ids[z] for z in zones],
+        )
+        Validations.of(vpc).acknowledge(Acknowledgment(
+            id="Annotation::@aws-cdk/aws-ec2:noSubnetRouteTableId",
+            reason="Nothing here reads the imported subnets' route tables (no gateway endpoint is "
+            "created in an existing VPC; its owner provides the endpoints).",
+        ))
+        # With an existing security group too, this stack holds only outputs; 'cdk deploy'
+        # skips a stack without resources, and the other stacks get the IDs as literals.
+        Validations.of(self).acknowledge(Acknowledgment(
+            id="CloudFormation-Validate::F0001",
+            reason="An imported VPC and security group leave no resources to create; 'cdk deploy' "
+            "skips the empty stack and consumers receive the IDs as literals, not exports.",
+        ))
+        return vpc
+
+    def _security_group(self, platform: PlatformConfig, network: Any) -> ec2.ISecurityGroup:
+        if isinstance(network, ExistingVpcConfig) and network.security_group_id:
+            return ec2.SecurityGroup.from_security_group_id(
+                self, "SharedSecurityGroup", network.security_group_id, mutable=False
+            )
+        group = ec2.SecurityGroup(
+            self,
+            "SharedSecurityGroup",
+            vpc=self.vpc,
+            description=f"{platform.project}: EKS control plane, system nodes, HyperPod nodes (all traffic within)",
+            allow_all_outbound=True,
+        )
+        # EFA and NCCL use arbitrary ports between GPU nodes; HyperPod requires the group to
+        # allow all traffic from itself (FACTS.md section 2).
+        group.add_ingress_rule(group, ec2.Port.all_traffic(), "All traffic within the group (EFA, NCCL, kubelet)")
+        return group
+
+
+#: CloudWatch Logs retention periods in days -> ``logs.RetentionDays`` (same order as the enum).
+_RETENTION_DAYS = dict(zip(
+    (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653),
+    [m for m in logs.RetentionDays if m is not logs.RetentionDays.INFINITE],
+))
+
+
+def _retention(days: int) -> logs.RetentionDays:
+    """Map a day count to ``logs.RetentionDays``; ValueError for a period CloudWatch does not offer."""
+    try:
+        return _RETENTION_DAYS[days]
+    except KeyError:
+        raise ValueError(f"{days} is not a CloudWatch Logs retention period; allowed: {sorted(_RETENTION_DAYS)}") from None

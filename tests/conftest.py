@@ -1,0 +1,67 @@
+"""Shared session fixtures: the example config, and the whole platform synthesized once.
+
+Synthesizing the CDK app costs several seconds of jsii (Node) time, so it happens once per
+test session; every stack test reads the same templates.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+# jsii prints a large banner on stderr for Node 20 (works, end-of-life); keep test output readable.
+os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
+os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_CONFIG = REPO_ROOT / "config"
+
+
+@dataclass(frozen=True)
+class SynthesizedPlatform:
+    """The example platform after ``app.synth()``: the app, its stacks and the cloud assembly dir."""
+
+    app: object  # aws_cdk.App
+    stacks: object  # stacks.PlatformStacks
+    outdir: Path
+
+
+@pytest.fixture(scope="session")
+def project():
+    """The example configuration (``config/``), validated."""
+    from platform_config import load_project
+
+    return load_project(EXAMPLE_CONFIG)
+
+
+@pytest.fixture(scope="session")
+def synthesized(project, tmp_path_factory) -> SynthesizedPlatform:
+    """The example platform built exactly as ``app.py`` builds it and synthesized once.
+
+    cdk-nag is not registered as a synth-blocking plugin here (a finding would then error every
+    test); ``tests/stacks/test_compliance.py`` runs the same AwsSolutions pack over this app.
+    """
+    import stacks
+
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    app = stacks.new_app(outdir=str(outdir))
+    built = stacks.build_platform(app, project)
+    app.synth()
+    return SynthesizedPlatform(app=app, stacks=built, outdir=outdir)
+
+
+@pytest.fixture(scope="session")
+def platform(synthesized):
+    """``stacks.PlatformStacks`` of the example config (already synthesized)."""
+    return synthesized.stacks
+
+
+@pytest.fixture(scope="session")
+def templates(synthesized) -> dict:
+    """Stack id -> ``aws_cdk.assertions.Template`` for every stack of the example platform."""
+    from aws_cdk.assertions import Template
+
+    return {stack.stack_name: Template.from_stack(stack) for stack in synthesized.stacks.all()}

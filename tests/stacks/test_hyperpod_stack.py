@@ -1,0 +1,189 @@
+"""HyperPod stack: the SageMaker cluster, its execution role, lifecycle scripts, Curvine Primary volume."""
+
+from __future__ import annotations
+
+import pytest
+from aws_cdk.assertions import Match
+
+from kv_constructs import CurvinePrimaryVolume, HyperPodCluster
+from stacks.hyperpod_stack import LIFECYCLE_DIR, lifecycle_bucket_name
+
+HYPERPOD = "kvcache-hyperpod"
+
+
+@pytest.fixture(scope="module")
+def hp(templates) -> dict:
+    clusters = templates[HYPERPOD].find_resources("AWS::SageMaker::Cluster")
+    assert list(clusters) == [HyperPodCluster.LOGICAL_ID], "the HyperPod cluster's logical ID must stay pinned"
+    return clusters[HyperPodCluster.LOGICAL_ID]
+
+
+def group(hp: dict, name: str) -> dict:
+    groups = {g["InstanceGroupName"]: g for g in hp["Properties"]["InstanceGroups"]}
+    return groups[name]
+
+
+def test_logical_ids_of_stateful_resources_are_pinned() -> None:
+    assert HyperPodCluster.LOGICAL_ID == "HyperPodCluster"
+    assert CurvinePrimaryVolume.LOGICAL_ID == "CurvinePrimaryVolume"
+
+
+def test_orchestrated_by_the_eks_cluster_in_the_hyperpod_subnet(hp, platform) -> None:
+    props = hp["Properties"]
+    assert props["ClusterName"] == "kvcache-hyperpod"
+    # The EKS cluster's ARN, exported by the EKS stack (GetAtt EksCluster.Arn).
+    assert props["Orchestrator"]["Eks"]["ClusterArn"]["Fn::ImportValue"].startswith("kvcache-eks:")
+    assert "EksClusterArn" in props["Orchestrator"]["Eks"]["ClusterArn"]["Fn::ImportValue"]
+    vpc = props["VpcConfig"]
+    assert len(vpc["Subnets"]) == 1 and len(vpc["SecurityGroupIds"]) == 1
+    # The subnet is the private subnet of the GPU zone (exported by the network stack).
+    subnet_ref = platform.network.resolve(platform.network.hyperpod_subnet.subnet_id)["Ref"]
+    assert subnet_ref in vpc["Subnets"][0]["Fn::ImportValue"]
+
+
+def test_tiered_storage_is_enabled_at_twenty_percent(hp) -> None:
+    assert hp["Properties"]["TieredStorageConfig"] == {"Mode": "Enable", "InstanceMemoryAllocationPercentage": 20}
+
+
+def test_node_recovery_is_automatic(hp) -> None:
+    assert hp["Properties"]["NodeRecovery"] == "Automatic"
+
+
+def test_g6e_and_p5_instance_groups_from_config(hp, project) -> None:
+    for cfg in project.platform.hyperpod.instance_groups:
+        g = group(hp, cfg.name)
+        assert g["InstanceType"] == cfg.instance_type
+        assert g["InstanceCount"] == cfg.instance_count
+        assert g["ThreadsPerCore"] == cfg.threads_per_core
+        assert g["InstanceStorageConfigs"] == [{"EbsVolumeConfig": {"VolumeSizeInGB": cfg.ebs_volume_size_gb}}]
+        assert g["OnStartDeepHealthChecks"] == list(cfg.deep_health_checks)
+        assert g["KubernetesConfig"]["Labels"] == dict(cfg.labels)
+        assert g["LifeCycleConfig"]["OnCreate"] == "on_create.sh"
+        assert g["LifeCycleConfig"]["SourceS3Uri"]["Fn::Join"][1][-1] == f"/lifecycle/{cfg.name}/"
+    types = {g["InstanceType"] for g in hp["Properties"]["InstanceGroups"]}
+    assert types == {"ml.g6e.12xlarge", "ml.p5.48xlarge"}
+
+
+def test_p5_group_carries_its_taint(hp) -> None:
+    assert group(hp, "p5-inference")["KubernetesConfig"]["Taints"] == [
+        {"Key": "kvcache.io/large-model", "Value": "true", "Effect": "NoSchedule"}]
+    assert "Taints" not in group(hp, "g6e-inference")["KubernetesConfig"]
+
+
+def test_execution_role_trust_and_managed_policies(templates, hp) -> None:
+    role_id = hp["Properties"]["InstanceGroups"][0]["ExecutionRole"]["Fn::GetAtt"][0]
+    role = templates[HYPERPOD].find_resources("AWS::IAM::Role")[role_id]["Properties"]
+    assert role["AssumeRolePolicyDocument"]["Statement"] == [{
+        "Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"}}]
+    managed = sorted(p["Fn::Join"][1][-1] for p in role["ManagedPolicyArns"])
+    assert managed == [":iam::aws:policy/AmazonEKS_CNI_Policy", ":iam::aws:policy/AmazonSageMakerClusterInstanceRolePolicy"]
+
+
+def execution_statements(templates, hp) -> dict[str, dict]:
+    role_id = hp["Properties"]["InstanceGroups"][0]["ExecutionRole"]["Fn::GetAtt"][0]
+    policies = templates[HYPERPOD].find_resources("AWS::IAM::Policy", {
+        "Properties": {"Roles": [{"Ref": role_id}]}})
+    (policy,) = policies.values()
+    return {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+
+
+def test_execution_role_can_manage_enis_pull_images_and_use_pod_identity(templates, hp, project) -> None:
+    st = execution_statements(templates, hp)
+    assert st["CreateEnisInTheHyperPodSubnets"]["Action"] == "ec2:CreateNetworkInterface"
+    assert set(st["ManageEnisOfThisVpc"]["Action"]) == {
+        "ec2:CreateNetworkInterfacePermission", "ec2:DeleteNetworkInterface", "ec2:DeleteNetworkInterfacePermission"}
+    assert "ec2:Vpc" in st["ManageEnisOfThisVpc"]["Condition"]["ArnEquals"]
+    assert "ec2:DescribeNetworkInterfaces" in st["DescribeNetwork"]["Action"]
+    assert set(st["PullImages"]["Action"]) == {
+        "ecr:GetAuthorizationToken", "ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"}
+    pod_identity = st["PodIdentityOnThisCluster"]
+    assert pod_identity["Action"] == "eks-auth:AssumeRoleForPodIdentity"
+    p = project.platform
+    assert pod_identity["Resource"] == f"arn:aws:eks:{p.region}:{p.account}:cluster/{p.eks.cluster_name}"
+
+
+def test_execution_role_reads_only_the_lifecycle_prefix(templates, hp) -> None:
+    st = execution_statements(templates, hp)
+    assert st["ReadLifecycleScripts"]["Action"] == "s3:GetObject"
+    assert st["ReadLifecycleScripts"]["Resource"]["Fn::Join"][1][-1] == "/lifecycle/*"
+    assert st["ListLifecycleScripts"]["Action"] == "s3:ListBucket"
+    assert st["ListLifecycleScripts"]["Condition"] == {"StringLike": {"s3:prefix": ["lifecycle/*"]}}
+    writes = [s for s in st.values() if any(a.startswith("s3:Put") or a.startswith("s3:Delete")
+                                            for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"]))]
+    assert writes == []
+
+
+def test_lifecycle_bucket_is_encrypted_ssl_only_private_and_named_for_sagemaker(templates, project) -> None:
+    template = templates[HYPERPOD]
+    name = lifecycle_bucket_name(project.platform)
+    assert name.startswith("sagemaker-") and len(name) <= 63
+    template.has_resource_properties("AWS::S3::Bucket", {
+        "BucketName": name,
+        "BucketEncryption": {"ServerSideEncryptionConfiguration": [
+            {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]},
+        "PublicAccessBlockConfiguration": {"BlockPublicAcls": True, "BlockPublicPolicy": True,
+                                           "IgnorePublicAcls": True, "RestrictPublicBuckets": True},
+        "VersioningConfiguration": {"Status": "Enabled"},
+        "LoggingConfiguration": Match.object_like({"LogFilePrefix": "access-logs/"}),
+    })
+    template.has_resource_properties("AWS::S3::BucketPolicy", {"PolicyDocument": {"Statement": Match.array_with([
+        Match.object_like({"Effect": "Deny", "Action": "s3:*",
+                           "Condition": {"Bool": {"aws:SecureTransport": "false"}}})])}})
+
+
+def test_lifecycle_scripts_are_uploaded_before_the_cluster(templates, hp, project) -> None:
+    template = templates[HYPERPOD]
+    uploads = template.find_resources("Custom::CDKBucketDeployment")
+    assert len(uploads) == 1
+    (upload_id, upload), = uploads.items()
+    assert upload["Properties"]["DestinationBucketKeyPrefix"] == "lifecycle/"
+    # One script copy and one kvcache.env per instance group.
+    scripts = sorted(p.name for p in LIFECYCLE_DIR.glob("*.sh"))
+    assert len(upload["Properties"]["SourceObjectKeys"]) == len(project.platform.hyperpod.instance_groups) * (
+        len(scripts) + 1)
+    assert upload_id in hp["DependsOn"]
+
+
+def test_curvine_volume_is_encrypted_gp3_in_the_gpu_zone_and_retained(templates, project) -> None:
+    v = project.platform.curvine.primary_volume
+    volumes = templates[HYPERPOD].find_resources("AWS::EC2::Volume")
+    assert list(volumes) == [CurvinePrimaryVolume.LOGICAL_ID]
+    volume = volumes[CurvinePrimaryVolume.LOGICAL_ID]
+    assert volume["DeletionPolicy"] == "Retain"
+    assert volume["UpdateReplacePolicy"] == "Retain"
+    props = volume["Properties"]
+    assert props["Encrypted"] is True
+    assert props["VolumeType"] == "gp3"
+    assert props["Size"] == v.size_gib == 100
+    assert props["Iops"] == v.iops
+    assert props["Throughput"] == v.throughput_mibps
+    assert props["AvailabilityZone"] == project.platform.gpu_availability_zone
+
+
+def test_curvine_volume_exposes_typed_attributes(platform, project) -> None:
+    volume = platform.hyperpod.curvine_volume
+    assert volume.availability_zone == project.platform.gpu_availability_zone
+    assert platform.hyperpod.resolve(volume.volume_id) == {"Ref": CurvinePrimaryVolume.LOGICAL_ID}
+
+
+def test_outputs(templates) -> None:
+    outputs = templates[HYPERPOD].find_outputs("*")
+    assert outputs["HyperPodClusterName"]["Value"] == "kvcache-hyperpod"
+    assert outputs["HyperPodClusterArn"]["Value"] == {"Fn::GetAtt": [HyperPodCluster.LOGICAL_ID, "ClusterArn"]}
+    assert outputs["CurvineVolumeId"]["Value"] == {"Ref": CurvinePrimaryVolume.LOGICAL_ID}
+    assert outputs["CurvineVolumeAvailabilityZone"]["Value"] == "us-west-2a"
+
+
+def test_lifecycle_env_names_the_worker_data_dir_only_on_worker_groups(project) -> None:
+    from stacks.hyperpod_stack import lifecycle_env
+
+    platform = project.platform
+    assert lifecycle_env(platform, "g6e-inference") == (
+        "KVCACHE_INSTANCE_GROUP=g6e-inference\n"
+        "KVCACHE_NVME_ROOT=/opt/dlami/nvme\n"
+        f"KVCACHE_CURVINE_DATA_DIR={platform.curvine.worker_data_dir}\n")
+    only_g6e = platform.model_copy(update={
+        "curvine": platform.curvine.model_copy(update={"worker_instance_groups": ("g6e-inference",)})})
+    assert lifecycle_env(only_g6e, "p5-inference").endswith("KVCACHE_CURVINE_DATA_DIR=\n")
+    curvine_off = platform.model_copy(update={"curvine": platform.curvine.model_copy(update={"enabled": False})})
+    assert lifecycle_env(curvine_off, "g6e-inference").endswith("KVCACHE_CURVINE_DATA_DIR=\n")

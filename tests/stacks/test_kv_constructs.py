@@ -1,0 +1,150 @@
+"""Prop validation of the reusable constructs, and HyperPodCluster options the example does not use."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_s3 as s3
+from aws_cdk.assertions import Template
+
+from kv_constructs import (
+    CurvinePrimaryVolume,
+    CurvinePrimaryVolumeProps,
+    HyperPodCluster,
+    InstanceGroupSpec,
+    IrsaRole,
+    LifecycleScripts,
+    SecureBucket,
+    TaintSpec,
+    TieredStorage,
+    nag,
+)
+
+LIFECYCLE = LifecycleScripts(source_s3_uri="s3://sagemaker-x/lifecycle/g/")
+
+
+def group(**overrides) -> InstanceGroupSpec:
+    values = dict(name="g6e", instance_type="ml.g6e.12xlarge", instance_count=1, lifecycle=LIFECYCLE)
+    values.update(overrides)
+    return InstanceGroupSpec(**values)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"name": "bad_name"}, "instance group name 'bad_name' must match"),
+    ({"name": "x" * 64}, "at most 63 characters"),
+    ({"instance_type": "g6e.12xlarge"}, "must match ^ml"),
+    ({"instance_count": -1}, "instance_count must be >= 0"),
+    ({"ebs_volume_size_gb": 0}, "ebs_volume_size_gb must be 1-16384"),
+    ({"threads_per_core": 4}, "threads_per_core must be 1 or 2"),
+    ({"deep_health_checks": ("InstanceStress", "GpuBurn")}, "GpuBurn not allowed; allowed: InstanceStress, InstanceConnectivity"),
+])
+def test_instance_group_spec_rejects_values_outside_the_cloudformation_limits(overrides, message) -> None:
+    with pytest.raises(ValueError, match=message.replace("^", r"\^").replace("(", r"\(")):
+        group(**overrides)
+
+
+def test_taint_and_lifecycle_validation() -> None:
+    with pytest.raises(ValueError, match="taint effect 'Evict' not allowed"):
+        TaintSpec(key="k", effect="Evict")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="must start with s3://"):
+        LifecycleScripts(source_s3_uri="https://bucket/lifecycle/")
+    with pytest.raises(ValueError, match="must be a file name"):
+        LifecycleScripts(source_s3_uri="s3://b/p/", on_create="scripts/on_create.sh")
+
+
+@pytest.mark.parametrize("percent", [19, 101])
+def test_tiered_storage_percentage_must_be_20_to_100(percent) -> None:
+    with pytest.raises(ValueError, match="allowed: 20-100"):
+        TieredStorage(memory_allocation_percentage=percent)
+    TieredStorage(memory_allocation_percentage=20)
+    TieredStorage(memory_allocation_percentage=100)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"size_gib": 0}, "size_gib 0 out of range for gp3: 1-16384"),
+    ({"iops": 20000}, "iops 20000 out of range for gp3: 3000-16000"),
+    ({"size_gib": 5, "iops": 3000}, "exceeds 500 IOPS per GiB"),
+    ({"throughput_mibps": 1001}, "throughput_mibps 1001 out of range for gp3: 125-1000"),
+    ({"throughput_mibps": 1000}, "exceeds 0.25 MiB/s per provisioned IOPS"),
+    ({"volume_type": "io2", "throughput_mibps": 500}, "applies to gp3 only"),
+    ({"removal_policy": "destroy"}, "removal_policy 'destroy' not allowed; allowed: retain, snapshot"),
+    ({"availability_zone": "usw2-az1"}, "not a zone name"),
+])
+def test_curvine_volume_props_enforce_ebs_limits(overrides, message) -> None:
+    values = dict(availability_zone="us-west-2a", size_gib=100)
+    values.update(overrides)
+    with pytest.raises(ValueError, match=message):
+        CurvinePrimaryVolumeProps(**values)
+
+
+def test_secure_bucket_rejects_invalid_names() -> None:
+    stack = cdk.Stack(cdk.App(), "S")
+    with pytest.raises(ValueError, match="not a valid S3 bucket name"):
+        SecureBucket(stack, "B", bucket_name="Hyperpod_TLS")
+
+
+def test_irsa_role_rejects_invalid_service_account_names() -> None:
+    stack = cdk.Stack(cdk.App(), "S")
+    with pytest.raises(ValueError, match="service_account 'Bad_SA' is not a valid Kubernetes name"):
+        IrsaRole(stack, "R", cluster=None, namespace="kube-system", service_account="Bad_SA")  # type: ignore[arg-type]
+
+
+def test_nag_acknowledgment_needs_a_real_reason() -> None:
+    stack = cdk.Stack(cdk.App(), "S")
+    with pytest.raises(ValueError, match="needs a reason"):
+        nag.acknowledge(stack, "S1", "ok")
+
+
+def test_flatten_reference_matches_cdk_nag_finding_ids() -> None:
+    stack = cdk.Stack(cdk.App(), "S")
+    bucket = s3.CfnBucket(stack, "Bucket")
+    bucket.override_logical_id("Logs")
+    assert nag.flatten_reference(stack, f"{bucket.attr_arn}/lifecycle/*") == "<Logs.Arn>/lifecycle/*"
+    assert nag.flatten_reference(stack, bucket.ref) == "<Logs>"
+    assert nag.flatten_reference(stack, "*") == "*"
+
+
+@pytest.fixture(scope="module")
+def small_cluster_template() -> Template:
+    """A HyperPodCluster with Tiered Storage off, node recovery off and no labels (one small stack)."""
+    app = cdk.App()
+    stack = cdk.Stack(app, "Small", env=cdk.Environment(account="111122223333", region="us-west-2"))
+    HyperPodCluster(
+        stack, "HP", cluster_name="small", eks_cluster_arn="arn:aws:eks:us-west-2:111122223333:cluster/e",
+        eks_cluster_name="e", subnet_ids=["subnet-1"], security_group_ids=["sg-1"], vpc_id="vpc-1",
+        instance_groups=[group(threads_per_core=2)], lifecycle_bucket_arn="arn:aws:s3:::sagemaker-x",
+        lifecycle_key_prefix="lifecycle/", tiered_storage=TieredStorage(enabled=False), node_recovery="None",
+    )
+    CurvinePrimaryVolume(stack, "Vol", props=CurvinePrimaryVolumeProps(
+        availability_zone="us-west-2a", size_gib=200, volume_type="io2", iops=8000, removal_policy="snapshot"))
+    return Template.from_stack(stack)
+
+
+def test_tiered_storage_can_be_disabled_and_node_recovery_turned_off(small_cluster_template) -> None:
+    (cluster,) = small_cluster_template.find_resources("AWS::SageMaker::Cluster").values()
+    props = cluster["Properties"]
+    assert props["TieredStorageConfig"] == {"Mode": "Disable"}
+    assert props["NodeRecovery"] == "None"
+    (g,) = props["InstanceGroups"]
+    assert g["ThreadsPerCore"] == 2
+    assert "KubernetesConfig" not in g and "OnStartDeepHealthChecks" not in g
+
+
+def test_io2_volume_with_snapshot_removal_policy(small_cluster_template) -> None:
+    volume = small_cluster_template.find_resources("AWS::EC2::Volume")["CurvinePrimaryVolume"]
+    assert volume["DeletionPolicy"] == "Snapshot"
+    assert volume["UpdateReplacePolicy"] == "Snapshot"
+    assert volume["Properties"]["VolumeType"] == "io2"
+    assert volume["Properties"]["Iops"] == 8000
+    assert "Throughput" not in volume["Properties"]
+    assert volume["Properties"]["Encrypted"] is True
+
+
+def test_hyperpod_cluster_rejects_duplicate_group_names() -> None:
+    stack = cdk.Stack(cdk.App(), "S")
+    with pytest.raises(ValueError, match="repeated: g6e"):
+        HyperPodCluster(
+            stack, "HP", cluster_name="c", eks_cluster_arn="arn", eks_cluster_name="e", subnet_ids=["s"],
+            security_group_ids=["sg"], vpc_id="vpc-1", instance_groups=[group(), group()],
+            lifecycle_bucket_arn="arn:aws:s3:::b", lifecycle_key_prefix="lifecycle/",
+        )
