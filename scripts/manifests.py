@@ -16,7 +16,7 @@ The volume ID and zone come from ``--volume-id`` / ``--availability-zone`` (or t
 variables ``CURVINE_VOLUME_ID`` / ``CURVINE_VOLUME_AZ``, e.g.
 ``CURVINE_VOLUME_ID=vol-... make manifests``), else from the
 outputs file of a deployed app (``cdk deploy --all --outputs-file cdk-outputs.json``; keys
-``CurvinePrimaryVolumeId`` / ``CurvinePrimaryVolumeAz`` of the L2-cache stack), else the zone
+``CurvineVolumeId`` / ``CurvineVolumeAvailabilityZone`` of the hyperpod stack), else the zone
 defaults to ``gpu_availability_zone`` from config. Without a volume ID the Curvine chart is
 skipped with a warning (the business-line files do not depend on it).
 
@@ -47,8 +47,8 @@ from k8s.render import CURVINE_CHART, render_manifests  # noqa: E402
 from platform_config import ConfigError, ProjectConfig, load_project  # noqa: E402
 
 #: Output keys the L2-cache stack exports (stacks/l2_cache_stack.py).
-VOLUME_ID_OUTPUT = "CurvinePrimaryVolumeId"
-ZONE_OUTPUT = "CurvinePrimaryVolumeAz"
+VOLUME_ID_OUTPUT = "CurvineVolumeId"
+ZONE_OUTPUT = "CurvineVolumeAvailabilityZone"
 PLACEHOLDER_VOLUME_ID = "vol-00000000000000000"
 
 

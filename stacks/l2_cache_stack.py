@@ -23,11 +23,6 @@ from k8s.kyverno import KYVERNO_NAMESPACE, kyverno_helm_values
 from k8s.render import build_curvine_chart
 from platform_config import PlatformConfig
 
-#: Output keys read by ``scripts/manifests.py --outputs-file``.
-VOLUME_ID_OUTPUT = "CurvinePrimaryVolumeId"
-ZONE_OUTPUT = "CurvinePrimaryVolumeAz"
-
-
 class L2CacheStack(Stack):
     """The L2 KV-cache tier on the cluster: Kyverno (pinned Helm chart) and the Curvine chart.
 
@@ -79,9 +74,7 @@ class L2CacheStack(Stack):
         self.curvine = eks.KubernetesManifest(self, "Curvine", cluster=cluster, manifest=rest, overwrite=True)
         self.curvine.node.add_dependency(self.curvine_namespace)
 
-        CfnOutput(self, VOLUME_ID_OUTPUT, value=curvine_volume.volume_id,
-                  description="EBS volume of the Curvine Primary (scripts/manifests.py --outputs-file)")
-        CfnOutput(self, ZONE_OUTPUT, value=curvine_volume.availability_zone,
-                  description="Zone of that volume")
+        # The volume's ID and zone are outputs of the hyperpod stack that creates it (re-exporting
+        # an imported value here would only add a second source; cfn-lint W6001).
         CfnOutput(self, "CurvineStorageClass", value=platform.curvine.storage_class_name,
                   description="StorageClass of the business lines' RWX L2 PVCs")

@@ -41,8 +41,8 @@ def test_writes_one_file_per_chart_equal_to_render(script, tmp_path, manifests):
 
 def test_volume_and_zone_from_a_deploy_outputs_file(script, tmp_path):
     outputs = tmp_path / "cdk-outputs.json"
-    outputs.write_text(json.dumps({"kvcache-l2-cache": {"CurvinePrimaryVolumeId": "vol-0fedcba9876543210",
-                                                        "CurvinePrimaryVolumeAz": "us-west-2b"},
+    outputs.write_text(json.dumps({"kvcache-hyperpod": {"CurvineVolumeId": "vol-0fedcba9876543210",
+                                                        "CurvineVolumeAvailabilityZone": "us-west-2b"},
                                    "kvcache-eks": {"ClusterName": "kvcache-eks"}}))
     out = tmp_path / "dist"
     assert script.main(["--config", str(REPO / "config"), "--out", str(out), "--outputs-file", str(outputs)]) == 0

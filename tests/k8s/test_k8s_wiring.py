@@ -77,10 +77,14 @@ def test_curvine_objects_after_their_namespace(l2):
     assert ns in manifests[curvine].get("DependsOn", [])
 
 
-def test_volume_outputs_for_make_manifests(l2):
-    outputs = l2.to_json()["Outputs"]
-    assert "Fn::ImportValue" in outputs["CurvinePrimaryVolumeId"]["Value"]
-    assert outputs["CurvinePrimaryVolumeAz"]["Value"] == "us-west-2a"
+def test_make_manifests_reads_the_volume_outputs_the_hyperpod_stack_writes(templates, project):
+    """`scripts/manifests.py --outputs-file` looks up keys that a deploy really writes."""
+    from tests.tools.script_loader import load_script
+
+    manifests_script = load_script("manifests")
+    outputs = templates[f"{project.platform.project}-hyperpod"].to_json()["Outputs"]
+    assert outputs[manifests_script.VOLUME_ID_OUTPUT]["Value"]["Ref"]
+    assert outputs[manifests_script.ZONE_OUTPUT]["Value"] == project.platform.gpu_availability_zone
 
 
 @pytest.mark.parametrize("name", ["rag-assistant", "research-reasoning"])
