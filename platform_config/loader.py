@@ -173,6 +173,14 @@ def _cross_check(
                     str(path), "instance_type",
                     "L2 is on but no Curvine Worker runs on this instance type "
                     f"(curvine.worker_instance_groups in {platform_path})", line.instance_type))
+        serving_groups = [g for g in platform.hyperpod.instance_groups if g.instance_type == line.instance_type]
+        if serving_groups and all(any(t.effect != "PreferNoSchedule" for t in g.taints) for g in serving_groups):
+            problems.append(ConfigProblem(
+                str(path), "instance_type",
+                f"every instance group of this type ({', '.join(g.name for g in serving_groups)}) has a "
+                f"NoSchedule/NoExecute taint in {platform_path}, and InferenceEndpointConfig has no "
+                "tolerations field, so the line's pods could never schedule; allowed: a type with an untainted group",
+                line.instance_type))
         if line.cache.l1_enabled and not platform.hyperpod.tiered_storage.enabled:
             problems.append(ConfigProblem(
                 str(path), "cache.l1_enabled",

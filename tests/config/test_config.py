@@ -192,6 +192,20 @@ def test_instance_group_names_must_be_valid_and_unique(config_dir: Path) -> None
     assert "instance group names must be unique; repeated: p5-inference" in message
 
 
+def test_a_line_cannot_target_only_tainted_groups(config_dir: Path) -> None:
+    """InferenceEndpointConfig has no tolerations: its pods would stay Pending forever."""
+    edit(config_dir / "platform.yaml", lambda d: d["hyperpod"]["instance_groups"][1].update(
+        taints=[{"key": "kvcache.io/large-model", "value": "true", "effect": "NoSchedule"}]))
+    message = only_problem(config_dir)
+    assert "research-reasoning.yaml: instance_type: every instance group of this type (p5-inference)" in message
+    assert "no tolerations field" in message
+
+
+def test_prefer_no_schedule_taints_do_not_block_a_line() -> None:
+    p5 = load_project(EXAMPLE).platform.hyperpod.instance_groups[1]
+    assert (p5.instance_type, p5.taints[0].effect) == ("ml.p5.48xlarge", "PreferNoSchedule")
+
+
 def test_l2_on_while_curvine_off(config_dir: Path) -> None:
     edit(config_dir / "platform.yaml", lambda d: d["curvine"].update(enabled=False))
     found = problems(config_dir)

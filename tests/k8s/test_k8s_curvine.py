@@ -137,7 +137,7 @@ def test_workers_on_hyperpod_nvme(curvine, k8s_project):
     assert term["matchExpressions"] == [
         {"key": "sagemaker.amazonaws.com/compute-type", "operator": "In", "values": ["hyperpod"]}]
     # worker_instance_groups is empty: Workers run on every group, so they tolerate p5's taint.
-    assert {"key": "kvcache.io/large-model", "operator": "Equal", "value": "true", "effect": "NoSchedule"} \
+    assert {"key": "kvcache.io/large-model", "operator": "Equal", "value": "true", "effect": "PreferNoSchedule"} \
         in pod["tolerations"]
     env = {e["name"]: e for e in worker["env"]}
     assert env["CURVINE_WORKER_HOSTNAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"

@@ -66,7 +66,7 @@ def test_g6e_and_p5_instance_groups_from_config(hp, project) -> None:
 
 def test_p5_group_carries_its_taint(hp) -> None:
     assert group(hp, "p5-inference")["KubernetesConfig"]["Taints"] == [
-        {"Key": "kvcache.io/large-model", "Value": "true", "Effect": "NoSchedule"}]
+        {"Key": "kvcache.io/large-model", "Value": "true", "Effect": "PreferNoSchedule"}]
     assert "Taints" not in group(hp, "g6e-inference")["KubernetesConfig"]
 
 
