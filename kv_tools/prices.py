@@ -11,11 +11,10 @@ import datetime as dt
 from pathlib import Path
 from typing import Annotated
 
-import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from platform_config import INSTANCE_TYPES
-from platform_config.loader import ConfigError, ConfigProblem
+from platform_config.loader import parse_model, read_yaml
+from platform_config.models import AWS_REGION_PATTERN, KnownInstanceType
 
 DEFAULT_PRICES_FILE = Path(__file__).resolve().parents[1] / "config" / "prices.yaml"
 
@@ -39,23 +38,13 @@ class Price(BaseModel):
     checked: bool = False
 
 
-def _known_instance_type(name: str) -> str:
-    if name not in INSTANCE_TYPES:
-        raise ValueError(f"unknown instance type {name!r}; allowed: {', '.join(sorted(INSTANCE_TYPES))}")
-    return name
-
-
-KnownInstanceType = Annotated[str, AfterValidator(_known_instance_type)]
-
-
 class PriceTable(BaseModel):
     """``config/prices.yaml``: ``regions -> instance type -> Price``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     currency: Annotated[str, StringConstraints(pattern=r"^[A-Z]{3}$")] = "USD"
-    regions: dict[Annotated[str, StringConstraints(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$")],
-                  dict[KnownInstanceType, Price]]
+    regions: dict[Annotated[str, StringConstraints(pattern=AWS_REGION_PATTERN)], dict[KnownInstanceType, Price]]
 
     def price(self, region: str, instance_type: str) -> Price | None:
         """The price of ``instance_type`` in ``region``, or None when the table has none."""
@@ -70,16 +59,4 @@ def load_prices(path: str | Path = DEFAULT_PRICES_FILE) -> PriceTable:
             file and the dotted field path).
     """
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError([ConfigProblem(str(path), "", "file not found")]) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError([ConfigProblem(str(path), "", f"not valid YAML: {exc}")]) from None
-    try:
-        return PriceTable.model_validate(data or {})
-    except ValidationError as exc:
-        raise ConfigError([
-            ConfigProblem(str(path), ".".join(str(p) for p in err["loc"]), err["msg"].removeprefix("Value error, "))
-            for err in exc.errors(include_url=False)
-        ]) from None
+    return parse_model(PriceTable, path, read_yaml(path))

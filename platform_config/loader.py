@@ -72,7 +72,8 @@ class ProjectConfig:
         raise KeyError(f"no business line {name!r}; known: {', '.join(l.name for l in self.business_lines)}")
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Read a YAML mapping; ConfigError (naming the file) if missing, invalid or not a mapping."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -111,7 +112,8 @@ def _problems_from_validation(path: Path, exc: ValidationError) -> list[ConfigPr
     return problems
 
 
-def _parse(model: type[BaseModel], path: Path, data: dict[str, Any]) -> Any:
+def parse_model(model: type[BaseModel], path: Path, data: dict[str, Any]) -> Any:
+    """Validate ``data`` (read from ``path``) as ``model``; ConfigError lists every problem."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
@@ -120,7 +122,7 @@ def _parse(model: type[BaseModel], path: Path, data: dict[str, Any]) -> Any:
 
 def load_platform(path: Path) -> PlatformConfig:
     """Parse ``platform.yaml``. Raises :class:`ConfigError` naming file, field and allowed values."""
-    return _parse(PlatformConfig, path, _read_yaml(path))
+    return parse_model(PlatformConfig, path, read_yaml(path))
 
 
 def load_business_line(path: Path) -> BusinessLineConfig:
@@ -129,12 +131,12 @@ def load_business_line(path: Path) -> BusinessLineConfig:
     Raises:
         ConfigError: invalid file, or a ``name`` that differs from the file stem.
     """
-    data = _read_yaml(path)
+    data = read_yaml(path)
     stem = path.stem
     if "name" in data and data["name"] != stem:
         raise ConfigError([ConfigProblem(str(path), "name", f"must equal the file name {stem!r}", data["name"])])
     data.setdefault("name", stem)
-    return _parse(BusinessLineConfig, path, data)
+    return parse_model(BusinessLineConfig, path, data)
 
 
 def _cross_check(

@@ -21,7 +21,6 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
-    field_validator,
     model_validator,
 )
 
@@ -39,6 +38,15 @@ HyperPodName = Annotated[str, StringConstraints(pattern=HYPERPOD_NAME_PATTERN, m
 
 #: SageMaker instance type; the CRD demands ``^ml\\..*`` and we additionally require a known type.
 MlInstanceType = Annotated[str, StringConstraints(pattern=r"^ml\.[a-z0-9]+\.[a-z0-9]+$")]
+
+def _check_known_instance_type(value: str) -> str:
+    if value not in INSTANCE_TYPES:
+        raise ValueError(f"unknown instance type; allowed: {', '.join(sorted(INSTANCE_TYPES))}")
+    return value
+
+
+#: An ``ml.*`` type listed in :data:`platform_config.instances.INSTANCE_TYPES`.
+KnownInstanceType = Annotated[MlInstanceType, AfterValidator(_check_known_instance_type)]
 
 #: Kubernetes resource quantity (``resource.Quantity`` grammar, decimal and binary suffixes).
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
@@ -189,7 +197,7 @@ class InstanceGroupConfig(StrictModel):
     #: InstanceGroupName; changing it replaces the group (FACTS.md section 2).
     name: HyperPodName
     #: One of the ml.g6e.* / ml.p5*.48xlarge types in platform_config/instances.py.
-    instance_type: MlInstanceType
+    instance_type: KnownInstanceType
     instance_count: Annotated[int, Field(ge=0, le=1000)]
     #: Secondary EBS volume per instance, GiB (``InstanceStorageConfigs[0].EbsVolumeConfig``).
     ebs_volume_size_gb: Annotated[int, Field(ge=1, le=16384)] = 500
@@ -199,14 +207,6 @@ class InstanceGroupConfig(StrictModel):
     #: Kubernetes labels put on every node of the group.
     labels: dict[str, str] = Field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
-
-    @field_validator("instance_type")
-    @classmethod
-    def _known_instance_type(cls, value: str) -> str:
-        if value not in INSTANCE_TYPES:
-            raise ValueError(f"unknown instance type; allowed: {', '.join(sorted(INSTANCE_TYPES))}")
-        return value
-
 
 class TieredStorageConfig(StrictModel):
     """HyperPod Tiered Storage (the L1 tier's managed host-memory pool).
@@ -520,7 +520,7 @@ class BusinessLineConfig(StrictModel):
     namespace: DnsLabel
     model: ModelConfig
     #: Must be the type of one of the platform's HyperPod instance groups.
-    instance_type: MlInstanceType
+    instance_type: KnownInstanceType
     replicas: Annotated[int, Field(ge=1, le=100)] = 2
     #: GPUs per replica = tensor-parallel size; must fit the instance type.
     gpus_per_replica: Annotated[int, Field(ge=1, le=8)] = 1
@@ -535,13 +535,6 @@ class BusinessLineConfig(StrictModel):
     python_hash_seed: Annotated[int, Field(ge=0, le=4294967295)] = 0
     metrics_enabled: bool = True
     invocation_endpoint: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._/-]+$")] = "v1/chat/completions"
-
-    @field_validator("instance_type")
-    @classmethod
-    def _known_instance_type(cls, value: str) -> str:
-        if value not in INSTANCE_TYPES:
-            raise ValueError(f"unknown instance type; allowed: {', '.join(sorted(INSTANCE_TYPES))}")
-        return value
 
     @model_validator(mode="after")
     def _gpus_fit(self) -> "BusinessLineConfig":
