@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from platform_config import models
+from platform_config.instances import INSTANCE_TYPES
 from platform_config.models import BusinessLineConfig, PlatformConfig
 
 PLATFORM_FILE = "platform.yaml"
@@ -103,6 +104,8 @@ def _problems_from_validation(path: Path, exc: ValidationError) -> list[ConfigPr
                 else f"not allowed; allowed: strings matching {pattern}"
         elif err["type"] == "extra_forbidden":
             message = "unknown key (typo?); see the config reference in README.md"
+        elif err["type"] == "missing":
+            message = "required field is missing; see the config reference in README.md"
         elif err["type"] == "union_tag_invalid":
             message = f"unknown type {ctx.get('tag')!r}; allowed: {ctx.get('expected_tags')}"
         value = err.get("input") if err["type"] != "missing" else None
@@ -139,10 +142,15 @@ def load_business_line(path: Path) -> BusinessLineConfig:
     return parse_model(BusinessLineConfig, path, data)
 
 
-def _cross_check(
+def cross_check(
     platform: PlatformConfig, platform_path: Path, lines: list[tuple[Path, BusinessLineConfig]]
 ) -> list[ConfigProblem]:
-    """Rules spanning files: instance types, namespaces, L2 without Curvine, Worker placement."""
+    """Rules spanning files: instance types, taints, namespaces, L1/L2 prerequisites, GPU capacity.
+
+    Args:
+        lines: (file, parsed line) pairs; one pair checks a single line against the platform
+            (what ``scripts/plan.py --business-line`` does), all of them the whole project.
+    """
     problems: list[ConfigProblem] = []
     group_types = sorted({g.instance_type for g in platform.hyperpod.instance_groups})
     reserved = {"default", "kube-system", "kube-public", "kube-node-lease", "aws-hyperpod",
@@ -187,11 +195,46 @@ def _cross_check(
             problems.append(ConfigProblem(
                 str(path), "cache.l1_enabled",
                 f"L1 uses HyperPod Tiered Storage, which is disabled in {platform_path}; allowed: false", True))
+    problems.extend(_gpu_capacity_problems(platform, platform_path, lines))
     if any(l.cache.l2_enabled for _, l in lines) and platform.curvine.enabled \
             and platform.curvine.eviction.ttl_hours == 0:
         problems.append(ConfigProblem(
             str(platform_path), "curvine.eviction.ttl_hours",
             "0 disables eviction and LMCache never deletes, so L2 would fill the NVMe; allowed: > 0", 0))
+    return problems
+
+
+def _gpu_capacity_problems(
+    platform: PlatformConfig, platform_path: Path, lines: list[tuple[Path, BusinessLineConfig]]
+) -> list[ConfigProblem]:
+    """All lines on one instance type must fit, together, on the GPUs of its instance groups.
+
+    A replica spans ``gpus_per_replica`` GPUs of one node, so capacity is counted per node:
+    ``sum(instance_count) * (gpus per instance // gpus_per_replica)`` replicas of each shape.
+    """
+    problems: list[ConfigProblem] = []
+    for instance_type in sorted({l.instance_type for _, l in lines}):
+        nodes = sum(g.instance_count for g in platform.hyperpod.instance_groups
+                    if g.instance_type == instance_type)
+        on_type = [(p, l) for p, l in lines if l.instance_type == instance_type]
+        gpus_per_node = INSTANCE_TYPES[instance_type].gpus
+        # Pack the widest replicas first: a node's leftover GPUs serve narrower replicas.
+        free = [gpus_per_node] * nodes
+        unplaced: list[str] = []
+        for path, line in sorted(on_type, key=lambda pl: -pl[1].gpus_per_replica):
+            for _ in range(line.replicas):
+                slot = next((i for i, f in enumerate(free) if f >= line.gpus_per_replica), None)
+                if slot is None:
+                    unplaced.append(line.name)
+                    break
+                free[slot] -= line.gpus_per_replica
+        if unplaced and nodes:
+            wanted = ", ".join(f"{l.name} {l.replicas}x{l.gpus_per_replica} GPU" for _, l in on_type)
+            problems.append(ConfigProblem(
+                str(on_type[0][0].parent), "replicas",
+                f"the lines on {instance_type} ({wanted}) do not fit on its {nodes} node(s) x "
+                f"{gpus_per_node} GPU(s) in {platform_path}; allowed: raise instance_count or lower replicas "
+                f"(first that does not fit: {', '.join(dict.fromkeys(unplaced))})"))
     return problems
 
 
@@ -221,7 +264,7 @@ def load_project(config_dir: str | Path = "config") -> ProjectConfig:
         except ConfigError as exc:
             problems.extend(exc.problems)
     if platform is not None:
-        problems.extend(_cross_check(platform, platform_path, lines))
+        problems.extend(cross_check(platform, platform_path, lines))
     if problems:
         raise ConfigError(problems)
     assert platform is not None

@@ -35,6 +35,7 @@ from kv_tools.planner import (  # noqa: E402
 )
 from kv_tools.prices import DEFAULT_PRICES_FILE, load_prices  # noqa: E402
 from platform_config import INSTANCE_TYPES, ConfigError, load_business_line, load_platform  # noqa: E402
+from platform_config.loader import cross_check  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
             line = load_business_line(args.business_line)
             platform_file = args.config / "platform.yaml"
             platform = load_platform(platform_file) if platform_file.exists() else None
+            if platform is not None:  # the same cross-file rules as synthesis, so no false green
+                problems = cross_check(platform, platform_file, [(args.business_line, line)])
+                if problems:
+                    raise ConfigError(problems)
             inputs = inputs_from_line(line, platform, model=model, **overrides)
         else:
             if model is None or not args.instance_type:

@@ -206,6 +206,32 @@ def test_prefer_no_schedule_taints_do_not_block_a_line() -> None:
     assert (p5.instance_type, p5.taints[0].effect) == ("ml.p5.48xlarge", "PreferNoSchedule")
 
 
+def test_all_lines_must_fit_on_their_instance_groups(config_dir: Path) -> None:
+    # rag-assistant: 2 nodes x 4 L40S; 8 one-GPU replicas fill them, a 9th does not fit.
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit(path, lambda d: d.update(replicas=8))
+    assert load_project(config_dir).business_line("rag-assistant").replicas == 8
+    edit(path, lambda d: d.update(replicas=9))
+    message = only_problem(config_dir)
+    assert "replicas: the lines on ml.g6e.12xlarge (rag-assistant 9x1 GPU) do not fit on its 2 node(s) x 4 GPU(s)" in message
+    assert "first that does not fit: rag-assistant" in message
+
+
+def test_gpu_capacity_is_counted_per_node(config_dir: Path) -> None:
+    # 3-GPU replicas on 4-GPU nodes: one per node, so 2 fit and 3 do not, though 9 <= 8 + 4 spare.
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit(path, lambda d: d.update(replicas=2, gpus_per_replica=3))
+    load_project(config_dir)
+    edit(path, lambda d: d.update(replicas=3, gpus_per_replica=3))
+    assert "rag-assistant 3x3 GPU" in only_problem(config_dir)
+
+
+def test_missing_required_field_is_named(config_dir: Path) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit(path, lambda d: d.pop("namespace"))
+    assert f"{path}: namespace: required field is missing" in only_problem(config_dir)
+
+
 def test_l2_on_while_curvine_off(config_dir: Path) -> None:
     edit(config_dir / "platform.yaml", lambda d: d["curvine"].update(enabled=False))
     found = problems(config_dir)

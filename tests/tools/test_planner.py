@@ -298,3 +298,13 @@ def test_cli_exit_codes(capsys, tmp_path: Path) -> None:
     assert plan_cli.main(["--business-line", str(bad_line)]) == 2
     err = capsys.readouterr().err
     assert "--hf-config" in err and "bad.yaml: instance_type" in err
+
+
+def test_cli_business_line_is_checked_against_the_platform(tmp_path, capsys) -> None:
+    """A line synthesis would refuse (type of no instance group) is not planned as if fine."""
+    line = tmp_path / "rag-assistant.yaml"
+    line.write_text((REPO / "config/business-lines/rag-assistant.yaml").read_text()
+                    .replace("instance_type: ml.g6e.12xlarge", "instance_type: ml.g6e.48xlarge"))
+    rc = load_script("plan").main(["--business-line", str(line), "--config", str(REPO / "config")])
+    assert rc == 2
+    assert "instance_type: no HyperPod instance group has this type" in capsys.readouterr().err
