@@ -9,7 +9,9 @@ Objects (namespace ``curvine.namespace``, default ``curvine``):
   SSD tier with a capacity bound.
 * ConfigMap ``curvine-cluster.toml`` generated from typed settings (:mod:`k8s.curvine_config`).
 * CSI: CSIDriver ``curvine``, controller Deployment (provisioner), node plugin DaemonSet, RBAC,
-  and the StorageClass the business lines' RWX PVCs use.
+  and the StorageClass the business lines' RWX PVCs use (its parameters carry the client TTL to
+  the FUSE pods). At run time the node plugin also creates standalone FUSE pods in this
+  namespace (privileged, hostNetwork, hostPID); they are not objects of this chart.
 * NetworkPolicy on the Primary (the business-line side is in :mod:`k8s.line_chart`).
 
 Plain cdk8s (``cdk8s_plus_33.k8s`` L1 classes); no aws_cdk import, so the same chart renders in
@@ -27,11 +29,12 @@ from constructs import Construct
 
 from k8s import names
 from k8s.curvine_config import (
-    FUSE_WEB_PORT, INIT_MARKER, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT, META_DIR, PRIMARY_MOUNT,
-    PRIMARY_ROOT, WORKER_RPC_PORT, WORKER_WEB_PORT, master_addrs, render_cluster_toml,
+    FIRST_START_CONF, FIRST_START_DIR, INIT_MARKER, JOURNAL_DIR, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT,
+    META_DIR, PRIMARY_MOUNT, PRIMARY_ROOT, WORKER_RPC_PORT, WORKER_WEB_PORT, fuse_ttl_parameters, master_addrs,
+    render_cluster_toml,
 )
 from platform_config import PlatformConfig
-from platform_config.models import ExistingVpcConfig
+from platform_config.models import AZ_NAME_PATTERN, ExistingVpcConfig
 
 #: Well-known node label of the zone (set by the kubelet on every node, managed node group and
 #: HyperPod alike). Chosen over ``topology.ebs.csi.aws.com/zone`` because the scheduler matches
@@ -52,10 +55,17 @@ CSI_SOCKET: Final = "/csi/csi.sock"
 CSI_HEALTH_PORT: Final = 9909
 #: Where the CSI driver and its FUSE client read curvine-cluster.toml (curvine-csi image layout).
 CSI_CONF_DIR: Final = "/opt/curvine/conf"
+#: ENTRYPOINT of the curvine image (curvine-docker/deploy/Dockerfile_rocky9: ``/entrypoint.sh``,
+#: CMD ``master start``); it starts ``curvine-server --conf $CURVINE_CONF_FILE``. The Primary's
+#: container runs it through a small wrapper (:func:`_master_start_script`).
+CURVINE_ENTRYPOINT: Final = "/entrypoint.sh"
+#: Seconds the Primary's wrapper waits for the master to create its metadata on a first start
+#: before giving up on writing the marker (the startup probe allows 5 minutes).
+FIRST_START_MARKER_WAIT_S: Final = 300
 
 _TOKEN = re.compile(r"\$\{Token\[[^\]]+\]\}")
 _VOLUME_ID = re.compile(r"^vol-[0-9a-f]{8,17}$")
-_AZ = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-[0-9][a-z]$")
+_AZ = re.compile(AZ_NAME_PATTERN)
 
 #: Primary sizing: RocksDB metadata of a KV cache (one file per 256-token chunk) stays in the
 #: low millions of inodes; 1 CPU / 4 GiB request and an 8 GiB limit leave room for RocksDB's
@@ -104,6 +114,17 @@ def _tcp_probe(port: int, *, period: int, failures: int) -> k8s.Probe:
                      period_seconds=period, failure_threshold=failures, timeout_seconds=5)
 
 
+def _tcp_probes(port: int) -> dict[str, k8s.Probe]:
+    """Startup, readiness and liveness TCP probes on ``port``, as ``k8s.Container`` keywords.
+
+    Startup allows 5 minutes (60 x 5 s: RocksDB replay of a large namespace, or a Worker
+    scanning its blocks); then readiness every 10 s and liveness every 20 s, 3 failures each.
+    """
+    return {"startup_probe": _tcp_probe(port, period=5, failures=60),
+            "readiness_probe": _tcp_probe(port, period=10, failures=3),
+            "liveness_probe": _tcp_probe(port, period=20, failures=3)}
+
+
 def _restricted() -> k8s.SecurityContext:
     """Unprivileged container: no privilege escalation, no Linux capabilities."""
     return k8s.SecurityContext(allow_privilege_escalation=False, privileged=False,
@@ -123,10 +144,20 @@ def _config_check_script(*, conf: str, primary: bool) -> str:
     Curvine falls back to its defaults when it starts without its config file, and those
     defaults format (wipe) the metadata. So the config must exist, be non-empty and keep both
     format flags false, or the pod does not start. On the Primary the directories live below
-    the mount root (``lost+found`` is in the root). The marker records that this volume holds a
-    namespace: written once the metadata directory is non-empty; if it exists while the
-    metadata directory is empty or missing, the volume is not the one we initialized (or was
-    wiped) and the pod refuses to start instead of serving an empty namespace.
+    the mount root (``lost+found`` is in the root), and the script decides how the master starts:
+
+    * metadata directory non-empty: a normal restart; writes the marker if missing.
+    * marker present, metadata empty or missing: the volume is not the one we initialized (or
+      was wiped): refuse to start instead of serving an empty namespace.
+    * no marker, metadata empty, journal non-empty: start without formatting (the master
+      rebuilds its metadata from the journal's snapshot).
+    * no marker, metadata and journal empty or missing: a truly first start. Older Curvine
+      masters refuse empty directories with ``format_master = false`` (issues #906, #953), so
+      the script writes a one-time copy of the config with ``format_master = true`` to
+      :data:`FIRST_START_CONF` (an emptyDir). The master container consumes it once
+      (:func:`_master_start_script`) and writes the marker when the metadata exists. Curvine
+      has no separate journal format flag: ``format_master`` also resets the journal store
+      (``RocksLogStorage::from_conf(&conf.journal, conf.format_master)``).
     """
     lines = [
         "set -eu",
@@ -140,18 +171,64 @@ def _config_check_script(*, conf: str, primary: bool) -> str:
     ]
     if primary:
         lines += [
-            f'ROOT="{PRIMARY_ROOT}"; META="{META_DIR}"; MARK="{INIT_MARKER}"',
+            f'ROOT="{PRIMARY_ROOT}"; META="{META_DIR}"; JOURNAL="{JOURNAL_DIR}"; MARK="{INIT_MARKER}"',
+            f'FIRST="{FIRST_START_CONF}"',
+            'has_data() { [ -d "$1" ] && [ -n "$(ls -A "$1" 2>/dev/null)" ]; }',
             'mkdir -p "$ROOT"',
-            'if [ -d "$META" ] && [ -n "$(ls -A "$META" 2>/dev/null)" ]; then',
+            'rm -f "$FIRST" "$FIRST.tmp"',
+            'if has_data "$META"; then',
             '  [ -f "$MARK" ] || date -u +%Y-%m-%dT%H:%M:%SZ > "$MARK"',
             '  echo "metadata present; starting without formatting"',
             'elif [ -f "$MARK" ]; then',
             '  echo "FATAL: $MARK exists but $META is empty: wrong or wiped volume; refusing to start" >&2; exit 1',
+            'elif has_data "$JOURNAL"; then',
+            '  echo "metadata empty, journal present: starting without formatting (the master replays the journal)"',
             "else",
-            '  echo "first start: empty $ROOT; the master creates $META and the journal"',
+            '  mkdir -p "$(dirname "$FIRST")"',
+            "  sed 's/^format_master[[:space:]]*=[[:space:]]*false/format_master = true/' \"$CONF\" > \"$FIRST.tmp\"",
+            '  if ! grep -Eq "^format_master[[:space:]]*=[[:space:]]*true" "$FIRST.tmp" || '
+            '! grep -Eq "^format_worker[[:space:]]*=[[:space:]]*false" "$FIRST.tmp"; then',
+            '    echo "FATAL: could not write the first-start config $FIRST" >&2; exit 1; fi',
+            '  mv "$FIRST.tmp" "$FIRST"',
+            '  echo "first start: empty $ROOT; the master formats once with $FIRST (format_master = true)"',
             "fi",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _master_start_script(*, conf: str) -> str:
+    """Command of the Primary's master container: start Curvine, formatting at most once.
+
+    If the init container left a first-start config (:data:`FIRST_START_CONF`), the script
+    renames it before anything else, so a restart of the container in the same pod (init
+    containers do not re-run) can never format again, and points ``CURVINE_CONF_FILE`` at it.
+    A background loop writes the marker once the master has created its metadata: a first
+    start that fails before that leaves no marker, and the next pod simply formats again.
+    Otherwise it starts with ``conf`` (the ConfigMap, format flags false). Then ``exec`` of the
+    image's entrypoint (:data:`CURVINE_ENTRYPOINT` ``master start``).
+    """
+    return "\n".join([
+        "set -eu",
+        f'CONF="{conf}"; FIRST="{FIRST_START_CONF}"; META="{META_DIR}"; MARK="{INIT_MARKER}"',
+        'if [ -f "$FIRST" ]; then',
+        '  mv "$FIRST" "$FIRST.used"',
+        '  export CURVINE_CONF_FILE="$FIRST.used"',
+        '  echo "first start: formatting with $CURVINE_CONF_FILE (used once)"',
+        "  (",
+        "    i=0",
+        f"    while [ $i -lt {FIRST_START_MARKER_WAIT_S} ]; do",
+        '      if [ -n "$(ls -A "$META" 2>/dev/null)" ]; then',
+        '        [ -f "$MARK" ] || date -u +%Y-%m-%dT%H:%M:%SZ > "$MARK"; exit 0',
+        "      fi",
+        "      sleep 1; i=$((i + 1))",
+        "    done",
+        '    echo "warning: no metadata in $META after first start; marker not written" >&2',
+        "  ) &",
+        "else",
+        '  export CURVINE_CONF_FILE="$CONF"',
+        "fi",
+        f'exec {CURVINE_ENTRYPOINT} master start',
+    ]) + "\n"
 
 
 class CurvineChart(cdk8s.Chart):
@@ -181,7 +258,9 @@ class CurvineChart(cdk8s.Chart):
         self.images = platform.versions.images
         self.namespace_obj = k8s.KubeNamespace(self, "Namespace", metadata=k8s.ObjectMeta(
             name=self.ns,
-            # The CSI node plugin is privileged (FUSE mounts with Bidirectional propagation).
+            # Privileged Pod Security level: the CSI node plugin (FUSE mounts, Bidirectional
+            # propagation) and the standalone FUSE pods it creates here (privileged, hostNetwork,
+            # hostPID, /dev/fuse) need it; every other container in this namespace is restricted.
             labels={"pod-security.kubernetes.io/enforce": "privileged"}))
         self._objects: list[cdk8s.ApiObject] = []
         self.config_map = self._add(k8s.KubeConfigMap(self, "Config", metadata=self._meta(names.CURVINE_CONFIG_MAP),
@@ -192,7 +271,10 @@ class CurvineChart(cdk8s.Chart):
         self.storage_class = k8s.KubeStorageClass(
             self, "StorageClass", metadata=k8s.ObjectMeta(name=c.storage_class_name),
             provisioner=names.CSI_DRIVER_NAME,
-            parameters={"master-addrs": master_addrs(platform), "fs-path": c.fs_path, "path-type": "DirectoryOrCreate"},
+            # Keys other than master-addrs/fs-path/path-type reach the FUSE pods as curvine-fuse
+            # flags; the TTL must travel this way because those pods never read our ConfigMap.
+            parameters={"master-addrs": master_addrs(platform), "fs-path": c.fs_path, "path-type": "DirectoryOrCreate",
+                        **fuse_ttl_parameters(platform)},
             # The L2 directory of a deleted line is recomputable cache: delete it with the PVC.
             reclaim_policy="Delete", volume_binding_mode="Immediate", allow_volume_expansion=False)
         self._network_policy()
@@ -275,20 +357,21 @@ class CurvineChart(cdk8s.Chart):
                        for n, p in ports])))
         conf = self._conf_path()
         mounts = [k8s.VolumeMount(name="config", mount_path=names.CURVINE_CONFIG_DIR, read_only=True),
-                  k8s.VolumeMount(name="primary", mount_path=PRIMARY_MOUNT)]
+                  k8s.VolumeMount(name="primary", mount_path=PRIMARY_MOUNT),
+                  k8s.VolumeMount(name="first-start", mount_path=FIRST_START_DIR)]
         init = k8s.Container(
             name="check-config-and-dirs", image=self.images.curvine, command=["/bin/sh", "-c"],
             args=[_config_check_script(conf=conf, primary=True)], volume_mounts=mounts,
             security_context=_restricted(), resources=_resources(SIDECAR_RESOURCES))
         master = k8s.Container(
-            name="master", image=self.images.curvine, args=["master", "start"],
+            # The wrapper uses a first-start config (format_master = true) at most once, then
+            # execs the image's entrypoint with "master start".
+            name="master", image=self.images.curvine, command=["/bin/sh", "-c"],
+            args=[_master_start_script(conf=conf)],
             env=self._curvine_env([k8s.EnvVar(name="CURVINE_MASTER_HOSTNAME",
                                               value=names.cluster_domain_host(self.platform))]),
             ports=[k8s.ContainerPort(name=n, container_port=p, protocol="TCP") for n, p in ports],
-            # RocksDB replay of a large namespace can take minutes: 5 min startup budget.
-            startup_probe=_tcp_probe(MASTER_RPC_PORT, period=5, failures=60),
-            readiness_probe=_tcp_probe(MASTER_RPC_PORT, period=10, failures=3),
-            liveness_probe=_tcp_probe(MASTER_RPC_PORT, period=20, failures=3),
+            **_tcp_probes(MASTER_RPC_PORT),
             resources=_resources(MASTER_RESOURCES), volume_mounts=mounts, security_context=_restricted())
         self.master = self._add(k8s.KubeStatefulSet(
             self, "Master", metadata=self._meta(names.CURVINE_MASTER, labels),
@@ -312,7 +395,10 @@ class CurvineChart(cdk8s.Chart):
                         init_containers=[init], containers=[master],
                         volumes=[self._config_volume(),
                                  k8s.Volume(name="primary", persistent_volume_claim=k8s.PersistentVolumeClaimVolumeSource(
-                                     claim_name=names.CURVINE_PRIMARY_PV))])))))
+                                     claim_name=names.CURVINE_PRIMARY_PV)),
+                                 # Per pod: a first-start config never outlives the pod.
+                                 k8s.Volume(name="first-start", empty_dir=k8s.EmptyDirVolumeSource(
+                                     size_limit=_q("1Mi")))])))))
         self.master.add_dependency(self.primary_pvc, self.config_map, self.master_service)
         self.master_pdb = self._add(k8s.KubePodDisruptionBudget(
             self, "MasterPdb", metadata=self._meta(names.CURVINE_MASTER, labels),
@@ -339,9 +425,7 @@ class CurvineChart(cdk8s.Chart):
                 field_ref=k8s.ObjectFieldSelector(field_path="status.hostIP")))]),
             ports=[k8s.ContainerPort(name="rpc", container_port=WORKER_RPC_PORT, protocol="TCP"),
                    k8s.ContainerPort(name="web", container_port=WORKER_WEB_PORT, protocol="TCP")],
-            startup_probe=_tcp_probe(WORKER_RPC_PORT, period=5, failures=60),
-            readiness_probe=_tcp_probe(WORKER_RPC_PORT, period=10, failures=3),
-            liveness_probe=_tcp_probe(WORKER_RPC_PORT, period=20, failures=3),
+            **_tcp_probes(WORKER_RPC_PORT),
             resources=_resources(WORKER_RESOURCES), volume_mounts=mounts, security_context=_restricted())
         self.workers = self._add(k8s.KubeDaemonSet(
             self, "Workers", metadata=self._meta(names.CURVINE_WORKER, labels),
@@ -394,7 +478,9 @@ class CurvineChart(cdk8s.Chart):
         ]
         # The node plugin reads PVs cluster-wide and emits events; everything it creates (the
         # standalone FUSE pods and their state ConfigMaps) stays in its own namespace, so those
-        # rights are a namespaced Role, not cluster-wide as in the upstream chart.
+        # rights are a namespaced Role, not cluster-wide as in the upstream chart. No Secrets:
+        # the standalone manager (curvine-csi/pkg/csi/standalone_manager.go, node_standalone.go)
+        # only gets/lists/creates/deletes Pods and gets/creates/updates its state ConfigMap.
         node_cluster_rules = [
             rule(api_groups=[""], resources=["persistentvolumes"], verbs=["get", "list", "watch"]),
             rule(api_groups=[""], resources=["events"], verbs=["create", "patch"]),
@@ -402,7 +488,6 @@ class CurvineChart(cdk8s.Chart):
         node_ns_rules = [
             rule(api_groups=[""], resources=["pods"], verbs=["create", "delete", "get", "list", "watch"]),
             rule(api_groups=[""], resources=["configmaps"], verbs=["create", "delete", "get", "list", "update", "watch"]),
-            rule(api_groups=[""], resources=["secrets"], verbs=["get", "list", "watch", "create", "update", "patch", "delete"]),
         ]
         for sa, rules in ((names.CSI_CONTROLLER, ctrl_rules), (names.CSI_NODE, node_cluster_rules)):
             role = k8s.KubeClusterRole(self, f"ClusterRole-{sa}", metadata=k8s.ObjectMeta(name=sa), rules=rules)
@@ -475,8 +560,13 @@ class CurvineChart(cdk8s.Chart):
             env=[k8s.EnvVar(name="CSI_ENDPOINT", value=f"unix://{CSI_SOCKET}"), node_name_env,
                  k8s.EnvVar(name="KUBERNETES_NAMESPACE", value_from=k8s.EnvVarSource(
                      field_ref=k8s.ObjectFieldSelector(field_path="metadata.namespace"))),
-                 # FUSE runs in standalone pods the plugin creates (hostNetwork, /dev/fuse), so a
-                 # plugin restart does not kill the mounts of running inference pods.
+                 # FUSE runs in standalone pods the plugin creates, so a plugin restart does not
+                 # kill the mounts of running inference pods. Those pods are NOT in this chart:
+                 # the plugin builds them (standalone_manager.go buildStandalone) as privileged,
+                 # hostNetwork, hostPID, with /dev/fuse and a Bidirectional hostPath mount, one
+                 # per node and (master-addrs, fs-path), in this namespace, under the
+                 # curvine-csi-node service account; hence the namespace's "privileged" Pod
+                 # Security level. Their resources come from the STANDALONE_* variables below.
                  k8s.EnvVar(name="MOUNT_MODE", value="standalone"),
                  k8s.EnvVar(name="STANDALONE_IMAGE", value=img.curvine_csi),
                  k8s.EnvVar(name="STANDALONE_SERVICE_ACCOUNT", value=names.CSI_NODE),
@@ -548,7 +638,3 @@ class CurvineChart(cdk8s.Chart):
                     k8s.NetworkPolicyPeer(ip_block=k8s.IpBlock(cidr=vpc_cidr(self.platform))),
                 ])])))
 
-
-def curvine_port_list() -> tuple[int, ...]:
-    """Every TCP port Curvine serves (master, journal, worker, their web ports, FUSE web)."""
-    return (MASTER_RPC_PORT, JOURNAL_PORT, WORKER_RPC_PORT, MASTER_WEB_PORT, WORKER_WEB_PORT, FUSE_WEB_PORT)

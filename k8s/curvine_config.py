@@ -7,6 +7,13 @@ sample ``curvine/curvine-cluster.toml`` of CurvineIO/curvine at bff4e7dc (``form
 ``web_port``, ``[client] master_addrs / ttl_ms / ttl_action``, ``[master] enable_quota_eviction /
 quota_eviction_mode / quota_eviction_policy / quota_eviction_high_rate / quota_eviction_low_rate``).
 
+Value forms were checked against the sources (CurvineIO/curvine, ``curvine-common/src/conf``
+and ``crates/common/curvine-config/src``): ``[client] ttl_ms`` deserializes into the *string*
+``ttl_ms_str`` and is parsed by orpc's ``DurationUnit::from_str`` (units ``ms``, ``s``, ``m``,
+``h``, ``d``; a bare number is milliseconds). A TOML integer there is a serde type error, which
+stops every process that reads the file. ``ttl_action`` is ``none|delete|free`` (older
+releases: ``none|move|ufs|delete``; ``delete`` is valid in both).
+
 Every port is written explicitly: Curvine's defaults moved between releases (web ports were
 9000/9001 in older docs and charts, 9001/9002/9003 in the code, FACTS.md section 4), and the
 Service, probes, NetworkPolicies and clients must agree with the servers.
@@ -46,6 +53,65 @@ INIT_MARKER: Final = f"{PRIMARY_ROOT}/.kvcache-initialized"
 #: Raft id of the single Primary.
 JOURNAL_ID: Final = 1
 
+#: emptyDir shared by the Primary's init container and master container. On a truly first
+#: start (empty metadata and journal directories, no marker) the init container writes a copy
+#: of the config with ``format_master = true`` here; the master container renames it before
+#: starting, so it is used exactly once (never again after a container restart).
+FIRST_START_DIR: Final = "/run/curvine-first-start"
+FIRST_START_CONF: Final = f"{FIRST_START_DIR}/curvine-cluster.toml"
+
+#: Milliseconds per unit of orpc's ``DurationUnit`` (``orpc/src/common/duration_unit.rs``).
+_DURATION_UNITS: Final = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000))
+
+
+def curvine_duration(ms: int) -> str:
+    """A duration in the form Curvine's ``DurationUnit`` prints and parses: ``1d``, ``36h``, ``90m``.
+
+    The largest unit that divides ``ms`` exactly, else ``<ms>ms`` (``0`` -> ``0ms``), as in
+    ``impl Display for DurationUnit`` (orpc ``duration_unit.rs``), whose ``from_str`` accepts
+    ``ms``, ``s``, ``m``, ``h`` and ``d``.
+
+    Raises:
+        ValueError: negative ``ms``.
+    """
+    if ms < 0:
+        raise ValueError(f"duration must be >= 0 ms, got {ms}")
+    for unit, size in _DURATION_UNITS:
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
+def client_ttl(platform: PlatformConfig) -> dict[str, str]:
+    """``{"ttl_ms": "1d", "ttl_action": "delete"}``: the client TTL every written file gets.
+
+    From ``curvine.eviction.ttl_hours`` (rounded to whole milliseconds) and ``ttl_action``;
+    ``ttl_hours: 0`` gives ``0ms`` / ``none`` (Curvine's default: no TTL).
+    """
+    ev = platform.curvine.eviction
+    ms = int(round(ev.ttl_hours * 3_600_000))
+    return {"ttl_ms": curvine_duration(ms), "ttl_action": ev.ttl_action if ms else "none"}
+
+
+def fuse_ttl_parameters(platform: PlatformConfig) -> dict[str, str]:
+    """StorageClass parameters that give the FUSE client (the writer) the TTL.
+
+    The CSI node plugin starts ``curvine-fuse --master-addrs .. --fs-path .. --mnt-path ..`` in
+    standalone pods that do not mount our ConfigMap, and forwards every non-reserved
+    StorageClass parameter ``k`` as ``--k <value>`` (``CollectPassthroughParams`` /
+    ``BuildFuseExecArgs``, ``curvine-csi/pkg/csi/fuse_cli.go``). ``curvine-fuse`` accepts
+    ``ClientConf`` overrides as ``--client.<field>`` in kebab case with the ``_str`` suffix
+    stripped (``ClientConfCliOverrides``; e.g. ``--client.block-size``), so the TTL keys are
+    ``client.ttl-ms`` and ``client.ttl-action``. Passthrough and ``--client.*`` arrived with
+    CurvineIO/curvine #865 (June 2026): an older curvine-csi drops unknown keys (whitelist),
+    an older curvine-fuse rejects them as unknown flags; docs/l2-cache.md says what to check
+    on a cluster. Empty when ``ttl_hours`` is 0.
+    """
+    ttl = client_ttl(platform)
+    if ttl["ttl_action"] == "none":
+        return {}
+    return {"client.ttl-ms": ttl["ttl_ms"], "client.ttl-action": ttl["ttl_action"]}
+
 
 @dataclass(frozen=True)
 class WorkerTier:
@@ -74,17 +140,19 @@ def cluster_conf(platform: PlatformConfig) -> dict[str, Any]:
     """The configuration as a dict (the shape of ``curvine-cluster.toml``).
 
     Eviction (``curvine.eviction``): LMCache's fs connector never deletes, so every file the
-    FUSE client writes gets a TTL (``[client] ttl_ms`` / ``ttl_action``) and the master runs
-    quota eviction between the watermarks, which acts only on files carrying a TTL
-    (FACTS.md section 4).
+    FUSE client writes gets a TTL and the master runs quota eviction between the watermarks,
+    which acts only on files carrying a TTL (FACTS.md section 4). The TTL is written here
+    (``[client] ttl_ms`` / ``ttl_action``, read by the CSI controller's ``validate-config`` and
+    any ``cv`` client) *and* passed to the FUSE pods as StorageClass parameters
+    (:func:`fuse_ttl_parameters`), because those pods never read this file.
     """
     c = platform.curvine
     ev = c.eviction
     host = names.cluster_domain_host(platform)
-    ttl_ms = int(round(ev.ttl_hours * 3600 * 1000))
     stdout_log = {"level": "info", "log_dir": "stdout"}
     return {
-        # Formatting wipes metadata/data; never on (see the Primary's init container).
+        # Formatting wipes metadata/data; never on here. A truly first start formats through a
+        # one-time copy made by the Primary's init container (FIRST_START_CONF).
         "format_master": False,
         "format_worker": False,
         "cluster_id": platform.project,
@@ -115,8 +183,7 @@ def cluster_conf(platform: PlatformConfig) -> dict[str, Any]:
         },
         "client": {
             "master_addrs": [{"hostname": host, "port": MASTER_RPC_PORT}],
-            "ttl_ms": ttl_ms,
-            "ttl_action": ev.ttl_action if ttl_ms else "none",
+            **client_ttl(platform),
         },
         "fuse": {"web_port": FUSE_WEB_PORT},
         "log": {**stdout_log, "file_name": "curvine.log"},

@@ -18,7 +18,8 @@ order, each on the result of the previous one):
 1. ``remove-owned-entries``: removes every existing volume named ``curvine-l2-cache``, every
    mount of it or at ``/mnt/curvine/l2cache`` in the vLLM container, and every env entry the
    patch owns (``LMCACHE_REMOTE_URL`` the operator injects, ``LMCACHE_EXTRA_CONFIG`` with its
-   shared-memory setting, the CR's ``LMCACHE_REMOTE_SERDE`` and ``PYTHONHASHSEED``, any
+   shared-memory setting, the CR's ``LMCACHE_REMOTE_SERDE`` and ``PYTHONHASHSEED``, the
+   operator's ``LMCACHE_MAX_LOCAL_CPU_SIZE`` when the line sets ``cache.l1_cpu_gib``, any
    duplicates). ``foreach`` in ``Descending`` order, so removing entry *i* never shifts an
    index still to be visited.
 2. ``append-l2-settings``: appends exactly one of each owned env entry (values from
@@ -80,7 +81,7 @@ def _match(line: BusinessLineConfig) -> dict[str, Any]:
 def policy_spec(platform: PlatformConfig, line: BusinessLineConfig) -> dict[str, Any]:
     """``spec`` of the line's Kyverno Policy (see the module docstring for the rules)."""
     vllm = _vllm_preconditions(line)
-    owned = list(owned_env_names())
+    owned = list(owned_env_names(line))
     match = _match(line)
     remove_rule = {
         "name": "remove-owned-entries",
@@ -187,7 +188,9 @@ def policy_manifest(platform: PlatformConfig, line: BusinessLineConfig) -> dict[
                 "policies.kyverno.io/description": (
                     "Mutates Pods at CREATE only: exactly one LMCACHE_REMOTE_URL (fs:// on the Curvine "
                     "mount), LMCACHE_REMOTE_SERDE, LMCACHE_CHUNK_SIZE, LMCACHE_EXTRA_CONFIG (per-pod temp "
-                    "dir), PYTHONHASHSEED, the line's RWX PVC and its mount at /mnt/curvine/l2cache."),
+                    "dir), PYTHONHASHSEED"
+                    + (", LMCACHE_MAX_LOCAL_CPU_SIZE (L1 size)" if line.cache.l1_cpu_gib is not None else "")
+                    + ", the line's RWX PVC and its mount at /mnt/curvine/l2cache."),
             },
         },
         "spec": policy_spec(platform, line),

@@ -19,7 +19,7 @@ With ``cache.l2_enabled: false`` only 1, 2 and 5 are emitted (no PVC, no policy,
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 import cdk8s
 from cdk8s_plus_33 import k8s
@@ -190,7 +190,3 @@ class BusinessLineChart(cdk8s.Chart):
             spec=endpoint_spec(platform, line))
         self.endpoint.add_dependency(self.namespace_obj, *(o for o in (self.pvc, self.policy) if o is not None))
 
-
-def chart_objects(chart: cdk8s.Chart) -> list[dict[str, Any]]:
-    """The chart's objects as plain dicts, in apply order."""
-    return list(chart.to_json())

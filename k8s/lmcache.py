@@ -113,7 +113,8 @@ def lmcache_env(platform: PlatformConfig, line: BusinessLineConfig, *, tmp_dir_t
         ``LMCACHE_EXTRA_CONFIG`` (JSON; only the per-pod temp dir: the operator's own extra
         config carries ``sagemaker_hyperpod_bucket`` / ``sagemaker_hyperpod_shared_memory_name``,
         which only the ``sagemaker-hyperpod://`` connector reads and which are meaningless once
-        the URL is ``fs://``), and ``PYTHONHASHSEED``.
+        the URL is ``fs://``), ``PYTHONHASHSEED``, and, only when ``cache.l1_cpu_gib`` is set,
+        ``LMCACHE_MAX_LOCAL_CPU_SIZE`` (:func:`max_local_cpu_size`).
 
     Raises:
         KeyError: a name that LMCache does not read (a programming error caught by tests).
@@ -130,10 +131,37 @@ def lmcache_env(platform: PlatformConfig, line: BusinessLineConfig, *, tmp_dir_t
         env_name("extra_config"): json.dumps(extra, separators=(", ", ": ")),
         PYTHONHASHSEED_ENV: str(line.python_hash_seed),
     }
+    l1_size = max_local_cpu_size(line)
+    if l1_size is not None:
+        env[env_name("max_local_cpu_size")] = l1_size
     return env
 
 
-def owned_env_names() -> tuple[str, ...]:
-    """Env names the L2 patch owns: any existing entry with one of these names is removed first."""
-    return (env_name("remote_url"), env_name("remote_serde"), env_name("chunk_size"),
-            env_name("extra_config"), PYTHONHASHSEED_ENV, POD_NAME_ENV)
+def max_local_cpu_size(line: BusinessLineConfig) -> str | None:
+    """``LMCACHE_MAX_LOCAL_CPU_SIZE`` for ``cache.l1_cpu_gib``, or None to leave LMCache's default.
+
+    Units: LMCache documents the key as "GB" (default 5.0) but
+    ``LMCacheEngineBuilder._Create_memory_allocator`` (``lmcache/v1/cache_engine.py``) allocates
+    ``int(max_local_cpu_size * 1024**3)`` bytes, so the value is GiB and needs no conversion.
+    Every vLLM worker process (one per TP rank) builds its own engine and buffer (the engine
+    metadata carries the rank; ``save_only_first_rank`` sizes rank 0 apart), so the per-pod
+    ``l1_cpu_gib`` is divided by ``gpus_per_replica``. Formatted with ``%g`` (``16``, ``2.5``),
+    which LMCache's ``float`` converter parses.
+    """
+    gib = line.cache.l1_cpu_gib
+    if gib is None:
+        return None
+    return f"{gib / line.gpus_per_replica:g}"
+
+
+def owned_env_names(line: BusinessLineConfig) -> tuple[str, ...]:
+    """Env names the L2 patch owns: any existing entry with one of these names is removed first.
+
+    ``LMCACHE_MAX_LOCAL_CPU_SIZE`` is owned only for a ``line`` that sets ``cache.l1_cpu_gib``;
+    otherwise the operator's own value (its L1 setting) is left alone.
+    """
+    names = (env_name("remote_url"), env_name("remote_serde"), env_name("chunk_size"),
+             env_name("extra_config"), PYTHONHASHSEED_ENV, POD_NAME_ENV)
+    if line.cache.l1_cpu_gib is not None:
+        names += (env_name("max_local_cpu_size"),)
+    return names

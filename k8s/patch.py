@@ -16,7 +16,8 @@ Command line (used by ``scripts/patch_endpoint.sh``)::
     python -m k8s.patch --config config --line rag-assistant [--deployment deploy.json]
 
 prints the JSON patch; with ``--deployment`` (the live Deployment as JSON) it also removes every
-entry the patch owns first, so the result holds exactly one of each.
+entry the patch owns first, so the result holds exactly one of each. Without ``--deployment``
+the output is the append-only reference variant, not meant to be applied.
 """
 
 from __future__ import annotations
@@ -128,13 +129,16 @@ def endpoint_json_patch(platform: PlatformConfig, line: BusinessLineConfig, *,
         line: the business line (its Deployment is named :func:`k8s.names.endpoint_name`).
         deployment: the live Deployment (``kubectl get deploy -o json``). When given, the patch
             first removes every volume named ``curvine-l2-cache``, every mount of it or at
-            :data:`L2_MOUNT_PATH`, and every env entry the patch owns (the operator may inject
-            its own ``LMCACHE_REMOTE_URL`` / ``LMCACHE_EXTRA_CONFIG``, the CR adds
-            ``LMCACHE_REMOTE_SERDE`` / ``PYTHONHASHSEED``), each guarded by a ``test`` op so a
-            concurrent change fails the patch instead of removing the wrong entry; the result
-            holds exactly one of each. Without it, the patch assumes the reference layout
-            (vLLM is container 0) and only appends: the kubelet uses the last of duplicate env
-            names, but ``kubectl get`` then shows both.
+            :data:`L2_MOUNT_PATH`, and every env entry the patch owns
+            (:func:`k8s.lmcache.owned_env_names`: the operator may inject its own
+            ``LMCACHE_REMOTE_URL`` / ``LMCACHE_EXTRA_CONFIG`` / ``LMCACHE_MAX_LOCAL_CPU_SIZE``,
+            the CR adds ``LMCACHE_REMOTE_SERDE`` / ``PYTHONHASHSEED``), each guarded by a
+            ``test`` op so a concurrent change fails the patch instead of removing the wrong
+            entry; the result holds exactly one of each. Without it, the result is only a
+            *reference* (``dist/patches/<line>.reference.json``): it assumes vLLM is container 0
+            and only appends, so the operator's entries stay beside ours (the kubelet uses the
+            last of duplicate names). ``scripts/patch_endpoint.sh`` always passes the live
+            Deployment.
 
     Returns:
         The operations, in order (a JSON-serialisable list of dicts).
@@ -155,7 +159,7 @@ def endpoint_json_patch(platform: PlatformConfig, line: BusinessLineConfig, *,
         volumes = pod_spec.get("volumes") or []
         mounts = container.get("volumeMounts") or []
         env = container.get("env") or []
-        owned = set(owned_env_names())
+        owned = set(owned_env_names(line))
         ops += _removals(f"{spec_path}/volumes", volumes, "name", lambda v: v.get("name") == names.L2_VOLUME_NAME)
         ops += _removals(f"{cpath}/volumeMounts", mounts, "name",
                          lambda m: m.get("name") == names.L2_VOLUME_NAME or m.get("mountPath") == L2_MOUNT_PATH)

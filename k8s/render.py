@@ -7,7 +7,7 @@ the volume ID (and a plain zone); ``scripts/manifests.py`` and the operator tool
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Final
 
 import cdk8s
 
@@ -68,7 +68,3 @@ def render_manifests(project: ProjectConfig, *, volume_id: str, availability_zon
     charts = build_charts(app, project, volume_id=volume_id, availability_zone=availability_zone)
     return {name: list(chart.to_json()) for name, chart in charts.items()}
 
-
-def manifest_objects(chart: cdk8s.Chart) -> list[dict[str, Any]]:
-    """The objects of one chart as dicts (CDK tokens, if any, stay unresolved strings)."""
-    return list(chart.to_json())

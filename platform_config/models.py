@@ -52,6 +52,21 @@ KnownInstanceType = Annotated[MlInstanceType, AfterValidator(_check_known_instan
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
 Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN)]
 
+_QUANTITY_SUFFIXES = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+                      "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+
+
+def quantity_bytes(quantity: str) -> float:
+    """Value of a Kubernetes quantity (``QUANTITY_PATTERN``) in base units: ``"80Gi"`` -> 85899345920.0.
+
+    Raises:
+        ValueError: not a quantity.
+    """
+    match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([a-zA-Z]*)", quantity)
+    if not match or match.group(2) not in _QUANTITY_SUFFIXES:
+        raise ValueError(f"not a Kubernetes quantity: {quantity!r}")
+    return float(match.group(1)) * _QUANTITY_SUFFIXES[match.group(2)]
+
 #: Version strings are pinned exactly: no ``latest``, no ranges.
 PINNED_VERSION_PATTERN = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?([-+.][0-9A-Za-z.-]+)?$"
 PinnedVersion = Annotated[str, StringConstraints(pattern=PINNED_VERSION_PATTERN)]
@@ -448,7 +463,9 @@ class HuggingFaceModelSource(StrictModel):
     model_id: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._-]+/[A-Za-z0-9._-]+$")]
     #: Commit to pin; recommended so every replica loads identical weights (cache keys match).
     commit_sha: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")] | None = None
-    #: Kubernetes Secret (in the line's namespace) holding an HF token for gated models.
+    #: Kubernetes Secret holding an HF token (under key `token`) for gated models. The line's
+    #: stack creates the namespace: deploy it, then `kubectl -n <namespace> create secret
+    #: generic <name> --from-literal=token=hf_...` before the endpoint's pods can load the model.
     token_secret_name: DnsLabel | None = None
 
 
@@ -509,6 +526,17 @@ class CacheConfig(StrictModel):
     l2_size: Quantity = "500Gi"
     #: LMCache chunk size in tokens; 256 is LMCache's default and what the reference used.
     chunk_size_tokens: Annotated[int, Field(ge=16, le=4096)] = 256
+    #: GiB of host memory LMCache's CPU tier (L1, `local_cpu`) may use per pod, split evenly
+    #: across the pod's TP ranks (`LMCACHE_MAX_LOCAL_CPU_SIZE`, which LMCache reads in GiB);
+    #: null = LMCache's default, 5 GB per rank. The buffer is pinned memory of the vLLM
+    #: process, so it must stay below the pod's `resources.memory`.
+    l1_cpu_gib: Annotated[float, Field(gt=0)] | None = None
+
+    @model_validator(mode="after")
+    def _l1_size_needs_l1(self) -> "CacheConfig":
+        if self.l1_cpu_gib is not None and not self.l1_enabled:
+            raise ValueError("l1_cpu_gib sizes the L1 tier; set l1_enabled: true or remove l1_cpu_gib")
+        return self
 
 
 class BusinessLineConfig(StrictModel):
@@ -543,6 +571,17 @@ class BusinessLineConfig(StrictModel):
             raise ValueError(
                 f"gpus_per_replica {self.gpus_per_replica} does not fit {self.instance_type} "
                 f"({gpus} GPU(s)); allowed: 1..{gpus}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _l1_fits_pod_memory(self) -> "BusinessLineConfig":
+        l1 = self.cache.l1_cpu_gib
+        memory_gib = quantity_bytes(self.resources.memory) / 2**30
+        if l1 is not None and l1 >= memory_gib:
+            raise ValueError(
+                f"cache.l1_cpu_gib {l1:g} GiB must be below resources.memory {self.resources.memory} "
+                f"({memory_gib:g} GiB): the L1 buffer lives in the pod's memory"
             )
         return self
 

@@ -8,9 +8,13 @@ classes the stacks apply). Writes, replacing the output directory as a whole:
 * ``line-<name>.yaml``                one file per business line, in apply order;
 * ``kyverno-values.yaml``             values for the pinned Kyverno Helm chart
                                        (install it before applying the line files);
-* ``patches/<name>.json``             the RFC 6902 Deployment patch for clusters without
-                                       Kyverno (``scripts/patch_endpoint.sh`` computes the exact
-                                       one against the live Deployment).
+* ``patches/<name>.reference.json``   REFERENCE ONLY, not applicable as-is: the append-only
+                                       RFC 6902 operations for the reference layout (vLLM is
+                                       container 0), wrapped in an object that says so, so
+                                       ``kubectl patch --type=json`` rejects the file. On
+                                       clusters without Kyverno run ``scripts/patch_endpoint.sh
+                                       <line>``, which computes the patch against the live
+                                       Deployment (removes the operator's entries first).
 
 The volume ID and zone come from ``--volume-id`` / ``--availability-zone`` (or the environment
 variables ``CURVINE_VOLUME_ID`` / ``CURVINE_VOLUME_AZ``, e.g.
@@ -41,10 +45,11 @@ if str(ROOT) not in sys.path:  # run as a script from any directory
 
 import yaml  # noqa: E402
 
+from k8s import names  # noqa: E402
 from k8s.kyverno import kyverno_helm_values  # noqa: E402
 from k8s.patch import endpoint_json_patch  # noqa: E402
 from k8s.render import CURVINE_CHART, render_manifests  # noqa: E402
-from platform_config import ConfigError, ProjectConfig, load_project  # noqa: E402
+from platform_config import BusinessLineConfig, ConfigError, ProjectConfig, load_project  # noqa: E402
 
 #: Output keys the L2-cache stack exports (stacks/l2_cache_stack.py).
 VOLUME_ID_OUTPUT = "CurvineVolumeId"
@@ -114,9 +119,29 @@ def build_files(project: ProjectConfig, volume_id: str | None, zone: str) -> dic
     files["kyverno-values.yaml"] = yaml.dump(kyverno_helm_values(), Dumper=_Dumper, sort_keys=False)
     for line in project.business_lines:
         if line.cache.l2_enabled:
-            ops = endpoint_json_patch(project.platform, line)
-            files[f"patches/{line.name}.json"] = json.dumps(ops, indent=2) + "\n"
+            files[f"patches/{line.name}.reference.json"] = json.dumps(reference_patch(project, line), indent=2) + "\n"
     return files
+
+
+def reference_patch(project: ProjectConfig, line: BusinessLineConfig) -> dict[str, Any]:
+    """The static Deployment patch of ``line``, wrapped so it cannot be applied by mistake.
+
+    A JSON *object* (not the array ``kubectl patch --type=json`` expects), holding the append-only
+    operations of :func:`k8s.patch.endpoint_json_patch` without a live Deployment, and what they
+    assume. Applied as-is they would leave the operator's ``LMCACHE_REMOTE_URL`` and
+    ``LMCACHE_EXTRA_CONFIG`` beside ours; ``scripts/patch_endpoint.sh`` removes those first.
+    """
+    return {
+        "reference_only": (
+            "Not applicable as-is. Apply with `scripts/patch_endpoint.sh "
+            f"{line.name}`, which recomputes the patch against the live Deployment: it removes the "
+            "operator's LMCACHE_REMOTE_URL / LMCACHE_EXTRA_CONFIG and every other entry it owns first "
+            "(each guarded by a test op), then adds exactly one of each."),
+        "assumes": ("vLLM is container 0 of the operator-rendered Deployment; operations only append, "
+                    "so existing entries of the same names stay (the kubelet uses the last)."),
+        "deployment": f"{line.namespace}/{names.endpoint_name(line)}",
+        "operations": endpoint_json_patch(project.platform, line),
+    }
 
 
 def write_files(out: Path, files: dict[str, str]) -> None:

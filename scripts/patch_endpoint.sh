@@ -8,11 +8,16 @@
 #   1. pause the operator (scale its controller to 0) so its reconcile loop cannot undo the patch;
 #   2. scale the Deployment to 0: frees the GPUs, so no rolling update deadlocks on maxSurge
 #      when replicas == GPUs available;
-#   3. compute the patch against the live Deployment (python -m k8s.patch: removes every entry
-#      it owns first, each guarded by a JSON-patch "test", then adds exactly one of each) and
-#      apply it in one `kubectl patch --type=json`;
+#   3. compute the patch against the live Deployment (python -m k8s.patch --deployment: removes
+#      every entry it owns first -- the L2 volume and mount, the operator's LMCACHE_REMOTE_URL and
+#      LMCACHE_EXTRA_CONFIG, the CR's LMCACHE_REMOTE_SERDE and PYTHONHASHSEED, and
+#      LMCACHE_MAX_LOCAL_CPU_SIZE when cache.l1_cpu_gib is set, duplicates included -- each
+#      guarded by a JSON-patch "test", then appends exactly one of each to the vLLM container)
+#      and apply it in one `kubectl patch --type=json`;
 #   4. scale back to the previous replica count and wait until the Pods are Ready;
 #   5. restore the operator (also on failure, via the EXIT trap).
+#
+# It never reads dist/patches/<line>.reference.json (an append-only reference, not applicable).
 #
 # Usage: scripts/patch_endpoint.sh <business-line> [--config DIR] [--dry-run]
 # Needs: kubectl pointed at the cluster, the repository's .venv (make setup).

@@ -23,6 +23,7 @@ from k8s.kyverno import KYVERNO_NAMESPACE, kyverno_helm_values
 from k8s.render import build_curvine_chart
 from platform_config import PlatformConfig
 
+
 class L2CacheStack(Stack):
     """The L2 KV-cache tier on the cluster: Kyverno (pinned Helm chart) and the Curvine chart.
 

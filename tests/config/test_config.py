@@ -226,6 +226,24 @@ def test_gpu_capacity_is_counted_per_node(config_dir: Path) -> None:
     assert "rag-assistant 3x3 GPU" in only_problem(config_dir)
 
 
+def test_l1_buffer_must_fit_the_pod_memory(config_dir: Path) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit(path, lambda d: (d["cache"].update(l1_cpu_gib=80), d["resources"].update(memory="80Gi")))
+    message = only_problem(config_dir)
+    assert "cache.l1_cpu_gib 80 GiB must be below resources.memory 80Gi (80 GiB)" in message
+    edit(path, lambda d: d["cache"].update(l1_cpu_gib=79.5))
+    assert load_project(config_dir).business_line("rag-assistant").cache.l1_cpu_gib == 79.5
+
+
+def test_quantity_bytes() -> None:
+    from platform_config.models import quantity_bytes
+
+    assert quantity_bytes("80Gi") == 80 * 2**30
+    assert quantity_bytes("1.5G") == 1.5e9 and quantity_bytes("500m") == 0.5 and quantity_bytes("6") == 6
+    with pytest.raises(ValueError):
+        quantity_bytes("5 gigs")
+
+
 def test_missing_required_field_is_named(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
     edit(path, lambda d: d.pop("namespace"))

@@ -9,14 +9,14 @@ import jsonpatch
 import pytest
 from tests.k8s.conftest import edit_yaml, find
 from tests.k8s.kyverno_eval import apply_policy
-from tests.k8s.operator_render import deployment, pod
+from tests.k8s.operator_render import OPERATOR_URL, deployment, pod
 
 from k8s import names
 from k8s.kyverno import policy_manifest
 from k8s.lmcache import LMCACHE_CONFIG_KEYS, env_name, is_lmcache_env
 from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL, endpoint_json_patch, line_cache_env, main as patch_main
 from k8s.render import render_manifests
-from platform_config import load_project
+from platform_config import ConfigError, load_project
 
 
 def test_each_line_gets_its_own_namespace_pvc_and_endpoint(manifests, k8s_project):
@@ -94,10 +94,12 @@ def test_every_lmcache_variable_is_one_lmcache_reads(manifests, k8s_project):
         names_set |= {op["value"]["name"] for op in endpoint_json_patch(k8s_project.platform, line)
                       if op["path"].endswith("/env/-")}
     lmcache = {n for n in names_set if n.startswith("LMCACHE_")}
-    assert lmcache == {"LMCACHE_REMOTE_URL", "LMCACHE_REMOTE_SERDE", "LMCACHE_CHUNK_SIZE", "LMCACHE_EXTRA_CONFIG"}
+    assert lmcache == {"LMCACHE_REMOTE_URL", "LMCACHE_REMOTE_SERDE", "LMCACHE_CHUNK_SIZE", "LMCACHE_EXTRA_CONFIG",
+                       "LMCACHE_MAX_LOCAL_CPU_SIZE"}
     assert all(is_lmcache_env(n) for n in lmcache)
     assert not is_lmcache_env("LMCACHE_USE_EXPERIMENTAL")  # removed from LMCache (FACTS.md section 5)
-    assert {"chunk_size", "remote_url", "remote_serde", "extra_config"} <= LMCACHE_CONFIG_KEYS
+    assert not is_lmcache_env("LMCACHE_MAX_LOCAL_CPU_SIZE_GB")  # a plausible typo LMCache would ignore
+    assert {"chunk_size", "remote_url", "remote_serde", "extra_config", "max_local_cpu_size"} <= LMCACHE_CONFIG_KEYS
 
 
 def test_cache_env_values(k8s_project):
@@ -109,6 +111,7 @@ def test_cache_env_values(k8s_project):
         "LMCACHE_CHUNK_SIZE": "256",
         "LMCACHE_EXTRA_CONFIG": '{"fs_connector_relative_tmp_dir": ".tmp-$(KVCACHE_POD_NAME)"}',
         "PYTHONHASHSEED": "0",
+        "LMCACHE_MAX_LOCAL_CPU_SIZE": "16",  # cache.l1_cpu_gib 16, one TP rank; LMCache reads GiB
     }
     assert L2_REMOTE_URL.startswith("fs://") and L2_REMOTE_URL.removeprefix("fs://localhost:0").rstrip("/") == L2_MOUNT_PATH
     with pytest.raises(KeyError, match="not an LMCache 0.5.6 config key"):
@@ -131,13 +134,13 @@ def _kubelet_env(env: list[dict], pod_name: str) -> dict[str, str]:
     return out
 
 
-@pytest.mark.parametrize("variant,removed", [({}, 6), ({"strip_cr_lmcache": True}, 4)], ids=["duplicates", "stripped"])
+@pytest.mark.parametrize("variant,removed", [({}, 7), ({"strip_cr_lmcache": True}, 5)], ids=["duplicates", "stripped"])
 def test_live_patch_leaves_exactly_one_of_each(k8s_project, variant, removed):
     line = k8s_project.business_line("rag-assistant")
     dep = deployment(line, **variant)
     ops = endpoint_json_patch(k8s_project.platform, line, deployment=dep)
     removes = [k for k, op in enumerate(ops) if op["op"] == "remove"]
-    assert len(removes) == removed  # URL(s), EXTRA_CONFIG, SERDE, PYTHONHASHSEED(s) of the operator and CR
+    assert len(removes) == removed  # URL(s), EXTRA_CONFIG, MAX_LOCAL_CPU_SIZE, SERDE, PYTHONHASHSEED(s)
     assert all(ops[k - 1]["op"] == "test" and ops[k - 1]["path"] == ops[k]["path"] + "/name" for k in removes)
     patched = jsonpatch.apply_patch(dep, ops)
     c = patched["spec"]["template"]["spec"]["containers"][0]
@@ -146,6 +149,7 @@ def test_live_patch_leaves_exactly_one_of_each(k8s_project, variant, removed):
     env = _kubelet_env(c["env"], "rag-assistant-5d8f7c9b4-abcde")
     assert json.loads(env["LMCACHE_EXTRA_CONFIG"]) == {"fs_connector_relative_tmp_dir": ".tmp-rag-assistant-5d8f7c9b4-abcde"}
     assert env["LMCACHE_REMOTE_URL"] == L2_REMOTE_URL and env["LMCACHE_LOCAL_CPU"] == "True"
+    assert env["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "16"  # ours, not the operator's "20"
     assert [m for m in c["volumeMounts"] if m["mountPath"] == L2_MOUNT_PATH] == [
         {"name": names.L2_VOLUME_NAME, "mountPath": L2_MOUNT_PATH}]
     vols = [v for v in patched["spec"]["template"]["spec"]["volumes"] if v["name"] == names.L2_VOLUME_NAME]
@@ -174,10 +178,13 @@ def test_static_patch_matches_the_reference_layout(k8s_project):
     env_ops = ops[2:]
     assert [op["value"]["name"] for op in env_ops] == [
         "KVCACHE_POD_NAME", "LMCACHE_REMOTE_URL", "LMCACHE_REMOTE_SERDE", "LMCACHE_CHUNK_SIZE",
-        "LMCACHE_EXTRA_CONFIG", "PYTHONHASHSEED"]
+        "LMCACHE_EXTRA_CONFIG", "PYTHONHASHSEED", "LMCACHE_MAX_LOCAL_CPU_SIZE"]
     patched = jsonpatch.apply_patch(deployment(line), ops)
-    env = _kubelet_env(patched["spec"]["template"]["spec"]["containers"][0]["env"], "p-1")
+    env_list = patched["spec"]["template"]["spec"]["containers"][0]["env"]
+    env = _kubelet_env(env_list, "p-1")
     assert env["LMCACHE_REMOTE_URL"] == L2_REMOTE_URL  # last duplicate wins in the kubelet
+    # ...but the operator's entry is still there: why dist/ marks this variant reference-only.
+    assert [e.get("value") for e in env_list if e["name"] == "LMCACHE_REMOTE_URL"][0] == OPERATOR_URL
 
 
 def test_patch_cli(tmp_path, capsys, k8s_project):
@@ -217,3 +224,38 @@ def test_policy_for_a_custom_port_and_seed(config_copy):
     env = {e["name"]: e.get("value") for e in after["spec"]["containers"][0]["env"]}
     assert env["PYTHONHASHSEED"] == "42" and env["LMCACHE_CHUNK_SIZE"] == "512"
     assert env["LMCACHE_REMOTE_URL"] == L2_REMOTE_URL
+
+
+def test_without_l1_size_the_operators_value_is_kept(config_copy):
+    """cache.l1_cpu_gib unset: neither the policy nor the patch touches LMCACHE_MAX_LOCAL_CPU_SIZE."""
+    cfg = config_copy()
+    edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", lambda d: d["cache"].pop("l1_cpu_gib"))
+    project = load_project(cfg)
+    line = project.business_line("rag-assistant")
+    assert "LMCACHE_MAX_LOCAL_CPU_SIZE" not in line_cache_env(project.platform, line)
+    after = apply_policy(policy_manifest(project.platform, line), pod(line), seed=6)
+    env = [e for e in after["spec"]["containers"][0]["env"] if e["name"] == "LMCACHE_MAX_LOCAL_CPU_SIZE"]
+    assert env == [{"name": "LMCACHE_MAX_LOCAL_CPU_SIZE", "value": "20"}]  # operator_render's value
+    dep = deployment(line)
+    ops = endpoint_json_patch(project.platform, line, deployment=dep)
+    patched = jsonpatch.apply_patch(dep, ops)["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e["value"] for e in patched if e["name"] == "LMCACHE_MAX_LOCAL_CPU_SIZE"] == ["20"]
+
+
+def test_l1_size_is_split_across_tp_ranks_and_validated(config_copy):
+    cfg = config_copy()
+    path = cfg / "business-lines" / "research-reasoning.yaml"
+    edit_yaml(path, lambda d: d["cache"].update(l1_cpu_gib=100))
+    project = load_project(cfg)
+    line = project.business_line("research-reasoning")
+    assert line.gpus_per_replica == 8
+    assert line_cache_env(project.platform, line)["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "12.5"  # GiB per rank
+    for bad, message in ((0, "greater than 0"), (-4, "greater than 0")):
+        edit_yaml(path, lambda d, bad=bad: d["cache"].update(l1_cpu_gib=bad))
+        with pytest.raises(ConfigError) as exc:
+            load_project(cfg)
+        assert "cache.l1_cpu_gib" in str(exc.value) and message in str(exc.value)
+    edit_yaml(path, lambda d: d["cache"].update(l1_cpu_gib=10, l1_enabled=False))
+    with pytest.raises(ConfigError) as exc:
+        load_project(cfg)
+    assert "l1_cpu_gib sizes the L1 tier" in str(exc.value)

@@ -10,6 +10,7 @@ import pytest
 import yaml
 from tests.k8s.conftest import REPO, VOLUME_ID, ZONE, edit_yaml
 
+from k8s.patch import endpoint_json_patch
 from platform_config import ConfigError, load_project
 
 
@@ -34,9 +35,22 @@ def test_writes_one_file_per_chart_equal_to_render(script, tmp_path, manifests):
                         "--availability-zone", ZONE]) == 0
     written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     assert written == ["curvine.yaml", "kyverno-values.yaml", "line-rag-assistant.yaml", "line-research-reasoning.yaml",
-                       "patches/rag-assistant.json", "patches/research-reasoning.json"]
+                       "patches/rag-assistant.reference.json", "patches/research-reasoning.reference.json"]
     for name, objects in manifests.items():
         assert list(yaml.safe_load_all((out / f"{name}.yaml").read_text())) == objects
+
+
+def test_static_patch_is_marked_reference_only(script, tmp_path, k8s_project):
+    """The static patch cannot be fed to `kubectl patch --type=json`: it is an object, not an array."""
+    out = tmp_path / "dist"
+    assert script.main(["--config", str(REPO / "config"), "--out", str(out)]) == 0
+    ref = json.loads((out / "patches" / "rag-assistant.reference.json").read_text())
+    assert isinstance(ref, dict) and not isinstance(ref, list)
+    assert "scripts/patch_endpoint.sh rag-assistant" in ref["reference_only"]
+    assert ref["deployment"] == "rag-assistant/rag-assistant"
+    line = k8s_project.business_line("rag-assistant")
+    assert ref["operations"] == endpoint_json_patch(k8s_project.platform, line)
+    assert all(op["op"] == "add" for op in ref["operations"])  # append-only: what "reference" means
 
 
 def test_volume_and_zone_from_a_deploy_outputs_file(script, tmp_path):

@@ -40,12 +40,16 @@ def _vllm(p, line):
 def _check_end_state(p, line, k8s_project):
     c = _vllm(p, line)
     counts = Counter(e["name"] for e in c["env"])
-    for name in owned_env_names():
+    for name in owned_env_names(line):
         if name == "KVCACHE_POD_NAME":
             continue
         assert counts[name] == 1, (name, counts[name])
     env = {e["name"]: e.get("value") for e in c["env"]}
     expected = line_cache_env(k8s_project.platform, line, tmp_dir_token="X")
+    # L1 size: the line's value per TP rank replaces the operator's (operator_render: "20").
+    assert env["LMCACHE_MAX_LOCAL_CPU_SIZE"] == expected["LMCACHE_MAX_LOCAL_CPU_SIZE"] == {
+        "rag-assistant": "16", "research-reasoning": "20"}[line.name]
+    assert float(env["LMCACHE_MAX_LOCAL_CPU_SIZE"]) * line.gpus_per_replica == line.cache.l1_cpu_gib
     assert env["LMCACHE_REMOTE_URL"] == L2_REMOTE_URL == "fs://localhost:0/mnt/curvine/l2cache/"
     assert env["LMCACHE_REMOTE_SERDE"] == "naive"
     assert env["LMCACHE_CHUNK_SIZE"] == str(line.cache.chunk_size_tokens) == expected["LMCACHE_CHUNK_SIZE"]
@@ -101,7 +105,7 @@ def test_container_without_env_or_mounts(policy, line, k8s_project):
     after = apply_policy(policy, p, seed=4)
     env = {e["name"] for e in _vllm(after, line)["env"]}
     assert env == {"LMCACHE_REMOTE_URL", "LMCACHE_REMOTE_SERDE", "LMCACHE_CHUNK_SIZE", "LMCACHE_EXTRA_CONFIG",
-                   "PYTHONHASHSEED"}
+                   "PYTHONHASHSEED", "LMCACHE_MAX_LOCAL_CPU_SIZE"}
     assert _vllm(after, line)["volumeMounts"] == [{"name": names.L2_VOLUME_NAME, "mountPath": L2_MOUNT_PATH}]
 
 
