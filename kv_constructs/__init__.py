@@ -5,7 +5,8 @@ library that every CDK app imports (``from constructs import Construct``).
 
 - :class:`HyperPodCluster`: ``AWS::SageMaker::Cluster`` on EKS with its execution role.
 - :class:`CurvinePrimaryVolume`: the encrypted, retained EBS volume of the Curvine Primary.
-- :class:`SecureBucket`: encrypted, TLS-only, private, versioned, access-logged S3 bucket.
+- :class:`SecureBucket`: encrypted, TLS-only, private, versioned, access-logged S3 bucket;
+  :func:`prefixed_bucket_name` for buckets whose name a service constrains by prefix.
 - :class:`IrsaRole`: IAM role for one Kubernetes service account (IRSA).
 - :mod:`kv_constructs.nag`: cdk-nag acknowledgment helpers (``suppress_kubectl_provider``, ...).
 """
@@ -20,7 +21,7 @@ from kv_constructs.hyperpod_cluster import (
     TieredStorage,
 )
 from kv_constructs.irsa import IrsaRole
-from kv_constructs.secure_bucket import SecureBucket
+from kv_constructs.secure_bucket import SecureBucket, prefixed_bucket_name
 
 __all__ = [
     "CurvinePrimaryVolume",
@@ -33,4 +34,5 @@ __all__ = [
     "TaintSpec",
     "TieredStorage",
     "nag",
+    "prefixed_bucket_name",
 ]

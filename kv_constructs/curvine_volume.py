@@ -10,7 +10,9 @@ from aws_cdk import Acknowledgment, RemovalPolicy, Size, Tags, Validations
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
-_AZ_NAME = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-[0-9][a-z]$")
+from platform_config.models import AZ_NAME_PATTERN
+
+_AZ_NAME = re.compile(AZ_NAME_PATTERN)
 
 #: EBS limits (https://docs.aws.amazon.com/ebs/latest/userguide/ebs-volume-types.html):
 #: gp3 1-16,384 GiB, 3,000-16,000 IOPS (at most 500 IOPS per GiB), 125-1,000 MiB/s

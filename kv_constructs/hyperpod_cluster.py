@@ -17,14 +17,27 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from kv_constructs import nag
+from platform_config.models import HYPERPOD_NAME_PATTERN, TieredStorageConfig
 
-#: ``ClusterName`` / ``InstanceGroupName`` pattern and length (CloudFormation reference).
-NAME_PATTERN = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$")
+#: ``ClusterName`` / ``InstanceGroupName`` pattern and length (CloudFormation reference); the
+#: pattern is the config schema's, so config and construct cannot disagree.
+NAME_PATTERN = re.compile(HYPERPOD_NAME_PATTERN)
 NAME_MAX = 63
 DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def _int_bounds(model: type, field_name: str) -> tuple[int, int]:
+    """``(ge, le)`` of an ``Annotated[int, Field(ge=..., le=...)]`` field of a pydantic model."""
+    metadata = model.model_fields[field_name].metadata
+    lo = next(m.ge for m in metadata if getattr(m, "ge", None) is not None)
+    hi = next(m.le for m in metadata if getattr(m, "le", None) is not None)
+    return lo, hi
+
+
 #: HyperPod Tiered Storage accepts 20-100 % of instance memory (AWS blog; FACTS.md section 1).
-TIERED_STORAGE_PERCENT_RANGE = (20, 100)
+#: Read from the config schema's bounds of ``hyperpod.tiered_storage.memory_allocation_percentage``.
+TIERED_STORAGE_PERCENT_RANGE = _int_bounds(TieredStorageConfig, "memory_allocation_percentage")
 
 
 def _check_name(what: str, value: str) -> None:
@@ -145,7 +158,9 @@ class HyperPodCluster(Construct):
         eks_cluster_arn: ``Orchestrator.Eks.ClusterArn`` (replacement on change).
         eks_cluster_name: name of that EKS cluster (scopes ``eks-auth:AssumeRoleForPodIdentity``).
         subnet_ids: ``VpcConfig.Subnets`` (1-16): private subnets in the GPU zone.
-        security_group_ids: ``VpcConfig.SecurityGroupIds`` (1-5): all traffic within itself (EFA).
+        security_group_ids: ``VpcConfig.SecurityGroupIds`` (1-5): one that allows all traffic
+            within itself (EFA), plus a group the cluster's other nodes are in (for EKS
+            orchestration, the EKS cluster security group of the managed node groups).
         vpc_id: the VPC of those subnets (scopes the ENI permissions of the execution role).
         instance_groups: the groups, names unique (1-20 in CloudFormation).
         lifecycle_bucket_arn: bucket holding the lifecycle scripts (read access is granted).

@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import CfnOutput, RemovalPolicy, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from kv_constructs import IrsaRole, SecureBucket, nag
+from kv_constructs import IrsaRole, SecureBucket, nag, prefixed_bucket_name
 from platform_config import BusinessLineConfig, PlatformConfig
 from platform_config.models import S3ModelSource
 
@@ -32,10 +32,12 @@ INFERENCE_DEPENDENCIES = ("aws-mountpoint-s3-csi-driver", "aws-fsx-csi-driver", 
 
 
 def tls_bucket_name(platform: PlatformConfig) -> str:
-    """TLS-certificate bucket of the inference operator; must start with ``hyperpod-tls-`` (FACTS.md s.1)."""
-    suffix = f"-{platform.account}-{platform.region}"
-    head = f"hyperpod-tls-{platform.project}"
-    return head[: 63 - len(suffix)].rstrip("-") + suffix
+    """TLS-certificate bucket of the inference operator, ``hyperpod-tls-<project>-<account>-<region>``.
+
+    The name must start with ``hyperpod-tls-`` (FACTS.md section 1), so CloudFormation cannot
+    generate it. See :func:`kv_constructs.prefixed_bucket_name`.
+    """
+    return prefixed_bucket_name(f"hyperpod-tls-{platform.project}", account=platform.account, region=platform.region)
 
 
 def alb_controller_policy_document(stack: Stack) -> iam.PolicyDocument:
@@ -68,7 +70,8 @@ class AddonsStack(Stack):
         addons: add-on name -> ``eks_v2.Addon``.
         inference_operator: the ``amazon-sagemaker-hyperpod-inference`` add-on (it installs the
             InferenceEndpointConfig CRD, so business-line manifests depend on it).
-        tls_bucket: :class:`kv_constructs.SecureBucket` for the operator's TLS certificates.
+        tls_bucket: :class:`kv_constructs.SecureBucket` for the operator's TLS certificates;
+            deleted (emptied first) with the stack, its access logs retained.
         inference_execution_role, alb_role, keda_role, ebs_csi_role: :class:`kv_constructs.IrsaRole`.
         s3_csi_role: :class:`kv_constructs.IrsaRole` or ``None``.
     """
@@ -140,7 +143,12 @@ class AddonsStack(Stack):
         self._addon("cert-manager", cluster, versions.cert_manager)
 
         # --- HyperPod inference operator ---------------------------------------------------------
-        self.tls_bucket = SecureBucket(self, "TlsCertificates", bucket_name=tls_bucket_name(platform))
+        # The operator writes a certificate here for each endpoint it creates, so nothing in it
+        # outlives the endpoints; the bucket goes with the stack (after the line stacks and
+        # their endpoints): a retained bucket of this fixed name would make the next deploy fail.
+        self.tls_bucket = SecureBucket(
+            self, "TlsCertificates", bucket_name=tls_bucket_name(platform),
+            removal_policy=RemovalPolicy.DESTROY, auto_delete_objects=True)
         self.inference_execution_role = IrsaRole(
             self, "InferenceExecutionRole", cluster=cluster, namespace=INFERENCE_NAMESPACE,
             service_account=INFERENCE_CONTROLLER_SA, extra_service_principals=["sagemaker.amazonaws.com"],

@@ -38,6 +38,24 @@ CORE_ADDONS = {
     "eks-pod-identity-agent": "eks_pod_identity_agent",
 }
 
+#: ``configuration_values`` of the core add-ons (JSON-encoded by ``eks_v2.Addon``).
+#:
+#: vpc-cni ``enableNetworkPolicy`` (a *string*, per the add-on's configuration schema and the EKS
+#: user guide, "Restrict Pod network traffic with Kubernetes network policies"): runs the network
+#: policy agent (container ``aws-eks-nodeagent`` in the ``aws-node`` DaemonSet, VPC CNI >= 1.14).
+#: Without it the platform's NetworkPolicies (Curvine Primary, business-line namespaces) are
+#: accepted by the API server and enforced by nothing. Caveats, all outside what CDK can check:
+#: - The agent enforces with eBPF and needs Linux >= 5.10 with the BPF file system mounted at
+#:   /sys/fs/bpf. EKS AMIs guarantee that; HyperPod nodes run HyperPod's own AMI, so after the
+#:   first deployment check that ``aws-eks-nodeagent`` is healthy on a HyperPod node
+#:   (``kubectl -n kube-system logs ds/aws-node -c aws-eks-nodeagent``) before relying on a policy.
+#: - hostNetwork pods are never subject to NetworkPolicy (the Curvine FUSE pods of the CSI driver).
+#: - Default (``standard``) enforcing mode: a new pod is allow-all until its policies reconcile,
+#:   usually within seconds.
+ADDON_CONFIGURATION: dict[str, dict[str, str]] = {
+    "vpc-cni": {"enableNetworkPolicy": "true"},
+}
+
 
 class ClusterStack(Stack):
     """EKS control plane, a small system node group, core add-ons and the kubectl handler.
@@ -49,12 +67,16 @@ class ClusterStack(Stack):
       admins come from config, deployments go through the kubectl handler's own entry.
     - Secrets envelope-encrypted with a customer-managed KMS key (rotation on).
     - Control-plane log types from config; endpoint private unless configured otherwise.
-    - Control-plane ENIs use the shared security group, so HyperPod nodes (same group) reach
-      the private API endpoint.
+    - Security groups: the control-plane ENIs are in the cluster security group EKS creates and
+      in the shared group of the network stack. The system node group (no launch template) is in
+      the cluster security group only; HyperPod nodes get both (see ``HyperPodStack``), so
+      system nodes, HyperPod nodes and the control plane all reach each other in both
+      directions (CoreDNS, kubelet, Curvine Primary <-> Workers, webhooks).
     - System node group (AL2023, on-demand) in the GPU zone's private subnet: the Curvine
       Primary's EBS volume lives in that zone, so the Primary must be schedulable there, and
       the data plane (HyperPod, the volume) is single-zone anyway.
-    - Managed core add-ons at pinned versions: vpc-cni, coredns, kube-proxy, eks-pod-identity-agent.
+    - Managed core add-ons at pinned versions: vpc-cni (network policy agent on, see
+      :data:`ADDON_CONFIGURATION`), coredns, kube-proxy, eks-pod-identity-agent.
     - The cluster's IAM OIDC provider (native ``AWS::IAM::OIDCProvider``) for IRSA.
     - A kubectl/helm handler (``KubectlV33Layer``) so later stacks can apply manifests and charts.
 
@@ -155,6 +177,7 @@ class ClusterStack(Stack):
                 addon_name=name,
                 addon_version=getattr(versions, attr),
                 preserve_on_delete=False,
+                configuration_values=ADDON_CONFIGURATION.get(name),
             )
             # EKS bootstraps self-managed vpc-cni/coredns/kube-proxy; OVERWRITE lets the managed
             # add-on adopt them instead of failing on field conflicts.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_s3_assets as s3_assets
@@ -22,6 +22,7 @@ from kv_constructs import (
     TaintSpec,
     TieredStorage,
     nag,
+    prefixed_bucket_name,
 )
 from platform_config import PlatformConfig
 from platform_config.models import HyperPodDependencyChartConfig
@@ -114,15 +115,14 @@ def lifecycle_env(platform: PlatformConfig, group: str) -> str:
 
 
 def lifecycle_bucket_name(platform: PlatformConfig) -> str:
-    """Name of the lifecycle-script bucket.
+    """Name of the lifecycle-script bucket, ``sagemaker-<project>-lifecycle-<account>-<region>``.
 
     It must start with ``sagemaker-``: HyperPod's ``SourceS3Uri`` docs ask for that prefix (the
-    managed ``AmazonSageMakerClusterInstanceRolePolicy`` reads only ``sagemaker-*`` buckets).
-    Account and region make it globally unique; the project name is cut to keep <= 63 chars.
+    managed ``AmazonSageMakerClusterInstanceRolePolicy`` reads only ``sagemaker-*`` buckets), so
+    CloudFormation cannot generate the name. See :func:`kv_constructs.prefixed_bucket_name`.
     """
-    suffix = f"-{platform.account}-{platform.region}"
-    head = f"sagemaker-{platform.project}-lifecycle"
-    return (head[: 63 - len(suffix)].rstrip("-") + suffix)
+    return prefixed_bucket_name(f"sagemaker-{platform.project}-lifecycle",
+                                account=platform.account, region=platform.region)
 
 
 def curvine_volume_props(platform: PlatformConfig) -> CurvinePrimaryVolumeProps:
@@ -146,6 +146,9 @@ def curvine_volume_props(platform: PlatformConfig) -> CurvinePrimaryVolumeProps:
 class HyperPodStack(Stack):
     """The HyperPod cluster on the EKS cluster, its lifecycle scripts, and the Curvine Primary volume.
 
+    Security groups of the HyperPod nodes: the shared group of the network stack and the EKS
+    cluster security group (that of the system node group), so every node reaches every other.
+
     Lifecycle scripts: one ``BucketDeployment`` copies the scripts of ``lifecycle/`` to
     ``s3://<bucket>/lifecycle/<group>/`` for every instance group, each with a generated
     ``kvcache.env`` (the group's name, NVMe mount and Curvine Worker data directory, empty when
@@ -160,7 +163,8 @@ class HyperPodStack(Stack):
         hyperpod_cluster: :class:`kv_constructs.HyperPodCluster`.
         dependency_chart: the ``eks_v2.HelmChart`` or ``None`` (chart installed by hand).
         curvine_volume: :class:`kv_constructs.CurvinePrimaryVolume` (``None`` if Curvine is off).
-        lifecycle_bucket: :class:`kv_constructs.SecureBucket` holding the scripts.
+        lifecycle_bucket: :class:`kv_constructs.SecureBucket` holding the scripts; deleted
+            (emptied first) with the stack, its access logs retained.
     """
 
     def __init__(
@@ -177,7 +181,11 @@ class HyperPodStack(Stack):
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         hp = platform.hyperpod
-        self.lifecycle_bucket = SecureBucket(self, "LifecycleScripts", bucket_name=lifecycle_bucket_name(platform))
+        # The scripts are rebuilt from lifecycle/ on every deploy, so the bucket goes with the
+        # stack: a retained bucket of this fixed name would make the next deploy fail.
+        self.lifecycle_bucket = SecureBucket(
+            self, "LifecycleScripts", bucket_name=lifecycle_bucket_name(platform),
+            removal_policy=RemovalPolicy.DESTROY, auto_delete_objects=True)
         bucket = self.lifecycle_bucket.bucket
 
         scripts = lifecycle_files()
@@ -221,7 +229,13 @@ class HyperPodStack(Stack):
             eks_cluster_arn=cluster.cluster_arn,
             eks_cluster_name=platform.eks.cluster_name,
             subnet_ids=[hyperpod_subnet.subnet_id],
-            security_group_ids=[security_group.security_group_id],
+            # The shared group (all traffic within itself: EFA, control-plane ENIs) and the EKS
+            # cluster security group, the only group of the managed system node group. Without
+            # the second, system nodes and HyperPod nodes could not reach each other (CoreDNS,
+            # Curvine Primary <-> Workers/FUSE, Kyverno and operator webhooks). AWS's console
+            # stack does the same when it reuses an existing EKS cluster: HyperPod nodes join
+            # that cluster's security group (creation_template.yaml, SecurityGroupId).
+            security_group_ids=[security_group.security_group_id, cluster.cluster_security_group_id],
             vpc_id=vpc.vpc_id,
             instance_groups=specs,
             lifecycle_bucket_arn=bucket.bucket_arn,

@@ -46,8 +46,11 @@ class NetworkStack(Stack):
 
     Attributes:
         vpc: the VPC (``ec2.IVpc``).
-        security_group: shared by the EKS control plane ENIs, the system nodes and HyperPod
-            nodes; allows all traffic within itself (EFA needs it) and egress anywhere.
+        security_group: the group of the EKS control-plane ENIs and the HyperPod nodes (the
+            ``VpcConfig`` of both); allows all traffic within itself (EFA needs it) and egress
+            anywhere. The system node group is *not* in it: EKS puts managed node groups in the
+            cluster security group it creates, and the HyperPod stack adds that group to the
+            HyperPod nodes as well, so every node shares one group with every other node.
         hyperpod_subnet: the private subnet in ``gpu_availability_zone``.
         private_subnets: the private subnets, one per zone, in ``availability_zones`` order.
     """
@@ -77,7 +80,7 @@ class NetworkStack(Stack):
             description=f"Private subnet of the HyperPod nodes ({platform.gpu_availability_zone})",
         )
         CfnOutput(self, "SecurityGroupId", value=self.security_group.security_group_id,
-                  description="Shared security group (EKS control plane, system and HyperPod nodes)")
+                  description="Shared security group (EKS control-plane ENIs and HyperPod nodes)")
 
     @property
     def availability_zones(self) -> list[str]:
@@ -185,7 +188,7 @@ class NetworkStack(Stack):
             self,
             "SharedSecurityGroup",
             vpc=self.vpc,
-            description=f"{platform.project}: EKS control plane, system nodes, HyperPod nodes (all traffic within)",
+            description=f"{platform.project}: EKS control-plane ENIs and HyperPod nodes (all traffic within, EFA)",
             allow_all_outbound=True,
         )
         # EFA and NCCL use arbitrary ports between GPU nodes; HyperPod requires the group to

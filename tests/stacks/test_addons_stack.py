@@ -182,3 +182,17 @@ def test_tls_bucket_is_named_encrypted_ssl_only_and_private(templates, project) 
         "PolicyDocument": {"Statement": Match.array_with([Match.object_like({
             "Effect": "Deny", "Action": "s3:*", "Condition": {"Bool": {"aws:SecureTransport": "false"}}})])},
     })
+
+
+def test_tls_bucket_is_emptied_and_deleted_with_the_stack_but_its_access_logs_stay(templates, project) -> None:
+    """A retained bucket of this fixed name would make the deploy after 'cdk destroy' fail."""
+    template = templates[ADDONS]
+    assert tls_bucket_name(project.platform) == "hyperpod-tls-kvcache-111122223333-us-west-2"
+    ((bucket_id, bucket),) = template.find_resources("AWS::S3::Bucket", {
+        "Properties": {"BucketName": tls_bucket_name(project.platform)}}).items()
+    assert bucket["DeletionPolicy"] == "Delete"
+    template.has_resource_properties("Custom::S3AutoDeleteObjects", {"BucketName": {"Ref": bucket_id}})
+    logs_id = bucket["Properties"]["LoggingConfiguration"]["DestinationBucketName"]["Ref"]
+    access_logs = template.find_resources("AWS::S3::Bucket")[logs_id]
+    assert access_logs["DeletionPolicy"] == "Retain"
+    assert "BucketName" not in access_logs["Properties"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from aws_cdk.assertions import Capture, Match
 
 from stacks.cluster_stack import CLUSTER_LOGICAL_ID
@@ -77,6 +79,18 @@ def test_core_addons_are_pinned_to_config_versions(templates, project) -> None:
             "AddonName": name, "AddonVersion": version, "ResolveConflicts": "OVERWRITE",
             "ClusterName": {"Ref": CLUSTER_LOGICAL_ID}})
     templates[EKS].resource_count_is("AWS::EKS::Addon", len(expected))
+
+
+def test_vpc_cni_runs_the_network_policy_agent(templates) -> None:
+    """Without enableNetworkPolicy the platform's NetworkPolicies are accepted and enforced by nothing."""
+    addon = Capture()
+    templates[EKS].has_resource_properties("AWS::EKS::Addon", {
+        "AddonName": "vpc-cni", "ConfigurationValues": addon})
+    assert json.loads(addon.as_string()) == {"enableNetworkPolicy": "true"}  # a string, per the add-on schema
+    # The other core add-ons keep their defaults.
+    for other in ("coredns", "kube-proxy", "eks-pod-identity-agent"):
+        templates[EKS].has_resource_properties("AWS::EKS::Addon", {
+            "AddonName": other, "ConfigurationValues": Match.absent()})
 
 
 def test_system_nodegroup_is_small_al2023_in_the_gpu_zone(templates, project, platform) -> None:

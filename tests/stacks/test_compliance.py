@@ -16,7 +16,7 @@ import stacks
 #:   implies. Harmless and not ours to change; the allowlist names the CDK-generated resources.
 IGNORED_WARNINGS = {
     "W3005": ("AWSCDKCfnUtilsProvider", "ClusterKubectlProvider", "CustomCDKBucketDeployment",
-              "CustomVpcRestrictDefaultSG"),
+              "CustomS3AutoDeleteObjectsCustomResourceProvider", "CustomVpcRestrictDefaultSG"),
 }
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from aws_cdk.assertions import Match
+from aws_cdk.assertions import Capture, Match
 
 from kv_constructs import CurvinePrimaryVolume, HyperPodCluster
 from stacks.hyperpod_stack import LIFECYCLE_DIR, lifecycle_bucket_name
 
 HYPERPOD = "kvcache-hyperpod"
+EKS = "kvcache-eks"
+NETWORK = "kvcache-network"
 
 
 @pytest.fixture(scope="module")
@@ -35,10 +37,47 @@ def test_orchestrated_by_the_eks_cluster_in_the_hyperpod_subnet(hp, platform) ->
     assert props["Orchestrator"]["Eks"]["ClusterArn"]["Fn::ImportValue"].startswith("kvcache-eks:")
     assert "EksClusterArn" in props["Orchestrator"]["Eks"]["ClusterArn"]["Fn::ImportValue"]
     vpc = props["VpcConfig"]
-    assert len(vpc["Subnets"]) == 1 and len(vpc["SecurityGroupIds"]) == 1
+    assert len(vpc["Subnets"]) == 1 and len(vpc["SecurityGroupIds"]) == 2
     # The subnet is the private subnet of the GPU zone (exported by the network stack).
     subnet_ref = platform.network.resolve(platform.network.hyperpod_subnet.subnet_id)["Ref"]
     assert subnet_ref in vpc["Subnets"][0]["Fn::ImportValue"]
+
+
+def assert_hyperpod_nodes_in(templates, export_name: str) -> None:
+    """The HyperPod cluster's ``VpcConfig.SecurityGroupIds`` imports the group exported as ``export_name``."""
+    group_ids = Match.array_with([{"Fn::ImportValue": export_name}])
+    templates[HYPERPOD].has_resource_properties("AWS::SageMaker::Cluster", {
+        "VpcConfig": Match.object_like({"SecurityGroupIds": group_ids})})
+
+
+def test_hyperpod_nodes_share_a_security_group_with_the_system_nodes(templates) -> None:
+    """Without a common group, pods on HyperPod nodes cannot reach CoreDNS or the Curvine Primary."""
+    # The system node group has no launch template, so EKS puts its nodes in the cluster
+    # security group of the EKS cluster it belongs to (and in no other group).
+    eks_cluster = Capture()
+    templates[EKS].has_resource_properties("AWS::EKS::Nodegroup", {
+        "Labels": {"kvcache.io/node-role": "system"},
+        "ClusterName": {"Ref": eks_cluster},
+        "LaunchTemplate": Match.absent(),
+    })
+    # The EKS stack exports that cluster's ClusterSecurityGroupId ...
+    export = Capture()
+    templates[EKS].has_output("*", {
+        "Value": {"Fn::GetAtt": [eks_cluster.as_string(), "ClusterSecurityGroupId"]},
+        "Export": {"Name": export},
+    })
+    # ... and the HyperPod cluster puts its nodes in it.
+    assert_hyperpod_nodes_in(templates, export.as_string())
+
+
+def test_hyperpod_nodes_keep_the_shared_group_that_allows_all_traffic_within_itself(templates) -> None:
+    """HyperPod needs a group open to itself on every port (EFA, NCCL; FACTS.md section 2)."""
+    rules = templates[NETWORK].find_resources("AWS::EC2::SecurityGroupIngress", {"Properties": {"IpProtocol": "-1"}})
+    (group,) = {r["Properties"]["GroupId"]["Fn::GetAtt"][0] for r in rules.values()
+                if r["Properties"]["GroupId"] == r["Properties"].get("SourceSecurityGroupId")}
+    export = Capture()
+    templates[NETWORK].has_output("*", {"Value": {"Fn::GetAtt": [group, "GroupId"]}, "Export": {"Name": export}})
+    assert_hyperpod_nodes_in(templates, export.as_string())
 
 
 def test_tiered_storage_is_enabled_at_twenty_percent(hp) -> None:
@@ -116,7 +155,7 @@ def test_execution_role_reads_only_the_lifecycle_prefix(templates, hp) -> None:
 def test_lifecycle_bucket_is_encrypted_ssl_only_private_and_named_for_sagemaker(templates, project) -> None:
     template = templates[HYPERPOD]
     name = lifecycle_bucket_name(project.platform)
-    assert name.startswith("sagemaker-") and len(name) <= 63
+    assert name == "sagemaker-kvcache-lifecycle-111122223333-us-west-2"
     template.has_resource_properties("AWS::S3::Bucket", {
         "BucketName": name,
         "BucketEncryption": {"ServerSideEncryptionConfiguration": [
@@ -129,6 +168,21 @@ def test_lifecycle_bucket_is_encrypted_ssl_only_private_and_named_for_sagemaker(
     template.has_resource_properties("AWS::S3::BucketPolicy", {"PolicyDocument": {"Statement": Match.array_with([
         Match.object_like({"Effect": "Deny", "Action": "s3:*",
                            "Condition": {"Bool": {"aws:SecureTransport": "false"}}})])}})
+
+
+def test_lifecycle_bucket_is_emptied_and_deleted_with_the_stack_but_its_access_logs_stay(templates, project) -> None:
+    """A retained bucket of this fixed name would make the deploy after 'cdk destroy' fail."""
+    template = templates[HYPERPOD]
+    buckets = template.find_resources("AWS::S3::Bucket", {
+        "Properties": {"BucketName": lifecycle_bucket_name(project.platform)}})
+    ((bucket_id, bucket),) = buckets.items()
+    assert bucket["DeletionPolicy"] == "Delete"
+    template.has_resource_properties("Custom::S3AutoDeleteObjects", {"BucketName": {"Ref": bucket_id}})
+    # The access logs are the audit trail: retained, under a generated name that never collides.
+    logs_id = bucket["Properties"]["LoggingConfiguration"]["DestinationBucketName"]["Ref"]
+    access_logs = template.find_resources("AWS::S3::Bucket")[logs_id]
+    assert access_logs["DeletionPolicy"] == "Retain"
+    assert "BucketName" not in access_logs["Properties"]
 
 
 def test_lifecycle_scripts_are_uploaded_before_the_cluster(templates, hp, project) -> None:

@@ -18,6 +18,7 @@ from kv_constructs import (
     TaintSpec,
     TieredStorage,
     nag,
+    prefixed_bucket_name,
 )
 
 LIFECYCLE = LifecycleScripts(source_s3_uri="s3://sagemaker-x/lifecycle/g/")
@@ -81,6 +82,42 @@ def test_secure_bucket_rejects_invalid_names() -> None:
     stack = cdk.Stack(cdk.App(), "S")
     with pytest.raises(ValueError, match="not a valid S3 bucket name"):
         SecureBucket(stack, "B", bucket_name="Hyperpod_TLS")
+
+
+def test_secure_bucket_auto_delete_needs_removal_policy_destroy() -> None:
+    stack = cdk.Stack(cdk.App(), "S")
+    with pytest.raises(ValueError, match="auto_delete_objects=True needs removal_policy=RemovalPolicy.DESTROY"):
+        SecureBucket(stack, "B", auto_delete_objects=True)
+
+
+@pytest.mark.parametrize("head, region, expected", [
+    ("sagemaker-kvcache-lifecycle", "us-west-2", "sagemaker-kvcache-lifecycle-111122223333-us-west-2"),
+    # Cut at the end of the head (its trailing '-' dropped), never into the required prefix.
+    ("hyperpod-tls-" + "a-" * 30, "ap-southeast-4",
+     "hyperpod-tls-a-a-a-a-a-a-a-a-a-a-a-111122223333-ap-southeast-4"),
+])
+def test_prefixed_bucket_name_fits_63_characters_and_keeps_the_prefix(head, region, expected) -> None:
+    name = prefixed_bucket_name(head, account="111122223333", region=region)
+    assert name == expected
+    assert len(name) <= 63
+    assert name.startswith(head.split("-")[0])
+
+
+def test_prefixed_bucket_name_rejects_invalid_names() -> None:
+    with pytest.raises(ValueError, match="not a valid S3 bucket name"):
+        prefixed_bucket_name("SageMaker-Scripts", account="111122223333", region="us-west-2")
+
+
+def test_construct_limits_are_the_config_schemas() -> None:
+    """One source for the HyperPod name pattern, the Tiered Storage range and zone names."""
+    from kv_constructs import curvine_volume, hyperpod_cluster
+    from platform_config import models
+
+    assert hyperpod_cluster.NAME_PATTERN.pattern == models.HYPERPOD_NAME_PATTERN
+    assert hyperpod_cluster.TIERED_STORAGE_PERCENT_RANGE == (20, 100)
+    assert curvine_volume._AZ_NAME.pattern == models.AZ_NAME_PATTERN
+    with pytest.raises(ValueError):
+        models.TieredStorageConfig(memory_allocation_percentage=101)
 
 
 def test_irsa_role_rejects_invalid_service_account_names() -> None:
