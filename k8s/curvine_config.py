@@ -15,7 +15,7 @@ stops every process that reads the file. ``ttl_action`` is ``none|delete|free`` 
 releases: ``none|move|ufs|delete``; ``delete`` is valid in both).
 
 Every port is written explicitly: Curvine's defaults moved between releases (web ports were
-9000/9001 in older docs and charts, 9001/9002/9003 in the code, FACTS.md section 4), and the
+9000/9001 in older docs and charts, 9001/9002/9003 in the code, docs/sources.md §4), and the
 Service, probes, NetworkPolicies and clients must agree with the servers.
 """
 
@@ -29,7 +29,7 @@ import tomli_w
 from k8s import names
 from platform_config import PlatformConfig
 
-#: Curvine ports (FACTS.md section 4, crates/common/curvine-config/src/cluster_conf.rs).
+#: Curvine ports (docs/sources.md §4, crates/common/curvine-config/src/cluster_conf.rs).
 MASTER_RPC_PORT: Final = 8995
 JOURNAL_PORT: Final = 8996
 WORKER_RPC_PORT: Final = 8997
@@ -141,7 +141,7 @@ def cluster_conf(platform: PlatformConfig) -> dict[str, Any]:
 
     Eviction (``curvine.eviction``): LMCache's fs connector never deletes, so every file the
     FUSE client writes gets a TTL and the master runs quota eviction between the watermarks,
-    which acts only on files carrying a TTL (FACTS.md section 4). The TTL is written here
+    which acts only on files carrying a TTL (docs/sources.md §4). The TTL is written here
     (``[client] ttl_ms`` / ``ttl_action``, read by the CSI controller's ``validate-config`` and
     any ``cv`` client) *and* passed to the FUSE pods as StorageClass parameters
     (:func:`fuse_ttl_parameters`), because those pods never read this file.

@@ -35,7 +35,7 @@ from platform_config.models import FsxModelSource, HuggingFaceModelSource, S3Mod
 
 #: ``l2CacheBackend`` placeholder: the CRD admits only redis|tieredstorage, so no field can point
 #: L2 at a file system; ``tieredstorage`` makes the operator render an L2-enabled pod, whose
-#: URL the policy then replaces (FACTS.md section 1).
+#: URL the policy then replaces (docs/sources.md §1).
 L2_BACKEND_PLACEHOLDER: Final = "tieredstorage"
 #: Name of the model volume the operator mounts at ``vllm.model_mount_path``.
 MODEL_VOLUME_NAME: Final = "model-weights"
@@ -121,7 +121,7 @@ def endpoint_spec(platform: PlatformConfig, line: BusinessLineConfig) -> iec.Inf
                                                                           value=str(line.python_hash_seed)),
             ]),
         kv_cache_spec=kv,
-        # Cannot be changed after creation (FACTS.md section 1): set at first apply.
+        # Cannot be changed after creation (docs/sources.md §1): set at first apply.
         intelligent_routing_spec=iec.InferenceEndpointConfigSpecIntelligentRoutingSpec(
             enabled=True, routing_strategy=strategy),
         metrics=iec.InferenceEndpointConfigSpecMetrics(

@@ -2,7 +2,7 @@
 
 LMCache (0.5.6, the version in the ``lmcache/vllm-openai`` images the example lines pin) reads
 every config key ``k`` from the environment variable ``LMCACHE_<K>`` and silently ignores any
-other ``LMCACHE_*`` name (FACTS.md section 5). A misspelled variable therefore does nothing and
+other ``LMCACHE_*`` name (docs/sources.md §5). A misspelled variable therefore does nothing and
 nobody notices; :data:`LMCACHE_CONFIG_KEYS` is the list of names LMCache really reads, and
 :func:`lmcache_env` refuses to emit anything else.
 
@@ -71,7 +71,7 @@ FS_CONNECTOR_EXTRA_KEYS: Final[frozenset[str]] = frozenset((
 TMP_DIR_PREFIX: Final = ".tmp-"
 
 #: Hash seed every pod of a line shares: LMCache's chunk keys use Python's ``hash``, so pods
-#: with different seeds never hit each other's chunks (FACTS.md section 1).
+#: with different seeds never hit each other's chunks (docs/sources.md §1).
 PYTHONHASHSEED_ENV: Final = "PYTHONHASHSEED"
 
 #: Downward-API variable holding the pod name, used only by the Deployment patch (whose
@@ -108,8 +108,8 @@ def lmcache_env(platform: PlatformConfig, line: BusinessLineConfig, *, tmp_dir_t
 
     Returns:
         Ordered mapping: ``LMCACHE_REMOTE_URL`` (the fs connector on the Curvine mount),
-        ``LMCACHE_REMOTE_SERDE=naive`` (cachegen serde breaks under the fs connector, FACTS.md
-        section 1), ``LMCACHE_CHUNK_SIZE`` (tokens, from ``cache.chunk_size_tokens``),
+        ``LMCACHE_REMOTE_SERDE=naive`` (cachegen serde breaks under the fs connector,
+        docs/sources.md §1), ``LMCACHE_CHUNK_SIZE`` (tokens, from ``cache.chunk_size_tokens``),
         ``LMCACHE_EXTRA_CONFIG`` (JSON; only the per-pod temp dir: the operator's own extra
         config carries ``sagemaker_hyperpod_bucket`` / ``sagemaker_hyperpod_shared_memory_name``,
         which only the ``sagemaker-hyperpod://`` connector reads and which are meaningless once

@@ -26,7 +26,7 @@ CSI_NODE: Final = "curvine-csi-node"
 
 #: Label the operator puts on the pods of an InferenceEndpointConfig: ``app=<metadata.name>``.
 #: Source: the reference deployment's procedure (``kubectl get pods -l app=<endpoint>``,
-#: FACTS.md section 1 blog); the CRD itself documents no pod labels.
+#: docs/sources.md §1 blog); the CRD itself documents no pod labels.
 OPERATOR_POD_LABEL: Final = "app"
 
 #: Pod-level volume name of the line's L2 PVC in the inference pods.

@@ -32,10 +32,10 @@ from k8s import names
 from k8s.lmcache import POD_NAME_ENV, lmcache_env, owned_env_names
 from platform_config import BusinessLineConfig, ConfigError, PlatformConfig, load_project
 
-#: Where the line's RWX PVC is mounted in the vLLM container (FACTS.md section 1).
+#: Where the line's RWX PVC is mounted in the vLLM container (docs/sources.md §1).
 L2_MOUNT_PATH: Final = "/mnt/curvine/l2cache"
 #: LMCache remote URL of the fs connector on that mount. Host and port are required by
-#: LMCache's URL parser but ignored; ``fs:///path`` fails (FACTS.md section 5).
+#: LMCache's URL parser but ignored; ``fs:///path`` fails (docs/sources.md §5).
 L2_REMOTE_URL: Final = "fs://localhost:0/mnt/curvine/l2cache/"
 
 #: Per-pod token of the Deployment patch: the kubelet expands ``$(KVCACHE_POD_NAME)`` in env

@@ -1,8 +1,8 @@
 """``AWS::SageMaker::Cluster`` orchestrated by EKS, behind typed and validated props.
 
 Field names, allowed values and limits come from the CloudFormation resource reference of
-``AWS::SageMaker::Cluster`` (summarised in FACTS.md section 2) and, for Tiered Storage, from the
-AWS blog on tiered KV cache with Curvine (FACTS.md section 1).
+``AWS::SageMaker::Cluster`` (summarised in docs/sources.md §2) and, for Tiered Storage, from the
+AWS blog on tiered KV cache with Curvine (docs/sources.md §1).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _int_bounds(model: type, field_name: str) -> tuple[int, int]:
     return lo, hi
 
 
-#: HyperPod Tiered Storage accepts 20-100 % of instance memory (AWS blog; FACTS.md section 1).
+#: HyperPod Tiered Storage accepts 20-100 % of instance memory (AWS blog; docs/sources.md §1).
 #: Read from the config schema's bounds of ``hyperpod.tiered_storage.memory_allocation_percentage``.
 TIERED_STORAGE_PERCENT_RANGE = _int_bounds(TieredStorageConfig, "memory_allocation_percentage")
 
@@ -135,7 +135,7 @@ class TieredStorage:
     Attributes:
         enabled: ``Mode: Enable`` / ``Disable``.
         memory_allocation_percentage: ``InstanceMemoryAllocationPercentage``, 20-100; 20 is
-            where the AWS blog starts (FACTS.md section 1). Sent only when enabled.
+            where the AWS blog starts (docs/sources.md §1). Sent only when enabled.
     """
 
     enabled: bool = True
@@ -295,7 +295,7 @@ class HyperPodCluster(Construct):
         lifecycle_bucket_arn: str,
         lifecycle_key_prefix: str,
     ) -> iam.Role:
-        """The instance groups' execution role, as FACTS.md section 2 lists it.
+        """The instance groups' execution role, as docs/sources.md §2 lists it.
 
         Trusted by ``sagemaker.amazonaws.com``; managed ``AmazonSageMakerClusterInstanceRolePolicy``
         and ``AmazonEKS_CNI_Policy``; ENI create/delete/describe in this VPC; ECR pull;
@@ -314,7 +314,7 @@ class HyperPodCluster(Construct):
         nag.acknowledge_managed_policies(
             role,
             ["AmazonSageMakerClusterInstanceRolePolicy", "AmazonEKS_CNI_Policy"],
-            "Required by HyperPod on EKS (SageMaker HyperPod EKS prerequisites; FACTS.md section 2): "
+            "Required by HyperPod on EKS (SageMaker HyperPod EKS prerequisites; docs/sources.md §2): "
             "node logs/metrics and the VPC CNI's ENI management; AWS maintains both.",
         )
         stack = role.stack

@@ -1,6 +1,6 @@
 """TTFT benchmark against any OpenAI-compatible streaming endpoint (vLLM, the HyperPod router).
 
-Workload, the way the reference deployment measured cross-pod reuse (FACTS.md section 1):
+Workload, the way the reference deployment measured cross-pod reuse (docs/sources.md §1):
 
 1. **cold phase** (writes): ``cold`` requests, each with a *new* shared-prefix document of
    ``prefix_tokens`` tokens (a run id and the request's index come first, so no earlier run

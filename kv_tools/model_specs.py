@@ -64,7 +64,7 @@ class ModelSpec:
 
     def kv_bytes_per_token(self, kv_dtype: str) -> int:
         """KV cache bytes per token for the whole model: 2 (K and V) x layers x KV heads x
-        head_dim x bytes per element (FACTS.md section 5). Qwen2-7B in bf16: 57,344."""
+        head_dim x bytes per element (docs/sources.md §5). Qwen2-7B in bf16: 57,344."""
         return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes(kv_dtype)
 
     @property

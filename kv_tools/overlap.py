@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator, Sequence
 
-#: Adoption rule of thumb from the reference deployment (FACTS.md section 1): the tiered cache
+#: Adoption rule of thumb from the reference deployment (docs/sources.md §1): the tiered cache
 #: is worth it when more than about 40% of leading tokens are shared.
 ADOPTION_THRESHOLD = 0.40
 DEFAULT_CHUNK_TOKENS = 256

@@ -4,7 +4,7 @@ What it computes (all per GPU, per replica and per endpoint where it matters):
 
 * weights: ``params x bytes per element`` in GiB (2^30 B) and GB (10^9 B); whether they fit
   with a tensor-parallel (TP) degree, and the smallest TP that fits;
-* KV cache bytes per token: ``2 x layers x KV heads x head_dim x bytes`` (FACTS.md section 5);
+* KV cache bytes per token: ``2 x layers x KV heads x head_dim x bytes`` (docs/sources.md §5);
 * tier capacities: L0 = GPU memory x ``gpu_memory_utilization`` - weights/TP - runtime reserve,
   in tokens; L1 = host memory x HyperPod Tiered Storage percentage, per node; L2 = per node
   min(Curvine ``worker_capacity_gib``, NVMe less a reserve) x nodes;
@@ -12,7 +12,7 @@ What it computes (all per GPU, per replica and per endpoint where it matters):
   rate, cold vs warm TTFT and their ratio, and the break-even prompt length;
 * cost per endpoint-hour from ``config/prices.yaml`` and a recommendation.
 
-**Calibration** (:data:`REFERENCE_RUN`, FACTS.md section 1): the reference deployment measured
+**Calibration** (:data:`REFERENCE_RUN`, docs/sources.md §1): the reference deployment measured
 Qwen2-7B-Instruct (fp16, TP 1, one L40S) at TTFT 774 ms cold and 287 ms warm from L2 for a
 2,500-token prompt, and an L2 read of 1.84 GiB/s. Two constants come from that run:
 
@@ -60,11 +60,11 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
 DEFAULT_RUNTIME_RESERVE_GIB = 2.0
 #: Share of each node's NVMe kept out of the L2 pool (model weight copies, logs, images).
 DEFAULT_NVME_RESERVE_FRACTION = 0.10
-#: LMCache's default chunk size, tokens (FACTS.md section 5).
+#: LMCache's default chunk size, tokens (docs/sources.md §5).
 DEFAULT_CHUNK_TOKENS = 256
 #: TP degrees vLLM is normally run with on one node.
 TP_CHOICES = (1, 2, 4, 8)
-#: HyperPod Tiered Storage share the blog starts with (FACTS.md section 1).
+#: HyperPod Tiered Storage share the blog starts with (docs/sources.md §1).
 DEFAULT_L1_PERCENTAGE = 20
 
 
@@ -93,7 +93,7 @@ class ReferenceRun:
     warm_ttft_ms: float = 287.0
     l2_read_gibps: float = 1.84
     source: str = ("AWS ML blog 'Tiered KV cache for large LLMs on Amazon SageMaker HyperPod with "
-                   "Curvine' (FACTS.md section 1): Qwen2-7B-Instruct fp16, TP 1, L40S")
+                   "Curvine' (docs/sources.md §1): Qwen2-7B-Instruct fp16, TP 1, L40S")
 
 
 REFERENCE_RUN = ReferenceRun()

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from platform_config import PlatformConfig
 
-#: Minimum add-on versions the inference add-on depends on (FACTS.md section 1, from the
+#: Minimum add-on versions the inference add-on depends on (docs/sources.md §1, from the
 #: HyperPod inference setup guide).
 INFERENCE_DEPENDENCY_MINIMUMS = {
     "aws-mountpoint-s3-csi-driver": "v1.14.1-eksbuild.1",

@@ -44,7 +44,7 @@ AI_TOOLKIT = "ai-toolkit"
 REMOTE_URL_ENV = "LMCACHE_REMOTE_URL"
 REMOTE_SERDE_ENV = "LMCACHE_REMOTE_SERDE"
 HASH_SEED_ENV = "PYTHONHASHSEED"
-#: vLLM + LMCache log line of a retrieval (FACTS.md section 5).
+#: vLLM + LMCache log line of a retrieval (docs/sources.md §5).
 HIT_LOG_PATTERN = re.compile(r"LMCache hit tokens:\s*(\d+)")
 
 

@@ -32,7 +32,7 @@ from platform_config.instances import INSTANCE_TYPES
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DnsLabel = Annotated[str, StringConstraints(pattern=DNS_LABEL_PATTERN, max_length=63)]
 
-#: HyperPod ``InstanceGroupName`` / ``ClusterName`` pattern (FACTS.md section 2).
+#: HyperPod ``InstanceGroupName`` / ``ClusterName`` pattern (docs/sources.md §2).
 HYPERPOD_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9])*$"
 HyperPodName = Annotated[str, StringConstraints(pattern=HYPERPOD_NAME_PATTERN, max_length=63)]
 
@@ -209,7 +209,7 @@ class Taint(StrictModel):
 class InstanceGroupConfig(StrictModel):
     """One HyperPod instance group (``AWS::SageMaker::Cluster`` ``InstanceGroups[]``)."""
 
-    #: InstanceGroupName; changing it replaces the group (FACTS.md section 2).
+    #: InstanceGroupName; changing it replaces the group (docs/sources.md §2).
     name: HyperPodName
     #: One of the ml.g6e.* / ml.p5*.48xlarge types in platform_config/instances.py.
     instance_type: KnownInstanceType
@@ -227,7 +227,7 @@ class TieredStorageConfig(StrictModel):
     """HyperPod Tiered Storage (the L1 tier's managed host-memory pool).
 
     ``memory_allocation_percentage``: share of instance memory given to the KV tier; the blog
-    reports 20-100 accepted and recommends starting at 20 (FACTS.md section 1).
+    reports 20-100 accepted and recommends starting at 20 (docs/sources.md §1).
     """
 
     #: Mode Enable/Disable of TieredStorageConfig; L1 needs it.
@@ -304,7 +304,7 @@ class CurvineEvictionConfig(StrictModel):
     ``ttl_hours``: every KV file gets a TTL (Curvine client ``ttl_ms``) and is removed after it;
     0 disables TTL, which the loader refuses while L2 is on (the pool would fill).
     Quota eviction (LRU/LFU between the watermarks) acts only on files that carry a TTL
-    (FACTS.md section 4); Curvine's defaults are high 0.8 / low 0.6.
+    (docs/sources.md §4); Curvine's defaults are high 0.8 / low 0.6.
     """
 
     ttl_hours: Annotated[float, Field(ge=0, le=24 * 365)] = 24
@@ -346,7 +346,7 @@ class CurvineConfig(StrictModel):
 class AddonVersions(StrictModel):
     """Pinned EKS add-on versions (``aws eks describe-addon-versions --kubernetes-version 1.33``).
 
-    Minimums for the inference add-on's dependencies come from FACTS.md section 1.
+    Minimums for the inference add-on's dependencies come from docs/sources.md §1.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -489,7 +489,7 @@ class ModelConfig(StrictModel):
 
     ``name`` is the ``modelName`` of the InferenceEndpointConfig and part of LMCache's chunk
     key: pods share L2 entries only with the same model name, TP size, dtype and LMCache
-    version (FACTS.md section 5).
+    version (docs/sources.md §5).
     """
 
     name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$", max_length=63)]
@@ -559,7 +559,7 @@ class BusinessLineConfig(StrictModel):
     vllm: VllmConfig
     resources: ResourcesConfig = ResourcesConfig()
     #: PYTHONHASHSEED shared by every pod of the line; without one shared seed each pod
-    #: computes different chunk keys and cross-pod hits are silently 0 (FACTS.md section 1).
+    #: computes different chunk keys and cross-pod hits are silently 0 (docs/sources.md §1).
     python_hash_seed: Annotated[int, Field(ge=0, le=4294967295)] = 0
     metrics_enabled: bool = True
     invocation_endpoint: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._/-]+$")] = "v1/chat/completions"

@@ -4,7 +4,7 @@
 #
 # The operator overwrites this patch whenever it re-renders the Deployment (CRD edit, operator
 # upgrade, Deployment deletion): re-run the script after each. The sequence avoids both known
-# traps of the manual procedure (FACTS.md section 1):
+# traps of the manual procedure (docs/sources.md §1):
 #   1. pause the operator (scale its controller to 0) so its reconcile loop cannot undo the patch;
 #   2. scale the Deployment to 0: frees the GPUs, so no rolling update deadlocks on maxSurge
 #      when replicas == GPUs available;

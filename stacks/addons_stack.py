@@ -16,7 +16,7 @@ from platform_config import BusinessLineConfig, PlatformConfig
 from platform_config.models import S3ModelSource
 
 #: The inference operator's namespace and service accounts (aws/sagemaker-hyperpod-cli,
-#: helm_chart/.../inference-operator/migration/helm_to_addon.sh; FACTS.md section 1).
+#: helm_chart/.../inference-operator/migration/helm_to_addon.sh; docs/sources.md §1).
 INFERENCE_NAMESPACE = "hyperpod-inference-system"
 INFERENCE_CONTROLLER_SA = "hyperpod-inference-controller-manager"
 INFERENCE_ALB_SA = "aws-load-balancer-controller"
@@ -27,14 +27,14 @@ INFERENCE_KEDA_SA = "keda-operator"
 #: docs/install/iam_policy.json, Apache-2.0). Loaded as data; region and account are pinned below.
 ALB_POLICY_FILE = Path(__file__).resolve().parent.parent / "kv_constructs" / "policies" / "aws-load-balancer-controller-v3.2.2.json"
 
-#: Add-ons the inference operator depends on, with the minimum versions of FACTS.md section 1.
+#: Add-ons the inference operator depends on, with the minimum versions of docs/sources.md §1.
 INFERENCE_DEPENDENCIES = ("aws-mountpoint-s3-csi-driver", "aws-fsx-csi-driver", "metrics-server", "cert-manager")
 
 
 def tls_bucket_name(platform: PlatformConfig) -> str:
     """TLS-certificate bucket of the inference operator, ``hyperpod-tls-<project>-<account>-<region>``.
 
-    The name must start with ``hyperpod-tls-`` (FACTS.md section 1), so CloudFormation cannot
+    The name must start with ``hyperpod-tls-`` (docs/sources.md §1), so CloudFormation cannot
     generate it. See :func:`kv_constructs.prefixed_bucket_name`.
     """
     return prefixed_bucket_name(f"hyperpod-tls-{platform.project}", account=platform.account, region=platform.region)
@@ -112,7 +112,7 @@ class AddonsStack(Stack):
         nag.acknowledge_wildcards(
             role, actions=["eks:Describe*"],
             reason="HyperPod's EBS CSI integration needs eks:Describe* (SageMaker HyperPod EBS CSI setup; "
-            "FACTS.md section 1); the wildcard is on the action only and the resource is this cluster.")
+            "docs/sources.md §1); the wildcard is on the action only and the resource is this cluster.")
         self._addon("aws-ebs-csi-driver", cluster, versions.aws_ebs_csi_driver, role=self.ebs_csi_role)
 
         # --- Mountpoint for S3 CSI driver (model weights) -------------------------------------
@@ -164,7 +164,7 @@ class AddonsStack(Stack):
             resources=[certificates], conditions=same_account))
         nag.acknowledge_managed_policies(
             execution, ["AmazonSageMakerHyperPodInferenceAccess"],
-            "The AWS managed policy the HyperPod inference operator requires (FACTS.md section 1; "
+            "The AWS managed policy the HyperPod inference operator requires (docs/sources.md §1; "
             "SageMaker HyperPod model deployment setup).")
         nag.acknowledge_wildcards(
             execution, resources=[certificates],

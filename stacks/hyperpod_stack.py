@@ -36,7 +36,7 @@ LIFECYCLE_PREFIX = "lifecycle/"
 #: Entry point run by HyperPod on each new node, and the per-group settings file next to it.
 LIFECYCLE_ON_CREATE = "on_create.sh"
 LIFECYCLE_ENV_FILE = "kvcache.env"
-#: Where HyperPod mounts the instance NVMe (FACTS.md section 1).
+#: Where HyperPod mounts the instance NVMe (docs/sources.md §1).
 NVME_ROOT = "/opt/dlami/nvme"
 
 

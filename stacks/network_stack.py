@@ -19,7 +19,7 @@ from platform_config.models import CreateVpcConfig, ExistingVpcConfig
 PUBLIC_SUBNET_MASK = 26
 
 #: Subnet tags the AWS Load Balancer Controller uses to pick subnets. The HyperPod inference
-#: operator's ALB requires ``kubernetes.io/role/elb=1`` (FACTS.md section 1).
+#: operator's ALB requires ``kubernetes.io/role/elb=1`` (docs/sources.md §1).
 ELB_TAG = "kubernetes.io/role/elb"
 INTERNAL_ELB_TAG = "kubernetes.io/role/internal-elb"
 #: Above the default tag priority (100) that aws_eks_v2 uses when it tags public subnets.
@@ -112,7 +112,7 @@ class NetworkStack(Stack):
                 ec2.SubnetConfiguration(name="private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             ],
             gateway_endpoints={
-                # HyperPod nodes pull lifecycle scripts and model weights from S3 (FACTS.md s.1).
+                # HyperPod nodes pull lifecycle scripts and model weights from S3 (docs/sources.md §1).
                 "S3": ec2.GatewayVpcEndpointOptions(service=ec2.GatewayVpcEndpointAwsService.S3),
             },
             flow_logs={
@@ -192,7 +192,7 @@ class NetworkStack(Stack):
             allow_all_outbound=True,
         )
         # EFA and NCCL use arbitrary ports between GPU nodes; HyperPod requires the group to
-        # allow all traffic from itself (FACTS.md section 2).
+        # allow all traffic from itself (docs/sources.md §2).
         group.add_ingress_rule(group, ec2.Port.all_traffic(), "All traffic within the group (EFA, NCCL, kubelet)")
         return group
 

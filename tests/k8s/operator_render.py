@@ -1,6 +1,6 @@
 """What the HyperPod inference operator renders for a line, as far as the L2 patch cares.
 
-Modelled on the reference deployment (FACTS.md section 1): pods labelled ``app=<endpoint>``,
+Modelled on the reference deployment (docs/sources.md §1): pods labelled ``app=<endpoint>``,
 three containers (vLLM first, named after the endpoint, then reverse-proxy and otel-collector),
 the operator's own ``LMCACHE_REMOTE_URL=sagemaker-hyperpod://$(NODE_IP):9200`` and
 ``LMCACHE_EXTRA_CONFIG`` (the HyperPod shared-memory setting), plus whatever the CR carried.

@@ -97,7 +97,7 @@ def test_every_lmcache_variable_is_one_lmcache_reads(manifests, k8s_project):
     assert lmcache == {"LMCACHE_REMOTE_URL", "LMCACHE_REMOTE_SERDE", "LMCACHE_CHUNK_SIZE", "LMCACHE_EXTRA_CONFIG",
                        "LMCACHE_MAX_LOCAL_CPU_SIZE"}
     assert all(is_lmcache_env(n) for n in lmcache)
-    assert not is_lmcache_env("LMCACHE_USE_EXPERIMENTAL")  # removed from LMCache (FACTS.md section 5)
+    assert not is_lmcache_env("LMCACHE_USE_EXPERIMENTAL")  # removed from LMCache (docs/sources.md §5)
     assert not is_lmcache_env("LMCACHE_MAX_LOCAL_CPU_SIZE_GB")  # a plausible typo LMCache would ignore
     assert {"chunk_size", "remote_url", "remote_serde", "extra_config", "max_local_cpu_size"} <= LMCACHE_CONFIG_KEYS
 

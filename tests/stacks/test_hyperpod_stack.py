@@ -71,7 +71,7 @@ def test_hyperpod_nodes_share_a_security_group_with_the_system_nodes(templates) 
 
 
 def test_hyperpod_nodes_keep_the_shared_group_that_allows_all_traffic_within_itself(templates) -> None:
-    """HyperPod needs a group open to itself on every port (EFA, NCCL; FACTS.md section 2)."""
+    """HyperPod needs a group open to itself on every port (EFA, NCCL; docs/sources.md §2)."""
     rules = templates[NETWORK].find_resources("AWS::EC2::SecurityGroupIngress", {"Properties": {"IpProtocol": "-1"}})
     (group,) = {r["Properties"]["GroupId"]["Fn::GetAtt"][0] for r in rules.values()
                 if r["Properties"]["GroupId"] == r["Properties"].get("SourceSecurityGroupId")}

@@ -32,7 +32,7 @@ L40S = get_instance_type("ml.g6e.12xlarge")
 P5 = get_instance_type("ml.p5.48xlarge")
 
 
-# --- the reference deployment's figures (FACTS.md sections 1 and 5) ---------------------------
+# --- the reference deployment's figures (docs/sources.md §1 and §5) ---------------------------
 
 def test_qwen2_7b_weights_are_about_14_gib_in_bf16() -> None:
     p = plan(PlanInputs(model=QWEN7, instance_type="ml.g6e.12xlarge"))
