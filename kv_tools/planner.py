@@ -190,6 +190,9 @@ class PlanInputs:
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     runtime_reserve_gib: float = DEFAULT_RUNTIME_RESERVE_GIB
     l1_percentage: int = DEFAULT_L1_PERCENTAGE
+    #: GiB of LMCache CPU buffer per replica (a line's ``cache.l1_cpu_gib``); when set, L1 per
+    #: node is this times the replicas sharing a node, instead of the Tiered Storage share.
+    l1_gib_per_replica: float | None = None
     l2_nodes: int | None = None
     l2_node_capacity_gib: float | None = None
     nvme_reserve_fraction: float = DEFAULT_NVME_RESERVE_FRACTION
@@ -208,6 +211,8 @@ class PlanInputs:
              f"gpu memory utilization must be within (0, 1] (got {self.gpu_memory_utilization})"),
             (self.runtime_reserve_gib >= 0, f"runtime reserve must be >= 0 GiB (got {self.runtime_reserve_gib})"),
             (0 <= self.l1_percentage <= 100, f"L1 percentage must be within 0..100 (got {self.l1_percentage})"),
+            (self.l1_gib_per_replica is None or self.l1_gib_per_replica > 0,
+             f"L1 GiB per replica must be > 0 (got {self.l1_gib_per_replica})"),
             (0.0 <= self.nvme_reserve_fraction < 1.0,
              f"NVMe reserve must be within [0, 1) (got {self.nvme_reserve_fraction})"),
         ]
@@ -400,6 +405,7 @@ class Plan:
                    "tokens_per_replica": self.fit.l0_tokens_per_replica,
                    "tokens_per_endpoint": self.fit.l0_tokens_per_replica * i.replicas},
             "l1": {"gib_per_node": round(self.l1_gib_per_node, 2), "percentage": i.l1_percentage,
+                   "gib_per_replica": i.l1_gib_per_replica,
                    "tokens_per_node": int(self.l1_gib_per_node * GIB // kv_per_token)},
             "l2": {"nodes": self.l2_nodes, "gib_per_node": round(self.l2_gib_per_node, 1),
                    "gib": round(self.l2_gib_per_node * self.l2_nodes, 1),
@@ -463,7 +469,9 @@ def plan(inputs: PlanInputs, *, prices: PriceTable | None = None,
     )
     return Plan(inputs=inputs, instance=instance, fit=fit, min_tp=min_tp,
                 kv_bytes_per_token=inputs.model.kv_bytes_per_token(kv_dtype),
-                l1_gib_per_node=instance.host_memory_gib * inputs.l1_percentage / 100.0,
+                l1_gib_per_node=(inputs.l1_gib_per_replica * min(inputs.replicas, instance.gpus // fit.tp)
+                                 if inputs.l1_gib_per_replica is not None
+                                 else instance.host_memory_gib * inputs.l1_percentage / 100.0),
                 l2_nodes=inputs.l2_nodes if inputs.l2_nodes is not None else nodes,
                 l2_gib_per_node=l2_per_node, timing=t, cost=cost, warnings=tuple(warnings))
 
@@ -602,6 +610,8 @@ def inputs_from_line(line: BusinessLineConfig, platform: PlatformConfig | None, 
         values["region"] = platform.region
         ts = platform.hyperpod.tiered_storage
         values["l1_percentage"] = ts.memory_allocation_percentage if ts.enabled and line.cache.l1_enabled else 0
+    if line.cache.l1_enabled and line.cache.l1_cpu_gib is not None:
+        values["l1_gib_per_replica"] = line.cache.l1_cpu_gib
         if platform.curvine.enabled and line.cache.l2_enabled:
             nodes, gib = l2_pool(platform, overrides.get("nvme_reserve_fraction", DEFAULT_NVME_RESERVE_FRACTION))
             values["l2_nodes"] = nodes
@@ -629,6 +639,8 @@ def format_plan(p: Plan, recommendation: Recommendation | None = None) -> str:
     fit = "fits" if p.fit.fits else "DOES NOT FIT"
     min_tp = f"smallest TP that fits: {p.min_tp}" if p.min_tp else f"no TP on {inst.name} fits"
     l2_total = p.l2_gib_per_node * p.l2_nodes
+    l1_basis = (f"{i.l1_gib_per_replica:g} GiB x {round(p.l1_gib_per_node / i.l1_gib_per_replica)} replicas"
+                if i.l1_gib_per_replica is not None else f"{i.l1_percentage}% of host memory")
     lines = [
         f"{m.name} ({i.dtype}) on {inst.name}: {inst.gpus} x {inst.gpu_model} {inst.gpu_memory_gib:.0f} GiB, "
         f"TP {p.fit.tp}, {i.replicas} replica(s)",
@@ -643,7 +655,7 @@ def format_plan(p: Plan, recommendation: Recommendation | None = None) -> str:
         f"{'tier':<5} {'capacity':<40} tokens",
         f"{'L0':<5} {f'{p.fit.kv_free_per_gpu_gib:.2f} GiB KV per GPU':<40} "
         f"{p.fit.l0_tokens_per_replica:,} per replica ({p.fit.l0_tokens_per_replica * i.replicas:,} per endpoint)",
-        f"{'L1':<5} {f'{p.l1_gib_per_node:.2f} GiB per node ({i.l1_percentage}% of host memory)':<40} "
+        f"{'L1':<5} {f'{p.l1_gib_per_node:.2f} GiB per node ({l1_basis})':<40} "
         f"{int(p.l1_gib_per_node * GIB // kv_per_token):,} per node",
         f"{'L2':<5} {f'{l2_total:,.0f} GiB ({p.l2_nodes} node(s) x {p.l2_gib_per_node:,.0f} GiB NVMe)':<40} "
         f"{int(l2_total * GIB // kv_per_token):,} in the pool",

@@ -308,3 +308,12 @@ def test_cli_business_line_is_checked_against_the_platform(tmp_path, capsys) -> 
     rc = load_script("plan").main(["--business-line", str(line), "--config", str(REPO / "config")])
     assert rc == 2
     assert "instance_type: no HyperPod instance group has this type" in capsys.readouterr().err
+
+
+def test_l1_from_the_lines_lmcache_buffer(capsys) -> None:
+    """With cache.l1_cpu_gib set (rag-assistant: 16 GiB), L1 per node = 16 GiB x the 2 replicas
+    that share a 4-GPU node, not the Tiered Storage share (384 GiB x 20% = 76.8 GiB)."""
+    rc = load_script("plan").main(["--business-line", str(REPO / "config/business-lines/rag-assistant.yaml"),
+                                   "--config", str(REPO / "config"), "--json"])
+    l1 = json.loads(capsys.readouterr().out)["l1"] if rc == 0 else None
+    assert l1 is not None and l1["gib_per_replica"] == 16 and l1["gib_per_node"] == 32.0
