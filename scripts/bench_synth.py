@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import platform as host
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,10 +47,16 @@ PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024 if hasattr(os, "sysconf") else 4
 def make_config(target: Path, lines: int) -> None:
     """Write ``platform.yaml`` and ``lines`` generated business lines under ``target``."""
     (target / "business-lines").mkdir(parents=True)
-    shutil.copy(EXAMPLES / "platform.yaml", target / "platform.yaml")
     examples = sorted((EXAMPLES / "business-lines").glob("*.yaml"))
     if not examples:
         raise SystemExit(f"no example business lines in {EXAMPLES / 'business-lines'}")
+    # Each example fits the example instance groups once; N copies need N times the nodes
+    # (the loader refuses lines that do not fit their groups' GPUs).
+    platform = yaml.safe_load((EXAMPLES / "platform.yaml").read_text())
+    copies = -(-lines // len(examples))
+    for group in platform["hyperpod"]["instance_groups"]:
+        group["instance_count"] *= copies
+    (target / "platform.yaml").write_text(yaml.safe_dump(platform, sort_keys=False))
     for i in range(lines):
         source = examples[i % len(examples)]
         data = yaml.safe_load(source.read_text())
