@@ -38,9 +38,15 @@ from platform_config import INSTANCE_TYPES, ConfigError, load_business_line, loa
 from platform_config.loader import cross_check  # noqa: E402
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows real defaults; flags defaulting to None explain their default in their own help."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=_DefaultsFormatter)
     src = parser.add_argument_group("what to plan (a business-line file, or flags)")
     src.add_argument("--business-line", type=Path, help="business-line YAML; its platform is --config")
     src.add_argument("--model", help=f"model name, matched by normalized name against: {', '.join(MODELS)}")

@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None, reader_factory=LiveReader) -> int:
         for name in args.line or []:
             project.business_line(name)
     except (ConfigError, KeyError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        # KeyError's str() is the repr of its message; print the message itself.
+        print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
         return 2
     try:
         reader = reader_factory(project.platform.region, context=args.context)
