@@ -9,7 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from tests.k8s.conftest import REPO
 from tests.k8s.operator_render import deployment
 
