@@ -8,36 +8,19 @@ and scripts/manifests.py.)
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
-import yaml
 
 from platform_config import ConfigError, load_project
 from platform_config.models import ROUTING_STRATEGIES
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "config"
-#: The shipped example lines. The tests copy only these (not lines a user added to config/),
-#: so adding a business line, as the README describes, leaves these tests meaningful and green.
-EXAMPLE_LINES = ("rag-assistant", "research-reasoning")
+from tests.example_config import EXAMPLE, EXAMPLE_LINES, copy_example_config, edit_yaml
 
 
 @pytest.fixture
 def config_dir(tmp_path: Path) -> Path:
-    target = tmp_path / "config"
-    (target / "business-lines").mkdir(parents=True)
-    shutil.copy(EXAMPLE / "platform.yaml", target / "platform.yaml")
-    for name in EXAMPLE_LINES:
-        shutil.copy(EXAMPLE / "business-lines" / f"{name}.yaml", target / "business-lines" / f"{name}.yaml")
-    return target
-
-
-def edit(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
-    data = yaml.safe_load(path.read_text())
-    change(data)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return copy_example_config(tmp_path / "config")
 
 
 def problems(config_dir: Path) -> list[str]:
@@ -70,10 +53,10 @@ def test_example_config_loads_with_g6e_and_p5_groups(config_dir: Path) -> None:
 
 def test_defaults_are_the_documented_ones(config_dir: Path) -> None:
     path = config_dir / "platform.yaml"
-    edit(path, lambda d: d["hyperpod"].pop("tiered_storage"))
-    edit(path, lambda d: d["hyperpod"].pop("node_recovery"))
+    edit_yaml(path, lambda d: d["hyperpod"].pop("tiered_storage"))
+    edit_yaml(path, lambda d: d["hyperpod"].pop("node_recovery"))
     line_path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit(line_path, lambda d: (d.pop("routing_strategy"), d.pop("python_hash_seed")))
+    edit_yaml(line_path, lambda d: (d.pop("routing_strategy"), d.pop("python_hash_seed")))
     project = load_project(config_dir)
     assert project.platform.hyperpod.tiered_storage.enabled is True
     assert project.platform.hyperpod.tiered_storage.memory_allocation_percentage == 20
@@ -86,7 +69,7 @@ def test_defaults_are_the_documented_ones(config_dir: Path) -> None:
 @pytest.mark.parametrize("percentage", [19, 101, 0])
 def test_tiered_storage_percentage_out_of_range(config_dir: Path, percentage: int) -> None:
     path = config_dir / "platform.yaml"
-    edit(path, lambda d: d["hyperpod"]["tiered_storage"].update(memory_allocation_percentage=percentage))
+    edit_yaml(path, lambda d: d["hyperpod"]["tiered_storage"].update(memory_allocation_percentage=percentage))
     message = only_problem(config_dir)
     assert str(path) in message
     assert "hyperpod.tiered_storage.memory_allocation_percentage" in message
@@ -96,27 +79,27 @@ def test_tiered_storage_percentage_out_of_range(config_dir: Path, percentage: in
 
 @pytest.mark.parametrize("percentage", [20, 100])
 def test_tiered_storage_percentage_bounds_accepted(config_dir: Path, percentage: int) -> None:
-    edit(config_dir / "platform.yaml",
+    edit_yaml(config_dir / "platform.yaml",
          lambda d: d["hyperpod"]["tiered_storage"].update(memory_allocation_percentage=percentage))
     assert load_project(config_dir).platform.hyperpod.tiered_storage.memory_allocation_percentage == percentage
 
 
 def test_unknown_key_is_rejected_in_platform(config_dir: Path) -> None:
     path = config_dir / "platform.yaml"
-    edit(path, lambda d: d["hyperpod"].update(tiered_storag={"enabled": True}))
+    edit_yaml(path, lambda d: d["hyperpod"].update(tiered_storag={"enabled": True}))
     message = only_problem(config_dir)
     assert f"{path}: hyperpod.tiered_storag: unknown key" in message
 
 
 def test_unknown_key_is_rejected_in_business_line(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit(path, lambda d: d["cache"].update(l3_enabled=True))
+    edit_yaml(path, lambda d: d["cache"].update(l3_enabled=True))
     assert f"{path}: cache.l3_enabled: unknown key" in only_problem(config_dir)
 
 
 def test_unknown_routing_strategy_lists_allowed(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit(path, lambda d: d.update(routing_strategy="fastest"))
+    edit_yaml(path, lambda d: d.update(routing_strategy="fastest"))
     message = only_problem(config_dir)
     assert f"{path}: routing_strategy" in message
     assert "'fastest'" in message
@@ -126,7 +109,7 @@ def test_unknown_routing_strategy_lists_allowed(config_dir: Path) -> None:
 
 def test_pvc_size_must_be_a_quantity(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit(path, lambda d: d["cache"].update(l2_size="500 gigs"))
+    edit_yaml(path, lambda d: d["cache"].update(l2_size="500 gigs"))
     message = only_problem(config_dir)
     assert f"{path}: cache.l2_size" in message and "'500 gigs'" in message
     assert "allowed: a Kubernetes quantity such as 500Gi" in message
@@ -134,7 +117,7 @@ def test_pvc_size_must_be_a_quantity(config_dir: Path) -> None:
 
 def test_instance_type_must_belong_to_an_instance_group(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit(path, lambda d: d.update(instance_type="ml.g6e.48xlarge"))
+    edit_yaml(path, lambda d: d.update(instance_type="ml.g6e.48xlarge"))
     message = only_problem(config_dir)
     assert f"{path}: instance_type: no HyperPod instance group has this type" in message
     assert "ml.g6e.12xlarge, ml.p5.48xlarge" in message
@@ -142,7 +125,7 @@ def test_instance_type_must_belong_to_an_instance_group(config_dir: Path) -> Non
 
 def test_unknown_instance_type_is_rejected(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit(path, lambda d: d.update(instance_type="ml.g4dn.xlarge"))
+    edit_yaml(path, lambda d: d.update(instance_type="ml.g4dn.xlarge"))
     message = only_problem(config_dir)
     assert f"{path}: instance_type: unknown instance type; allowed:" in message
     assert "ml.g6e.12xlarge" in message
@@ -150,7 +133,7 @@ def test_unknown_instance_type_is_rejected(config_dir: Path) -> None:
 
 def test_gpus_per_replica_must_fit_the_instance_type(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit(path, lambda d: d.update(gpus_per_replica=8))
+    edit_yaml(path, lambda d: d.update(gpus_per_replica=8))
     message = only_problem(config_dir)
     assert str(path) in message
     assert "does not fit ml.g6e.12xlarge (4 GPU(s)); allowed: 1..4" in message
@@ -159,14 +142,14 @@ def test_gpus_per_replica_must_fit_the_instance_type(config_dir: Path) -> None:
 @pytest.mark.parametrize("namespace", ["RAG", "rag_assistant", "-rag", "x" * 64])
 def test_namespace_must_be_a_dns_label(config_dir: Path, namespace: str) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit(path, lambda d: d.update(namespace=namespace))
+    edit_yaml(path, lambda d: d.update(namespace=namespace))
     message = only_problem(config_dir)
     assert f"{path}: namespace" in message
 
 
 def test_namespaces_must_be_unique(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "research-reasoning.yaml"
-    edit(path, lambda d: d.update(namespace="rag-assistant"))
+    edit_yaml(path, lambda d: d.update(namespace="rag-assistant"))
     message = only_problem(config_dir)
     assert f"{path}: namespace: already used by" in message
     assert "rag-assistant.yaml" in message
@@ -174,7 +157,7 @@ def test_namespaces_must_be_unique(config_dir: Path) -> None:
 
 def test_platform_namespaces_are_reserved(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit(path, lambda d: d.update(namespace="curvine"))
+    edit_yaml(path, lambda d: d.update(namespace="curvine"))
     assert f"{path}: namespace: reserved for the platform" in only_problem(config_dir)
 
 
@@ -188,25 +171,25 @@ def test_business_line_file_name_must_be_a_valid_name(config_dir: Path) -> None:
 
 def test_name_field_must_match_file_name(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit(path, lambda d: d.update(name="other"))
+    edit_yaml(path, lambda d: d.update(name="other"))
     assert f"{path}: name: must equal the file name 'rag-assistant'" in only_problem(config_dir)
 
 
 def test_instance_group_names_must_be_valid_and_unique(config_dir: Path) -> None:
     path = config_dir / "platform.yaml"
-    edit(path, lambda d: d["hyperpod"]["instance_groups"][0].update(name="g6e_inference"))
+    edit_yaml(path, lambda d: d["hyperpod"]["instance_groups"][0].update(name="g6e_inference"))
     assert f"{path}: hyperpod.instance_groups.0.name" in only_problem(config_dir)
 
     def duplicate(d: dict[str, Any]) -> None:
         d["hyperpod"]["instance_groups"][0]["name"] = "p5-inference"
-    edit(path, duplicate)
+    edit_yaml(path, duplicate)
     message = only_problem(config_dir)
     assert "instance group names must be unique; repeated: p5-inference" in message
 
 
 def test_a_line_cannot_target_only_tainted_groups(config_dir: Path) -> None:
     """InferenceEndpointConfig has no tolerations: its pods would stay Pending forever."""
-    edit(config_dir / "platform.yaml", lambda d: d["hyperpod"]["instance_groups"][1].update(
+    edit_yaml(config_dir / "platform.yaml", lambda d: d["hyperpod"]["instance_groups"][1].update(
         taints=[{"key": "kvcache.io/large-model", "value": "true", "effect": "NoSchedule"}]))
     message = only_problem(config_dir)
     assert "research-reasoning.yaml: instance_type: every instance group of this type (p5-inference)" in message
@@ -221,9 +204,9 @@ def test_prefer_no_schedule_taints_do_not_block_a_line(config_dir: Path) -> None
 def test_all_lines_must_fit_on_their_instance_groups(config_dir: Path) -> None:
     # rag-assistant: 2 nodes x 4 L40S; 8 one-GPU replicas fill them, a 9th does not fit.
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit(path, lambda d: d.update(replicas=8))
+    edit_yaml(path, lambda d: d.update(replicas=8))
     assert load_project(config_dir).business_line("rag-assistant").replicas == 8
-    edit(path, lambda d: d.update(replicas=9))
+    edit_yaml(path, lambda d: d.update(replicas=9))
     message = only_problem(config_dir)
     assert "replicas: the lines on ml.g6e.12xlarge (rag-assistant 9x1 GPU) do not fit on its 2 node(s) x 4 GPU(s)" in message
     assert "first that does not fit: rag-assistant" in message
@@ -232,18 +215,18 @@ def test_all_lines_must_fit_on_their_instance_groups(config_dir: Path) -> None:
 def test_gpu_capacity_is_counted_per_node(config_dir: Path) -> None:
     # 3-GPU replicas on 4-GPU nodes: one per node, so 2 fit and 3 do not, though 9 <= 8 + 4 spare.
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit(path, lambda d: d.update(replicas=2, gpus_per_replica=3))
+    edit_yaml(path, lambda d: d.update(replicas=2, gpus_per_replica=3))
     load_project(config_dir)
-    edit(path, lambda d: d.update(replicas=3, gpus_per_replica=3))
+    edit_yaml(path, lambda d: d.update(replicas=3, gpus_per_replica=3))
     assert "rag-assistant 3x3 GPU" in only_problem(config_dir)
 
 
 def test_l1_buffer_must_fit_the_pod_memory(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit(path, lambda d: (d["cache"].update(l1_cpu_gib=80), d["resources"].update(memory="80Gi")))
+    edit_yaml(path, lambda d: (d["cache"].update(l1_cpu_gib=80), d["resources"].update(memory="80Gi")))
     message = only_problem(config_dir)
     assert "cache.l1_cpu_gib 80 GiB must be below resources.memory 80Gi (80 GiB)" in message
-    edit(path, lambda d: d["cache"].update(l1_cpu_gib=79.5))
+    edit_yaml(path, lambda d: d["cache"].update(l1_cpu_gib=79.5))
     assert load_project(config_dir).business_line("rag-assistant").cache.l1_cpu_gib == 79.5
 
 
@@ -258,12 +241,12 @@ def test_quantity_bytes() -> None:
 
 def test_missing_required_field_is_named(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit(path, lambda d: d.pop("namespace"))
+    edit_yaml(path, lambda d: d.pop("namespace"))
     assert f"{path}: namespace: required field is missing" in only_problem(config_dir)
 
 
 def test_l2_on_while_curvine_off(config_dir: Path) -> None:
-    edit(config_dir / "platform.yaml", lambda d: d["curvine"].update(enabled=False))
+    edit_yaml(config_dir / "platform.yaml", lambda d: d["curvine"].update(enabled=False))
     found = problems(config_dir)
     assert len(found) == 2  # both example lines use L2
     for line in ("rag-assistant", "research-reasoning"):
@@ -271,20 +254,20 @@ def test_l2_on_while_curvine_off(config_dir: Path) -> None:
 
 
 def test_curvine_off_is_fine_when_no_line_uses_l2(config_dir: Path) -> None:
-    edit(config_dir / "platform.yaml", lambda d: d["curvine"].update(enabled=False))
+    edit_yaml(config_dir / "platform.yaml", lambda d: d["curvine"].update(enabled=False))
     for name in ("rag-assistant", "research-reasoning"):
-        edit(config_dir / "business-lines" / f"{name}.yaml", lambda d: d["cache"].update(l2_enabled=False))
+        edit_yaml(config_dir / "business-lines" / f"{name}.yaml", lambda d: d["cache"].update(l2_enabled=False))
     assert load_project(config_dir).platform.curvine.enabled is False
 
 
 def test_l2_without_eviction_would_fill_nvme(config_dir: Path) -> None:
     path = config_dir / "platform.yaml"
-    edit(path, lambda d: d["curvine"]["eviction"].update(ttl_hours=0))
+    edit_yaml(path, lambda d: d["curvine"]["eviction"].update(ttl_hours=0))
     assert f"{path}: curvine.eviction.ttl_hours: 0 disables eviction" in only_problem(config_dir)
 
 
 def test_watermarks_must_be_ordered(config_dir: Path) -> None:
-    edit(config_dir / "platform.yaml",
+    edit_yaml(config_dir / "platform.yaml",
          lambda d: d["curvine"]["eviction"].update(high_watermark=0.5, low_watermark=0.6))
     assert "low_watermark (0.6) must be below high_watermark (0.5)" in only_problem(config_dir)
 
@@ -292,40 +275,40 @@ def test_watermarks_must_be_ordered(config_dir: Path) -> None:
 @pytest.mark.parametrize("image", ["lmcache/vllm-openai", "lmcache/vllm-openai:latest", "vllm@sha256:abc"])
 def test_images_must_be_pinned(config_dir: Path, image: str) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit(path, lambda d: d["vllm"].update(image=image))
+    edit_yaml(path, lambda d: d["vllm"].update(image=image))
     message = only_problem(config_dir)
     assert f"{path}: vllm.image" in message
 
 
 def test_platform_images_must_be_pinned(config_dir: Path) -> None:
     path = config_dir / "platform.yaml"
-    edit(path, lambda d: d["versions"]["images"].update(curvine="docker.io/curvine/curvine:latest"))
+    edit_yaml(path, lambda d: d["versions"]["images"].update(curvine="docker.io/curvine/curvine:latest"))
     assert f"{path}: versions.images.curvine" in only_problem(config_dir)
 
 
 def test_addon_versions_cannot_float(config_dir: Path) -> None:
     path = config_dir / "platform.yaml"
-    edit(path, lambda d: d["versions"]["addons"].update({"cert-manager": "latest"}))
+    edit_yaml(path, lambda d: d["versions"]["addons"].update({"cert-manager": "latest"}))
     assert f"{path}: versions.addons.cert-manager" in only_problem(config_dir)
 
 
 def test_zones_must_be_in_region_and_include_the_gpu_zone(config_dir: Path) -> None:
     path = config_dir / "platform.yaml"
-    edit(path, lambda d: d.update(gpu_availability_zone="us-west-2c"))
+    edit_yaml(path, lambda d: d.update(gpu_availability_zone="us-west-2c"))
     assert "gpu_availability_zone 'us-west-2c' must be one of availability_zones" in only_problem(config_dir)
-    edit(path, lambda d: d.update(availability_zones=["us-east-1a", "us-east-1b"], gpu_availability_zone="us-east-1a"))
+    edit_yaml(path, lambda d: d.update(availability_zones=["us-east-1a", "us-east-1b"], gpu_availability_zone="us-east-1a"))
     assert "every availability zone must be in region us-west-2" in only_problem(config_dir)
 
 
 def test_public_endpoint_needs_explicit_cidrs(config_dir: Path) -> None:
     path = config_dir / "platform.yaml"
-    edit(path, lambda d: d["eks"].update(endpoint_access="public_and_private"))
+    edit_yaml(path, lambda d: d["eks"].update(endpoint_access="public_and_private"))
     assert "needs public_access_cidrs" in only_problem(config_dir)
 
 
 def test_existing_vpc_needs_a_subnet_per_zone(config_dir: Path) -> None:
     path = config_dir / "platform.yaml"
-    edit(path, lambda d: d.update(network={
+    edit_yaml(path, lambda d: d.update(network={
         "mode": "existing", "vpc_id": "vpc-0123456789abcdef0", "vpc_cidr": "10.0.0.0/16",
         "private_subnet_ids": {"us-west-2a": "subnet-0123456789abcdef0"}}))
     assert "network.private_subnet_ids has no subnet for zone(s) us-west-2b" in only_problem(config_dir)
@@ -333,14 +316,14 @@ def test_existing_vpc_needs_a_subnet_per_zone(config_dir: Path) -> None:
 
 def test_unknown_network_mode_lists_allowed(config_dir: Path) -> None:
     path = config_dir / "platform.yaml"
-    edit(path, lambda d: d["network"].update(mode="peered"))
+    edit_yaml(path, lambda d: d["network"].update(mode="peered"))
     message = only_problem(config_dir)
     assert f"{path}: network" in message and "'create'" in message and "'existing'" in message
 
 
 def test_unknown_model_source_type_lists_allowed(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit(path, lambda d: d["model"]["source"].update(type="gcs"))
+    edit_yaml(path, lambda d: d["model"]["source"].update(type="gcs"))
     message = only_problem(config_dir)
     assert f"{path}: model.source" in message
     for allowed in ("'s3'", "'huggingface'", "'fsx'"):
@@ -354,10 +337,10 @@ def test_invalid_yaml_names_the_file(config_dir: Path) -> None:
 
 
 def test_every_problem_is_reported_at_once(config_dir: Path) -> None:
-    edit(config_dir / "platform.yaml",
+    edit_yaml(config_dir / "platform.yaml",
          lambda d: d["hyperpod"]["tiered_storage"].update(memory_allocation_percentage=5))
-    edit(config_dir / "business-lines" / "rag-assistant.yaml", lambda d: d.update(routing_strategy="x"))
-    edit(config_dir / "business-lines" / "research-reasoning.yaml", lambda d: d.update(replicas=0))
+    edit_yaml(config_dir / "business-lines" / "rag-assistant.yaml", lambda d: d.update(routing_strategy="x"))
+    edit_yaml(config_dir / "business-lines" / "research-reasoning.yaml", lambda d: d.update(replicas=0))
     found = problems(config_dir)
     assert len(found) == 3
     assert str(ConfigError([])).startswith("invalid configuration")

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-import yaml
 
 from k8s.render import render_manifests
 from platform_config import ProjectConfig, load_project
+from tests.example_config import copy_example_config
 
 REPO = Path(__file__).resolve().parents[2]
 #: The CRD's v1 schema, generated from the operator's CRD by scripts/update_crd_schema.py and
@@ -57,18 +56,9 @@ def find(objects: list[dict], kind: str, name: str | None = None) -> dict:
 
 @pytest.fixture
 def config_copy(tmp_path: Path) -> Callable[[], Path]:
-    """Copy config/ into a temp dir so a test can edit a file and load the result."""
+    """Copy the example config into a temp dir so a test can edit a file and load the result."""
 
     def make() -> Path:
-        dst = tmp_path / "config"
-        shutil.copytree(REPO / "config", dst)
-        return dst
+        return copy_example_config(tmp_path / "config")
 
     return make
-
-
-def edit_yaml(path: Path, edit: Callable[[dict], None]) -> None:
-    """Load a YAML file, apply ``edit`` to the dict, write it back."""
-    data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    edit(data)
-    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")

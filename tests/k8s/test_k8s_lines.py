@@ -7,16 +7,18 @@ import re
 
 import jsonpatch
 import pytest
-from tests.k8s.conftest import edit_yaml, find
-from tests.k8s.kyverno_eval import apply_policy
-from tests.k8s.operator_render import OPERATOR_URL, deployment, pod
 
 from k8s import names
 from k8s.kyverno import policy_manifest
 from k8s.lmcache import LMCACHE_CONFIG_KEYS, env_name, is_lmcache_env
-from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL, endpoint_json_patch, line_cache_env, main as patch_main
+from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL, endpoint_json_patch, line_cache_env
+from k8s.patch import main as patch_main
 from k8s.render import render_manifests
 from platform_config import ConfigError, load_project
+from tests.example_config import edit_yaml
+from tests.k8s.conftest import find
+from tests.k8s.kyverno_eval import apply_policy
+from tests.k8s.operator_render import OPERATOR_URL, deployment, pod
 
 
 def test_each_line_gets_its_own_namespace_pvc_and_endpoint(manifests, k8s_project):

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.k8s.conftest import REPO, VOLUME_ID, ZONE, edit_yaml
 
 from k8s.patch import endpoint_json_patch
 from platform_config import ConfigError, load_project
+from tests.example_config import edit_yaml
+from tests.k8s.conftest import REPO, VOLUME_ID, ZONE
 
 
 @pytest.fixture(autouse=True)

@@ -3,29 +3,20 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Callable
 
 import pytest
-import yaml
+
+from tests.example_config import copy_example_config, edit_yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def config_dir(tmp_path: Path) -> Path:
-    target = tmp_path / "config"
-    shutil.copytree(REPO_ROOT / "config", target)
-    return target
-
-
-def edit(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
-    data = yaml.safe_load(path.read_text())
-    change(data)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return copy_example_config(tmp_path / "config")
 
 
 def run_app(config_dir: Path, outdir: Path) -> subprocess.CompletedProcess:
@@ -37,7 +28,7 @@ def run_app(config_dir: Path, outdir: Path) -> subprocess.CompletedProcess:
 
 def test_bad_platform_value_exits_1_names_file_and_field_and_writes_nothing(config_dir, tmp_path) -> None:
     platform = config_dir / "platform.yaml"
-    edit(platform, lambda d: d["hyperpod"]["tiered_storage"].update(memory_allocation_percentage=15))
+    edit_yaml(platform, lambda d: d["hyperpod"]["tiered_storage"].update(memory_allocation_percentage=15))
     result = run_app(config_dir, tmp_path / "out")
     assert result.returncode == 1
     assert str(platform) in result.stderr
@@ -48,7 +39,7 @@ def test_bad_platform_value_exits_1_names_file_and_field_and_writes_nothing(conf
 
 def test_bad_business_line_exits_1_names_the_line_file(config_dir, tmp_path) -> None:
     line = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit(line, lambda d: d.update(instance_type="ml.g6e.48xlarge"))
+    edit_yaml(line, lambda d: d.update(instance_type="ml.g6e.48xlarge"))
     result = run_app(config_dir, tmp_path / "out")
     assert result.returncode == 1
     assert str(line) in result.stderr
@@ -60,7 +51,7 @@ def test_bad_business_line_exits_1_names_the_line_file(config_dir, tmp_path) -> 
 def test_value_beyond_ebs_limits_is_a_config_error_before_any_output(config_dir, tmp_path) -> None:
     """The schema allows iops up to 64,000 (io2); gp3 stops at 16,000, which the volume construct knows."""
     platform = config_dir / "platform.yaml"
-    edit(platform, lambda d: d["curvine"]["primary_volume"].update(iops=20000))
+    edit_yaml(platform, lambda d: d["curvine"]["primary_volume"].update(iops=20000))
     result = run_app(config_dir, tmp_path / "out")
     assert result.returncode == 1, result.stderr
     assert str(platform) in result.stderr
