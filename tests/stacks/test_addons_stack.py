@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from aws_cdk.assertions import Match
 
 from stacks.addons_stack import tls_bucket_name
+from tests.stacks.bucket_assertions import assert_secure_bucket
 
 ADDONS = "kvcache-addons"
 
@@ -168,20 +168,7 @@ def test_s3_csi_role_reads_only_the_configured_model_prefixes(templates, addons,
 def test_tls_bucket_is_named_encrypted_ssl_only_and_private(templates, project) -> None:
     name = tls_bucket_name(project.platform)
     assert name.startswith("hyperpod-tls-") and len(name) <= 63
-    template = templates[ADDONS]
-    template.has_resource_properties("AWS::S3::Bucket", {
-        "BucketName": name,
-        "BucketEncryption": {"ServerSideEncryptionConfiguration": [
-            {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]},
-        "PublicAccessBlockConfiguration": {"BlockPublicAcls": True, "BlockPublicPolicy": True,
-                                           "IgnorePublicAcls": True, "RestrictPublicBuckets": True},
-    })
-    bucket_id = next(iter(template.find_resources("AWS::S3::Bucket", {"Properties": {"BucketName": name}})))
-    template.has_resource_properties("AWS::S3::BucketPolicy", {
-        "Bucket": {"Ref": bucket_id},
-        "PolicyDocument": {"Statement": Match.array_with([Match.object_like({
-            "Effect": "Deny", "Action": "s3:*", "Condition": {"Bool": {"aws:SecureTransport": "false"}}})])},
-    })
+    assert_secure_bucket(templates[ADDONS], name)
 
 
 def test_tls_bucket_is_emptied_and_deleted_with_the_stack_but_its_access_logs_stay(templates, project) -> None:

@@ -7,6 +7,7 @@ from aws_cdk.assertions import Capture, Match
 
 from kv_constructs import CurvinePrimaryVolume, HyperPodCluster
 from stacks.hyperpod_stack import LIFECYCLE_DIR, lifecycle_bucket_name
+from tests.stacks.bucket_assertions import assert_secure_bucket
 
 HYPERPOD = "kvcache-hyperpod"
 EKS = "kvcache-eks"
@@ -156,18 +157,8 @@ def test_lifecycle_bucket_is_encrypted_ssl_only_private_and_named_for_sagemaker(
     template = templates[HYPERPOD]
     name = lifecycle_bucket_name(project.platform)
     assert name == "sagemaker-kvcache-lifecycle-111122223333-us-west-2"
-    template.has_resource_properties("AWS::S3::Bucket", {
-        "BucketName": name,
-        "BucketEncryption": {"ServerSideEncryptionConfiguration": [
-            {"ServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]},
-        "PublicAccessBlockConfiguration": {"BlockPublicAcls": True, "BlockPublicPolicy": True,
-                                           "IgnorePublicAcls": True, "RestrictPublicBuckets": True},
-        "VersioningConfiguration": {"Status": "Enabled"},
-        "LoggingConfiguration": Match.object_like({"LogFilePrefix": "access-logs/"}),
-    })
-    template.has_resource_properties("AWS::S3::BucketPolicy", {"PolicyDocument": {"Statement": Match.array_with([
-        Match.object_like({"Effect": "Deny", "Action": "s3:*",
-                           "Condition": {"Bool": {"aws:SecureTransport": "false"}}})])}})
+    assert_secure_bucket(template, name, VersioningConfiguration={"Status": "Enabled"},
+                         LoggingConfiguration=Match.object_like({"LogFilePrefix": "access-logs/"}))
 
 
 def test_lifecycle_bucket_is_emptied_and_deleted_with_the_stack_but_its_access_logs_stay(templates, project) -> None:
