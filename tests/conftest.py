@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.example_config import FIXTURE_CONFIG
+
 # jsii prints a large banner on stderr for Node 20 (works, end-of-life); keep test output readable.
 os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
 os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE_CONFIG = REPO_ROOT / "config"
+EXAMPLE_CONFIG = FIXTURE_CONFIG
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class SynthesizedPlatform:
 
 @pytest.fixture(scope="session")
 def project():
-    """The example configuration (``config/``), validated."""
+    """The scenario configuration (``tests/fixtures/config``), validated."""
     from platform_config import load_project
 
     return load_project(EXAMPLE_CONFIG)

@@ -1,8 +1,9 @@
-"""The shipped example config, copied for tests that edit a file and load or synthesize the result.
+"""The scenario config of the tests, and helpers for tests that edit a copy of it.
 
-One helper for every suite. Only ``platform.yaml`` and the shipped example lines are copied, not
-lines a user added to ``config/``, so adding a business line as the README describes leaves
-these tests meaningful and green.
+Scenario tests (exact values: instance groups, line names, sizes) read ``tests/fixtures/config``,
+never the user's ``config/``: a fork that replaces or removes the example business lines keeps a
+green ``make test``. Tests that must hold for *whatever* ``config/`` holds (it loads, every line
+synthesizes, every manifest is valid) read :data:`USER_CONFIG` and iterate over its lines.
 """
 
 from __future__ import annotations
@@ -14,16 +15,20 @@ from typing import Any, Callable
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-EXAMPLE = REPO / "config"
-EXAMPLE_LINES = ("rag-assistant", "research-reasoning")
+#: The user's configuration (``config/``), the input of ``make synth``.
+USER_CONFIG = REPO / "config"
+#: The scenario configuration of the tests; its line names are fixed.
+FIXTURE_CONFIG = REPO / "tests" / "fixtures" / "config"
+#: Business lines of :data:`FIXTURE_CONFIG`.
+FIXTURE_LINES = ("rag-assistant", "research-reasoning")
+# Older names, kept so existing imports read naturally.
+EXAMPLE = FIXTURE_CONFIG
+EXAMPLE_LINES = FIXTURE_LINES
 
 
 def copy_example_config(target: Path) -> Path:
-    """Copy ``platform.yaml`` and the example lines to ``target`` (created); return ``target``."""
-    (target / "business-lines").mkdir(parents=True)
-    shutil.copy(EXAMPLE / "platform.yaml", target / "platform.yaml")
-    for name in EXAMPLE_LINES:
-        shutil.copy(EXAMPLE / "business-lines" / f"{name}.yaml", target / "business-lines" / f"{name}.yaml")
+    """Copy the scenario config (``platform.yaml`` and its lines) to ``target``; return ``target``."""
+    shutil.copytree(FIXTURE_CONFIG, target)
     return target
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from k8s.render import render_manifests
 from platform_config import ProjectConfig, load_project
-from tests.example_config import copy_example_config
+from tests.example_config import FIXTURE_CONFIG, copy_example_config
 
 REPO = Path(__file__).resolve().parents[2]
 #: The CRD's v1 schema, generated from the operator's CRD by scripts/update_crd_schema.py and
@@ -29,8 +29,8 @@ ZONE = "us-west-2a"
 
 @pytest.fixture(scope="session")
 def k8s_project() -> ProjectConfig:
-    """The example configuration, independent of other suites' fixtures."""
-    return load_project(REPO / "config")
+    """The scenario configuration (tests/fixtures/config), independent of other suites' fixtures."""
+    return load_project(FIXTURE_CONFIG)
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,7 @@ import yaml
 
 from k8s.patch import endpoint_json_patch
 from platform_config import ConfigError, load_project
-from tests.example_config import edit_yaml
+from tests.example_config import FIXTURE_CONFIG, edit_yaml
 from tests.k8s.conftest import REPO, VOLUME_ID, ZONE
 
 
@@ -32,7 +32,7 @@ def script():
 
 def test_writes_one_file_per_chart_equal_to_render(script, tmp_path, manifests, k8s_project):
     out = tmp_path / "dist"
-    assert script.main(["--config", str(REPO / "config"), "--out", str(out), "--volume-id", VOLUME_ID,
+    assert script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out), "--volume-id", VOLUME_ID,
                         "--availability-zone", ZONE]) == 0
     written = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
     lines = [line.name for line in k8s_project.business_lines]
@@ -46,7 +46,7 @@ def test_writes_one_file_per_chart_equal_to_render(script, tmp_path, manifests, 
 def test_static_patch_is_marked_reference_only(script, tmp_path, k8s_project):
     """The static patch cannot be fed to `kubectl patch --type=json`: it is an object, not an array."""
     out = tmp_path / "dist"
-    assert script.main(["--config", str(REPO / "config"), "--out", str(out)]) == 0
+    assert script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out)]) == 0
     ref = json.loads((out / "patches" / "rag-assistant.reference.json").read_text())
     assert isinstance(ref, dict) and not isinstance(ref, list)
     assert "scripts/patch_endpoint.sh rag-assistant" in ref["reference_only"]
@@ -62,7 +62,7 @@ def test_volume_and_zone_from_a_deploy_outputs_file(script, tmp_path):
                                                         "CurvineVolumeAvailabilityZone": "us-west-2b"},
                                    "kvcache-eks": {"ClusterName": "kvcache-eks"}}))
     out = tmp_path / "dist"
-    assert script.main(["--config", str(REPO / "config"), "--out", str(out), "--outputs-file", str(outputs)]) == 0
+    assert script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out), "--outputs-file", str(outputs)]) == 0
     pv = next(o for o in yaml.safe_load_all((out / "curvine.yaml").read_text()) if o["kind"] == "PersistentVolume")
     assert pv["spec"]["csi"]["volumeHandle"] == "vol-0fedcba9876543210"
     assert pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["us-west-2b"]
@@ -70,7 +70,7 @@ def test_volume_and_zone_from_a_deploy_outputs_file(script, tmp_path):
 
 def test_without_a_volume_id_the_curvine_chart_is_skipped(script, tmp_path, capsys):
     out = tmp_path / "dist"
-    assert script.main(["--config", str(REPO / "config"), "--out", str(out)]) == 0
+    assert script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out)]) == 0
     assert not (out / "curvine.yaml").exists() and (out / "line-rag-assistant.yaml").exists()
     assert "curvine.yaml not written" in capsys.readouterr().err
 
@@ -111,20 +111,20 @@ def test_l2_on_while_curvine_off(script, config_copy, tmp_path, capsys):
 
 
 def test_malformed_volume_id_and_outputs_file(script, tmp_path, capsys):
-    _assert_nothing_written(script, REPO / "config", tmp_path, capsys, "volume_id", "vol-",
+    _assert_nothing_written(script, FIXTURE_CONFIG, tmp_path, capsys, "volume_id", "vol-",
                             extra=["--volume-id", "i-0123456789abcdef0"])
     bad = tmp_path / "outputs.json"
     bad.write_text("not json")
     out = tmp_path / "dist2"
-    assert script.main(["--config", str(REPO / "config"), "--out", str(out), "--outputs-file", str(bad)]) == 1
+    assert script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out), "--outputs-file", str(bad)]) == 1
     assert not out.exists() and "--outputs-file" in capsys.readouterr().err
 
 
 def test_volume_id_from_the_environment(script, tmp_path, monkeypatch):
     monkeypatch.setenv("CURVINE_VOLUME_ID", "vol-0aaaabbbbccccdddd")
     out = tmp_path / "dist"
-    assert script.main(["--config", str(REPO / "config"), "--out", str(out)]) == 0
+    assert script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out)]) == 0
     pv = next(o for o in yaml.safe_load_all((out / "curvine.yaml").read_text()) if o["kind"] == "PersistentVolume")
     assert pv["spec"]["csi"]["volumeHandle"] == "vol-0aaaabbbbccccdddd"
     zone = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
-    assert zone == [load_project(REPO / "config").platform.gpu_availability_zone]
+    assert zone == [load_project(FIXTURE_CONFIG).platform.gpu_availability_zone]

@@ -23,9 +23,10 @@ from kv_tools.planner import (
 )
 from kv_tools.prices import load_prices
 from platform_config import ConfigError, get_instance_type, load_project
+from tests.example_config import FIXTURE_CONFIG
 
 REPO = Path(__file__).resolve().parents[2]
-PROJECT = load_project(REPO / "config")
+PROJECT = load_project(FIXTURE_CONFIG)
 PRICES = load_prices()
 QWEN7 = lookup_model("Qwen2-7B")
 L40S = get_instance_type("ml.g6e.12xlarge")
@@ -267,8 +268,8 @@ def test_cli_json_has_the_documented_keys(capsys) -> None:
 
 
 def test_cli_business_line_report(capsys) -> None:
-    rc = load_script("plan").main(["--business-line", str(REPO / "config/business-lines/rag-assistant.yaml"),
-                                   "--config", str(REPO / "config")])
+    rc = load_script("plan").main(["--business-line", str(FIXTURE_CONFIG / "business-lines/rag-assistant.yaml"),
+                                   "--config", str(FIXTURE_CONFIG)])
     out = capsys.readouterr().out
     assert rc == 0
     assert "Qwen2-7B (bfloat16) on ml.g6e.12xlarge" in out
@@ -303,9 +304,9 @@ def test_cli_exit_codes(capsys, tmp_path: Path) -> None:
 def test_cli_business_line_is_checked_against_the_platform(tmp_path, capsys) -> None:
     """A line synthesis would refuse (type of no instance group) is not planned as if fine."""
     line = tmp_path / "rag-assistant.yaml"
-    line.write_text((REPO / "config/business-lines/rag-assistant.yaml").read_text()
+    line.write_text((FIXTURE_CONFIG / "business-lines/rag-assistant.yaml").read_text()
                     .replace("instance_type: ml.g6e.12xlarge", "instance_type: ml.g6e.48xlarge"))
-    rc = load_script("plan").main(["--business-line", str(line), "--config", str(REPO / "config")])
+    rc = load_script("plan").main(["--business-line", str(line), "--config", str(FIXTURE_CONFIG)])
     assert rc == 2
     assert "instance_type: no HyperPod instance group has this type" in capsys.readouterr().err
 
@@ -313,7 +314,7 @@ def test_cli_business_line_is_checked_against_the_platform(tmp_path, capsys) -> 
 def test_l1_from_the_lines_lmcache_buffer(capsys) -> None:
     """With cache.l1_cpu_gib set (rag-assistant: 16 GiB), L1 per node = 16 GiB x the 2 replicas
     that share a 4-GPU node, not the Tiered Storage share (384 GiB x 20% = 76.8 GiB)."""
-    rc = load_script("plan").main(["--business-line", str(REPO / "config/business-lines/rag-assistant.yaml"),
-                                   "--config", str(REPO / "config"), "--json"])
+    rc = load_script("plan").main(["--business-line", str(FIXTURE_CONFIG / "business-lines/rag-assistant.yaml"),
+                                   "--config", str(FIXTURE_CONFIG), "--json"])
     l1 = json.loads(capsys.readouterr().out)["l1"] if rc == 0 else None
     assert l1 is not None and l1["gib_per_replica"] == 16 and l1["gib_per_node"] == 32.0

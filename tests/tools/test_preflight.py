@@ -17,8 +17,9 @@ from kv_tools.preflight import (
     version_key,
 )
 from platform_config import load_platform
+from tests.example_config import FIXTURE_CONFIG
 
-PLATFORM = load_platform(Path(__file__).resolve().parents[2] / "config" / "platform.yaml")
+PLATFORM = load_platform(FIXTURE_CONFIG / "platform.yaml")
 
 
 def offered_all_pinned() -> dict[str, list[str]]:

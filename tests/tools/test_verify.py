@@ -30,9 +30,10 @@ from kv_tools.verify import (
     verify,
 )
 from platform_config import load_project
+from tests.example_config import FIXTURE_CONFIG
 
 REPO = Path(__file__).resolve().parents[2]
-PROJECT = load_project(REPO / "config")
+PROJECT = load_project(FIXTURE_CONFIG)
 PLATFORM = PROJECT.platform
 RAG = PROJECT.business_line("rag-assistant")
 OPERATOR_URL = "sagemaker-hyperpod://$(NODE_IP):9200"
@@ -322,16 +323,16 @@ def test_cross_pod_transport_errors_are_failed_checks(cluster: FakeReader) -> No
 def test_cli_table_json_and_exit_codes(cluster: FakeReader, capsys) -> None:
     verify_cli = load_script("verify")
     factory = lambda region, context=None: cluster  # noqa: E731
-    assert verify_cli.main(["--config", str(REPO / "config")], reader_factory=factory) == 0
+    assert verify_cli.main(["--config", str(FIXTURE_CONFIG)], reader_factory=factory) == 0
     out = capsys.readouterr().out
     assert "PASS  Tiered Storage" in out and "0 failing" in out
     BREAKAGES["hash seeds differ"][0](cluster)
-    assert verify_cli.main(["--config", str(REPO / "config"), "--json"], reader_factory=factory) == 1
+    assert verify_cli.main(["--config", str(FIXTURE_CONFIG), "--json"], reader_factory=factory) == 1
     rows = json.loads(capsys.readouterr().out)
     assert [r["name"] for r in rows if not r["ok"]] == ["rag-assistant: PYTHONHASHSEED shared"]
 
     def unreachable(region: str, context: str | None = None) -> Any:
         raise RuntimeError("no kubeconfig")
 
-    assert verify_cli.main(["--config", str(REPO / "config")], reader_factory=unreachable) == 2
-    assert verify_cli.main(["--config", str(REPO / "config"), "--line", "nope"], reader_factory=factory) == 2
+    assert verify_cli.main(["--config", str(FIXTURE_CONFIG)], reader_factory=unreachable) == 2
+    assert verify_cli.main(["--config", str(FIXTURE_CONFIG), "--line", "nope"], reader_factory=factory) == 2
