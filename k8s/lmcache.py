@@ -165,3 +165,30 @@ def owned_env_names(line: BusinessLineConfig) -> tuple[str, ...]:
     if line.cache.l1_cpu_gib is not None:
         names += (env_name("max_local_cpu_size"),)
     return names
+
+
+def l2_cache_dir(platform: PlatformConfig, line: BusinessLineConfig) -> str:
+    """Name of the line's model-scoped L2 directory, directly under the root of its PVC.
+
+    Contract (first version; issue 7 decides exactly which inputs make KV incompatible): one
+    path component, ``<model name, lowercased>-<12 hex digits>``, where the digest covers
+    everything that makes stored KV unusable by another configuration, so a change of any of
+    them starts a new, empty directory instead of serving the old model's chunks. LMCache
+    itself keys chunk files by the model *path*, not the model (docs/sources.md §5).
+    """
+    import hashlib
+
+    src = line.model.source.model_dump(mode="json")
+    src.pop("prefetch", None)
+    src.pop("token_secret_name", None)
+    identity = {
+        "model": line.model.name,
+        "source": src,
+        "dtype": line.model.dtype,
+        "tensor_parallel_size": line.tensor_parallel_size,
+        "chunk_size": line.cache.chunk_size_tokens,
+        "serde": "naive",
+        "image": line.vllm.image,
+    }
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{line.model.name.lower()}-{digest}"

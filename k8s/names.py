@@ -57,3 +57,10 @@ def policy_name(line: BusinessLineConfig) -> str:
 def line_chart_name(line: BusinessLineConfig) -> str:
     """Key of the line's chart in :func:`k8s.render.render_manifests` and its dist/ file stem."""
     return f"line-{line.name}"
+
+
+#: Pod label the line's Kyverno Policy sets on every inference Pod it mutated onto the L2 tier
+#: (value :data:`L2_MUTATED_VALUE`). verify.py and the "pod without the L2 mutation" alert look
+#: for pods of a line that lack it.
+L2_MUTATED_LABEL: Final = "kvcache.io/l2-cache"
+L2_MUTATED_VALUE: Final = "curvine"
