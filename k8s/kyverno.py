@@ -186,11 +186,11 @@ def policy_manifest(platform: PlatformConfig, line: BusinessLineConfig) -> dict[
                 AUTOGEN_ANNOTATION: "none",
                 "policies.kyverno.io/title": "Curvine L2 KV cache for the vLLM pods of this business line",
                 "policies.kyverno.io/description": (
-                    "Mutates Pods at CREATE only: exactly one LMCACHE_REMOTE_URL (fs:// on the Curvine "
-                    "mount), LMCACHE_REMOTE_SERDE, LMCACHE_CHUNK_SIZE, LMCACHE_EXTRA_CONFIG (per-pod temp "
-                    "dir), PYTHONHASHSEED"
-                    + (", LMCACHE_MAX_LOCAL_CPU_SIZE (L1 size)" if line.cache.l1_cpu_gib is not None else "")
-                    + ", the line's RWX PVC and its mount at /mnt/curvine/l2cache."),
+                    "Mutates Pods at CREATE only: exactly one of each of "
+                    + ", ".join(e["name"] for e in pod_env_entries(platform, line, tmp_dir_token=POLICY_TMP_TOKEN))
+                    + " (LMCACHE_REMOTE_URL: fs:// on the line's model-scoped directory of the Curvine mount, "
+                    "LMCACHE_EXTRA_CONFIG: per-pod temp dir), the line's RWX PVC and its mount at "
+                    "/mnt/curvine/l2cache."),
             },
         },
         "spec": policy_spec(platform, line),
