@@ -186,3 +186,13 @@ def test_telemetry_is_off_unless_switched_on(tmp_path, k8s_project):
     p["spec"]["containers"][0]["env"].append({"name": "DO_NOT_TRACK", "value": "1"})
     after = apply_policy(policy_manifest(project.platform, on), p, seed=12)
     assert "DO_NOT_TRACK" not in {e["name"] for e in after["spec"]["containers"][0]["env"]}
+
+
+def test_the_real_library_tier_installs_the_pinned_release():
+    """`make test-lmcache` installs what the platform is checked against (requirements-lmcache.txt)."""
+    repo = Path(__file__).resolve().parents[2]
+    pins = [ln.strip() for ln in (repo / "requirements-lmcache.txt").read_text(encoding="utf-8").splitlines()]
+    assert f"lmcache=={LMCACHE_VERSION}" in pins and "torch==2.13.0" in pins
+    constraints = (repo / "constraints-lmcache.txt").read_text(encoding="utf-8").splitlines()
+    assert f"lmcache=={LMCACHE_VERSION}" in constraints
+    assert not any(c.startswith("torch==") for c in constraints)  # the CPU build's local label stays out
