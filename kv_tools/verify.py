@@ -12,8 +12,8 @@ platform
     many nodes as the node-plugin DaemonSet wants;
 business line (L2 enabled)
   * its RWX PVC is ``Bound``; its inference pods (label ``app=<line>``) are Ready;
-  * every pod's vLLM container has exactly one ``LMCACHE_REMOTE_URL``, equal to the fs://
-    URL of the Curvine mount (the operator injects its own ``sagemaker-hyperpod://`` one; two
+  * every pod's vLLM container has exactly one ``LMCACHE_REMOTE_URL``, equal to the line's fs://
+    URL (its model-scoped directory on the Curvine mount, :func:`k8s.patch.line_remote_url`; the operator injects its own ``sagemaker-hyperpod://`` one; two
     entries mean the patch appended without removing it), ``LMCACHE_REMOTE_SERDE=naive``,
     the L2 mount backed by the line's PVC, and the same ``PYTHONHASHSEED`` as its siblings
     (and as configured): with different seeds cross-pod hits are silently 0;
