@@ -328,8 +328,8 @@ def l2_cache_dir(platform: PlatformConfig, line: BusinessLineConfig) -> str:
         Replicas, resources, routing, L1 size and KV-neutral flags do not enter it.
 
     Contract: the L2 janitor treats this directory as the line's live one and everything else
-    under the PVC root (older model directories) as deletable; the name is stable across
-    releases of this code for identical inputs.
+    under the PVC root (older model directories) as deletable. Adding an input to the digest
+    moves every line to a new, empty directory once (a cold L2, never a wrong one).
     """
     del platform  # no platform-wide input yet; part of the signature other code relies on
     src = line.model.source.model_dump(mode="json")
