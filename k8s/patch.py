@@ -174,6 +174,9 @@ def endpoint_json_patch(platform: PlatformConfig, line: BusinessLineConfig, *,
     ops.append({"op": "add", "path": f"{cpath}/volumeMounts/-", "value": l2_volume_mount()})
     for entry in pod_env_entries(platform, line):
         ops.append({"op": "add", "path": f"{cpath}/env/-", "value": entry})
+    # The label of the L2 mutation, as the Kyverno policy sets it (verify.py checks it).
+    label = names.L2_MUTATED_LABEL.replace("~", "~0").replace("/", "~1")
+    ops.append({"op": "add", "path": f"/spec/template/metadata/labels/{label}", "value": names.L2_MUTATED_VALUE})
     return ops
 
 

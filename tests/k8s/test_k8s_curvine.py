@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import tomllib
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 from tests.k8s.conftest import CURVINE_SAMPLE, VOLUME_ID, ZONE, find, needs_reference
 
 from k8s import curvine_config, names
-from k8s.curvine_chart import CURVINE_ENTRYPOINT, FIRST_START_MARKER_WAIT_S, _config_check_script, _master_start_script
+from k8s.curvine_chart import CURVINE_ENTRYPOINT
 from k8s.curvine_config import curvine_duration
 
 
