@@ -9,7 +9,7 @@ Objects (namespace ``curvine.namespace``, default ``curvine``):
   SSD tier with a capacity bound.
 * ConfigMap ``curvine-cluster.toml`` generated from typed settings (:mod:`k8s.curvine_config`).
 * CSI: CSIDriver ``curvine``, controller Deployment (provisioner), node plugin DaemonSet, RBAC,
-  and the StorageClass the business lines' RWX PVCs use (its parameters carry the client TTL to
+  and the StorageClass the business lines' RWX PVCs use (its parameters carry the web port to
   the FUSE pods). At run time the node plugin also creates standalone FUSE pods in this
   namespace (privileged, hostNetwork, hostPID); they are not objects of this chart.
 * NetworkPolicy on the Primary (the business-line side is in :mod:`k8s.line_chart`).
