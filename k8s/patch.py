@@ -170,6 +170,10 @@ def endpoint_json_patch(platform: PlatformConfig, line: BusinessLineConfig, *,
                       ("env", f"{cpath}/env")):
         if not has[key]:
             ops.append({"op": "add", "path": path, "value": []})
+    if deployment is not None:
+        # The label of the L2 mutation, as the Kyverno policy sets it (verify.py checks it).
+        label = names.L2_MUTATED_LABEL.replace("~", "~0").replace("/", "~1")
+        ops.append({"op": "add", "path": f"/spec/template/metadata/labels/{label}", "value": names.L2_MUTATED_VALUE})
     ops.append({"op": "add", "path": f"{spec_path}/volumes/-", "value": l2_volume(line)})
     ops.append({"op": "add", "path": f"{cpath}/volumeMounts/-", "value": l2_volume_mount()})
     for entry in pod_env_entries(platform, line):

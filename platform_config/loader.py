@@ -196,6 +196,7 @@ def cross_check(
                 str(path), "cache.l1_enabled",
                 f"L1 uses HyperPod Tiered Storage, which is disabled in {platform_path}; allowed: false", True))
     problems.extend(_gpu_capacity_problems(platform, platform_path, lines))
+    problems.extend(_l2_pool_problems(platform, platform_path, lines))
     if any(l.cache.l2_enabled for _, l in lines) and platform.curvine.enabled \
             and platform.curvine.eviction.ttl_hours == 0:
         problems.append(ConfigProblem(
@@ -236,6 +237,45 @@ def _gpu_capacity_problems(
                 f"{gpus_per_node} GPU(s) in {platform_path}; allowed: raise instance_count or lower replicas "
                 f"(first that does not fit: {', '.join(dict.fromkeys(unplaced))})"))
     return problems
+
+
+def l2_pool_gib(platform: PlatformConfig) -> tuple[int, float]:
+    """(Worker count, usable L2 pool in GiB): Workers x ``worker_capacity_gib`` x (1 - reserve).
+
+    A Worker runs on every node of ``curvine.worker_instance_groups`` (every group when empty);
+    Curvine keeps one replica of each block (docs/sources.md §4), so the pool is the sum of the
+    Workers' tiers.
+    """
+    c = platform.curvine
+    workers = sum(g.instance_count for g in platform.hyperpod.instance_groups
+                  if not c.worker_instance_groups or g.name in c.worker_instance_groups)
+    return workers, workers * c.worker_capacity_gib * (1 - c.l2_pool_reserve_fraction)
+
+
+def _l2_pool_problems(
+    platform: PlatformConfig, platform_path: Path, lines: list[tuple[Path, BusinessLineConfig]]
+) -> list[ConfigProblem]:
+    """The lines' ``cache.l2_size`` together must fit the usable pool (:func:`l2_pool_gib`).
+
+    Curvine v0.3.2 enforces no per-PVC quota (``CreateVolume`` sets none) and its quota eviction
+    deletes nothing, so each line's janitor keeps the line below its ``l2_size``; the sizes only
+    bound the pool if they add up to no more than it.
+    """
+    l2_lines = [(p, l) for p, l in lines if l.cache.l2_enabled]
+    if not platform.curvine.enabled or not l2_lines:
+        return []
+    workers, pool = l2_pool_gib(platform)
+    total = sum(models.quantity_bytes(l.cache.l2_size) for _, l in l2_lines) / 2**30
+    if total <= pool + 1e-9:
+        return []
+    sizes = ", ".join(f"{l.name} {l.cache.l2_size}" for _, l in l2_lines)
+    return [ConfigProblem(
+        str(l2_lines[0][0].parent), "cache.l2_size",
+        f"the lines' L2 sizes ({sizes}) add up to {total:,.0f} GiB, more than the Curvine pool of "
+        f"{pool:,.0f} GiB ({workers} Worker(s) x curvine.worker_capacity_gib "
+        f"{platform.curvine.worker_capacity_gib} x (1 - curvine.l2_pool_reserve_fraction "
+        f"{platform.curvine.l2_pool_reserve_fraction:g}) in {platform_path}); allowed: a total of at most "
+        f"{pool:,.0f} GiB (lower l2_size, or raise worker_capacity_gib or instance_count)")]
 
 
 def load_project(config_dir: str | Path = "config") -> ProjectConfig:

@@ -341,6 +341,9 @@ class CurvineConfig(StrictModel):
     #: Root directory in Curvine under which each PV gets ``<fs_path>/<pv-name>``.
     fs_path: Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9._/-]*$")] = "/kvcache"
     eviction: CurvineEvictionConfig = CurvineEvictionConfig()
+    #: Fraction of the pool (Workers x worker_capacity_gib) kept out of the lines' l2_size sum:
+    #: room for what lines write between two janitor runs and for a Worker being replaced.
+    l2_pool_reserve_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.1
 
 
 class AddonVersions(StrictModel):
@@ -385,6 +388,9 @@ class ImageVersions(StrictModel):
     csi_node_driver_registrar: PinnedImage
     csi_provisioner: PinnedImage
     livenessprobe: PinnedImage
+    #: Runs each line's L2 janitor (kv_tools/l2_janitor.py, standard library only, shipped in a
+    #: ConfigMap): any pinned Python >= 3.10 image.
+    l2_janitor: PinnedImage = "python:3.12.8-slim-bookworm"
 
 
 class VersionsConfig(StrictModel):

@@ -359,3 +359,20 @@ def test_readme_config_reference_is_current() -> None:
     readme = (REPO / "README.md").read_text()
     block = readme.split(BEGIN, 1)[1].split(END, 1)[0]
     assert block.strip() == config_reference().strip(), "README config reference is stale: run `make docs`"
+
+
+def test_lines_l2_sizes_must_fit_the_curvine_pool(config_dir: Path) -> None:
+    """Issue 8: Curvine v0.3.2 sets no quota per PVC, so the sizes bound the pool only if they fit
+    in it: 3 Workers (2 g6e + 1 p5) x 2000 GiB x (1 - 0.1) = 5,400 GiB; 500Gi + 2Ti = 2,548 GiB fits."""
+    from platform_config.loader import l2_pool_gib
+
+    assert l2_pool_gib(load_project(config_dir).platform) == (3, 5400.0)
+    edit_yaml(config_dir / "business-lines" / "research-reasoning.yaml", lambda d: d["cache"].update(l2_size="5Ti"))
+    with pytest.raises(ConfigError) as err:
+        load_project(config_dir)
+    (problem,) = [p for p in err.value.problems if p.field == "cache.l2_size"]
+    assert "5,620 GiB" in problem.message and "5,400 GiB" in problem.message
+    assert "rag-assistant 500Gi" in problem.message and "research-reasoning 5Ti" in problem.message
+    # Only Workers count: the same sizes fit once Workers run on both groups' larger disks.
+    edit_yaml(config_dir / "platform.yaml", lambda d: d["curvine"].update(worker_capacity_gib=3000))
+    load_project(config_dir)

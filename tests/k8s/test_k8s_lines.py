@@ -25,8 +25,11 @@ def test_each_line_gets_its_own_namespace_pvc_and_endpoint(manifests, k8s_projec
     seen = {"ns": set(), "pvc": set(), "endpoint": set()}
     for line in k8s_project.business_lines:
         objs = manifests[names.line_chart_name(line)]
-        assert [o["kind"] for o in objs] == ["Namespace", "NetworkPolicy", "PersistentVolumeClaim", "Policy",
-                                             "InferenceEndpointConfig"]
+        kinds = [o["kind"] for o in objs]
+        assert kinds[0] == "Namespace" and kinds[-2:] == ["Policy", "InferenceEndpointConfig"]
+        assert sorted(kinds[1:-2]) == sorted(["NetworkPolicy", "PersistentVolumeClaim", "ConfigMap", "ServiceAccount",
+                                              "Role", "RoleBinding", "CronJob"])  # janitor: k8s/janitor.py
+        assert kinds.index("PersistentVolumeClaim") < kinds.index("CronJob")
         assert objs[0]["metadata"]["name"] == line.namespace
         assert all(o["metadata"]["namespace"] == line.namespace for o in objs[1:])
         pvc = find(objs, "PersistentVolumeClaim")

@@ -259,8 +259,11 @@ def test_each_breakage_fails_exactly_its_check(cluster: FakeReader, breakage: st
 def test_the_unpatched_operator_deployment_fails_url_and_mount(synthesized) -> None:
     iec = find(synthesized[names.line_chart_name(RAG)], "InferenceEndpointConfig")
     results = check_inference_pods(RAG, pods_of(operator_deployment(iec)))
-    assert failed(results) == ["rag-assistant: LMCACHE_REMOTE_URL", "rag-assistant: L2 mount"]
-    assert OPERATOR_URL in next(r.detail for r in results if not r.ok)
+    # Never mutated: no L2 mutation label either (issue 8: verify reports such pods).
+    assert failed(results) == ["rag-assistant: L2 mutation", "rag-assistant: LMCACHE_REMOTE_URL",
+                               "rag-assistant: L2 mount"]
+    assert OPERATOR_URL in next(r.detail for r in results if r.name.endswith("LMCACHE_REMOTE_URL"))
+    assert "delete them" in next(r.detail for r in results if r.name.endswith("L2 mutation"))
 
 
 def test_a_patch_that_only_appends_leaves_a_duplicate_url(synthesized) -> None:
@@ -268,8 +271,9 @@ def test_a_patch_that_only_appends_leaves_a_duplicate_url(synthesized) -> None:
     deployment = operator_deployment(iec)
     appended = jsonpatch.apply_patch(deployment, endpoint_json_patch(PLATFORM, RAG))  # no live Deployment given
     results = check_inference_pods(RAG, pods_of(appended))
-    assert failed(results) == ["rag-assistant: LMCACHE_REMOTE_URL"]
-    assert "2 entries" in next(r.detail for r in results if not r.ok)
+    # The reference-only variant does not label the pods either.
+    assert failed(results) == ["rag-assistant: L2 mutation", "rag-assistant: LMCACHE_REMOTE_URL"]
+    assert "2 entries" in next(r.detail for r in results if r.name.endswith("LMCACHE_REMOTE_URL"))
 
 
 def test_no_pods_is_a_failure(cluster: FakeReader) -> None:
