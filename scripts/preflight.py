@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Before `cdk deploy`: check the account, zones, pinned add-on versions and CDK bootstrap.
+"""Before `cdk deploy`: check the account, zones, pinned add-on versions and their configuration
+schemas, the EKS cluster's Kubernetes version (HyperPod-supported, = eks.version) and CDK bootstrap.
 
 Read-only AWS calls with the standard credential chain (AWS_PROFILE, env, SSO, ...).
 Exit code 1 if any check fails, 2 on invalid config or when AWS cannot be queried.
