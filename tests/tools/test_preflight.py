@@ -238,7 +238,7 @@ class _FakeSession:
 
                 class Paginator:
                     def paginate(self, kubernetesVersion: str, addonName: str) -> list[dict[str, Any]]:
-                        assert kubernetesVersion == "1.33"
+                        assert kubernetesVersion == PLATFORM.eks.version
                         version = pinned_addons(PLATFORM)[addonName]
                         return [{"addons": [{"addonName": addonName,
                                              "addonVersions": [{"addonVersion": version}]}]}]
