@@ -24,7 +24,7 @@ import re
 from typing import Any, Final
 
 import cdk8s
-from cdk8s_plus_33 import k8s
+from k8s.kube import k8s
 from constructs import Construct
 
 from k8s import names

@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import Final
 
 import cdk8s
-from cdk8s_plus_33 import k8s
+from k8s.kube import k8s
 from constructs import Construct
 
 from imports.com.amazon.aws.sagemaker import inference as iec

@@ -13,7 +13,7 @@ we keep the API's name), ``*_mibps`` MiB/s.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import (
     AfterValidator,
@@ -158,17 +158,48 @@ class ExistingVpcConfig(StrictModel):
 NetworkConfig = Annotated[Union[CreateVpcConfig, ExistingVpcConfig], Field(discriminator="mode")]
 
 
+#: Kubernetes versions HyperPod supports for its EKS cluster, as the English page of AWS's
+#: "Getting started with Amazon EKS support in SageMaker HyperPod" lists them (docs/sources.md
+#: §11). ``eks.version`` must be one of them; ``scripts/preflight.py`` checks the running
+#: cluster's version against the same list.
+HyperPodKubernetesVersion = Literal["1.28", "1.29", "1.30", "1.31", "1.32", "1.33"]
+HYPERPOD_KUBERNETES_VERSIONS: tuple[str, ...] = get_args(HyperPodKubernetesVersion)
+
+
+def _check_kubernetes_packages(version: str) -> str:
+    """The cdk8s-plus / kubectl-layer pair of ``version`` is installed (and is the only cdk8s-plus)."""
+    try:
+        from k8s import kube  # here, not at the top: k8s.kube resolves the installed packages on import
+
+        missing = kube.missing_packages(version)
+        charts_version = kube.KUBERNETES_VERSION
+    except (ImportError, ValueError) as exc:
+        raise ValueError(str(exc)) from None
+    if missing or charts_version != version:
+        raise ValueError(kube.install_hint(version))
+    return version
+
+
+#: A HyperPod-supported Kubernetes minor version whose packages are installed (``k8s.kube``).
+KubernetesVersion = Annotated[HyperPodKubernetesVersion, AfterValidator(_check_kubernetes_packages)]
+
+
 class EksConfig(StrictModel):
     """The EKS cluster that orchestrates HyperPod.
 
-    ``version`` must match the kubectl Lambda layer and the cdk8s-plus-NN package pinned in
-    requirements.txt (both 1.33 today); the loader enforces it.
+    ``version`` decides every version-coupled pin: the kubectl Lambda layer and the
+    cdk8s-plus-NN package (both pinned in requirements.txt; a missing pair is a config error that
+    says what to install, see ``k8s.kube``) and the ``kube-proxy`` add-on, whose minor version
+    must match. 1.33 is the newest version HyperPod's English prerequisites page lists; EKS
+    standard support for 1.33 ended 2026-07-29, so the cluster runs on EKS extended support (an
+    extra charge per cluster hour) until HyperPod supports a newer one (docs/sources.md §11).
     """
 
     #: Name of the EKS cluster (also used in `aws eks update-kubeconfig`).
     cluster_name: DnsLabel = "kvcache-eks"
-    #: Kubernetes minor version; tied to the pinned kubectl layer and cdk8s-plus-33.
-    version: Literal["1.33"] = "1.33"
+    #: Kubernetes minor version, one HyperPod supports; selects the kubectl layer and
+    #: cdk8s-plus-NN packages (requirements.txt) and must match the kube-proxy add-on.
+    version: KubernetesVersion = "1.33"
     #: private: API reachable only inside the VPC (default, no public endpoint);
     #: public_and_private: also from ``public_access_cidrs``.
     endpoint_access: Literal["private", "public_and_private"] = "private"
@@ -347,9 +378,13 @@ class CurvineConfig(StrictModel):
 
 
 class AddonVersions(StrictModel):
-    """Pinned EKS add-on versions (``aws eks describe-addon-versions --kubernetes-version 1.33``).
+    """Pinned EKS add-on versions, each offered for ``eks.version``
+    (``aws eks describe-addon-versions --kubernetes-version <eks.version>``).
 
-    Minimums for the inference add-on's dependencies come from docs/sources.md §1.
+    Synthesis is offline, so ``scripts/preflight.py`` confirms every pin is offered for the
+    cluster's version before a deploy; ``kube-proxy``'s minor version must equal ``eks.version``
+    (checked here). Minimums for the inference add-on's dependencies come from docs/sources.md
+    §1; where each example pin comes from: docs/sources.md §11.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -401,6 +436,54 @@ class VersionsConfig(StrictModel):
     images: ImageVersions
 
 
+class InferenceGatewayConfig(StrictModel):
+    """The inference gateway of the ``amazon-sagemaker-hyperpod-inference`` add-on (v2.0.0 and later).
+
+    The add-on turns the gateway on by default, with TLS certificates auto-issued, and then needs
+    ``inferenceGateway.serviceAccount.roleArn``: a role with the AWS managed policy
+    ``AmazonSageMakerHyperPodInferenceGatewayAccess`` that exists before the add-on
+    (docs/sources.md §11). The platform does not route through it (each business line's endpoint
+    has the operator's own load balancer and intelligent routing), so it is off unless enabled.
+    """
+
+    #: false: ``inferenceGateway.enabled: false`` is set explicitly (no gateway, no role).
+    #: true: the platform creates the gateway's IRSA role and passes its ARN.
+    enabled: bool = False
+    #: Kubernetes ServiceAccount of the gateway in ``hyperpod-inference-system``, which the role
+    #: trusts. Required when enabled: take it from the add-on's documentation for the pinned
+    #: version (not defaulted, because no source read for this project names it).
+    service_account: DnsLabel | None = None
+
+    @model_validator(mode="after")
+    def _service_account_when_enabled(self) -> "InferenceGatewayConfig":
+        if self.enabled and self.service_account is None:
+            raise ValueError("inference gateway enabled: set service_account (the gateway's ServiceAccount "
+                             "in hyperpod-inference-system, which its IAM role trusts)")
+        return self
+
+
+class InferenceOperatorConfig(StrictModel):
+    """Settings of the HyperPod inference operator add-on beyond its pinned version.
+
+    ``load_balancer_scheme`` decides who can reach the business lines' endpoints: ``internal``
+    (default) puts the operator's load balancers in the private subnets only, reachable inside the
+    VPC (and peered networks); ``internet-facing`` puts them in the public subnets. The network
+    stack tags subnets to match (``kubernetes.io/role/internal-elb`` on private subnets;
+    ``kubernetes.io/role/elb`` on public subnets only when internet-facing), so the AWS Load
+    Balancer Controller finds no subnet for the other scheme; with ``set_scheme_in_addon`` the
+    scheme is also forced on the controller's IngressClass (docs/sources.md §11).
+    """
+
+    #: internal: endpoints reachable only from inside the VPC (no public endpoint);
+    #: internet-facing: load balancers in the public subnets (needs network.mode create).
+    load_balancer_scheme: Literal["internal", "internet-facing"] = "internal"
+    #: Also pass the scheme as ``alb.ingressClassParams.spec.scheme`` in the add-on's
+    #: configuration (forces it on every Ingress of the controller's class). Set false only if
+    #: scripts/preflight.py reports that the pinned add-on version's schema lacks that key.
+    set_scheme_in_addon: bool = True
+    gateway: InferenceGatewayConfig = InferenceGatewayConfig()
+
+
 class PlatformConfig(StrictModel):
     """``config/platform.yaml``: everything shared by all business lines."""
 
@@ -420,7 +503,28 @@ class PlatformConfig(StrictModel):
     hyperpod: HyperPodConfig
     curvine: CurvineConfig = CurvineConfig()
     versions: VersionsConfig
+    #: The inference operator add-on: load-balancer scheme, inference gateway.
+    inference_operator: InferenceOperatorConfig = InferenceOperatorConfig()
     tags: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _kube_proxy_matches_kubernetes(self) -> "PlatformConfig":
+        # kube-proxy is built per Kubernetes minor version (v1.33.x-eksbuild.N for 1.33; EKS
+        # user guide, "Manage kube-proxy"); another minor is refused by EKS or skews the nodes.
+        kube_proxy = self.versions.addons.kube_proxy
+        if not kube_proxy.startswith(f"v{self.eks.version}."):
+            raise ValueError(f"versions.addons.kube-proxy {kube_proxy} does not match eks.version "
+                             f"{self.eks.version}; allowed: v{self.eks.version}.<patch>-eksbuild.<n>")
+        return self
+
+    @model_validator(mode="after")
+    def _internet_facing_needs_public_subnets(self) -> "PlatformConfig":
+        if (self.inference_operator.load_balancer_scheme == "internet-facing"
+                and isinstance(self.network, ExistingVpcConfig)):
+            raise ValueError("inference_operator.load_balancer_scheme 'internet-facing' needs public subnets, "
+                             "which this platform creates only with network.mode 'create'; with an existing VPC "
+                             "use 'internal' (tag the public subnets kubernetes.io/role/elb yourself to go public)")
+        return self
 
     @model_validator(mode="after")
     def _zones_consistent(self) -> "PlatformConfig":

@@ -1,5 +1,9 @@
 #!/usr/bin/env python3
-"""Before `cdk deploy`: check the account, zones, pinned add-on versions and CDK bootstrap.
+"""Before `cdk deploy`: check account, zones, add-on versions and schemas, cluster version, bootstrap.
+
+Add-on versions are checked against the cluster's Kubernetes version and HyperPod's minimums, every
+configuration key the platform sets against the pinned version's schema, and a running cluster's
+version against the versions HyperPod supports and eks.version.
 
 Read-only AWS calls with the standard credential chain (AWS_PROFILE, env, SSO, ...).
 Exit code 1 if any check fails, 2 on invalid config or when AWS cannot be queried.

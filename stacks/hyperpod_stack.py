@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import CfnOutput, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_s3_assets as s3_assets
@@ -26,6 +26,7 @@ from kv_constructs import (
 )
 from platform_config import PlatformConfig
 from platform_config.models import HyperPodDependencyChartConfig
+from stacks.cluster_stack import HELM_TIMEOUT
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -262,7 +263,7 @@ class HyperPodStack(Stack):
                 create_namespace=False,
                 values=dependency_chart_values(platform, chart),
                 wait=True,
-                timeout=Duration.minutes(15),
+                timeout=HELM_TIMEOUT,  # well inside the kubectl handler's 900 s (aws-cdk issue 22257)
             )
             # HyperPod requires the chart in the cluster before the HyperPod cluster exists.
             self.hyperpod_cluster.cfn.node.add_dependency(self.dependency_chart)
