@@ -14,7 +14,7 @@ Objects (namespace ``curvine.namespace``, default ``curvine``):
   namespace (privileged, hostNetwork, hostPID); they are not objects of this chart.
 * NetworkPolicy on the Primary (the business-line side is in :mod:`k8s.line_chart`).
 
-Plain cdk8s (``cdk8s_plus_33.k8s`` L1 classes); no aws_cdk import, so the same chart renders in
+Plain cdk8s (the Kubernetes L1 classes of :mod:`k8s.kube`); no aws_cdk import, so the same chart renders in
 the CDK app (with CDK tokens for the volume ID and zone) and in ``make manifests``.
 """
 

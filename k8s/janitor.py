@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import cdk8s
-from cdk8s_plus_33 import k8s
+from k8s.kube import k8s
 from constructs import Construct
 
 from k8s import names

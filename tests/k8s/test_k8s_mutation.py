@@ -16,6 +16,7 @@ from tests.k8s.kyverno_eval import apply_policy
 from tests.k8s.operator_render import OPERATOR_URL, deployment, pod, pod_from_deployment
 
 from k8s import names
+from k8s.kube import KUBERNETES_VERSION
 from k8s.kyverno import policy_manifest
 from k8s.lmcache import TMP_DIR_PREFIX, owned_env_names
 from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL, endpoint_json_patch, line_cache_env
@@ -67,7 +68,7 @@ def _check_end_state(p, line, k8s_project):
     proxy = [c for c in p["spec"]["containers"] if c["name"] == "reverse-proxy"][0]
     assert proxy["env"] == [{"name": "LMCACHE_REMOTE_URL", "value": "untouched-sidecar"}]
     # The result is still a valid Pod.
-    kubernetes_validate.validate({**p, "metadata": {**p["metadata"], "name": "x"}}, "1.33", strict=True)
+    kubernetes_validate.validate({**p, "metadata": {**p["metadata"], "name": "x"}}, KUBERNETES_VERSION, strict=True)
     return extra["fs_connector_relative_tmp_dir"]
 
 
