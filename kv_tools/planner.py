@@ -576,8 +576,8 @@ def recommend(inputs: PlanInputs, candidates: Iterable[str], *, prices: PriceTab
             f"{t.ttft_ratio:.1f}x)" if t.l2_pays else
             f"without L2 (TTFT {t.cold_ttft_ms:.0f} ms; L2 pays only above about "
             f"{t.break_even_tokens:,.0f} tokens)")
-    reason = (f"{best.instance.name} TP {best.fit.tp} {tier} at {_money(best.cost.cost_per_endpoint_hour)} "
-              f"({best.cost.nodes} node(s) for {inputs.replicas} replica(s) of {inputs.tokens:,}-token prompts)")
+    reason = (f"{best.instance.name} TP {best.fit.tp} {tier}; {_money(best.cost.cost_per_endpoint_hour)} for "
+              f"{best.cost.nodes} node(s), {inputs.replicas} replica(s) of {inputs.tokens:,}-token prompts")
     if ttft_slo_ms is not None and not meeting:
         reason = f"no option meets the {ttft_slo_ms:.0f} ms TTFT target; fastest: " + reason
     elif ttft_slo_ms is not None:
@@ -675,8 +675,9 @@ def format_recommendation(rec: Recommendation) -> str:
     """The recommendation as a table: one row per candidate instance type (``*`` marks the
     choice), with TP, nodes, cold/warm/expected TTFT, whether L2 pays, cost per endpoint-hour
     and cost relative to the choice; then why each other candidate does not fit."""
-    lines = [textwrap.fill(f"recommendation: {rec.reason}", width=100, subsequent_indent="  ",
-                           break_on_hyphens=False), ""]
+    # One clause of the reason per line, each wrapped at 100 columns.
+    lines = [textwrap.fill(("recommendation: " if k == 0 else "  ") + clause, width=100, subsequent_indent="    ",
+                           break_on_hyphens=False) for k, clause in enumerate(rec.reason.split("; "))] + [""]
     header = (f"  {'instance type':<18} {'TP':>2} {'nodes':>5} {'fits':>4} {'cold ms':>8} {'warm ms':>8} "
               f"{'L2 pays':>7} {'TTFT ms':>8} {'$/endpoint-h':>12} {'cost':>6}")
     lines.append(header)
