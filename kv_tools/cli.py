@@ -28,31 +28,28 @@ EXIT_OK = 0
 EXIT_NO = 1
 EXIT_ERROR = 2
 
-#: Meaning of exit code 2 for every tool.
-BAD_INPUT_OR_UNREACHABLE = "bad input (flags, config, files) or unreachable"
-
-
 @dataclass(frozen=True)
 class ExitMeaning:
-    """What exit codes 0 and 1 answer for one tool (2 is always :data:`BAD_INPUT_OR_UNREACHABLE`)."""
+    """What exit codes 0, 1 and 2 mean for one tool (2 is always bad input or unreachable)."""
 
     ok: str
     no: str
-    error: str = BAD_INPUT_OR_UNREACHABLE
+    error: str
 
 
 #: The single source of the exit-code convention, per tool (README "Operator tools" renders it).
 EXIT_CODES: dict[str, ExitMeaning] = {
-    "plan.py": ExitMeaning("the model fits", "it does not fit at the given TP / instance type"),
-    "overlap.py": ExitMeaning("the shared-prefix share is at or above the threshold",
-                              "it is below the threshold",
-                              BAD_INPUT_OR_UNREACHABLE + "; an empty log (no usable request)"),
+    "plan.py": ExitMeaning("the model fits", "it does not fit at the given TP / instance type",
+                           "bad input: flags, config or files"),
+    "overlap.py": ExitMeaning("the shared-prefix share is at or above the threshold", "it is below the threshold",
+                              "bad input: flags or files, or a log without one usable request"),
     "bench_ttft.py": ExitMeaning("cold vs warm measured, warm faster, no request failed",
                                  "warm is not faster than cold, or some requests failed",
-                                 BAD_INPUT_OR_UNREACHABLE + "; cold vs warm not measured (e.g. the warm "
-                                 "phase never ran)"),
-    "verify.py": ExitMeaning("every check passes", "a check fails"),
-    "preflight.py": ExitMeaning("every check passes", "a check fails"),
+                                 "bad input, the endpoint unreachable, or cold vs warm not measured "
+                                 "(e.g. the warm phase never ran)"),
+    "verify.py": ExitMeaning("every check passes", "a check fails",
+                             "bad input or config, or the cluster or AWS unreachable"),
+    "preflight.py": ExitMeaning("every check passes", "a check fails", "bad input or config, or AWS unreachable"),
 }
 
 
