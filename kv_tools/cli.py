@@ -22,7 +22,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NoReturn, Sequence, TextIO
+from typing import Any, Callable, NoReturn, Sequence, TextIO
 
 EXIT_OK = 0
 EXIT_NO = 1
@@ -141,48 +141,27 @@ def progress_wanted(flag: bool | None, json_output: bool, stream: TextIO | None 
 # --- argument types (argparse prefixes their errors with "argument --flag:") ---------------------
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1 (got {value})")
-    return value
+def _bounded(convert: Callable[[str], float], what: str, bound: float, inclusive: bool) -> Callable[[str], Any]:
+    """An argparse type: ``convert(text)``, refused below ``bound`` (or at it, if not ``inclusive``)."""
+    relation = ">=" if inclusive else ">"
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not (value >= bound if inclusive else value > bound):
+            raise argparse.ArgumentTypeError(f"must be {relation} {bound:g} (got {text})")
+        return value
+
+    parse.__doc__ = f"{what.capitalize()} {relation} {bound:g}."
+    return parse
 
 
-def non_negative_int(text: str) -> int:
-    """An integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 (got {value})")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """A number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 (got {text})")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    """A number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 (got {text})")
-    return value
+positive_int = _bounded(int, "an integer", 1, inclusive=True)
+non_negative_int = _bounded(int, "an integer", 0, inclusive=True)
+positive_float = _bounded(float, "a number", 0, inclusive=False)
+non_negative_float = _bounded(float, "a number", 0, inclusive=True)
 
 
 def parse_fraction(text: str) -> float:

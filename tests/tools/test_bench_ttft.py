@@ -40,19 +40,19 @@ class FakeServer:
                 self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
                 self.wfile.flush()
 
+            def _refuse(self, status: int, msg: bytes = b"") -> None:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(msg)))
+                self.end_headers()
+                self.wfile.write(msg)
+
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if self.path not in ("/v1/chat/completions", "/v1/completions"):  # as vLLM: 404 elsewhere
-                    msg = b'{"detail": "Not Found"}'
-                    self.send_response(404)
-                    self.send_header("Content-Length", str(len(msg)))
-                    self.end_headers()
-                    self.wfile.write(msg)
+                    self._refuse(404, b'{"detail": "Not Found"}')
                     return
                 if server.api_key and self.headers.get("Authorization") != f"Bearer {server.api_key}":
-                    self.send_response(401)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
+                    self._refuse(401)
                     return
                 chat = self.path.endswith("/chat/completions")
                 prompt = body["messages"][-1]["content"] if chat else body["prompt"]
@@ -63,11 +63,7 @@ class FakeServer:
                     server.seen.append((self.path, "warm" if warm else "cold"))
                     n = len(server.seen)
                 if server.fail_every and n % server.fail_every == 0:
-                    msg = b'{"error": "overloaded"}'
-                    self.send_response(503)
-                    self.send_header("Content-Length", str(len(msg)))
-                    self.end_headers()
-                    self.wfile.write(msg)
+                    self._refuse(503, b'{"error": "overloaded"}')
                     return
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")

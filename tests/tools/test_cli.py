@@ -175,3 +175,28 @@ def test_l1_is_explained_the_same_way_in_readme_and_docs() -> None:
         assert definition in text, path
     for path in ("README.md", "docs/l2-cache.md"):
         assert "LMCache's CPU offload (HyperPod Tiered Storage)" not in (REPO / path).read_text(), path
+
+
+def test_preflight_cli_exit_codes(capsys) -> None:
+    from botocore.exceptions import NoCredentialsError
+
+    preflight = load_script("preflight")
+
+    def no_credentials(region_name: str) -> Any:
+        class Session:
+            def client(self, service: str) -> Any:
+                class Client:
+                    def get_caller_identity(self) -> dict:
+                        raise NoCredentialsError()
+                return Client()
+        return Session()
+
+    assert preflight.main(["--config", str(FIXTURE_CONFIG)], session_factory=no_credentials) == cli.EXIT_ERROR
+    assert capsys.readouterr().err == "error: cannot query AWS in us-west-2: Unable to locate credentials\n"
+    _RecordingSession.calls = []
+    # Empty answers: wrong account, no zones, no add-on versions, no bootstrap stack -> checks fail.
+    assert preflight.main(["--config", str(FIXTURE_CONFIG), "--json"], session_factory=_RecordingSession) == cli.EXIT_NO
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and not all(r["ok"] for r in rows)
+    assert preflight.main(["--config", str(FIXTURE_CONFIG / "nope")]) == cli.EXIT_ERROR
+    assert "platform.yaml" in capsys.readouterr().err
