@@ -28,6 +28,7 @@ EXIT_OK = 0
 EXIT_NO = 1
 EXIT_ERROR = 2
 
+
 @dataclass(frozen=True)
 class ExitMeaning:
     """What exit codes 0, 1 and 2 mean for one tool (2 is always bad input or unreachable)."""
@@ -88,7 +89,7 @@ def make_parser(tool: str, description: str) -> argparse.ArgumentParser:
 
 
 def fail(message: object, stream: TextIO | None = None) -> int:
-    """Print ``error: <message>`` (one line per line of message) on stderr; return 2."""
+    """Print ``error: <message>`` on stderr; return 2 (for ``return cli.fail(...)`` in ``main``)."""
     print(f"error: {message}", file=stream or sys.stderr)
     return EXIT_ERROR
 

@@ -5,8 +5,8 @@ What it computes (all per GPU, per replica and per endpoint where it matters):
 * weights: ``params x bytes per element`` in GiB (2^30 B) and GB (10^9 B); whether they fit
   with a tensor-parallel (TP) degree, and the smallest TP that fits;
 * KV cache bytes per token: ``2 x layers x KV heads x head_dim x bytes`` (docs/sources.md §5);
-* tier capacities: L0 = GPU memory x ``gpu_memory_utilization`` - weights/TP - runtime reserve,
-  in tokens; L1 = host memory x HyperPod Tiered Storage percentage, per node; L2 = per node
+* tier capacities: L0 = usable GPU memory (what CUDA reports, :mod:`kv_tools.gpu_memory`) x
+  ``gpu_memory_utilization`` - weights/TP - runtime reserve, in tokens; L1 = host memory x HyperPod Tiered Storage percentage, per node; L2 = per node
   min(Curvine ``worker_capacity_gib``, NVMe less a reserve) x nodes;
 * times: reading N tokens of KV from L2 at a bandwidth, prefilling N tokens at a calibrated
   rate, cold vs warm TTFT and their ratio, and the break-even prompt length;
@@ -551,8 +551,9 @@ def recommend(inputs: PlanInputs, candidates: Iterable[str], *, prices: PriceTab
     Each candidate gets its smallest fitting TP (``inputs.tp`` is not carried over). Rule:
     among options that fit and have a price, keep those whose expected TTFT (warm with L2
     where L2 pays, else cold) meets ``ttft_slo_ms`` (all, if no SLO), then take the cheapest
-    per endpoint-hour, ties to the faster. The reason compares it with the fastest option.
-    If no option meets the SLO, the fastest is chosen and the reason says the SLO is missed.
+    per endpoint-hour, ties to the faster. If no option meets the SLO, the fastest is chosen and
+    the reason says the SLO is missed. The reason states the choice in clauses separated by
+    ``"; "``; :func:`format_recommendation` tabulates every option beside it.
     ``warnings`` carries the price warnings of every fitting option (the ones the comparison
     prices), so an unchecked price is flagged whichever option it belongs to.
     """
