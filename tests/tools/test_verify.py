@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -340,3 +341,47 @@ def test_cli_table_json_and_exit_codes(cluster: FakeReader, capsys) -> None:
 
     assert verify_cli.main(["--config", str(FIXTURE_CONFIG)], reader_factory=unreachable) == 2
     assert verify_cli.main(["--config", str(FIXTURE_CONFIG), "--line", "nope"], reader_factory=factory) == 2
+
+
+#: The RBAC rule (verb, resource) each call of :class:`kv_tools.verify.LiveReader` needs.
+RBAC = {
+    ("get", "DaemonSet"): "get apps/daemonsets", ("list", "DaemonSet"): "list apps/daemonsets",
+    ("get", "StatefulSet"): "get apps/statefulsets", ("get", "Deployment"): "get apps/deployments",
+    ("get", "PersistentVolumeClaim"): "get persistentvolumeclaims", ("list", "Pod"): "list pods",
+    ("get", "CSIDriver"): "get storage.k8s.io/csidrivers", ("list", "CSINode"): "list storage.k8s.io/csinodes",
+    ("pod_get", None): "get pods/proxy", ("pod_post", None): "create pods/proxy", ("pod_log", None): "get pods/log",
+}
+
+
+class RecordingReader:
+    """Wraps a reader and records the AWS action or Kubernetes RBAC rule each call needs."""
+
+    def __init__(self, inner: FakeReader) -> None:
+        self.inner, self.calls = inner, set()
+
+    def describe_cluster(self, name: str) -> Any:
+        self.calls.add("sagemaker:DescribeCluster")
+        return self.inner.describe_cluster(name)
+
+    def get(self, kind: str, namespace: str | None, name: str) -> Any:
+        self.calls.add(RBAC[("get", kind)])
+        return self.inner.get(kind, namespace, name)
+
+    def list(self, kind: str, namespace: str | None = None, label_selector: str | None = None) -> Any:
+        self.calls.add(RBAC[("list", kind)])
+        return self.inner.list(kind, namespace, label_selector)
+
+    def __getattr__(self, method: str) -> Any:  # pod_get, pod_post, pod_log
+        self.calls.add(RBAC[(method, None)])
+        return getattr(self.inner, method)
+
+
+def test_verify_permissions_in_the_docs_are_the_calls_it_makes(cluster: FakeReader, monkeypatch) -> None:
+    monkeypatch.setattr("kv_tools.verify.time.sleep", lambda seconds: None)  # the probe's settle time
+    doc = (REPO / "docs" / "operator-tools.md").read_text()
+    section = doc[doc.index("### Permissions each tool needs"):]
+    (row,) = [line for line in section[:section.index("\n#")].splitlines() if line.startswith("| `scripts/verify.py`")]
+    reader = RecordingReader(cluster)
+    verify(reader, PROJECT, cross_pod=True)
+    documented = set(re.findall(r"`(sagemaker:[A-Za-z]+|(?:get|list|create) [a-z0-9./]+)`", row))
+    assert reader.calls == documented, row
