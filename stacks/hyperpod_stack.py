@@ -24,7 +24,7 @@ from kv_constructs import (
     nag,
     prefixed_bucket_name,
 )
-from platform_config import PlatformConfig
+from platform_config import INSTANCE_TYPES, PlatformConfig
 from platform_config.models import HyperPodDependencyChartConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -36,8 +36,13 @@ LIFECYCLE_PREFIX = "lifecycle/"
 #: Entry point run by HyperPod on each new node, and the per-group settings file next to it.
 LIFECYCLE_ON_CREATE = "on_create.sh"
 LIFECYCLE_ENV_FILE = "kvcache.env"
-#: Where HyperPod mounts the instance NVMe (docs/sources.md §1).
-NVME_ROOT = "/opt/dlami/nvme"
+#: Where instance storage (NVMe) can be mounted on a HyperPod node, in the order
+#: ``lifecycle/on_create.sh`` prefers them: /opt/dlami/nvme (the DLAMI's instance-store mount,
+#: where the reference deployment found it; docs/sources.md §1) and /opt/sagemaker (HyperPod's
+#: mount for the secondary EBS volume, and per HyperPod's EKS storage docs the LVM volume over
+#: the instance NVMe; docs/sources.md §10). The script takes the first that is backed by
+#: instance storage, whatever its path.
+INSTANCE_STORE_MOUNTS = ("/opt/dlami/nvme", "/opt/sagemaker")
 
 
 #: Values the platform gives the HyperPod dependency chart (``values.yaml`` of
@@ -101,15 +106,16 @@ def lifecycle_files() -> dict[str, str]:
 def lifecycle_env(platform: PlatformConfig, group: str) -> str:
     """``kvcache.env`` of one instance group, read by ``lifecycle/on_create.sh``.
 
+    ``KVCACHE_INSTANCE_STORE_MOUNTS``: :data:`INSTANCE_STORE_MOUNTS`, ``:``-separated.
     ``KVCACHE_CURVINE_DATA_DIR`` is empty when the group runs no Curvine Worker (Curvine off,
-    or the group not in ``curvine.worker_instance_groups``); the script then tolerates a
-    missing NVMe mount instead of failing the node.
+    or the group not in ``curvine.worker_instance_groups``); the script then tolerates a node
+    without instance storage instead of failing it.
     """
     workers = set(platform.curvine.worker_instance_groups) or {g.name for g in platform.hyperpod.instance_groups}
     data_dir = platform.curvine.worker_data_dir if platform.curvine.enabled and group in workers else ""
     return (
         f"KVCACHE_INSTANCE_GROUP={group}\n"
-        f"KVCACHE_NVME_ROOT={NVME_ROOT}\n"
+        f"KVCACHE_INSTANCE_STORE_MOUNTS={':'.join(INSTANCE_STORE_MOUNTS)}\n"
         f"KVCACHE_CURVINE_DATA_DIR={data_dir}\n"
     )
 
@@ -157,7 +163,9 @@ class HyperPodStack(Stack):
 
     HyperPod dependency chart: installed here through the cluster's kubectl handler when
     ``hyperpod.dependency_chart`` is configured (a vendored checkout of the chart; see
-    :data:`DEPENDENCY_CHART_DEFAULTS`), and the HyperPod cluster waits for it.
+    :data:`DEPENDENCY_CHART_DEFAULTS`), and the HyperPod cluster waits for it. With
+    ``hyperpod.dependency_chart_preinstalled`` it must already be in the cluster (the config
+    refuses deep health checks and automatic node recovery with neither).
 
     Attributes:
         hyperpod_cluster: :class:`kv_constructs.HyperPodCluster`.
@@ -207,6 +215,9 @@ class HyperPodStack(Stack):
                 deep_health_checks=tuple(group.deep_health_checks),
                 labels=dict(group.labels),
                 taints=tuple(TaintSpec(key=t.key, value=t.value, effect=t.effect) for t in group.taints),
+                min_instance_count=group.min_instance_count,
+                training_plan_arn=group.training_plan_arn,
+                accelerators=INSTANCE_TYPES[group.instance_type].gpus,
             ))
         upload = s3deploy.BucketDeployment(
             self,
@@ -245,6 +256,7 @@ class HyperPodStack(Stack):
                 memory_allocation_percentage=hp.tiered_storage.memory_allocation_percentage,
             ),
             node_recovery=hp.node_recovery,
+            node_provisioning_mode=hp.node_provisioning_mode,
         )
         # The scripts must be in S3 before HyperPod runs them on the first node.
         self.hyperpod_cluster.cfn.node.add_dependency(upload)
