@@ -112,15 +112,20 @@ IFS=: read -ra INSTANCE_STORE_MOUNTS <<< "$KVCACHE_INSTANCE_STORE_MOUNTS"
 INSTANCE_STORE_MODEL="Amazon EC2 NVMe Instance Storage"
 EBS_MODEL="Amazon Elastic Block Store"
 
-wait_for_mount() {
-  local dir=$1 waited=0
-  until mountpoint -q "$dir"; do
+# Runs "$@" every 5 s until it succeeds; returns 1 once MOUNT_WAIT_S have passed without success.
+wait_until() {
+  local waited=0
+  until "$@"; do
     if (( waited >= MOUNT_WAIT_S )); then
       return 1
     fi
     sleep 5
     waited=$(( waited + 5 ))
   done
+}
+
+wait_for_mount() {
+  wait_until mountpoint -q "$1"
 }
 
 # The device mounted at $1, without a bind mount's [/subdir] suffix; empty if $1 is no mount point.
@@ -149,24 +154,22 @@ mount_backing() {
   fi
 }
 
-# Sets INSTANCE_STORE to the first candidate mount backed by instance storage, waiting up to
-# MOUNT_WAIT_S for one to appear; returns 1 (INSTANCE_STORE empty) if none does.
-find_instance_store() {
-  local waited=0 dir
-  INSTANCE_STORE=""
-  while :; do
-    for dir in "${INSTANCE_STORE_MOUNTS[@]}"; do
-      if mountpoint -q "$dir" && [[ "$(mount_backing "$dir")" == instance-store ]]; then
-        INSTANCE_STORE="$dir"
-        return 0
-      fi
-    done
-    if (( waited >= MOUNT_WAIT_S )); then
-      return 1
+# Sets INSTANCE_STORE to the first candidate mount backed by instance storage; returns 1 if none is.
+pick_instance_store() {
+  local dir
+  for dir in "${INSTANCE_STORE_MOUNTS[@]}"; do
+    if mountpoint -q "$dir" && [[ "$(mount_backing "$dir")" == instance-store ]]; then
+      INSTANCE_STORE="$dir"
+      return 0
     fi
-    sleep 5
-    waited=$(( waited + 5 ))
   done
+  return 1
+}
+
+# pick_instance_store, waiting up to MOUNT_WAIT_S for the mounts to appear during boot.
+find_instance_store() {
+  INSTANCE_STORE=""
+  wait_until pick_instance_store
 }
 
 # One log line per candidate: what it is on this node (for the failure log).

@@ -223,6 +223,23 @@ def test_lvm_layout_binds_the_worker_data_dir_from_the_instance_storage_at_opt_s
     assert "[stop] instance group g6e: done" in log
 
 
+def test_waits_for_the_instance_storage_to_be_mounted_during_boot(node) -> None:
+    """The DLAMI mounts the NVMe during boot, possibly after OnCreate starts (the EBS volume is already there)."""
+    import threading
+
+    node.dlami_layout()
+    data_dir = node.nvme / "curvine-data"
+    mount_later = threading.Timer(1.0, lambda: (node.state / "bound").open("a").write(f"{node.nvme}\n"))
+    mount_later.start()
+    try:
+        result, log = run(node, settings(node, data_dir=data_dir), mounted=(node.ebs,), KVCACHE_MOUNT_WAIT_S="30")
+    finally:
+        mount_later.cancel()
+    assert result.returncode == 0, log
+    assert f"instance storage (NVMe) chosen: {node.nvme}, from /dev/md0" in log
+    assert data_dir.is_dir()
+
+
 def test_an_ebs_mount_is_never_taken_for_instance_storage(node) -> None:
     # /opt/sagemaker listed first but on EBS: the NVMe mount is chosen, whatever the order.
     node.dlami_layout()
