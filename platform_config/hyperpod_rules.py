@@ -51,6 +51,14 @@ TRAINING_PLAN_ARN_MIN, TRAINING_PLAN_ARN_MAX = 50, 2048
 #: provisioning).
 NODE_PROVISIONING_MODES = ("Continuous",)
 
+#: Where instance storage (NVMe) can be mounted on a HyperPod node, in the order
+#: ``lifecycle/on_create.sh`` prefers them: /opt/dlami/nvme (the DLAMI's instance-store mount,
+#: where the reference deployment found it; docs/sources.md §1) and /opt/sagemaker (HyperPod's
+#: mount for the secondary EBS volume, and per HyperPod's EKS storage docs the LVM volume over
+#: the instance NVMe; docs/sources.md §10). The script takes the first that is backed by
+#: instance storage, whatever its path; ``curvine.worker_data_dir`` must lie below one of them.
+INSTANCE_STORE_MOUNTS = ("/opt/dlami/nvme", "/opt/sagemaker")
+
 # --- Kubernetes labels and taints of an instance group -------------------------------------
 
 #: Label and taint keys (API ``ClusterKubernetesConfig`` / ``ClusterKubernetesTaint``): an

@@ -286,6 +286,7 @@ class InstanceGroupConfig(StrictModel):
             raise ValueError(f"instance group {self.name}: " + "; ".join(problems))
         return self
 
+
 class TieredStorageConfig(StrictModel):
     """HyperPod Tiered Storage (the L1 tier's managed host-memory pool).
 
@@ -420,9 +421,11 @@ class CurvineEvictionConfig(StrictModel):
         return self
 
 
-#: ``curvine.worker_data_dir``: a directory below /opt/dlami/nvme or /opt/sagemaker (the mounts
-#: ``lifecycle/on_create.sh`` looks for instance storage at; docs/sources.md §10).
-WORKER_DATA_DIR_PATTERN = r"^/opt/(dlami/nvme|sagemaker)(/[A-Za-z0-9_.-]+)+$"
+#: ``curvine.worker_data_dir``: a directory below /opt/dlami/nvme or /opt/sagemaker
+#: (``hyperpod_rules.INSTANCE_STORE_MOUNTS``, where ``lifecycle/on_create.sh`` looks for instance
+#: storage; docs/sources.md §10).
+WORKER_DATA_DIR_PATTERN = (
+    "^(" + "|".join(re.escape(m) for m in hp_rules.INSTANCE_STORE_MOUNTS) + r")(/[A-Za-z0-9_.-]+)+$")
 
 
 def _check_worker_data_dir(path: str) -> str:

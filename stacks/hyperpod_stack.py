@@ -24,7 +24,7 @@ from kv_constructs import (
     nag,
     prefixed_bucket_name,
 )
-from platform_config import INSTANCE_TYPES, PlatformConfig
+from platform_config import INSTANCE_TYPES, PlatformConfig, hyperpod_rules
 from platform_config.models import HyperPodDependencyChartConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -36,13 +36,8 @@ LIFECYCLE_PREFIX = "lifecycle/"
 #: Entry point run by HyperPod on each new node, and the per-group settings file next to it.
 LIFECYCLE_ON_CREATE = "on_create.sh"
 LIFECYCLE_ENV_FILE = "kvcache.env"
-#: Where instance storage (NVMe) can be mounted on a HyperPod node, in the order
-#: ``lifecycle/on_create.sh`` prefers them: /opt/dlami/nvme (the DLAMI's instance-store mount,
-#: where the reference deployment found it; docs/sources.md §1) and /opt/sagemaker (HyperPod's
-#: mount for the secondary EBS volume, and per HyperPod's EKS storage docs the LVM volume over
-#: the instance NVMe; docs/sources.md §10). The script takes the first that is backed by
-#: instance storage, whatever its path.
-INSTANCE_STORE_MOUNTS = ("/opt/dlami/nvme", "/opt/sagemaker")
+#: Candidate instance-store mounts, shipped in ``kvcache.env`` (see the constant's source).
+INSTANCE_STORE_MOUNTS = hyperpod_rules.INSTANCE_STORE_MOUNTS
 
 
 #: Values the platform gives the HyperPod dependency chart (``values.yaml`` of
