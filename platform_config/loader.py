@@ -28,6 +28,10 @@ PATTERN_DESCRIPTIONS = {
     models.AWS_ACCOUNT_PATTERN: "a 12-digit account ID",
     models.AWS_REGION_PATTERN: "a region name such as us-west-2",
     models.AZ_NAME_PATTERN: "a zone name such as us-west-2a",
+    models.hp_rules.KUBERNETES_KEY_PATTERN: "a Kubernetes label/taint key: [prefix/]name, e.g. kvcache.io/tier",
+    models.hp_rules.KUBERNETES_VALUE_PATTERN: "a Kubernetes label value (letters, digits, '-', '_', '.')",
+    models.hp_rules.TRAINING_PLAN_ARN_PATTERN: "a training plan ARN (arn:aws:sagemaker:<region>:<account>:training-plan/<name>)",
+    models.WORKER_DATA_DIR_PATTERN: "a directory below /opt/dlami/nvme or /opt/sagemaker",
 }
 BUSINESS_LINES_DIR = "business-lines"
 

@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from platform_config import hyperpod_rules as hp_rules
 from platform_config.instances import INSTANCE_TYPES
 
 # --- reusable constrained types -------------------------------------------------------------
@@ -229,36 +230,100 @@ class EksConfig(StrictModel):
         return self
 
 
-class Taint(StrictModel):
-    """A Kubernetes taint put on every node of an instance group."""
+def _check_kubernetes_key(key: str) -> str:
+    problem = hp_rules.kubernetes_key_problem(key)
+    if problem:
+        raise ValueError(problem)
+    return key
 
-    key: Annotated[str, StringConstraints(min_length=1, max_length=253)]
-    value: Annotated[str, StringConstraints(max_length=63)] = ""
+
+#: Label or taint key of an instance group: Kubernetes key syntax, no reserved prefix
+#: (``sagemaker.amazonaws.com/``, ``kubernetes.io/``, ``k8s.io/``); docs/sources.md §10.
+KubernetesKey = Annotated[
+    str,
+    StringConstraints(pattern=hp_rules.KUBERNETES_KEY_PATTERN, min_length=1, max_length=hp_rules.KUBERNETES_KEY_MAX),
+    AfterValidator(_check_kubernetes_key),
+]
+#: Label value: 1-63 characters (the SageMaker API refuses an empty label value).
+LabelValue = Annotated[
+    str,
+    StringConstraints(pattern=hp_rules.KUBERNETES_VALUE_PATTERN, min_length=1, max_length=hp_rules.KUBERNETES_VALUE_MAX),
+]
+#: Training plan (reserved capacity) ARN, as the CloudFormation schema admits it.
+TrainingPlanArn = Annotated[
+    str,
+    StringConstraints(pattern=hp_rules.TRAINING_PLAN_ARN_PATTERN, min_length=hp_rules.TRAINING_PLAN_ARN_MIN,
+                      max_length=hp_rules.TRAINING_PLAN_ARN_MAX),
+]
+
+
+class Taint(StrictModel):
+    """A Kubernetes taint put on every node of an instance group (not allowed together with
+    deep health checks; docs/sources.md §10)."""
+
+    key: KubernetesKey
+    #: Empty: a taint without value.
+    value: Annotated[str, StringConstraints(pattern=hp_rules.KUBERNETES_VALUE_PATTERN,
+                                            max_length=hp_rules.KUBERNETES_VALUE_MAX)] = ""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
 class InstanceGroupConfig(StrictModel):
-    """One HyperPod instance group (``AWS::SageMaker::Cluster`` ``InstanceGroups[]``)."""
+    """One HyperPod instance group (``AWS::SageMaker::Cluster`` ``InstanceGroups[]``).
+
+    HyperPod's rules checked here (docs/sources.md §10, :mod:`platform_config.hyperpod_rules`):
+    no taints together with deep health checks; ``InstanceConnectivity`` only with 2 or more
+    instances; deep health checks only on GPU/Trainium types; at most 50 labels and 50 taints,
+    keys without a reserved prefix; ``min_instance_count`` <= ``instance_count``.
+    """
 
     #: InstanceGroupName; changing it replaces the group (docs/sources.md §2).
     name: HyperPodName
     #: One of the ml.g6e.* / ml.p5*.48xlarge types in platform_config/instances.py.
     instance_type: KnownInstanceType
-    instance_count: Annotated[int, Field(ge=0, le=1000)]
-    #: Secondary EBS volume per instance, GiB (``InstanceStorageConfigs[0].EbsVolumeConfig``).
-    ebs_volume_size_gb: Annotated[int, Field(ge=1, le=16384)] = 500
+    #: InstanceCount: instances HyperPod keeps in the group (0-6758, CloudFormation schema).
+    instance_count: Annotated[int, Field(ge=0, le=hp_rules.INSTANCE_COUNT_MAX)]
+    #: MinInstanceCount: with Continuous provisioning, the group is InService once this many
+    #: instances run and HyperPod keeps adding the rest as capacity appears. null: not sent.
+    min_instance_count: Annotated[int, Field(ge=0, le=hp_rules.INSTANCE_COUNT_MAX)] | None = None
+    #: Secondary EBS volume per instance, GiB (``InstanceStorageConfigs[0].EbsVolumeConfig``),
+    #: mounted at /opt/sagemaker.
+    ebs_volume_size_gb: Annotated[int, Field(ge=hp_rules.EBS_VOLUME_SIZE_GB_MIN, le=hp_rules.EBS_VOLUME_SIZE_GB_MAX)] = 500
     threads_per_core: Literal[1, 2] = 1
-    #: OnStartDeepHealthChecks run before a node joins (adds minutes per node; catches bad GPUs).
-    deep_health_checks: tuple[Literal["InstanceStress", "InstanceConnectivity"], ...] = ()
-    #: Kubernetes labels put on every node of the group.
-    labels: dict[str, str] = Field(default_factory=dict)
-    taints: tuple[Taint, ...] = ()
+    #: OnStartDeepHealthChecks, run on every new node before it takes work (AWS: about 2 h per
+    #: node; catches bad GPUs). InstanceConnectivity needs 2+ instances; no taints with either.
+    deep_health_checks: Annotated[tuple[Literal["InstanceStress", "InstanceConnectivity"], ...],
+                                  Field(max_length=len(hp_rules.DEEP_HEALTH_CHECKS))] = ()
+    #: Kubernetes labels put on every node of the group (at most 50; no reserved key prefix).
+    labels: Annotated[dict[KubernetesKey, LabelValue], Field(max_length=hp_rules.LABELS_MAX)] = Field(
+        default_factory=dict)
+    #: Kubernetes taints put on every node of the group (at most 50); not with deep health checks.
+    taints: Annotated[tuple[Taint, ...], Field(max_length=hp_rules.TAINTS_MAX)] = ()
+    #: TrainingPlanArn: run the group on the reserved capacity of a SageMaker training plan (for
+    #: scarce types such as P5); null: on-demand capacity.
+    training_plan_arn: TrainingPlanArn | None = None
+
+    @model_validator(mode="after")
+    def _hyperpod_group_rules(self) -> "InstanceGroupConfig":
+        problems = hp_rules.instance_group_problems(
+            instance_type=self.instance_type,
+            instance_count=self.instance_count,
+            deep_health_checks=self.deep_health_checks,
+            taints=[(t.key, t.effect) for t in self.taints],
+            min_instance_count=self.min_instance_count,
+            accelerators=INSTANCE_TYPES[self.instance_type].gpus,
+        )
+        if problems:
+            raise ValueError(f"instance group {self.name}: " + "; ".join(problems))
+        return self
+
 
 class TieredStorageConfig(StrictModel):
     """HyperPod Tiered Storage (the L1 tier's managed host-memory pool).
 
     ``memory_allocation_percentage``: share of instance memory given to the KV tier; the blog
-    reports 20-100 accepted and recommends starting at 20 (docs/sources.md §1).
+    reports 20-100 accepted and recommends starting at 20 (docs/sources.md §1). The CloudFormation
+    schema alone admits 0-100; we keep the blog's narrower range (docs/sources.md §10).
     """
 
     #: Mode Enable/Disable of TieredStorageConfig; L1 needs it.
@@ -295,10 +360,20 @@ class HyperPodConfig(StrictModel):
     cluster_name: HyperPodName = "kvcache-hyperpod"
     #: Automatic: HyperPod replaces nodes that fail health checks.
     node_recovery: Literal["Automatic", "None"] = "Automatic"
+    #: NodeProvisioningMode. Continuous: CreateCluster succeeds with whatever capacity is there
+    #: and HyperPod keeps provisioning the rest (a short P5 group or one node failing its deep
+    #: health checks no longer fails the stack). null: omit it, i.e. HyperPod's all-or-nothing
+    #: provisioning.
+    node_provisioning_mode: Literal["Continuous"] | None = "Continuous"
     tiered_storage: TieredStorageConfig = TieredStorageConfig()
-    instance_groups: Annotated[tuple[InstanceGroupConfig, ...], Field(min_length=1, max_length=20)]
+    instance_groups: Annotated[tuple[InstanceGroupConfig, ...], Field(min_length=1, max_length=hp_rules.INSTANCE_GROUPS_MAX)]
     #: Install the HyperPod dependency chart from a vendored checkout (None: install by hand).
     dependency_chart: HyperPodDependencyChartConfig | None = None
+    #: true: the dependency chart is installed in kube-system another way (by hand or GitOps,
+    #: README "HyperPod dependency chart") before the hyperpod stack is deployed. Deep health
+    #: checks and node_recovery Automatic need the chart; synth refuses them unless
+    #: ``dependency_chart`` is set or this is true.
+    dependency_chart_preinstalled: bool = False
 
     @model_validator(mode="after")
     def _unique_group_names(self) -> "HyperPodConfig":
@@ -306,6 +381,29 @@ class HyperPodConfig(StrictModel):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"instance group names must be unique; repeated: {', '.join(dupes)}")
+        return self
+
+    @model_validator(mode="after")
+    def _dependency_chart_for_health_features(self) -> "HyperPodConfig":
+        """Deep health checks and automatic node recovery run on the chart's health-monitoring
+        agent and deep-health-check resources, which must be in the cluster first."""
+        if self.dependency_chart is not None and self.dependency_chart_preinstalled:
+            raise ValueError(
+                "dependency_chart and dependency_chart_preinstalled: true both say how the HyperPod "
+                "dependency chart is installed; allowed: one of them")
+        if self.dependency_chart is not None or self.dependency_chart_preinstalled:
+            return self
+        needs = [f"instance group {g.name} has deep_health_checks" for g in self.instance_groups
+                 if g.deep_health_checks]
+        if self.node_recovery == "Automatic":
+            needs.insert(0, "node_recovery is Automatic")
+        if needs:
+            raise ValueError(
+                f"dependency_chart: {'; '.join(needs)}, which need the HyperPod dependency chart "
+                "(health-monitoring agent, deep-health-check) installed before the cluster; allowed: "
+                "set dependency_chart (the stack installs a vendored checkout), or "
+                "dependency_chart_preinstalled: true (installed by hand, README \"HyperPod dependency chart\"), "
+                "or node_recovery: None and no deep_health_checks")
         return self
 
 
@@ -354,16 +452,34 @@ class CurvineEvictionConfig(StrictModel):
         return self
 
 
+#: ``curvine.worker_data_dir``: a directory below /opt/dlami/nvme or /opt/sagemaker
+#: (``hyperpod_rules.INSTANCE_STORE_MOUNTS``, where ``lifecycle/on_create.sh`` looks for instance
+#: storage; docs/sources.md §10).
+WORKER_DATA_DIR_PATTERN = (
+    "^(" + "|".join(re.escape(m) for m in hp_rules.INSTANCE_STORE_MOUNTS) + r")(/[A-Za-z0-9_.-]+)+$")
+
+
+def _check_worker_data_dir(path: str) -> str:
+    parts = path.split("/")
+    if any(p in (".", "..") for p in parts):
+        raise ValueError(f"{path!r}: '.' and '..' are not allowed; give the plain path")
+    if path.startswith("/opt/sagemaker/containerd") and path[len("/opt/sagemaker/containerd"):][:1] in ("", "/"):
+        raise ValueError(f"{path!r}: /opt/sagemaker/containerd holds containerd's image store "
+                         "(lifecycle/on_create.sh); allowed: another directory, e.g. /opt/sagemaker/curvine-data")
+    return path
+
+
 class CurvineConfig(StrictModel):
     """The L2 tier: Curvine Primary on EBS, Workers on each GPU node's NVMe, CSI StorageClass."""
 
     enabled: bool = True
     namespace: DnsLabel = "curvine"
     primary_volume: CurvinePrimaryVolumeConfig = CurvinePrimaryVolumeConfig()
-    #: Where Workers keep KV blocks on each GPU node (HyperPod mounts instance NVMe here).
-    worker_data_dir: Annotated[str, StringConstraints(pattern=r"^/opt/dlami/nvme/[A-Za-z0-9._/-]+$")] = (
-        "/opt/dlami/nvme/curvine-data"
-    )
+    #: Where Workers keep KV blocks on each GPU node (the Worker's hostPath). Under one of the
+    #: instance-store mounts lifecycle/on_create.sh knows (/opt/dlami/nvme, /opt/sagemaker); the
+    #: script puts it on whichever of them is instance storage on the node.
+    worker_data_dir: Annotated[str, StringConstraints(pattern=WORKER_DATA_DIR_PATTERN),
+                               AfterValidator(_check_worker_data_dir)] = "/opt/dlami/nvme/curvine-data"
     #: Capacity bound per Worker, GiB of NVMe; leave headroom for model weights and logs.
     worker_capacity_gib: Annotated[int, Field(ge=1)] = 1000
     #: Instance groups whose nodes run a Worker (empty: every group).
