@@ -278,3 +278,12 @@ def test_only_the_shared_memory_is_removed_anything_else_is_refused_loudly(polic
     assert forbidden_message("p", expected) == (
         'pods "p" is forbidden: violates PodSecurity "baseline:v1.33": host namespaces (hostNetwork=true), '
         'hostPath volumes (volumes "nvme", "shm-like")')
+
+
+def test_our_endpoints_ask_the_operator_for_nothing_baseline_forbids(manifests, k8s_project):
+    """The CR's only baseline-restricted fields are under ``spec.kubernetes`` (init containers'
+    securityContext and hostPort, hostPath volumes; CRD v1): the line charts never set it."""
+    for line in k8s_project.business_lines:
+        (iec,) = [o for o in manifests[names.line_chart_name(line)] if o["kind"] == "InferenceEndpointConfig"]
+        assert "kubernetes" not in iec["spec"]
+        assert iec["spec"]["kvCacheSpec"]["l2CacheSpec"]["l2CacheBackend"] == "tieredstorage"
