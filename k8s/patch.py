@@ -56,10 +56,10 @@ DEPLOYMENT_TMP_TOKEN: Final = f"$({POD_NAME_ENV})"
 
 __all__ = [
     "DEPLOYMENT_TMP_TOKEN",
+    "HYPERPOD_SHM_HOST_PATH",
     "L2_MOUNT_PATH",
     "L2_REMOTE_URL",
     "endpoint_json_patch",
-    "HYPERPOD_SHM_HOST_PATH",
     "find_vllm_container",
     "is_hyperpod_shm_volume",
     "line_cache_env",

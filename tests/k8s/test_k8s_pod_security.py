@@ -161,18 +161,17 @@ def _with_two_shm_volumes(spec: dict) -> dict:
     return spec
 
 
+#: Shapes of the operator's pod spec, by name: the two reported ones and two harder variants.
 SHAPES = {
-    "directory": lambda s: s,
-    "file": None,  # operator_render's shm="file"
-    "mounted-everywhere": _with_everywhere_mounts,
-    "two-volumes": _with_two_shm_volumes,
+    "directory": lambda line: operator_render.pod_spec(line),
+    "file": lambda line: operator_render.pod_spec(line, shm="file"),
+    "mounted-everywhere": lambda line: _with_everywhere_mounts(operator_render.pod_spec(line)),
+    "two-volumes": lambda line: _with_two_shm_volumes(operator_render.pod_spec(line)),
 }
 
 
 def _operator_spec(line, shape: str) -> dict:
-    if shape == "file":
-        return operator_render.pod_spec(line, shm="file")
-    return SHAPES[shape](operator_render.pod_spec(line))
+    return SHAPES[shape](line)
 
 
 def _assert_admitted(p: dict, line) -> None:
@@ -197,15 +196,20 @@ def _pod_with_spec(line, spec: dict) -> dict:
     return p
 
 
+REFUSED = {
+    "directory": 'hostPath volumes (volume "host-shm")',
+    "file": 'hostPath volumes (volume "host-shm")',
+    "mounted-everywhere": 'hostPath volumes (volume "host-shm")',
+    "two-volumes": 'hostPath volumes (volumes "ai-toolkit", "host-shm")',
+}
+
+
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_operator_pod_is_refused_without_the_mutation(line, shape):
     """The problem: in a baseline namespace the operator's L2 Pod is refused as rendered."""
     spec = _operator_spec(line, shape)
-    shm_volumes = [v["name"] for v in spec["volumes"] if "hostPath" in v]
-    assert shm_volumes and all(is_hyperpod_shm_volume(v) for v in spec["volumes"] if "hostPath" in v)
-    found = baseline_violations(spec)
-    assert found == [f"hostPath volumes ({'volume' if len(shm_volumes) == 1 else 'volumes'} "
-                     f"{', '.join(repr(n).replace(chr(39), chr(34)) for n in shm_volumes)})"]
+    assert all(is_hyperpod_shm_volume(v) for v in spec["volumes"] if "hostPath" in v)
+    assert baseline_violations(spec) == [REFUSED[shape]]
 
 
 @pytest.mark.parametrize("refresh", [True, False], ids=["refresh-context", "stale-context"])
