@@ -20,8 +20,15 @@ order, each on the result of the previous one):
    patch owns (``LMCACHE_REMOTE_URL`` the operator injects, ``LMCACHE_EXTRA_CONFIG`` with its
    shared-memory setting, the CR's ``LMCACHE_REMOTE_SERDE`` and ``PYTHONHASHSEED``, the
    operator's ``LMCACHE_MAX_LOCAL_CPU_SIZE`` when the line sets ``cache.l1_cpu_gib``, any
-   duplicates). ``foreach`` in ``Descending`` order, so removing entry *i* never shifts an
-   index still to be visited.
+   duplicates). It also removes what only the replaced Tiered Storage backend needed: every
+   ``hostPath`` volume of ``/dev/shm`` or a path under it (the ai-toolkit shared memory,
+   :func:`k8s.patch.is_hyperpod_shm_volume`, whatever its name) and every mount of such a
+   volume in any container or init container. Pod Security admission runs after the mutating
+   webhooks, so the Pod it sees has no ``hostPath`` and passes the namespace's ``baseline``;
+   anything else baseline forbids is left in place and refused with the PSA error.
+   ``foreach`` in ``Descending`` order, so removing entry *i* never shifts an index still to be
+   visited; each list is walked by exactly one ``foreach`` (mounts before volumes, so the
+   volume names are still there to match).
 2. ``append-l2-settings``: appends exactly one of each owned env entry (values from
    :func:`k8s.patch.line_cache_env`) and the mount, to the vLLM container only (the one exposing
    the model invocation port, or named after the endpoint).
@@ -38,7 +45,7 @@ from typing import Any, Final
 
 from k8s import names
 from k8s.lmcache import owned_env_names
-from k8s.patch import L2_MOUNT_PATH, l2_volume, l2_volume_mount, pod_env_entries
+from k8s.patch import HYPERPOD_SHM_HOST_PATH, L2_MOUNT_PATH, l2_volume, l2_volume_mount, line_cache_env, pod_env_entries
 from platform_config import BusinessLineConfig, PlatformConfig
 
 KYVERNO_API_VERSION: Final = "kyverno.io/v1"
@@ -97,6 +104,47 @@ def _has_vllm_container(line: BusinessLineConfig) -> dict[str, Any]:
     return {"all": [{"key": f"{{{{ length({selector}) }}}}", "operator": "NotEquals", "value": 0}]}
 
 
+def shm_volume_jmespath(volume: str = "") -> str:
+    """JMESPath that is true when ``volume`` (an expression for a pod volume; empty: the current
+    node of a filter) is a ``hostPath`` of ``/dev/shm`` or a path under it:
+    :func:`k8s.patch.is_hyperpod_shm_volume` in the policy."""
+    path = f"{volume}.hostPath.path" if volume else "hostPath.path"
+    return (f"({path} == '{HYPERPOD_SHM_HOST_PATH}' || "
+            f"starts_with({path} || '', '{HYPERPOD_SHM_HOST_PATH}/'))")
+
+
+def _mount_removals(line: BusinessLineConfig) -> list[dict[str, Any]]:
+    """``foreach`` entries of ``remove-owned-entries`` over every container's and init container's
+    mounts: the HyperPod shared-memory mounts anywhere, the L2 mount in the vLLM container.
+
+    One pass per list (containers, then init containers), so the result does not depend on
+    whether Kyverno re-reads ``request.object`` between entries. ``element0`` is the container
+    (Kyverno adds ``element<nesting>`` for each level, ``AddElement`` in kyverno
+    ``pkg/engine/context/context.go``).
+    """
+    shm_names = f"request.object.spec.volumes[?{shm_volume_jmespath()}].name || `[]`"
+    shm_mount = {"key": f"{{{{ contains({shm_names}, element.name) }}}}", "operator": "Equals", "value": True}
+    is_vllm = (f"(element0.name == '{names.endpoint_name(line)}' || "
+               f"contains(element0.ports[].containerPort || `[]`, `{line.vllm.port}`))")
+    l2_mount = (f"(element.name == '{names.L2_VOLUME_NAME}' || element.mountPath == '{L2_MOUNT_PATH}')")
+    entries = []
+    for kind, conditions in (
+            ("containers", [shm_mount, {"key": f"{{{{ {is_vllm} && {l2_mount} }}}}", "operator": "Equals",
+                                        "value": True}]),
+            ("initContainers", [shm_mount])):
+        entries.append({
+            "list": f"request.object.spec.{kind} || `[]`",
+            "foreach": [{
+                "list": "element.volumeMounts || `[]`",
+                "order": "Descending",
+                "preconditions": {"any": conditions},
+                "patchesJson6902": _yaml_patch([{
+                    "op": "remove", "path": f"/spec/{kind}/{{{{ elementIndex0 }}}}/volumeMounts/{{{{ elementIndex1 }}}}"}]),
+            }],
+        })
+    return entries
+
+
 def webhook_match_conditions(line: BusinessLineConfig) -> list[dict[str, str]]:
     """CEL ``matchConditions`` of the policy's webhook: the line's namespace and a vLLM container.
 
@@ -128,27 +176,7 @@ def policy_spec(platform: PlatformConfig, line: BusinessLineConfig) -> dict[str,
         "match": match,
         "preconditions": has_vllm,
         "mutate": {"foreach": [
-            {
-                "list": "request.object.spec.volumes || `[]`",
-                "order": "Descending",
-                "preconditions": {"all": [{"key": "{{ element.name }}", "operator": "Equals",
-                                           "value": names.L2_VOLUME_NAME}]},
-                "patchesJson6902": _yaml_patch([{"op": "remove", "path": "/spec/volumes/{{ elementIndex }}"}]),
-            },
-            {
-                "list": "request.object.spec.containers",
-                "preconditions": vllm,
-                "foreach": [{
-                    "list": "element.volumeMounts || `[]`",
-                    "order": "Descending",
-                    "preconditions": {"any": [
-                        {"key": "{{ element.name }}", "operator": "Equals", "value": names.L2_VOLUME_NAME},
-                        {"key": "{{ element.mountPath }}", "operator": "Equals", "value": L2_MOUNT_PATH},
-                    ]},
-                    "patchesJson6902": _yaml_patch([{
-                        "op": "remove", "path": "/spec/containers/{{ elementIndex0 }}/volumeMounts/{{ elementIndex1 }}"}]),
-                }],
-            },
+            *_mount_removals(line),
             {
                 "list": "request.object.spec.containers",
                 "preconditions": vllm,
@@ -159,6 +187,16 @@ def policy_spec(platform: PlatformConfig, line: BusinessLineConfig) -> dict[str,
                     "patchesJson6902": _yaml_patch([{
                         "op": "remove", "path": "/spec/containers/{{ elementIndex0 }}/env/{{ elementIndex1 }}"}]),
                 }],
+            },
+            {
+                # Last: the mount passes above look the shared-memory volume names up here.
+                "list": "request.object.spec.volumes || `[]`",
+                "order": "Descending",
+                "preconditions": {"any": [
+                    {"key": "{{ element.name }}", "operator": "Equals", "value": names.L2_VOLUME_NAME},
+                    {"key": f"{{{{ {shm_volume_jmespath('element')} }}}}", "operator": "Equals", "value": True},
+                ]},
+                "patchesJson6902": _yaml_patch([{"op": "remove", "path": "/spec/volumes/{{ elementIndex }}"}]),
             },
         ]},
     }
@@ -238,11 +276,10 @@ def policy_manifest(platform: PlatformConfig, line: BusinessLineConfig) -> dict[
                 AUTOGEN_ANNOTATION: "none",
                 "policies.kyverno.io/title": "Curvine L2 KV cache for the vLLM pods of this business line",
                 "policies.kyverno.io/description": (
-                    "Mutates Pods at CREATE only: exactly one LMCACHE_REMOTE_URL (fs:// on the Curvine "
-                    "mount), LMCACHE_REMOTE_SERDE, LMCACHE_CHUNK_SIZE, LMCACHE_EXTRA_CONFIG (per-pod temp "
-                    "dir), PYTHONHASHSEED"
-                    + (", LMCACHE_MAX_LOCAL_CPU_SIZE (L1 size)" if line.cache.l1_cpu_gib is not None else "")
-                    + ", the line's RWX PVC and its mount at /mnt/curvine/l2cache."),
+                    "Mutates the vLLM Pods of this line at CREATE only: exactly one each of "
+                    + ", ".join(line_cache_env(platform, line))
+                    + "; the line's RWX PVC and its mount at /mnt/curvine/l2cache; removes the operator's "
+                    "/dev/shm hostPath (only the replaced sagemaker-hyperpod:// backend used it)."),
             },
         },
         "spec": policy_spec(platform, line),

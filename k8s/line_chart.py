@@ -21,7 +21,9 @@ With ``cache.l2_enabled: false`` only 1, 2 and 5 are emitted (no PVC, no policy,
 
 The namespace enforces the ``baseline`` Pod Security level (warns and audits ``restricted``):
 no Pod there may use ``hostPath``, ``hostNetwork``, ``hostPID`` or privilege, so no Pod can read
-another line's chunks under the kubelet's FUSE mount paths on the node. Not ``restricted``: the
+another line's chunks under the kubelet's FUSE mount paths on the node. The operator's own
+shared-memory ``hostPath`` (``/dev/shm``, for the replaced Tiered Storage backend) is removed by the
+L2 mutation before Pod Security admission sees the Pod (:mod:`k8s.kyverno`). Not ``restricted``: the
 operator renders the vLLM container without ``runAsNonRoot``, ``seccompProfile`` or dropped
 capabilities (its CR has no field to set them on the worker), and the janitor runs as uid 0
 because the Curvine FUSE mount checks permissions for every other uid.

@@ -11,8 +11,10 @@
 #   3. compute the patch against the live Deployment (python -m k8s.patch --deployment: removes
 #      every entry it owns first -- the L2 volume and mount, the operator's LMCACHE_REMOTE_URL and
 #      LMCACHE_EXTRA_CONFIG, the CR's LMCACHE_REMOTE_SERDE and PYTHONHASHSEED, and
-#      LMCACHE_MAX_LOCAL_CPU_SIZE when cache.l1_cpu_gib is set, duplicates included -- each
-#      guarded by a JSON-patch "test", then appends exactly one of each to the vLLM container)
+#      LMCACHE_MAX_LOCAL_CPU_SIZE when cache.l1_cpu_gib is set, duplicates included, and the
+#      Tiered Storage shared-memory hostPath (/dev/shm or below) with every mount of it, which Pod
+#      Security "baseline" refuses -- each guarded by a JSON-patch "test", then appends exactly one
+#      of each to the vLLM container)
 #      and apply it in one `kubectl patch --type=json`;
 #   4. scale back to the previous replica count and wait until the Pods are Ready;
 #   5. restore the operator (also on failure, via the EXIT trap).

@@ -17,20 +17,9 @@ from tests.k8s.operator_render import OPERATOR_URL, deployment, pod, pod_from_de
 
 from k8s import names
 from k8s.kube import KUBERNETES_VERSION
-from k8s.kyverno import policy_manifest
 from k8s.lmcache import TMP_DIR_PREFIX, owned_env_names
 from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL, endpoint_json_patch, line_cache_env
 import jsonpatch
-
-
-@pytest.fixture(scope="module", params=["rag-assistant", "research-reasoning"])
-def line(request, k8s_project):
-    return k8s_project.business_line(request.param)
-
-
-@pytest.fixture(scope="module")
-def policy(k8s_project, line):
-    return policy_manifest(k8s_project.platform, line)
 
 
 def _vllm(p, line):
