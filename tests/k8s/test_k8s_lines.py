@@ -25,20 +25,25 @@ def test_each_line_gets_its_own_namespace_pvc_and_endpoint(manifests, k8s_projec
     seen = {"ns": set(), "pvc": set(), "endpoint": set()}
     for line in k8s_project.business_lines:
         objs = manifests[names.line_chart_name(line)]
-        assert [o["kind"] for o in objs] == ["Namespace", "NetworkPolicy", "PersistentVolumeClaim", "Policy",
-                                             "InferenceEndpointConfig"]
+        l2 = ["PersistentVolumeClaim", "Policy"] if line.cache.l2_enabled else []  # no L2: no PVC, no mutation
+        assert [o["kind"] for o in objs] == ["Namespace", "NetworkPolicy", *l2, "InferenceEndpointConfig"]
         assert objs[0]["metadata"]["name"] == line.namespace
         assert all(o["metadata"]["namespace"] == line.namespace for o in objs[1:])
-        pvc = find(objs, "PersistentVolumeClaim")
         ep = find(objs, "InferenceEndpointConfig")
         seen["ns"].add(line.namespace)
-        seen["pvc"].add((line.namespace, pvc["metadata"]["name"]))
         seen["endpoint"].add((line.namespace, ep["metadata"]["name"]))
-    assert all(len(v) == len(k8s_project.business_lines) >= 2 for v in seen.values())
+        if line.cache.l2_enabled:
+            seen["pvc"].add((line.namespace, find(objs, "PersistentVolumeClaim")["metadata"]["name"]))
+    with_l2 = [l for l in k8s_project.business_lines if l.cache.l2_enabled]
+    assert len(seen["ns"]) == len(seen["endpoint"]) == len(k8s_project.business_lines) > len(with_l2) >= 2
+    assert len(seen["pvc"]) == len(with_l2)
 
 
 def test_pvc_is_rwx_on_the_curvine_storage_class(manifests, k8s_project):
     for line in k8s_project.business_lines:
+        if not line.cache.l2_enabled:
+            assert not [o for o in manifests[names.line_chart_name(line)] if o["kind"] == "PersistentVolumeClaim"]
+            continue
         pvc = find(manifests[names.line_chart_name(line)], "PersistentVolumeClaim", names.pvc_name(line))["spec"]
         assert pvc["accessModes"] == ["ReadWriteMany"]
         assert pvc["storageClassName"] == k8s_project.platform.curvine.storage_class_name == "curvine-sc"
