@@ -198,10 +198,11 @@ def test_patch_cli(tmp_path, capsys, k8s_project):
     line = k8s_project.business_line("rag-assistant")
     dep_file = tmp_path / "deploy.json"
     dep_file.write_text(json.dumps(deployment(line)))
-    assert patch_main(["--line", "rag-assistant", "--deployment", str(dep_file)]) == 0
+    config = str(k8s_project.config_dir)  # the scenario config, never the user's config/
+    assert patch_main(["--config", config, "--line", "rag-assistant", "--deployment", str(dep_file)]) == 0
     ops = json.loads(capsys.readouterr().out)
     assert ops == endpoint_json_patch(k8s_project.platform, line, deployment=deployment(line))
-    assert patch_main(["--line", "no-such-line"]) == 2
+    assert patch_main(["--config", config, "--line", "no-such-line"]) == 2
     assert "no business line" in capsys.readouterr().err
 
 
