@@ -67,6 +67,7 @@ def quantity_bytes(quantity: str) -> float:
         raise ValueError(f"not a Kubernetes quantity: {quantity!r}")
     return float(match.group(1)) * _QUANTITY_SUFFIXES[match.group(2)]
 
+
 def _check_positive_quantity(value: str) -> str:
     """Reject zero sizes (``0Gi`` would render a 0-byte PVC); negatives fail the pattern already."""
     if quantity_bytes(value) <= 0:

@@ -163,3 +163,10 @@ def test_actions_are_pinned_to_exact_versions() -> None:
             if "uses" in step:
                 ref = step["uses"].split("@", 1)[1]
                 assert ref.count(".") == 2, step["uses"]  # vX.Y.Z, never a moving major tag
+
+
+def test_ci_uses_the_documented_node_version() -> None:
+    """README: Node.js 22 LTS or newer (jsii no longer supports 20)."""
+    assert "**Node.js 22 LTS or newer**" in (REPO / "README.md").read_text()
+    versions = {s["with"]["node-version"] for job in jobs().values() for s in steps_using(job, "actions/setup-node")}
+    assert versions and all(int(v) >= 22 and int(v) % 2 == 0 for v in versions)  # even majors are the LTS lines
