@@ -2,7 +2,8 @@
 """CDK entry point: load and validate config, build the stacks, add cdk-nag, synthesize.
 
 Config directory: ``$KVCACHE_CONFIG_DIR`` (default ``config``). A config error is printed to
-stderr and the process exits 1 before any construct exists, so nothing is written.
+stderr and the process exits 1 before any construct exists, so nothing is written. Warnings
+(checks that could not run, see ``ProjectConfig.warnings``) go to stderr and do not stop synthesis.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ def main() -> int:
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1
+    for warning in project.warnings:  # checks that could not run (e.g. a model the planner does not know)
+        print(f"warning: {warning}", file=sys.stderr)
 
     # Imported only now: jsii starts a Node process, pointless for a config error.
     import stacks

@@ -15,3 +15,8 @@ Modules:
 Every module here is importable without aws_cdk, so ``make manifests`` and the operator
 tools can use them on a machine with no CDK toolchain.
 """
+
+from platform_config.runtime import quiet_node_notices
+
+# Before any chart module imports cdk8s (which starts jsii's Node process).
+quiet_node_notices()

@@ -650,14 +650,14 @@ def inputs_from_line(line: BusinessLineConfig, platform: PlatformConfig | None, 
         values["region"] = platform.region
         ts = platform.hyperpod.tiered_storage
         values["l1_percentage"] = ts.memory_allocation_percentage if ts.enabled and line.cache.l1_enabled else 0
-    if line.cache.l1_enabled and line.cache.l1_cpu_gib is not None:
-        values["l1_gib_per_replica"] = line.cache.l1_cpu_gib
         if platform.curvine.enabled and line.cache.l2_enabled:
             nodes, gib = l2_pool(platform, overrides.get("nvme_reserve_fraction", DEFAULT_NVME_RESERVE_FRACTION))
             values["l2_nodes"] = nodes
             values["l2_node_capacity_gib"] = gib / nodes if nodes else None
         else:
             values["l2_nodes"] = 0
+    if line.cache.l1_enabled and line.cache.l1_cpu_gib is not None:
+        values["l1_gib_per_replica"] = line.cache.l1_cpu_gib
     values.update({k: v for k, v in overrides.items() if v is not None})
     return PlanInputs(**values)
 

@@ -68,6 +68,17 @@ def quantity_bytes(quantity: str) -> float:
         raise ValueError(f"not a Kubernetes quantity: {quantity!r}")
     return float(match.group(1)) * _QUANTITY_SUFFIXES[match.group(2)]
 
+
+def _check_positive_quantity(value: str) -> str:
+    """Reject zero sizes (``0Gi`` would render a 0-byte PVC); negatives fail the pattern already."""
+    if quantity_bytes(value) <= 0:
+        raise ValueError("must be above zero; allowed: a quantity above 0 such as 500Gi, 8 or 500m")
+    return value
+
+
+#: A :data:`Quantity` above zero (sizes, CPU and memory requests).
+PositiveQuantity = Annotated[Quantity, AfterValidator(_check_positive_quantity)]
+
 #: Version strings are pinned exactly: no ``latest``, no ranges.
 PINNED_VERSION_PATTERN = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?([-+.][0-9A-Za-z.-]+)?$"
 PinnedVersion = Annotated[str, StringConstraints(pattern=PINNED_VERSION_PATTERN)]
@@ -739,8 +750,8 @@ class VllmConfig(StrictModel):
 class ResourcesConfig(StrictModel):
     """CPU and memory per replica (GPUs come from ``gpus_per_replica``)."""
 
-    cpu: Quantity = "6"
-    memory: Quantity = "30Gi"
+    cpu: PositiveQuantity = "6"
+    memory: PositiveQuantity = "30Gi"
 
 
 class CacheConfig(StrictModel):
@@ -749,7 +760,7 @@ class CacheConfig(StrictModel):
     l1_enabled: bool = True
     l2_enabled: bool = True
     #: Size of the line's RWX PVC on the Curvine StorageClass (its L2 directory).
-    l2_size: Quantity = "500Gi"
+    l2_size: PositiveQuantity = "500Gi"
     #: LMCache chunk size in tokens; 256 is LMCache's default and what the reference used.
     chunk_size_tokens: Annotated[int, Field(ge=16, le=4096)] = 256
     #: GiB of host memory LMCache's CPU tier (L1, `local_cpu`) may use per pod, split evenly
@@ -789,6 +800,10 @@ class BusinessLineConfig(StrictModel):
     python_hash_seed: Annotated[int, Field(ge=0, le=4294967295)] = 0
     metrics_enabled: bool = True
     invocation_endpoint: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._/-]+$")] = "v1/chat/completions"
+    #: false: the CI pipeline (.github/workflows/platform.yml) does not deploy this line, e.g. the
+    #: examples in a fork; it is still validated, synthesized and tested, and is not an orphan.
+    #: A hand-run `cdk deploy --all` deploys every line: deploy by hand with --exclusively.
+    deploy: bool = True
 
     @model_validator(mode="after")
     def _gpus_fit(self) -> "BusinessLineConfig":

@@ -36,8 +36,8 @@ from kv_tools.planner import (  # noqa: E402
     recommend,
 )
 from kv_tools.prices import DEFAULT_PRICES_FILE, load_prices  # noqa: E402
-from platform_config import INSTANCE_TYPES, ConfigError, load_business_line, load_platform  # noqa: E402
-from platform_config.loader import cross_check  # noqa: E402
+from platform_config import INSTANCE_TYPES, ConfigError, ConfigProblem, load_business_line, load_platform  # noqa: E402
+from platform_config.loader import PLATFORM_FILE, config_dir_of, cross_check  # noqa: E402
 
 TOOL = "plan.py"
 
@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--kv-dtype", choices=list(DTYPE_BYTES), help="KV cache dtype (default: as vLLM's 'auto')")
     src.add_argument("--max-model-len", type=cli.positive_int, help="one sequence of this length must fit in L0 "
                                                                     "(default: the line's --max-model-len)")
-    parser.add_argument("--config", type=Path, default=Path("config"), help="config directory (platform.yaml)")
+    parser.add_argument("--config", type=Path, help="config directory holding platform.yaml (default: the one "
+                        "the --business-line file sits in, <dir>/business-lines/; else ./config)")
     parser.add_argument("--tokens", type=cli.positive_int, default=REFERENCE_RUN.prompt_tokens,
                         help="prompt length, tokens")
     parser.add_argument("--l2-read-gibps", type=cli.positive_float, default=REFERENCE_RUN.l2_read_gibps,
@@ -122,12 +123,15 @@ def main(argv: list[str] | None = None) -> int:
         platform = None
         if args.business_line:
             line = load_business_line(args.business_line)
-            platform_file = args.config / "platform.yaml"
-            platform = load_platform(platform_file) if platform_file.exists() else None
-            if platform is not None:  # the same cross-file rules as synthesis, so no false green
-                problems = cross_check(platform, platform_file, [(args.business_line, line)])
-                if problems:
-                    raise ConfigError(problems)
+            platform_file = (args.config or config_dir_of(args.business_line)) / PLATFORM_FILE
+            if not platform_file.is_file():
+                raise ConfigError([ConfigProblem(str(platform_file), "", "file not found; a business line is "
+                                                 "planned against its platform: pass --config DIR")])
+            platform = load_platform(platform_file)
+            # The same cross-file rules as synthesis, so no false green.
+            problems = cross_check(platform, platform_file, [(args.business_line, line)])
+            if problems:
+                raise ConfigError(problems)
             inputs = inputs_from_line(line, platform, model=model, **overrides)
         else:
             if model is None or not args.instance_type:

@@ -16,12 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aws_cdk as cdk
+from platform_config.runtime import quiet_node_notices
+
+quiet_node_notices()  # before aws_cdk starts jsii's Node process (see platform_config/runtime.py)
+
+import aws_cdk as cdk  # noqa: E402
 from aws_cdk import Validations
 
 from kv_constructs import nag
 from platform_config import ConfigError, ConfigProblem, ProjectConfig
 from platform_config.loader import PLATFORM_FILE
+from platform_config.stack_names import PROJECT_TAG, stack_ids
 from stacks.addons_stack import AddonsStack
 from stacks.business_line_stack import BusinessLineStack
 from stacks.cluster_stack import ClusterStack
@@ -61,14 +66,6 @@ class PlatformStacks:
     def all(self) -> list[cdk.Stack]:
         """Every stack, in deployment order."""
         return [self.network, self.cluster, self.hyperpod, self.addons, self.l2_cache, *self.business_lines.values()]
-
-
-def stack_ids(project: ProjectConfig) -> dict[str, str]:
-    """Stack id per role (``network``, ``eks``, ``hyperpod``, ``addons``, ``l2-cache``, ``line-<name>``)."""
-    p = project.platform.project
-    ids = {role: f"{p}-{role}" for role in ("network", "eks", "hyperpod", "addons", "l2-cache")}
-    ids.update({f"line-{line.name}": f"{p}-line-{line.name}" for line in project.business_lines})
-    return ids
 
 
 def cdk_json_context(path: Path = REPO_ROOT / "cdk.json") -> dict[str, Any]:
@@ -141,7 +138,7 @@ def build_platform(app: cdk.App, project: ProjectConfig) -> PlatformStacks:
     platform = project.platform
     env = cdk.Environment(account=platform.account, region=platform.region)
     ids = stack_ids(project)
-    tags = {"kvcache.io/project": platform.project, **platform.tags}
+    tags = {PROJECT_TAG: platform.project, **platform.tags}
 
     def stack_kwargs(role: str, description: str) -> dict[str, Any]:
         return {"env": env, "description": description, "tags": tags, "stack_name": ids[role]}

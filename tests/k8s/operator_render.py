@@ -80,9 +80,16 @@ def shm_volume_and_mount(shm: str | None) -> tuple[list[dict], list[dict]]:
     raise ValueError(f"shm: {shm!r}")
 
 
-def pod_spec(line: BusinessLineConfig, *, shm: str | None = "directory", **env_kwargs: Any) -> dict[str, Any]:
-    """The pod template spec of the operator's Deployment (``shm``: see :func:`shm_volume_and_mount`)."""
+def pod_spec(line: BusinessLineConfig, *, shm: str | None = "auto", **env_kwargs: Any) -> dict[str, Any]:
+    """The pod template spec of the operator's Deployment (``shm``: see :func:`shm_volume_and_mount`).
+
+    ``shm="auto"``: the reported ``"directory"`` shape for a line with L2 on (the reports show it
+    for ``l2CacheBackend: tieredstorage``), none for a line with L2 off (not modelled otherwise:
+    nothing public shows the operator's L1-only pod).
+    """
     name = names.endpoint_name(line)
+    if shm == "auto":
+        shm = "directory" if line.cache.l2_enabled else None
     shm_volumes, shm_mounts = shm_volume_and_mount(shm)
     return {
         "containers": [

@@ -26,22 +26,31 @@ def test_each_line_gets_its_own_namespace_pvc_and_endpoint(manifests, k8s_projec
     for line in k8s_project.business_lines:
         objs = manifests[names.line_chart_name(line)]
         kinds = [o["kind"] for o in objs]
-        assert kinds[0] == "Namespace" and kinds[-2:] == ["Policy", "InferenceEndpointConfig"]
-        assert sorted(kinds[1:-2]) == sorted(["NetworkPolicy", "PersistentVolumeClaim", "ConfigMap", "ServiceAccount",
-                                              "Role", "RoleBinding", "CronJob"])  # janitor: k8s/janitor.py
-        assert kinds.index("PersistentVolumeClaim") < kinds.index("CronJob")
+        if line.cache.l2_enabled:
+            assert kinds[0] == "Namespace" and kinds[-2:] == ["Policy", "InferenceEndpointConfig"]
+            assert sorted(kinds[1:-2]) == sorted(["NetworkPolicy", "PersistentVolumeClaim", "ConfigMap",
+                                                  "ServiceAccount", "Role", "RoleBinding",
+                                                  "CronJob"])  # janitor: k8s/janitor.py
+            assert kinds.index("PersistentVolumeClaim") < kinds.index("CronJob")
+        else:  # no L2: no PVC, no mutation, no janitor
+            assert kinds == ["Namespace", "NetworkPolicy", "InferenceEndpointConfig"]
         assert objs[0]["metadata"]["name"] == line.namespace
         assert all(o["metadata"]["namespace"] == line.namespace for o in objs[1:])
-        pvc = find(objs, "PersistentVolumeClaim")
         ep = find(objs, "InferenceEndpointConfig")
         seen["ns"].add(line.namespace)
-        seen["pvc"].add((line.namespace, pvc["metadata"]["name"]))
         seen["endpoint"].add((line.namespace, ep["metadata"]["name"]))
-    assert all(len(v) == len(k8s_project.business_lines) >= 2 for v in seen.values())
+        if line.cache.l2_enabled:
+            seen["pvc"].add((line.namespace, find(objs, "PersistentVolumeClaim")["metadata"]["name"]))
+    with_l2 = [l for l in k8s_project.business_lines if l.cache.l2_enabled]
+    assert len(seen["ns"]) == len(seen["endpoint"]) == len(k8s_project.business_lines) > len(with_l2) >= 2
+    assert len(seen["pvc"]) == len(with_l2)
 
 
 def test_pvc_is_rwx_on_the_curvine_storage_class(manifests, k8s_project):
     for line in k8s_project.business_lines:
+        if not line.cache.l2_enabled:
+            assert not [o for o in manifests[names.line_chart_name(line)] if o["kind"] == "PersistentVolumeClaim"]
+            continue
         pvc = find(manifests[names.line_chart_name(line)], "PersistentVolumeClaim", names.pvc_name(line))["spec"]
         assert pvc["accessModes"] == ["ReadWriteMany"]
         assert pvc["storageClassName"] == k8s_project.platform.curvine.storage_class_name == "curvine-sc"
@@ -197,10 +206,11 @@ def test_patch_cli(tmp_path, capsys, k8s_project):
     line = k8s_project.business_line("rag-assistant")
     dep_file = tmp_path / "deploy.json"
     dep_file.write_text(json.dumps(deployment(line)))
-    assert patch_main(["--line", "rag-assistant", "--deployment", str(dep_file)]) == 0
+    config = str(k8s_project.config_dir)  # the scenario config, never the user's config/
+    assert patch_main(["--config", config, "--line", "rag-assistant", "--deployment", str(dep_file)]) == 0
     ops = json.loads(capsys.readouterr().out)
     assert ops == endpoint_json_patch(k8s_project.platform, line, deployment=deployment(line))
-    assert patch_main(["--line", "no-such-line"]) == 2
+    assert patch_main(["--config", config, "--line", "no-such-line"]) == 2
     assert "no business line" in capsys.readouterr().err
 
 

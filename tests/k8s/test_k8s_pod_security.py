@@ -290,4 +290,7 @@ def test_our_endpoints_ask_the_operator_for_nothing_baseline_forbids(manifests, 
     for line in k8s_project.business_lines:
         (iec,) = [o for o in manifests[names.line_chart_name(line)] if o["kind"] == "InferenceEndpointConfig"]
         assert "kubernetes" not in iec["spec"]
-        assert iec["spec"]["kvCacheSpec"]["l2CacheSpec"]["l2CacheBackend"] == "tieredstorage"
+        if line.cache.l2_enabled:
+            assert iec["spec"]["kvCacheSpec"]["l2CacheSpec"]["l2CacheBackend"] == "tieredstorage"
+        else:
+            assert "l2CacheSpec" not in iec["spec"]["kvCacheSpec"]

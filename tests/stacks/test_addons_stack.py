@@ -24,9 +24,9 @@ def logical_ids(templates) -> dict[str, str]:
     return {r["Properties"]["AddonName"]: lid for lid, r in templates[ADDONS].find_resources("AWS::EKS::Addon").items()}
 
 
-def role_by_subject(templates, subject: str) -> tuple[str, dict]:
+def role_by_subject(templates, subject: str, stack: str = ADDONS) -> tuple[str, dict]:
     """The IAM role (logical id, resource) whose trust names ``subject`` via its CfnJson conditions."""
-    template = templates[ADDONS]
+    template = templates[stack]
     conditions = {lid: r for lid, r in template.find_resources("Custom::AWSCDKCfnJson").items()
                   if subject in json.dumps(r["Properties"]["Value"])}
     assert len(conditions) == 1, f"no single trust condition for {subject}"
@@ -36,9 +36,30 @@ def role_by_subject(templates, subject: str) -> tuple[str, dict]:
     return next(iter(roles.items()))
 
 
-def statements_of(templates, role_id: str) -> list[dict]:
-    policies = templates[ADDONS].find_resources("AWS::IAM::Policy", {"Properties": {"Roles": [{"Ref": role_id}]}})
+def statements_of(templates, role_id: str, stack: str = ADDONS) -> list[dict]:
+    policies = templates[stack].find_resources("AWS::IAM::Policy", {"Properties": {"Roles": [{"Ref": role_id}]}})
     return [s for p in policies.values() for s in p["Properties"]["PolicyDocument"]["Statement"]]
+
+
+def assert_s3_csi_role_reads_only_model_prefixes(templates, project, stack: str = ADDONS) -> None:
+    """The S3 CSI driver's role lists exactly the S3 lines' buckets and reads exactly their
+    model prefixes, for any number of S3 lines (none: no such statements at all)."""
+    subject = "system:serviceaccount:kube-system:s3-csi-driver-sa"
+    sources = [l.model.source for l in project.business_lines if l.model.source.type == "s3"]
+    if not sources:  # no S3 line: no role for the driver at all
+        assert subject not in json.dumps(templates[stack].to_json())
+        return
+    role_id, _ = role_by_subject(templates, subject, stack)
+    statements = {s.get("Sid"): s for s in statements_of(templates, role_id, stack)}
+
+    def as_list(value) -> list:
+        return sorted(value if isinstance(value, list) else [value])
+
+    assert statements["ReadModelWeights"]["Action"] == "s3:GetObject"
+    assert as_list(statements["ReadModelWeights"]["Resource"]) == sorted(
+        {f"arn:aws:s3:::{src.bucket}/{src.location.strip('/')}/*" for src in sources})
+    assert statements["ListModelBuckets"]["Action"] == "s3:ListBucket"
+    assert as_list(statements["ListModelBuckets"]["Resource"]) == sorted({f"arn:aws:s3:::{src.bucket}" for src in sources})
 
 
 def test_addon_names_and_versions_come_from_config(addons, project) -> None:
@@ -223,12 +244,9 @@ def test_keda_role_can_only_read_metrics(templates) -> None:
 def test_s3_csi_role_reads_only_the_configured_model_prefixes(templates, addons, project) -> None:
     role_id, _ = role_by_subject(templates, "system:serviceaccount:kube-system:s3-csi-driver-sa")
     assert addons["aws-mountpoint-s3-csi-driver"]["Properties"]["ServiceAccountRoleArn"] == {"Fn::GetAtt": [role_id, "Arn"]}
-    statements = {s["Sid"]: s for s in statements_of(templates, role_id)}
-    (line,) = [l for l in project.business_lines if l.model.source.type == "s3"]
-    src = line.model.source
-    assert statements["ReadModelWeights"]["Action"] == "s3:GetObject"
-    assert statements["ReadModelWeights"]["Resource"] == f"arn:aws:s3:::{src.bucket}/{src.location}/*"
-    assert statements["ListModelBuckets"]["Action"] == "s3:ListBucket"
+    buckets = {l.model.source.bucket for l in project.business_lines if l.model.source.type == "s3"}
+    assert len(buckets) >= 2, "the fixture has S3 lines in two buckets"
+    assert_s3_csi_role_reads_only_model_prefixes(templates, project)
 
 
 def test_tls_bucket_is_named_encrypted_ssl_only_and_private(templates, project) -> None:

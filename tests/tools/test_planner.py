@@ -29,7 +29,9 @@ from tests.example_config import FIXTURE_CONFIG
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = load_project(FIXTURE_CONFIG)
-PRICES = load_prices()
+#: The scenario's price table (a fork edits config/prices.yaml; these tests must not move with it).
+FIXTURE_PRICES = FIXTURE_CONFIG / "prices.yaml"
+PRICES = load_prices(FIXTURE_PRICES)
 QWEN7 = lookup_model("Qwen2-7B")
 L40S = get_instance_type("ml.g6e.12xlarge")
 P5 = get_instance_type("ml.p5.48xlarge")
@@ -261,7 +263,8 @@ def test_vllm_args_are_parsed() -> None:
 
 def test_cli_json_has_the_documented_keys(capsys) -> None:
     rc = load_script("plan").main(["--model", "Qwen2-7B", "--instance-type", "ml.g6e.12xlarge",
-                                   "--tokens", "1925", "--l2-read-gibps", "1.84", "--json"])
+                                   "--tokens", "1925", "--l2-read-gibps", "1.84", "--json",
+                                   "--prices", str(FIXTURE_PRICES)])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
     assert out["weights_gib"] == pytest.approx(14.185, abs=0.001)
@@ -273,7 +276,7 @@ def test_cli_json_has_the_documented_keys(capsys) -> None:
 
 def test_cli_business_line_report(capsys) -> None:
     rc = load_script("plan").main(["--business-line", str(FIXTURE_CONFIG / "business-lines/rag-assistant.yaml"),
-                                   "--config", str(FIXTURE_CONFIG)])
+                                   "--config", str(FIXTURE_CONFIG), "--prices", str(FIXTURE_PRICES)])
     out = capsys.readouterr().out
     assert rc == 0
     assert "Qwen2-7B (bfloat16) on ml.g6e.12xlarge" in out

@@ -167,11 +167,13 @@ def cluster(synthesized: dict[str, list[dict]]) -> FakeReader:
                  "spec": {"drivers": [{"name": "ebs.csi.aws.com"}, {"name": names.CSI_DRIVER_NAME}]}} for n in NODES]
     for line in PROJECT.business_lines:
         chart = copy.deepcopy(synthesized[names.line_chart_name(line)])
-        pvc = find(chart, "PersistentVolumeClaim")
-        pvc["status"] = {"phase": "Bound"}
         deployment = operator_deployment(find(chart, "InferenceEndpointConfig"))
-        patched = jsonpatch.apply_patch(deployment, endpoint_json_patch(PLATFORM, line, deployment=deployment))
-        objects += [pvc] + pods_of(patched)
+        if line.cache.l2_enabled:  # a line without L2 has no PVC and is not patched
+            pvc = find(chart, "PersistentVolumeClaim")
+            pvc["status"] = {"phase": "Bound"}
+            objects.append(pvc)
+            deployment = jsonpatch.apply_patch(deployment, endpoint_json_patch(PLATFORM, line, deployment=deployment))
+        objects += pods_of(deployment)
     describe = {"ClusterName": PLATFORM.hyperpod.cluster_name, "ClusterStatus": "InService",
                 "TieredStorageConfig": {"Mode": "Enable", "InstanceMemoryAllocationPercentage": 20}}
     return FakeReader(describe, objects)
