@@ -198,9 +198,31 @@ def build_dashboard(platform: PlatformConfig, lines: tuple[BusinessLineConfig, .
         for panel in line_panels(platform, line):
             dashboard = dashboard.with_panel(panel)
     model = json.loads(json.dumps(dashboard.build(), cls=JSONEncoder))
+    _flow_layout(model["panels"])
     for i, panel in enumerate(model["panels"], start=1):
         panel["id"] = i
     return model
+
+
+def _flow_layout(panels: list[dict[str, Any]]) -> None:
+    """Place panels left to right on Grafana's 24-column grid, wrapping lines; rows span the width.
+
+    (The builder's own placement lets a panel run past column 24 after panels of mixed heights.)
+    """
+    x = y = line_bottom = 0
+    for panel in panels:
+        pos = panel["gridPos"]
+        if panel["type"] == "row":
+            y = line_bottom if x else y
+            pos.update(x=0, y=y, w=24, h=1)
+            x, y = 0, y + 1
+            line_bottom = y
+            continue
+        if x + pos["w"] > 24:
+            x, y = 0, line_bottom
+        pos.update(x=x, y=y)
+        x += pos["w"]
+        line_bottom = max(line_bottom, y + pos["h"])
 
 
 def write_dashboards(outdir: str | Path, models: list[dict[str, Any]]) -> list[Path]:
