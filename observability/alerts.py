@@ -1,8 +1,8 @@
 """Alerts as code: Prometheus rule groups for the AMP workspace and its alert manager (SNS).
 
 Each :class:`Alert` carries its PromQL (from :mod:`observability.queries`), how long it must hold
-(``for``), a severity, what it means and what to do (the README's runbook table is generated
-from the same objects, so the two cannot drift). :func:`rule_groups` renders them as the YAML
+(``for``), a severity, what it means and what to do (annotations ``description`` and
+``runbook``; the README's alert table says the same, and a test checks it names every alert). :func:`rule_groups` renders them as the YAML
 an ``AWS::APS::RuleGroupsNamespace`` takes; :func:`alert_manager_definition` routes every alert
 to the SNS topic.
 

@@ -113,3 +113,14 @@ def test_app_writes_the_dashboard_beside_the_templates(tmp_path) -> None:
     model = json.loads((outdir / "dashboards" / "kvcache-kv-tiers.json").read_text())
     assert len(rows(model)) == 3
     assert Path(outdir / "manifest.json").is_file()
+
+
+def test_readme_observability_section_names_every_panel_and_alert(dashboard, all_alerts) -> None:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Observability"):text.index("## Security baseline")]
+    for alert in {a.name for a in all_alerts}:
+        assert f"`{alert}`" in section, alert
+    for panel in dashboard["panels"]:
+        if panel["type"] != "row":
+            title = panel["title"].split(" (SLO")[0].split(" of ")[0]
+            assert title in section, title
