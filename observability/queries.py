@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from k8s import names
 from observability import targets
 from observability.metrics import series
 from platform_config import BusinessLineConfig, PlatformConfig
@@ -178,8 +179,6 @@ def unmutated_vllm_pods(lines: list[BusinessLineConfig]) -> str:
     ``up`` exists for every Running pod the vLLM job discovered; the ``l2_cache`` target label
     comes from the pod label the Kyverno policy sets, so a pod it did not mutate lacks it.
     """
-    from k8s import names
-
     regex = "|".join(l.name for l in lines)
     up = selector("up", job=targets.JOB_VLLM, business_line=f"{regex}~",
                   **{targets.L2_CACHE_TARGET_LABEL: f"!{names.L2_MUTATED_VALUE}"})
@@ -236,8 +235,6 @@ def admission_denied_in(lines: list[BusinessLineConfig]) -> str:
 
 def l2_policy_failures(lines: list[BusinessLineConfig]) -> str:
     """Failed or errored rule results per second of the lines' L2 policies, by policy."""
-    from k8s import names
-
     policies = "|".join(names.policy_name(l) for l in lines)
     return rate_sum("kyverno_policy_results",
                     {"job": targets.JOB_KYVERNO, "policy_name": f"{policies}~", "rule_result": "fail|error~"},

@@ -28,6 +28,7 @@ PATTERN_DESCRIPTIONS = {
     models.AWS_ACCOUNT_PATTERN: "a 12-digit account ID",
     models.AWS_REGION_PATTERN: "a region name such as us-west-2",
     models.AZ_NAME_PATTERN: "a zone name such as us-west-2a",
+    models.EMAIL_PATTERN: "an email address such as oncall@example.com",
 }
 BUSINESS_LINES_DIR = "business-lines"
 
@@ -154,7 +155,8 @@ def cross_check(
     problems: list[ConfigProblem] = []
     group_types = sorted({g.instance_type for g in platform.hyperpod.instance_groups})
     reserved = {"default", "kube-system", "kube-public", "kube-node-lease", "aws-hyperpod",
-                "hyperpod-inference-system", "kyverno", "cert-manager", platform.curvine.namespace}
+                "hyperpod-inference-system", "kyverno", "cert-manager", platform.curvine.namespace,
+                platform.observability.namespace}
     seen_ns: dict[str, Path] = {}
     for path, line in lines:
         if line.instance_type not in group_types:

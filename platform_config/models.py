@@ -421,11 +421,15 @@ class DcgmExporterConfig(StrictModel):
         repository="https://nvidia.github.io/dcgm-exporter/helm-charts", chart="dcgm-exporter", version="4.8.2")
 
 
+#: An email address (the SNS email protocol's endpoint).
+EMAIL_PATTERN = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
+
+
 class AlertsConfig(StrictModel):
     """Alert thresholds and who is notified (the SNS topic of the observability stack)."""
 
     #: Email addresses subscribed to the alert topic; each must confirm the subscription mail.
-    email_subscriptions: tuple[Annotated[str, StringConstraints(pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")], ...] = ()
+    email_subscriptions: tuple[Annotated[str, StringConstraints(pattern=EMAIL_PATTERN)], ...] = ()
     #: Fire when the Curvine pool (all Workers) is fuller than this share of its capacity.
     pool_usage_threshold: Annotated[float, Field(gt=0, le=1)] = 0.85
     #: L2 hit rate "collapses" when the last 15 minutes reach less than this share of the
