@@ -451,8 +451,8 @@ class ObservabilityConfig(StrictModel):
     enabled: bool = True
     #: Namespace of the DCGM exporter.
     namespace: DnsLabel = "kvcache-monitoring"
-    #: Seconds between two scrapes of every target.
-    scrape_interval_seconds: Annotated[int, Field(ge=10, le=300)] = 30
+    #: Seconds between two scrapes of every target; AMP managed collectors accept 30 s and more.
+    scrape_interval_seconds: Annotated[int, Field(ge=30, le=300)] = 30
     grafana: GrafanaWorkspaceConfig = GrafanaWorkspaceConfig()
     dcgm_exporter: DcgmExporterConfig = DcgmExporterConfig()
     alerts: AlertsConfig = AlertsConfig()

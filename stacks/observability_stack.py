@@ -19,11 +19,9 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-import cdk8s
 from aws_cdk import CfnOutput, Fn, Stack
 from aws_cdk import aws_aps as aps
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_eks as eks_l1
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_grafana as grafana
 from aws_cdk import aws_iam as iam
@@ -33,24 +31,13 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
 from observability import alerts, dashboards, targets
-from observability.cluster_objects import DCGM_RELEASE, SCRAPER_USER, dcgm_exporter_values, scraper_rbac_chart
+from observability.cluster_objects import DCGM_RELEASE, dcgm_exporter_values
 from platform_config import BusinessLineConfig, PlatformConfig
 
 #: Prometheus query actions the Grafana workspace role needs on the workspace (AMP user guide,
 #: "Set up Amazon Managed Grafana for use with Amazon Managed Service for Prometheus").
 GRAFANA_QUERY_ACTIONS = ("aps:QueryMetrics", "aps:GetSeries", "aps:GetLabels", "aps:GetMetricMetadata",
                          "aps:DescribeWorkspace")
-
-
-def scraper_role_arn_for_access_entry(role_arn: str) -> str:
-    """The scraper's role ARN without its path, as EKS access entries (and aws-auth) need it.
-
-    ``AWS::APS::Scraper`` returns ``arn:aws:iam::<acct>:role/aws-service-role/scraper.aps.amazonaws.com/
-    AWSServiceRoleForAmazonPrometheusScraper_<id>``; EKS matches the path-less form
-    ``arn:aws:iam::<acct>:role/AWSServiceRoleForAmazonPrometheusScraper_<id>`` (AMP user guide).
-    """
-    parts = Fn.split("/", role_arn)
-    return Fn.join("/", [Fn.select(0, parts), Fn.select(3, parts)])
 
 
 class ObservabilityStack(Stack):
@@ -116,14 +103,8 @@ class ObservabilityStack(Stack):
                 amp_configuration=aps.CfnScraper.AmpConfigurationProperty(workspace_arn=self.workspace.attr_arn)),
             scrape_configuration=aps.CfnScraper.ScrapeConfigurationProperty(configuration_blob=blob))
 
-        # The scraper's service-linked role becomes the Kubernetes user SCRAPER_USER, bound to a
-        # ClusterRole that can only read pods (observability.cluster_objects).
-        self.scraper_access = eks_l1.CfnAccessEntry(
-            self, "ScraperAccessEntry", cluster_name=cluster.cluster_name, type="STANDARD",
-            principal_arn=scraper_role_arn_for_access_entry(self.scraper.attr_role_arn), username=SCRAPER_USER)
-        rbac = list(scraper_rbac_chart(cdk8s.App()).to_json())
-        self.scraper_rbac = eks.KubernetesManifest(self, "ScraperRbac", cluster=cluster, manifest=rbac,
-                                                   overwrite=True)
+        # No access entry or RBAC of ours: on an API/API_AND_CONFIG_MAP cluster AMP creates the
+        # scraper's access entry itself (a second one for the same role would fail the deploy).
 
         self.dcgm_exporter: eks.HelmChart | None = None
         if obs.dcgm_exporter.install:

@@ -26,6 +26,8 @@ def test_fixture_turns_observability_on_with_pinned_exporter_and_per_line_slos(o
     (lambda d: d["observability"]["dcgm_exporter"]["chart"].update(version="latest"),
      "observability.dcgm_exporter.chart.version", "an exact version"),
     (lambda d: d["observability"].update(scrape_intervall=30), "observability.scrape_intervall", "unknown key"),
+    (lambda d: d["observability"].update(scrape_interval_seconds=15), "observability.scrape_interval_seconds",
+     "greater than or equal to 30"),
 ])
 def test_bad_observability_values_name_the_file_and_field(tmp_path, edit, field, fragment) -> None:
     config = copy_example_config(tmp_path / "config")

@@ -6,10 +6,9 @@ import json
 
 import pytest
 import yaml
-from aws_cdk.assertions import Capture, Match, Template
+from aws_cdk.assertions import Match, Template
 
 from observability import alerts, dashboards
-from observability.cluster_objects import SCRAPER_CLUSTER_ROLE, SCRAPER_USER
 
 
 @pytest.fixture(scope="module")
@@ -85,21 +84,17 @@ def test_scraper_sends_to_the_workspace_from_the_private_subnets(template) -> No
     assert "Fn::ImportValue" in json.dumps(eks["ClusterArn"])
 
 
-def test_scraper_is_a_kubernetes_user_that_can_only_read_pods(template, synthesized, obs_project) -> None:
-    scraper_id, _ = _one(template, "AWS::APS::Scraper")
-    principal = Capture()
-    template.has_resource_properties("AWS::EKS::AccessEntry", {
-        "Username": SCRAPER_USER, "Type": "STANDARD", "PrincipalArn": principal,
-        "AccessPolicies": Match.absent(), "KubernetesGroups": Match.absent()})
-    # arn:...:role/aws-service-role/scraper.aps.amazonaws.com/<name> -> arn:...:role/<name>
-    assert json.dumps(principal.as_object()).count(f'"{scraper_id}", "RoleArn"') == 2
-    manifests = [r for r in template.find_resources("Custom::AWSCDK-EKS-KubernetesResource").values()]
-    objects = [o for r in manifests for o in json.loads(_flatten(r["Properties"]["Manifest"]))]
-    (role,) = [o for o in objects if o["kind"] == "ClusterRole"]
-    assert role["metadata"]["name"] == SCRAPER_CLUSTER_ROLE
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
-    (binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
-    assert binding["subjects"] == [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": SCRAPER_USER}]
+def test_no_access_entry_or_rbac_of_our_own_for_the_scraper(template) -> None:
+    """AMP creates the scraper's access entry on an API_AND_CONFIG_MAP cluster; a second would fail."""
+    assert template.find_resources("AWS::EKS::AccessEntry") == {}
+    assert template.find_resources("Custom::AWSCDK-EKS-KubernetesResource") == {}
+
+
+def test_cluster_lets_amp_create_the_scrapers_access_entry(templates, obs_project) -> None:
+    eks = templates[f"{obs_project.platform.project}-eks"]
+    eks.has_resource_properties("AWS::EKS::Cluster", {
+        "AccessConfig": Match.object_like({"AuthenticationMode": "API_AND_CONFIG_MAP"}),
+        "ResourcesVpcConfig": Match.object_like({"EndpointPrivateAccess": True})})
 
 
 def _flatten(value) -> str:
