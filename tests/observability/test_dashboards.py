@@ -124,3 +124,13 @@ def test_readme_observability_section_names_every_panel_and_alert(dashboard, all
         if panel["type"] != "row":
             title = panel["title"].split(" (SLO")[0].split(" of ")[0]
             assert title in section, title
+
+
+def test_dashboard_json_round_trips_through_grafanas_typed_model(dashboard) -> None:
+    """The JSON decodes into grafana-foundation-sdk's Dashboard model (Grafana's schema types) unchanged."""
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models.dashboard import Dashboard
+
+    decoded = Dashboard.from_json(dashboard)
+    assert json.loads(json.dumps(decoded, cls=JSONEncoder)) == dashboard
+    assert decoded.uid == "kvcache-kv-tiers" and decoded.templating.list_val[0].name == "datasource"
