@@ -10,6 +10,7 @@ deploys:
 - :mod:`observability.queries`: the PromQL of every panel and alert, per business line.
 - :mod:`observability.alerts`: Prometheus rule groups and the alert manager definition (SNS).
 - :mod:`observability.dashboards`: Grafana dashboard JSON (grafana-foundation-sdk).
+- :mod:`observability.cluster_objects`: Helm values of the DCGM exporter.
 
 Named ``observability`` (not ``constructs``): nothing here shadows a library module.
 """
