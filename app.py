@@ -29,12 +29,17 @@ def main() -> int:
 
     app = stacks.new_app()
     try:
-        stacks.build_platform(app, project)
+        built = stacks.build_platform(app, project)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1
     stacks.add_nag_checks(app)
     app.synth()
+    # Only after a successful synth: the dashboards go beside the templates (cdk.out/dashboards/).
+    if built.observability is not None:
+        from observability.dashboards import write_dashboards
+
+        write_dashboards(app.outdir, built.observability.dashboards)
     return 0
 
 

@@ -32,6 +32,7 @@ PATTERN_DESCRIPTIONS = {
     models.hp_rules.KUBERNETES_VALUE_PATTERN: "a Kubernetes label value (letters, digits, '-', '_', '.')",
     models.hp_rules.TRAINING_PLAN_ARN_PATTERN: "a training plan ARN (arn:aws:sagemaker:<region>:<account>:training-plan/<name>)",
     models.WORKER_DATA_DIR_PATTERN: "a directory below /opt/dlami/nvme or /opt/sagemaker",
+    models.EMAIL_PATTERN: "an email address such as oncall@example.com",
 }
 BUSINESS_LINES_DIR = "business-lines"
 
@@ -161,7 +162,8 @@ def cross_check(
     problems: list[ConfigProblem] = []
     group_types = sorted({g.instance_type for g in platform.hyperpod.instance_groups})
     reserved = {"default", "kube-system", "kube-public", "kube-node-lease", "aws-hyperpod",
-                "hyperpod-inference-system", "kyverno", "cert-manager", platform.curvine.namespace}
+                "hyperpod-inference-system", "kyverno", "cert-manager", platform.curvine.namespace,
+                platform.observability.namespace}
     seen_ns: dict[str, Path] = {}
     for path, line in lines:
         if line.instance_type not in group_types:

@@ -611,6 +611,69 @@ class InferenceOperatorConfig(StrictModel):
     gateway: InferenceGatewayConfig = InferenceGatewayConfig()
 
 
+class GrafanaWorkspaceConfig(StrictModel):
+    """The Amazon Managed Grafana workspace that shows the generated dashboards (README, "Observability").
+
+    A workspace needs a sign-in method: ``AWS_SSO`` (IAM Identity Center enabled in the account or
+    its organization) or ``SAML`` (configure the identity provider in the console afterwards).
+    """
+
+    #: true: the observability stack creates a workspace that reads only this platform's
+    #: Prometheus workspace; false: use a Grafana of your own and import the dashboard JSON.
+    create_workspace: bool = True
+    #: Sign-in method of the workspace.
+    authentication: Literal["AWS_SSO", "SAML"] = "AWS_SSO"
+    #: Grafana version of the workspace (versions Amazon Managed Grafana offers).
+    version: Literal["9.4", "10.4"] = "10.4"
+
+
+class DcgmExporterConfig(StrictModel):
+    """NVIDIA DCGM exporter (GPU metrics), installed on the HyperPod nodes from its Helm chart."""
+
+    #: false: a DCGM exporter already runs on the GPU nodes (say, from the GPU operator) and is
+    #: scraped by its pod label ``app.kubernetes.io/name=dcgm-exporter``; nothing is installed.
+    install: bool = True
+    chart: HelmChartVersion = HelmChartVersion(
+        repository="https://nvidia.github.io/dcgm-exporter/helm-charts", chart="dcgm-exporter", version="4.8.2")
+
+
+#: An email address (the SNS email protocol's endpoint).
+EMAIL_PATTERN = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
+
+
+class AlertsConfig(StrictModel):
+    """Alert thresholds and who is notified (the SNS topic of the observability stack)."""
+
+    #: Email addresses subscribed to the alert topic; each must confirm the subscription mail.
+    email_subscriptions: tuple[Annotated[str, StringConstraints(pattern=EMAIL_PATTERN)], ...] = ()
+    #: Fire when the Curvine pool (all Workers) is fuller than this share of its capacity.
+    pool_usage_threshold: Annotated[float, Field(gt=0, le=1)] = 0.85
+    #: L2 hit rate "collapses" when the last 15 minutes reach less than this share of the
+    #: line's L2 hit rate over the 6 hours before (a model change or a wiped directory).
+    l2_hit_rate_collapse_ratio: Annotated[float, Field(gt=0, lt=1)] = 0.5
+    #: ... and only for lines whose 6-hour L2 hit rate (L2 tokens / prompt tokens) was at least this.
+    l2_hit_rate_baseline_min: Annotated[float, Field(gt=0, lt=1)] = 0.05
+
+
+class ObservabilityConfig(StrictModel):
+    """Metrics, dashboards and alerts (README, "Observability").
+
+    Collection: an Amazon Managed Service for Prometheus workspace fed by an AMP managed scraper
+    (agentless, runs outside the cluster); dashboards for Amazon Managed Grafana generated from
+    config; alert rules and an alert manager in the workspace notifying an encrypted SNS topic.
+    """
+
+    #: false: no observability stack, no exporter, no dashboards.
+    enabled: bool = True
+    #: Namespace of the DCGM exporter.
+    namespace: DnsLabel = "kvcache-monitoring"
+    #: Seconds between two scrapes of every target; AMP managed collectors accept 30 s and more.
+    scrape_interval_seconds: Annotated[int, Field(ge=30, le=300)] = 30
+    grafana: GrafanaWorkspaceConfig = GrafanaWorkspaceConfig()
+    dcgm_exporter: DcgmExporterConfig = DcgmExporterConfig()
+    alerts: AlertsConfig = AlertsConfig()
+
+
 class PlatformConfig(StrictModel):
     """``config/platform.yaml``: everything shared by all business lines."""
 
@@ -632,6 +695,9 @@ class PlatformConfig(StrictModel):
     versions: VersionsConfig
     #: The inference operator add-on: load-balancer scheme, inference gateway.
     inference_operator: InferenceOperatorConfig = InferenceOperatorConfig()
+
+
+    observability: ObservabilityConfig = ObservabilityConfig()
     tags: dict[str, str] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -776,6 +842,16 @@ class CacheConfig(StrictModel):
         return self
 
 
+class SloConfig(StrictModel):
+    """Service-level objectives of a line, drawn on its dashboard row and alerted on."""
+
+    #: Time to first token, 90th percentile, in ms. The alert fires when the line's p90 over
+    #: 5 minutes stays above it for 10 minutes. Default 2,000 ms: the reference deployment's cold
+    #: TTFT was 774 ms at 2,500 tokens for a 7B model on L40S (docs/sources.md §1), so 2 s leaves
+    #: room for queueing; set each line's own.
+    ttft_p90_ms: Annotated[int, Field(ge=1, le=600000)] = 2000
+
+
 class BusinessLineConfig(StrictModel):
     """``config/business-lines/<name>.yaml``: one team's endpoint; ``name`` is the file stem."""
 
@@ -795,6 +871,7 @@ class BusinessLineConfig(StrictModel):
     cache: CacheConfig = CacheConfig()
     vllm: VllmConfig
     resources: ResourcesConfig = ResourcesConfig()
+    slo: SloConfig = SloConfig()
     #: PYTHONHASHSEED shared by every pod of the line; without one shared seed each pod
     #: computes different chunk keys and cross-pod hits are silently 0 (docs/sources.md §1).
     python_hash_seed: Annotated[int, Field(ge=0, le=4294967295)] = 0

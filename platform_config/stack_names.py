@@ -21,8 +21,11 @@ def line_stack_prefix(project_name: str) -> str:
 
 
 def stack_ids(project: ProjectConfig) -> dict[str, str]:
-    """Stack name per role (``network``, ``eks``, ``hyperpod``, ``addons``, ``l2-cache``, ``line-<name>``)."""
+    """Stack name per role (``network``, ``eks``, ``hyperpod``, ``addons``, ``l2-cache``, ``line-<name>``,
+    and ``observability`` when ``observability.enabled``)."""
     p = project.platform.project
     ids = {role: f"{p}-{role}" for role in PLATFORM_ROLES}
     ids.update({f"line-{line.name}": line_stack_prefix(p) + line.name for line in project.business_lines})
+    if project.platform.observability.enabled:
+        ids["observability"] = f"{p}-observability"
     return ids

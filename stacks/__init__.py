@@ -4,6 +4,7 @@
 
     {project}-network -> {project}-eks -> {project}-hyperpod -> {project}-addons
         -> {project}-l2-cache -> {project}-line-<name> (one per business line)
+        -> {project}-observability (when ``observability.enabled``)
 
 Every stack gets the explicit environment from config (account, region) and availability
 zones are passed explicitly, so synthesis needs no AWS credentials and makes no lookups.
@@ -33,6 +34,7 @@ from stacks.cluster_stack import ClusterStack
 from stacks.hyperpod_stack import HyperPodStack, curvine_volume_props, dependency_chart_dir
 from stacks.l2_cache_stack import L2CacheStack
 from stacks.network_stack import NetworkStack
+from stacks.observability_stack import ObservabilityStack
 
 __all__ = [
     "AddonsStack",
@@ -41,6 +43,7 @@ __all__ = [
     "HyperPodStack",
     "L2CacheStack",
     "NetworkStack",
+    "ObservabilityStack",
     "PlatformStacks",
     "build_platform",
     "add_nag_checks",
@@ -62,10 +65,14 @@ class PlatformStacks:
     addons: AddonsStack
     l2_cache: L2CacheStack
     business_lines: dict[str, BusinessLineStack]
+    #: Metrics, alerts, Grafana (None when ``observability.enabled`` is false).
+    observability: ObservabilityStack | None = None
 
     def all(self) -> list[cdk.Stack]:
         """Every stack, in deployment order."""
-        return [self.network, self.cluster, self.hyperpod, self.addons, self.l2_cache, *self.business_lines.values()]
+        extra = [self.observability] if self.observability is not None else []
+        return [self.network, self.cluster, self.hyperpod, self.addons, self.l2_cache, *self.business_lines.values(),
+                *extra]
 
 
 def cdk_json_context(path: Path = REPO_ROOT / "cdk.json") -> dict[str, Any]:
@@ -183,7 +190,15 @@ def build_platform(app: cdk.App, project: ProjectConfig) -> PlatformStacks:
     for stack in lines.values():
         stack.add_stack_dependency(addons, "a line's endpoint is reconciled by the inference operator")
         stack.add_stack_dependency(l2_cache, "a line mounts the L2 tier")
+    observability: ObservabilityStack | None = None
+    if platform.observability.enabled:
+        observability = ObservabilityStack(
+            app, ids["observability"], platform=platform, business_lines=project.business_lines,
+            cluster=cluster.cluster, subnets=network.private_subnets, security_group=network.security_group,
+            **stack_kwargs("observability", "Tiered KV cache: metrics (AMP + managed scraper), alerts, Grafana"))
+        observability.add_stack_dependency(l2_cache, "Curvine and Kyverno exist before they are scraped")
+
     # Last: stacks above may have granted the kubectl handler more (e.g. reading chart assets).
     nag.suppress_kubectl_provider(cluster.cluster)
     return PlatformStacks(network=network, cluster=cluster, hyperpod=hyperpod, addons=addons,
-                          l2_cache=l2_cache, business_lines=lines)
+                          l2_cache=l2_cache, business_lines=lines, observability=observability)

@@ -117,7 +117,8 @@ def test_plan_step_deploys_only_lines_with_deploy_true(tmp_path) -> None:
     outputs = dict(line.split("=", 1) for line in result.stdout.splitlines())
     ids = stack_ids(project)
     assert outputs["region"] == "us-west-2" and outputs["account"] == "111122223333"
-    assert outputs["platform_stacks"].split() == [ids[r] for r in ("network", "eks", "hyperpod", "addons", "l2-cache")]
+    assert outputs["platform_stacks"].split() == [ids[r] for r in ("network", "eks", "hyperpod", "addons", "l2-cache",
+                                                                   "observability")]
     assert json.loads(outputs["lines"]) == [{"name": n, "stack": ids[f"line-{n}"]}
                                             for n in ("legal-search", "rag-assistant", "research-reasoning")]
     assert "Kept out (`deploy: false`): `ticket-triage`" in summary.read_text()
