@@ -29,9 +29,10 @@ def test_the_issue_alerts_are_all_there(all_alerts) -> None:
 
 def test_ttft_alert_per_line_uses_the_lines_slo_in_seconds(obs_project, all_alerts) -> None:
     rules = {a.labels["business_line"]: a for a in by_name(all_alerts)["KvCacheTtftP90OverSlo"]}
-    assert set(rules) == {"rag-assistant", "research-reasoning"}
+    assert set(rules) == {"rag-assistant", "research-reasoning", "legal-search", "ticket-triage"}  # L2 or not
     assert rules["rag-assistant"].expr.endswith(" > 1")       # slo.ttft_p90_ms: 1000
     assert rules["research-reasoning"].expr.endswith(" > 3")  # slo.ttft_p90_ms: 3000
+    assert rules["legal-search"].expr.endswith(" > 2")        # the default, 2000 ms
     for line in obs_project.business_lines:
         assert rules[line.name].expr.startswith("histogram_quantile(0.9, ")
         assert {n for n, _ in selectors(rules[line.name].expr)} == {"vllm:time_to_first_token_seconds_bucket"}
@@ -67,9 +68,11 @@ def test_admission_failing_watches_pod_denials_and_l2_policy_errors_in_l2_namesp
     (alert,) = by_name(all_alerts)["KvCacheAdmissionFailing"]
     found = dict(selectors(alert.expr))
     assert found["kyverno_admission_requests_total"]["request_allowed"] == ("Equal", "false")
-    assert found["kyverno_admission_requests_total"]["resource_namespace"] == ("Re", "rag-assistant|research-reasoning")
+    # The L2 lines only: legal-search (L2 off) has no policy to fail.
+    assert found["kyverno_admission_requests_total"]["resource_namespace"] == (
+        "Re", "rag-assistant|research-reasoning|ticket-triage")
     assert found["kyverno_policy_results_total"]["policy_name"] == (
-        "Re", "rag-assistant-l2-cache|research-reasoning-l2-cache")
+        "Re", "rag-assistant-l2-cache|research-reasoning-l2-cache|ticket-triage-l2-cache")
     assert found["kyverno_policy_results_total"]["rule_result"] == ("Re", "fail|error")
 
 
@@ -78,7 +81,7 @@ def test_pod_without_l2_alert_reads_the_policys_label_through_the_target_label(a
     ((name, matchers),) = selectors(alert.expr)
     assert name == "up"
     assert matchers[targets.L2_CACHE_TARGET_LABEL] == ("NotEqual", names.L2_MUTATED_VALUE)
-    assert matchers["business_line"] == ("Re", "rag-assistant|research-reasoning")
+    assert matchers["business_line"] == ("Re", "rag-assistant|research-reasoning|ticket-triage")  # not legal-search
 
 
 def test_hit_rate_collapse_compares_15_minutes_with_the_6_hours_before(obs_project, all_alerts) -> None:

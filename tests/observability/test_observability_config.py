@@ -13,7 +13,7 @@ def test_fixture_turns_observability_on_with_pinned_exporter_and_per_line_slos(o
     assert obs.enabled and obs.grafana.create_workspace and obs.grafana.authentication == "AWS_SSO"
     assert (obs.dcgm_exporter.chart.chart, obs.dcgm_exporter.chart.version) == ("dcgm-exporter", "4.8.2")
     assert {l.name: l.slo.ttft_p90_ms for l in obs_project.business_lines} == {
-        "rag-assistant": 1000, "research-reasoning": 3000}
+        "rag-assistant": 1000, "research-reasoning": 3000, "legal-search": 2000, "ticket-triage": 2000}
 
 
 @pytest.mark.parametrize(("edit", "field", "fragment"), [
