@@ -8,28 +8,37 @@ CDK := node_modules/.bin/cdk
 # Offline and reproducible: no CLI version check, notices or telemetry calls.
 export CDK_DISABLE_VERSION_CHECK := true
 export CDK_DISABLE_CLI_TELEMETRY := true
-# jsii still runs on Node 20 (checked: synth and tests pass) but prints a boxed end-of-life
-# notice on every process; silence it for Node 20 only, so a newer unsupported Node still warns.
-export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+# jsii's end-of-life notice for Node 20 is silenced by the Python code itself
+# (platform_config/runtime.py), so commands run outside make are quiet too.
 
 .PHONY: setup synth test test-lmcache manifests bench docs clean
 
+# Set-up output goes to stderr, so `make bench` (JSON) keeps a clean stdout on a fresh machine too.
 $(VENV)/.installed: requirements.txt requirements-dev.txt
-	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet -r requirements-dev.txt
-	touch $@
+	@echo "creating $(VENV) from requirements-dev.txt" >&2
+	@$(PYTHON) -m venv $(VENV) >&2
+	@$(VENV)/bin/pip install --quiet -r requirements-dev.txt >&2
+	@touch $@
 
 node_modules/.installed: package.json package-lock.json
-	npm ci --no-audit --no-fund --loglevel=error
-	touch $@
+	@echo "installing the pinned Node CLIs (npm ci)" >&2
+	@npm ci --no-audit --no-fund --loglevel=error >&2
+	@touch $@
 
 setup: $(VENV)/.installed node_modules/.installed
 
 ## make synth: validate config/, then `cdk synth` every stack into cdk.out/ (no AWS access needed).
+## Synthesizes into a temporary directory beside it and swaps it in only on success, so a bad
+## config leaves the last good cdk.out/ as it was (as `make manifests` does for dist/).
+CDK_OUT ?= cdk.out
 synth: setup
-	rm -rf cdk.out
-	$(CDK) synth --quiet --no-notices --no-version-reporting > /dev/null
-	@echo "cdk.out/: $$(ls cdk.out/*.template.json | wc -l) templates"
+	@set -euo pipefail; \
+	new=$$(mktemp -d "$(CDK_OUT).new.XXXXXX"); chmod 755 "$$new"; trap 'rm -rf "$$new" "$(CDK_OUT).old"' EXIT; \
+	echo "$(CDK) synth --output $$new" >&2; \
+	$(CDK) synth --quiet --no-notices --no-version-reporting --output "$$new" > /dev/null; \
+	rm -rf "$(CDK_OUT).old"; if [ -e "$(CDK_OUT)" ]; then mv "$(CDK_OUT)" "$(CDK_OUT).old"; fi; \
+	mv "$$new" "$(CDK_OUT)"; \
+	echo "$(CDK_OUT)/: $$(ls "$(CDK_OUT)"/*.template.json | wc -l) templates"
 
 ## make test: the whole test suite (config, stacks, charts, tools, cfn-lint, cdk-nag).
 test: setup
@@ -59,11 +68,11 @@ manifests: setup
 
 ## make bench: synthesis time and peak memory for 1, 10 and 50 business lines (JSON).
 bench: setup
-	$(PY) scripts/bench_synth.py
+	@$(PY) scripts/bench_synth.py
 
 ## make docs: regenerate README.md's configuration reference from the pydantic models.
 docs: setup
 	$(PY) -m platform_config.reference README.md
 
 clean:
-	rm -rf cdk.out dist .pytest_cache
+	rm -rf cdk.out cdk.out.new.* cdk.out.old dist .pytest_cache

@@ -9,12 +9,12 @@ Objects (namespace ``curvine.namespace``, default ``curvine``):
   SSD tier with a capacity bound.
 * ConfigMap ``curvine-cluster.toml`` generated from typed settings (:mod:`k8s.curvine_config`).
 * CSI: CSIDriver ``curvine``, controller Deployment (provisioner), node plugin DaemonSet, RBAC,
-  and the StorageClass the business lines' RWX PVCs use (its parameters carry the client TTL to
+  and the StorageClass the business lines' RWX PVCs use (its parameters carry the web port to
   the FUSE pods). At run time the node plugin also creates standalone FUSE pods in this
   namespace (privileged, hostNetwork, hostPID); they are not objects of this chart.
 * NetworkPolicy on the Primary (the business-line side is in :mod:`k8s.line_chart`).
 
-Plain cdk8s (``cdk8s_plus_33.k8s`` L1 classes); no aws_cdk import, so the same chart renders in
+Plain cdk8s (the Kubernetes L1 classes of :mod:`k8s.kube`); no aws_cdk import, so the same chart renders in
 the CDK app (with CDK tokens for the volume ID and zone) and in ``make manifests``.
 """
 
@@ -24,14 +24,13 @@ import re
 from typing import Any, Final
 
 import cdk8s
-from cdk8s_plus_33 import k8s
+from k8s.kube import k8s
 from constructs import Construct
 
 from k8s import names
 from k8s.curvine_config import (
-    FIRST_START_CONF, FIRST_START_DIR, INIT_MARKER, JOURNAL_DIR, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT,
-    META_DIR, PRIMARY_MOUNT, PRIMARY_ROOT, WORKER_RPC_PORT, WORKER_WEB_PORT, fuse_ttl_parameters, master_addrs,
-    render_cluster_toml,
+    INIT_MARKER, JOURNAL_DIR, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT, META_DIR, PRIMARY_MOUNT, PRIMARY_ROOT,
+    ROCKSDB_DATA_SUBDIR, WORKER_RPC_PORT, WORKER_WEB_PORT, fuse_mount_parameters, master_addrs, render_cluster_toml,
 )
 from platform_config import PlatformConfig
 from platform_config.models import AZ_NAME_PATTERN, ExistingVpcConfig
@@ -59,7 +58,7 @@ CSI_CONF_DIR: Final = "/opt/curvine/conf"
 #: CMD ``master start``); it starts ``curvine-server --conf $CURVINE_CONF_FILE``. The Primary's
 #: container runs it through a small wrapper (:func:`_master_start_script`).
 CURVINE_ENTRYPOINT: Final = "/entrypoint.sh"
-#: Seconds the Primary's wrapper waits for the master to create its metadata on a first start
+#: Seconds the Primary's wrapper waits for the master to create its metadata on a fresh start
 #: before giving up on writing the marker (the startup probe allows 5 minutes).
 FIRST_START_MARKER_WAIT_S: Final = 300
 
@@ -138,26 +137,44 @@ def vpc_cidr(platform: PlatformConfig) -> str:
     return net.vpc_cidr if isinstance(net, ExistingVpcConfig) else net.cidr
 
 
+#: Start states of the Primary's volume (below :data:`PRIMARY_ROOT`) and what Curvine
+#: v0.3.2-alpha needs in each, with ``format_master = false`` (docs/sources.md §9:
+#: ``JournalSystem::require_existing_master_data`` / ``classify_master_data_dir`` in
+#: curvine-server ``master/journal/journal_system.rs``). A directory is *empty* when missing, empty,
+#: or holding only an empty ``data/``; *rocksdb* when ``data/`` has ``CURRENT`` and a
+#: ``MANIFEST-*``; anything else is *invalid*. Keys: (meta, journal, marker present).
+PRIMARY_START_STATES: Final = (
+    ("rocksdb", "rocksdb", None, "start",
+     "normal restart: both RocksDB stores present (writes the marker if missing)"),
+    ("empty", "empty", False, "start",
+     "fresh volume: Curvine creates both stores itself (no format needed since #953)"),
+    ("empty", "empty", True, "refuse",
+     "marker present but no metadata: a wiped or foreign volume; starting would silently serve "
+     "an empty namespace over Workers that still hold the old blocks"),
+    ("rocksdb", "empty", None, "refuse",
+     "journal missing: Curvine refuses 'inconsistent or invalid master data directories'"),
+    ("empty", "rocksdb", None, "refuse",
+     "metadata missing, journal present: Curvine refuses (it does not rebuild meta from the "
+     "journal with format_master = false)"),
+    ("invalid", None, None, "refuse",
+     "non-empty metadata directory that is not a RocksDB store: Curvine refuses"),
+    (None, "invalid", None, "refuse",
+     "non-empty journal directory that is not a RocksDB store: Curvine refuses"),
+)
+
+
 def _config_check_script(*, conf: str, primary: bool) -> str:
-    """Init script: fail loudly on a missing config; on the Primary also guard the metadata.
+    """Init script: fail loudly on a missing config; on the Primary also classify the volume.
 
     Curvine falls back to its defaults when it starts without its config file, and those
     defaults format (wipe) the metadata. So the config must exist, be non-empty and keep both
-    format flags false, or the pod does not start. On the Primary the directories live below
-    the mount root (``lost+found`` is in the root), and the script decides how the master starts:
+    format flags false, or the pod does not start.
 
-    * metadata directory non-empty: a normal restart; writes the marker if missing.
-    * marker present, metadata empty or missing: the volume is not the one we initialized (or
-      was wiped): refuse to start instead of serving an empty namespace.
-    * no marker, metadata empty, journal non-empty: start without formatting (the master
-      rebuilds its metadata from the journal's snapshot).
-    * no marker, metadata and journal empty or missing: a truly first start. Older Curvine
-      masters refuse empty directories with ``format_master = false`` (issues #906, #953), so
-      the script writes a one-time copy of the config with ``format_master = true`` to
-      :data:`FIRST_START_CONF` (an emptyDir). The master container consumes it once
-      (:func:`_master_start_script`) and writes the marker when the metadata exists. Curvine
-      has no separate journal format flag: ``format_master`` also resets the journal store
-      (``RocksLogStorage::from_conf(&conf.journal, conf.format_master)``).
+    On the Primary the script classifies the metadata and journal directories exactly as
+    Curvine v0.3.2-alpha does (:data:`PRIMARY_START_STATES`) and refuses, with the state and the
+    way out in the message, every state Curvine itself would refuse, instead of letting the
+    master crash-loop on it. The directories live below the mount root, so the ``lost+found``
+    of a fresh ext4 volume (in the root) never makes them look dirty.
     """
     lines = [
         "set -eu",
@@ -172,60 +189,61 @@ def _config_check_script(*, conf: str, primary: bool) -> str:
     if primary:
         lines += [
             f'ROOT="{PRIMARY_ROOT}"; META="{META_DIR}"; JOURNAL="{JOURNAL_DIR}"; MARK="{INIT_MARKER}"',
-            f'FIRST="{FIRST_START_CONF}"',
-            'has_data() { [ -d "$1" ] && [ -n "$(ls -A "$1" 2>/dev/null)" ]; }',
+            f'DATA="{ROCKSDB_DATA_SUBDIR}"',
+            "# Curvine's classify_master_data_dir: rocksdb | empty | invalid.",
+            "classify() {",
+            '  if [ -f "$1/$DATA/CURRENT" ] && ls "$1/$DATA" 2>/dev/null | grep -q "^MANIFEST-"; then echo rocksdb; return; fi',
+            '  if [ ! -e "$1" ]; then echo empty; return; fi',
+            '  if [ ! -d "$1" ]; then echo invalid; return; fi',
+            '  for e in $(ls -A "$1"); do',
+            '    if [ "$e" != "$DATA" ] || [ ! -d "$1/$e" ] || [ -n "$(ls -A "$1/$e")" ]; then echo invalid; return; fi',
+            "  done",
+            "  echo empty",
+            "}",
             'mkdir -p "$ROOT"',
-            'rm -f "$FIRST" "$FIRST.tmp"',
-            'if has_data "$META"; then',
-            '  [ -f "$MARK" ] || date -u +%Y-%m-%dT%H:%M:%SZ > "$MARK"',
-            '  echo "metadata present; starting without formatting"',
-            'elif [ -f "$MARK" ]; then',
-            '  echo "FATAL: $MARK exists but $META is empty: wrong or wiped volume; refusing to start" >&2; exit 1',
-            'elif has_data "$JOURNAL"; then',
-            '  echo "metadata empty, journal present: starting without formatting (the master replays the journal)"',
-            "else",
-            '  mkdir -p "$(dirname "$FIRST")"',
-            "  sed 's/^format_master[[:space:]]*=[[:space:]]*false/format_master = true/' \"$CONF\" > \"$FIRST.tmp\"",
-            '  if ! grep -Eq "^format_master[[:space:]]*=[[:space:]]*true" "$FIRST.tmp" || '
-            '! grep -Eq "^format_worker[[:space:]]*=[[:space:]]*false" "$FIRST.tmp"; then',
-            '    echo "FATAL: could not write the first-start config $FIRST" >&2; exit 1; fi',
-            '  mv "$FIRST.tmp" "$FIRST"',
-            '  echo "first start: empty $ROOT; the master formats once with $FIRST (format_master = true)"',
-            "fi",
+            'm=$(classify "$META"); j=$(classify "$JOURNAL")',
+            'echo "start state: meta=$m journal=$j marker=$([ -f "$MARK" ] && echo yes || echo no)"',
+            'fix="see docs/l2-cache.md, Recovering the Primary"',
+            'case "$m/$j" in',
+            "  rocksdb/rocksdb)",
+            '    [ -f "$MARK" ] || date -u +%Y-%m-%dT%H:%M:%SZ > "$MARK"',
+            '    echo "metadata and journal present: normal start" ;;',
+            "  empty/empty)",
+            '    if [ -f "$MARK" ]; then',
+            '      echo "FATAL: $MARK exists but $META and $JOURNAL are empty: wrong or wiped volume; refusing to start ($fix)" >&2; exit 1',
+            "    fi",
+            '    echo "fresh volume: the master creates its metadata and journal (format_master stays false)" ;;',
+            "  *)",
+            '    echo "FATAL: meta=$m journal=$j under $ROOT: Curvine needs both RocksDB stores or both empty; refusing to start ($fix)" >&2',
+            "    exit 1 ;;",
+            "esac",
         ]
     return "\n".join(lines) + "\n"
 
 
 def _master_start_script(*, conf: str) -> str:
-    """Command of the Primary's master container: start Curvine, formatting at most once.
+    """Command of the Primary's master container: start Curvine and write the marker once.
 
-    If the init container left a first-start config (:data:`FIRST_START_CONF`), the script
-    renames it before anything else, so a restart of the container in the same pod (init
-    containers do not re-run) can never format again, and points ``CURVINE_CONF_FILE`` at it.
-    A background loop writes the marker once the master has created its metadata: a first
-    start that fails before that leaves no marker, and the next pod simply formats again.
-    Otherwise it starts with ``conf`` (the ConfigMap, format flags false). Then ``exec`` of the
-    image's entrypoint (:data:`CURVINE_ENTRYPOINT` ``master start``).
+    A background loop writes :data:`INIT_MARKER` as soon as the metadata directory holds a
+    RocksDB store (``CURRENT`` in its ``data/``), so a first start that fails before that leaves
+    no marker and the next pod is a fresh start again. Then ``exec`` of the image's entrypoint
+    (:data:`CURVINE_ENTRYPOINT` ``master start``) with ``CURVINE_CONF_FILE`` = ``conf``.
     """
     return "\n".join([
         "set -eu",
-        f'CONF="{conf}"; FIRST="{FIRST_START_CONF}"; META="{META_DIR}"; MARK="{INIT_MARKER}"',
-        'if [ -f "$FIRST" ]; then',
-        '  mv "$FIRST" "$FIRST.used"',
-        '  export CURVINE_CONF_FILE="$FIRST.used"',
-        '  echo "first start: formatting with $CURVINE_CONF_FILE (used once)"',
+        f'export CURVINE_CONF_FILE="{conf}"',
+        f'META="{META_DIR}"; MARK="{INIT_MARKER}"',
+        'if [ ! -f "$MARK" ]; then',
         "  (",
         "    i=0",
         f"    while [ $i -lt {FIRST_START_MARKER_WAIT_S} ]; do",
-        '      if [ -n "$(ls -A "$META" 2>/dev/null)" ]; then',
+        f'      if [ -f "$META/{ROCKSDB_DATA_SUBDIR}/CURRENT" ]; then',
         '        [ -f "$MARK" ] || date -u +%Y-%m-%dT%H:%M:%SZ > "$MARK"; exit 0',
         "      fi",
         "      sleep 1; i=$((i + 1))",
         "    done",
-        '    echo "warning: no metadata in $META after first start; marker not written" >&2',
+        '    echo "warning: no metadata in $META after start; marker not written" >&2',
         "  ) &",
-        "else",
-        '  export CURVINE_CONF_FILE="$CONF"',
         "fi",
         f'exec {CURVINE_ENTRYPOINT} master start',
     ]) + "\n"
@@ -272,9 +290,11 @@ class CurvineChart(cdk8s.Chart):
             self, "StorageClass", metadata=k8s.ObjectMeta(name=c.storage_class_name),
             provisioner=names.CSI_DRIVER_NAME,
             # Keys other than master-addrs/fs-path/path-type reach the FUSE pods as curvine-fuse
-            # flags; the TTL must travel this way because those pods never read our ConfigMap.
+            # flags (those pods never read our ConfigMap): here only the FUSE web port, which
+            # would otherwise collide with the Worker's on the host network. No TTL: the FUSE
+            # client would copy it into the directories it creates (k8s/curvine_config.py).
             parameters={"master-addrs": master_addrs(platform), "fs-path": c.fs_path, "path-type": "DirectoryOrCreate",
-                        **fuse_ttl_parameters(platform)},
+                        **fuse_mount_parameters(platform)},
             # The L2 directory of a deleted line is recomputable cache: delete it with the PVC.
             reclaim_policy="Delete", volume_binding_mode="Immediate", allow_volume_expansion=False)
         self._network_policy()
@@ -357,15 +377,14 @@ class CurvineChart(cdk8s.Chart):
                        for n, p in ports])))
         conf = self._conf_path()
         mounts = [k8s.VolumeMount(name="config", mount_path=names.CURVINE_CONFIG_DIR, read_only=True),
-                  k8s.VolumeMount(name="primary", mount_path=PRIMARY_MOUNT),
-                  k8s.VolumeMount(name="first-start", mount_path=FIRST_START_DIR)]
+                  k8s.VolumeMount(name="primary", mount_path=PRIMARY_MOUNT)]
         init = k8s.Container(
             name="check-config-and-dirs", image=self.images.curvine, command=["/bin/sh", "-c"],
             args=[_config_check_script(conf=conf, primary=True)], volume_mounts=mounts,
             security_context=_restricted(), resources=_resources(SIDECAR_RESOURCES))
         master = k8s.Container(
-            # The wrapper uses a first-start config (format_master = true) at most once, then
-            # execs the image's entrypoint with "master start".
+            # The wrapper writes the marker once the metadata exists, then execs the image's
+            # entrypoint with "master start".
             name="master", image=self.images.curvine, command=["/bin/sh", "-c"],
             args=[_master_start_script(conf=conf)],
             env=self._curvine_env([k8s.EnvVar(name="CURVINE_MASTER_HOSTNAME",
@@ -395,16 +414,19 @@ class CurvineChart(cdk8s.Chart):
                         init_containers=[init], containers=[master],
                         volumes=[self._config_volume(),
                                  k8s.Volume(name="primary", persistent_volume_claim=k8s.PersistentVolumeClaimVolumeSource(
-                                     claim_name=names.CURVINE_PRIMARY_PV)),
-                                 # Per pod: a first-start config never outlives the pod.
-                                 k8s.Volume(name="first-start", empty_dir=k8s.EmptyDirVolumeSource(
-                                     size_limit=_q("1Mi")))])))))
+                                     claim_name=names.CURVINE_PRIMARY_PV))])))))
         self.master.add_dependency(self.primary_pvc, self.config_map, self.master_service)
         self.master_pdb = self._add(k8s.KubePodDisruptionBudget(
             self, "MasterPdb", metadata=self._meta(names.CURVINE_MASTER, labels),
-            # minAvailable 1 of 1: a node drain waits for an operator instead of silently taking
-            # the whole L2 pool's namespace down (clients stall on master loss, Curvine #311).
-            spec=k8s.PodDisruptionBudgetSpec(min_available=k8s.IntOrString.from_number(1),
+            # maxUnavailable 1 of 1 replica: planned moves (kubectl drain, node-group and HyperPod
+            # updates) may evict the Primary, one disruption at a time. minAvailable 1 of 1 made
+            # disruptionsAllowed 0 for ever, so every drain hung. A move costs the L2 tier about a
+            # minute (reschedule in the volume's zone, EBS re-attach, RocksDB open): LMCache
+            # lookups miss and stores fail meanwhile and requests pay a normal prefill, which is
+            # cheaper than a node update that never completes. AlwaysAllow: a Primary that is not
+            # Ready (crash loop) never blocks a drain either.
+            spec=k8s.PodDisruptionBudgetSpec(max_unavailable=k8s.IntOrString.from_number(1),
+                                             unhealthy_pod_eviction_policy="AlwaysAllow",
                                              selector=k8s.LabelSelector(match_labels=labels))))
 
     # --- Workers ------------------------------------------------------------------------------

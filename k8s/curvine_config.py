@@ -8,15 +8,28 @@ sample ``curvine/curvine-cluster.toml`` of CurvineIO/curvine at bff4e7dc (``form
 quota_eviction_mode / quota_eviction_policy / quota_eviction_high_rate / quota_eviction_low_rate``).
 
 Value forms were checked against the sources (CurvineIO/curvine, ``curvine-common/src/conf``
-and ``crates/common/curvine-config/src``): ``[client] ttl_ms`` deserializes into the *string*
-``ttl_ms_str`` and is parsed by orpc's ``DurationUnit::from_str`` (units ``ms``, ``s``, ``m``,
-``h``, ``d``; a bare number is milliseconds). A TOML integer there is a serde type error, which
-stops every process that reads the file. ``ttl_action`` is ``none|delete|free`` (older
-releases: ``none|move|ufs|delete``; ``delete`` is valid in both).
+and ``crates/common/curvine-config/src``): duration keys such as ``[client] ttl_ms`` deserialize
+into *strings* parsed by orpc's ``DurationUnit::from_str`` (units ``ms``, ``s``, ``m``, ``h``,
+``d``; a bare number is milliseconds).
 
-Every port is written explicitly: Curvine's defaults moved between releases (web ports were
-9000/9001 in older docs and charts, 9001/9002/9003 in the code, docs/sources.md §4), and the
-Service, probes, NetworkPolicies and clients must agree with the servers.
+No TTL anywhere in Curvine (docs/sources.md §9, Curvine v0.3.2-alpha). This file is read by
+the CSI controller (``CURVINE_CONF_FILE``), whose ``CreateVolume`` creates ``fs_path`` and every
+PV directory with ``curvine-cli fs mkdir -p``; ``mkdir`` copies the client ``ttl_ms`` /
+``ttl_action`` into the new directory's storage policy (``MkdirOptsBuilder::with_conf``), expiry
+is by mtime and the TTL executor deletes recursively: a client TTL here deleted ``/kvcache`` and
+every line's directory about a day after their last change. The FUSE client's ``mkdir`` does
+the same with *its* client TTL (``curvine-fuse`` ``curvine_file_system.rs``), so a TTL passed to
+the FUSE pods would also stamp the directories LMCache creates through the mount (the model
+directory, the per-pod ``.tmp-*`` directory) and delete them, with every chunk, once a line is
+idle for one TTL. Curvine's quota eviction, the other consumer of a TTL, is a no-op in v0.3.2.
+So the age bound (``curvine.eviction.ttl_hours``) and the capacity bound of each line are
+enforced on chunk *files* only, by the line's L2 janitor (:mod:`kv_tools.l2_janitor`).
+
+Every port is written explicitly: Curvine's defaults moved between releases (v0.3.2-alpha:
+master web 9000, worker web 9001, FUSE web 9002; later code: 9001/9002/9003), and the Service,
+probes, NetworkPolicies and clients must agree with the servers. The standalone FUSE pods never
+read this file, so their web port also travels as a StorageClass parameter
+(:func:`fuse_mount_parameters`).
 """
 
 from __future__ import annotations
@@ -29,7 +42,9 @@ import tomli_w
 from k8s import names
 from platform_config import PlatformConfig
 
-#: Curvine ports (docs/sources.md §4, crates/common/curvine-config/src/cluster_conf.rs).
+#: Curvine ports, all set explicitly (defaults: docs/sources.md §4 and §9, ``cluster_conf.rs``).
+#: Worker and FUSE pods share the node's network namespace (hostNetwork), so every listener of
+#: both must be distinct on a node: :func:`node_host_listeners` lists them.
 MASTER_RPC_PORT: Final = 8995
 JOURNAL_PORT: Final = 8996
 WORKER_RPC_PORT: Final = 8997
@@ -46,19 +61,15 @@ PRIMARY_MOUNT: Final = "/data"
 PRIMARY_ROOT: Final = f"{PRIMARY_MOUNT}/curvine"
 META_DIR: Final = f"{PRIMARY_ROOT}/meta"
 JOURNAL_DIR: Final = f"{PRIMARY_ROOT}/journal"
-#: Written by the Primary's init container once the metadata directory holds data; from then on
-#: an empty metadata directory means a wrong or wiped volume and the pod refuses to start.
+#: Written once the metadata directory holds a RocksDB store; from then on an empty metadata
+#: directory means a wrong or wiped volume and the Primary refuses to start.
 INIT_MARKER: Final = f"{PRIMARY_ROOT}/.kvcache-initialized"
+#: Sub-directory of ``meta_dir`` / ``journal_dir`` where Curvine keeps the RocksDB files
+#: (``DBConf::set_dir``: ``<dir>/data``, ``DBConf::DATA_DIR``; checkpoints in ``<dir>/checkpoint``).
+ROCKSDB_DATA_SUBDIR: Final = "data"
 
 #: Raft id of the single Primary.
 JOURNAL_ID: Final = 1
-
-#: emptyDir shared by the Primary's init container and master container. On a truly first
-#: start (empty metadata and journal directories, no marker) the init container writes a copy
-#: of the config with ``format_master = true`` here; the master container renames it before
-#: starting, so it is used exactly once (never again after a container restart).
-FIRST_START_DIR: Final = "/run/curvine-first-start"
-FIRST_START_CONF: Final = f"{FIRST_START_DIR}/curvine-cluster.toml"
 
 #: Milliseconds per unit of orpc's ``DurationUnit`` (``orpc/src/common/duration_unit.rs``).
 _DURATION_UNITS: Final = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000))
@@ -82,35 +93,69 @@ def curvine_duration(ms: int) -> str:
     return f"{ms}ms"
 
 
-def client_ttl(platform: PlatformConfig) -> dict[str, str]:
-    """``{"ttl_ms": "1d", "ttl_action": "delete"}``: the client TTL every written file gets.
+#: StorageClass parameter key that becomes the FUSE pods' ``--web-port`` flag (``FuseMountArgs``
+#: ``web_port`` in curvine-fuse ``cli/mount_args.rs``; the CSI forwards every non-reserved key
+#: ``k`` as ``--k <value>``, curvine-csi ``pkg/csi/fuse_cli.go``). Without it a FUSE pod binds
+#: ``DEFAULT_FUSE_WEB_PORT`` (9002 in v0.3.2-alpha), the Workers' web port on the same host.
+FUSE_WEB_PORT_PARAMETER: Final = "web-port"
 
-    From ``curvine.eviction.ttl_hours`` (rounded to whole milliseconds) and ``ttl_action``;
-    ``ttl_hours: 0`` gives ``0ms`` / ``none`` (Curvine's default: no TTL).
+
+def fuse_mount_parameters(platform: PlatformConfig) -> dict[str, str]:
+    """StorageClass parameters the CSI passes to ``curvine-fuse`` as flags: ``{"web-port": "9003"}``.
+
+    The node plugin starts ``curvine-fuse --master-addrs .. --fs-path .. --mnt-path ..`` in
+    standalone pods that do not mount our ConfigMap (no ``--conf``: ``buildFuseArgs`` in
+    curvine-csi ``standalone_manager.go``), plus ``--<key> <value>`` for every StorageClass
+    parameter other than the reserved ones (``CollectPassthroughParams``). Deliberately *no*
+    ``client.ttl-*`` keys: the FUSE client copies its TTL into every directory it creates
+    (module docstring).
     """
-    ev = platform.curvine.eviction
-    ms = int(round(ev.ttl_hours * 3_600_000))
-    return {"ttl_ms": curvine_duration(ms), "ttl_action": ev.ttl_action if ms else "none"}
+    del platform  # one StorageClass, one FUSE pod per node and mount key: one port suffices
+    return {FUSE_WEB_PORT_PARAMETER: str(FUSE_WEB_PORT)}
 
 
-def fuse_ttl_parameters(platform: PlatformConfig) -> dict[str, str]:
-    """StorageClass parameters that give the FUSE client (the writer) the TTL.
+@dataclass(frozen=True)
+class HostListener:
+    """One TCP port a host-network process binds on a GPU node."""
 
-    The CSI node plugin starts ``curvine-fuse --master-addrs .. --fs-path .. --mnt-path ..`` in
-    standalone pods that do not mount our ConfigMap, and forwards every non-reserved
-    StorageClass parameter ``k`` as ``--k <value>`` (``CollectPassthroughParams`` /
-    ``BuildFuseExecArgs``, ``curvine-csi/pkg/csi/fuse_cli.go``). ``curvine-fuse`` accepts
-    ``ClientConf`` overrides as ``--client.<field>`` in kebab case with the ``_str`` suffix
-    stripped (``ClientConfCliOverrides``; e.g. ``--client.block-size``), so the TTL keys are
-    ``client.ttl-ms`` and ``client.ttl-action``. Passthrough and ``--client.*`` arrived with
-    CurvineIO/curvine #865 (June 2026): an older curvine-csi drops unknown keys (whitelist),
-    an older curvine-fuse rejects them as unknown flags; docs/l2-cache.md says what to check
-    on a cluster. Empty when ``ttl_hours`` is 0.
+    owner: str
+    listener: str
+    port: int
+    source: str
+
+
+#: Node-level listeners on every EKS/HyperPod node that are not ours: the kubelet API and
+#: kube-proxy's health check (Kubernetes "Ports and Protocols"), and the HyperPod ai-toolkit
+#: endpoint of Tiered Storage (``sagemaker-hyperpod://$(NODE_IP):9200``, docs/sources.md §1).
+NODE_LISTENERS: Final = (
+    HostListener("kubelet", "api", 10250, "Kubernetes Ports and Protocols"),
+    HostListener("kube-proxy", "healthz", 10256, "Kubernetes Ports and Protocols"),
+)
+AI_TOOLKIT_LISTENER: Final = HostListener("ai-toolkit", "tiered-storage", 9200, "docs/sources.md §1 (blog)")
+#: Service NodePorts are opened by kube-proxy on every node (default range 30000-32767).
+NODE_PORT_RANGE: Final = (30000, 32767)
+
+
+def node_host_listeners(platform: PlatformConfig) -> list[HostListener]:
+    """Every listener of every host-network process on a GPU node, ours and the node's own.
+
+    Ours: the Curvine Worker (``worker.rpc_port``, ``worker.web_port``: ``worker_server.rs``
+    starts exactly an RPC and a web server) and the CSI's standalone FUSE pod (only its web
+    server, ``mount_run.rs``; one pod per node and mount key, so one port per StorageClass).
+    Theirs: :data:`NODE_LISTENERS`, and :data:`AI_TOOLKIT_LISTENER` when Tiered Storage is on.
+    The Curvine Primary and the CSI pods use the pod network and are not listed.
     """
-    ttl = client_ttl(platform)
-    if ttl["ttl_action"] == "none":
-        return {}
-    return {"client.ttl-ms": ttl["ttl_ms"], "client.ttl-action": ttl["ttl_action"]}
+    listeners = [
+        HostListener(names.CURVINE_WORKER, "rpc", WORKER_RPC_PORT, "[worker] rpc_port"),
+        HostListener(names.CURVINE_WORKER, "web", WORKER_WEB_PORT, "[worker] web_port"),
+        HostListener("curvine-fuse (standalone)", "web",
+                     int(fuse_mount_parameters(platform)[FUSE_WEB_PORT_PARAMETER]),
+                     f"StorageClass parameter {FUSE_WEB_PORT_PARAMETER}"),
+        *NODE_LISTENERS,
+    ]
+    if platform.hyperpod.tiered_storage.enabled:
+        listeners.append(AI_TOOLKIT_LISTENER)
+    return listeners
 
 
 @dataclass(frozen=True)
@@ -139,20 +184,20 @@ def worker_tier(platform: PlatformConfig) -> WorkerTier:
 def cluster_conf(platform: PlatformConfig) -> dict[str, Any]:
     """The configuration as a dict (the shape of ``curvine-cluster.toml``).
 
-    Eviction (``curvine.eviction``): LMCache's fs connector never deletes, so every file the
-    FUSE client writes gets a TTL and the master runs quota eviction between the watermarks,
-    which acts only on files carrying a TTL (docs/sources.md §4). The TTL is written here
-    (``[client] ttl_ms`` / ``ttl_action``, read by the CSI controller's ``validate-config`` and
-    any ``cv`` client) *and* passed to the FUSE pods as StorageClass parameters
-    (:func:`fuse_ttl_parameters`), because those pods never read this file.
+    ``[client]`` carries no ``ttl_ms`` / ``ttl_action`` (Curvine's defaults ``0`` / ``none``):
+    the CSI controller and ``curvine-cli`` read this file and would copy a TTL into the
+    directories they create (module docstring). The ``[master]`` quota-eviction keys are written
+    from ``curvine.eviction`` but act only on files carrying an expired TTL, so with no TTL they
+    never delete anything (they were a no-op in v0.3.2-alpha anyway: docs/sources.md §9); the
+    line's L2 janitor bounds capacity and age.
     """
     c = platform.curvine
     ev = c.eviction
     host = names.cluster_domain_host(platform)
     stdout_log = {"level": "info", "log_dir": "stdout"}
     return {
-        # Formatting wipes metadata/data; never on here. A truly first start formats through a
-        # one-time copy made by the Primary's init container (FIRST_START_CONF).
+        # Formatting wipes metadata/data; never on. v0.3.2-alpha bootstraps missing or clean-empty
+        # meta and journal directories without it (journal_system.rs, Curvine #953).
         "format_master": False,
         "format_worker": False,
         "cluster_id": platform.project,
@@ -183,7 +228,6 @@ def cluster_conf(platform: PlatformConfig) -> dict[str, Any]:
         },
         "client": {
             "master_addrs": [{"hostname": host, "port": MASTER_RPC_PORT}],
-            **client_ttl(platform),
         },
         "fuse": {"web_port": FUSE_WEB_PORT},
         "log": {**stdout_log, "file_name": "curvine.log"},

@@ -20,8 +20,15 @@ order, each on the result of the previous one):
    patch owns (``LMCACHE_REMOTE_URL`` the operator injects, ``LMCACHE_EXTRA_CONFIG`` with its
    shared-memory setting, the CR's ``LMCACHE_REMOTE_SERDE`` and ``PYTHONHASHSEED``, the
    operator's ``LMCACHE_MAX_LOCAL_CPU_SIZE`` when the line sets ``cache.l1_cpu_gib``, any
-   duplicates). ``foreach`` in ``Descending`` order, so removing entry *i* never shifts an
-   index still to be visited.
+   duplicates). It also removes what only the replaced Tiered Storage backend needed: every
+   ``hostPath`` volume of ``/dev/shm`` or a path under it (the ai-toolkit shared memory,
+   :func:`k8s.patch.is_hyperpod_shm_volume`, whatever its name) and every mount of such a
+   volume in any container or init container. Pod Security admission runs after the mutating
+   webhooks, so the Pod it sees has no ``hostPath`` and passes the namespace's ``baseline``;
+   anything else baseline forbids is left in place and refused with the PSA error.
+   ``foreach`` in ``Descending`` order, so removing entry *i* never shifts an index still to be
+   visited; each list is walked by exactly one ``foreach`` (mounts before volumes, so the
+   volume names are still there to match).
 2. ``append-l2-settings``: appends exactly one of each owned env entry (values from
    :func:`k8s.patch.line_cache_env`) and the mount, to the vLLM container only (the one exposing
    the model invocation port, or named after the endpoint).
@@ -38,10 +45,18 @@ from typing import Any, Final
 
 from k8s import names
 from k8s.lmcache import owned_env_names
-from k8s.patch import L2_MOUNT_PATH, l2_volume, l2_volume_mount, pod_env_entries
+from k8s.patch import HYPERPOD_SHM_HOST_PATH, L2_MOUNT_PATH, l2_volume, l2_volume_mount, line_cache_env, pod_env_entries
 from platform_config import BusinessLineConfig, PlatformConfig
 
 KYVERNO_API_VERSION: Final = "kyverno.io/v1"
+#: Namespace label of the business-line namespaces (set by :class:`k8s.line_chart.BusinessLineChart`);
+#: Kyverno's webhooks only ever see namespaces that carry it.
+BUSINESS_LINE_NAMESPACE_LABEL: Final = "kvcache.io/business-line"
+#: kubectl jsonpath that is non-empty only once Kyverno has put the policy in its webhook
+#: (``status.conditions`` holds one condition, ``Ready``, True when the policy is in the webhook
+#: configuration: ``updatePolicyStatuses`` in kyverno ``pkg/controllers/webhook/controller.go``).
+POLICY_READY_JSONPATH: Final = '.status.conditions[?(@.status=="True")].type'
+
 KYVERNO_NAMESPACE: Final = "kyverno"
 #: Annotation that turns off Kyverno's generation of rules for Pod controllers.
 AUTOGEN_ANNOTATION: Final = "pod-policies.kyverno.io/autogen-controllers"
@@ -78,36 +93,90 @@ def _match(line: BusinessLineConfig) -> dict[str, Any]:
     }}]}
 
 
+def _has_vllm_container(line: BusinessLineConfig) -> dict[str, Any]:
+    """Rule precondition: the Pod has a vLLM container (same test as :func:`_vllm_preconditions`).
+
+    Every rule carries it, so a Pod that merely shares the ``app=<line>`` label (a sidecar-only
+    Pod, a debug Pod, the L2 janitor) never gets the PVC, the volume or the label.
+    """
+    selector = (f"request.object.spec.containers[?name == '{names.endpoint_name(line)}' || "
+                f"contains(ports[].containerPort || `[]`, `{line.vllm.port}`)]")
+    return {"all": [{"key": f"{{{{ length({selector}) }}}}", "operator": "NotEquals", "value": 0}]}
+
+
+def shm_volume_jmespath(volume: str = "") -> str:
+    """JMESPath that is true when ``volume`` (an expression for a pod volume; empty: the current
+    node of a filter) is a ``hostPath`` of ``/dev/shm`` or a path under it:
+    :func:`k8s.patch.is_hyperpod_shm_volume` in the policy."""
+    path = f"{volume}.hostPath.path" if volume else "hostPath.path"
+    return (f"({path} == '{HYPERPOD_SHM_HOST_PATH}' || "
+            f"starts_with({path} || '', '{HYPERPOD_SHM_HOST_PATH}/'))")
+
+
+def _mount_removals(line: BusinessLineConfig) -> list[dict[str, Any]]:
+    """``foreach`` entries of ``remove-owned-entries`` over every container's and init container's
+    mounts: the HyperPod shared-memory mounts anywhere, the L2 mount in the vLLM container.
+
+    One pass per list (containers, then init containers), so the result does not depend on
+    whether Kyverno re-reads ``request.object`` between entries. ``element0`` is the container
+    (Kyverno adds ``element<nesting>`` for each level, ``AddElement`` in kyverno
+    ``pkg/engine/context/context.go``).
+    """
+    shm_names = f"request.object.spec.volumes[?{shm_volume_jmespath()}].name || `[]`"
+    shm_mount = {"key": f"{{{{ contains({shm_names}, element.name) }}}}", "operator": "Equals", "value": True}
+    is_vllm = (f"(element0.name == '{names.endpoint_name(line)}' || "
+               f"contains(element0.ports[].containerPort || `[]`, `{line.vllm.port}`))")
+    l2_mount = (f"(element.name == '{names.L2_VOLUME_NAME}' || element.mountPath == '{L2_MOUNT_PATH}')")
+    entries = []
+    for kind, conditions in (
+            ("containers", [shm_mount, {"key": f"{{{{ {is_vllm} && {l2_mount} }}}}", "operator": "Equals",
+                                        "value": True}]),
+            ("initContainers", [shm_mount])):
+        entries.append({
+            "list": f"request.object.spec.{kind} || `[]`",
+            "foreach": [{
+                "list": "element.volumeMounts || `[]`",
+                "order": "Descending",
+                "preconditions": {"any": conditions},
+                "patchesJson6902": _yaml_patch([{
+                    "op": "remove", "path": f"/spec/{kind}/{{{{ elementIndex0 }}}}/volumeMounts/{{{{ elementIndex1 }}}}"}]),
+            }],
+        })
+    return entries
+
+
+def webhook_match_conditions(line: BusinessLineConfig) -> list[dict[str, str]]:
+    """CEL ``matchConditions`` of the policy's webhook: the line's namespace and a vLLM container.
+
+    A policy with ``webhookConfiguration.matchConditions`` gets a webhook of its own in Kyverno
+    1.15 (``CustomWebhookMatchConditions`` -> ``newWebhookPerPolicy``, kyverno
+    ``pkg/controllers/webhook/controller.go``, docs/sources.md §9) instead of joining the shared
+    fail-closed webhook; the API server evaluates these conditions before calling Kyverno, so a
+    Kyverno outage fails only the vLLM Pods of this line's namespace, nothing else. Each
+    expression is total on a Pod CREATE (``has()`` guards every optional field), so it never
+    errors (an error would apply the failure policy).
+    """
+    ep, port = names.endpoint_name(line), line.vllm.port
+    return [
+        {"name": "business-line-namespace", "expression": f"request.namespace == '{line.namespace}'"},
+        {"name": "vllm-pod", "expression": (
+            "has(object.spec) && has(object.spec.containers) && object.spec.containers.exists(c, "
+            f"c.name == '{ep}' || (has(c.ports) && c.ports.exists(p, p.containerPort == {port})))")},
+    ]
+
+
 def policy_spec(platform: PlatformConfig, line: BusinessLineConfig) -> dict[str, Any]:
     """``spec`` of the line's Kyverno Policy (see the module docstring for the rules)."""
     vllm = _vllm_preconditions(line)
     owned = list(owned_env_names(line))
     match = _match(line)
+    has_vllm = _has_vllm_container(line)
     remove_rule = {
         "name": "remove-owned-entries",
         "match": match,
+        "preconditions": has_vllm,
         "mutate": {"foreach": [
-            {
-                "list": "request.object.spec.volumes || `[]`",
-                "order": "Descending",
-                "preconditions": {"all": [{"key": "{{ element.name }}", "operator": "Equals",
-                                           "value": names.L2_VOLUME_NAME}]},
-                "patchesJson6902": _yaml_patch([{"op": "remove", "path": "/spec/volumes/{{ elementIndex }}"}]),
-            },
-            {
-                "list": "request.object.spec.containers",
-                "preconditions": vllm,
-                "foreach": [{
-                    "list": "element.volumeMounts || `[]`",
-                    "order": "Descending",
-                    "preconditions": {"any": [
-                        {"key": "{{ element.name }}", "operator": "Equals", "value": names.L2_VOLUME_NAME},
-                        {"key": "{{ element.mountPath }}", "operator": "Equals", "value": L2_MOUNT_PATH},
-                    ]},
-                    "patchesJson6902": _yaml_patch([{
-                        "op": "remove", "path": "/spec/containers/{{ elementIndex0 }}/volumeMounts/{{ elementIndex1 }}"}]),
-                }],
-            },
+            *_mount_removals(line),
             {
                 "list": "request.object.spec.containers",
                 "preconditions": vllm,
@@ -119,6 +188,16 @@ def policy_spec(platform: PlatformConfig, line: BusinessLineConfig) -> dict[str,
                         "op": "remove", "path": "/spec/containers/{{ elementIndex0 }}/env/{{ elementIndex1 }}"}]),
                 }],
             },
+            {
+                # Last: the mount passes above look the shared-memory volume names up here.
+                "list": "request.object.spec.volumes || `[]`",
+                "order": "Descending",
+                "preconditions": {"any": [
+                    {"key": "{{ element.name }}", "operator": "Equals", "value": names.L2_VOLUME_NAME},
+                    {"key": f"{{{{ {shm_volume_jmespath('element')} }}}}", "operator": "Equals", "value": True},
+                ]},
+                "patchesJson6902": _yaml_patch([{"op": "remove", "path": "/spec/volumes/{{ elementIndex }}"}]),
+            },
         ]},
     }
     container = "/spec/containers/{{ elementIndex }}"
@@ -128,6 +207,7 @@ def policy_spec(platform: PlatformConfig, line: BusinessLineConfig) -> dict[str,
     append_rule = {
         "name": "append-l2-settings",
         "match": match,
+        "preconditions": has_vllm,
         "mutate": {"foreach": [
             {
                 "list": "request.object.spec.containers",
@@ -152,14 +232,21 @@ def policy_spec(platform: PlatformConfig, line: BusinessLineConfig) -> dict[str,
         "name": "ensure-volumes",
         "match": match,
         "preconditions": {"all": [
+            *has_vllm["all"],
             {"key": "{{ length(request.object.spec.volumes || `[]`) }}", "operator": "Equals", "value": 0}]},
         "mutate": {"patchesJson6902": _yaml_patch([{"op": "add", "path": "/spec/volumes", "value": []}])},
     }
     add_volume = {
         "name": "add-l2-volume",
         "match": match,
-        "mutate": {"patchesJson6902": _yaml_patch([{"op": "add", "path": "/spec/volumes/-",
-                                                     "value": l2_volume(line)}])},
+        "preconditions": has_vllm,
+        # The label tells verify.py and the alerts that this Pod went through the mutation
+        # (a Pod created while the policy was not ready never gets it).
+        "mutate": {"patchesJson6902": _yaml_patch([
+            {"op": "add", "path": "/spec/volumes/-", "value": l2_volume(line)},
+            {"op": "add", "path": "/metadata/labels/" + names.L2_MUTATED_LABEL.replace("~", "~0").replace("/", "~1"),
+             "value": names.L2_MUTATED_VALUE},
+        ])},
     }
     return {
         # Admission only: a background scan could not mutate running Pods anyway, and the
@@ -167,9 +254,12 @@ def policy_spec(platform: PlatformConfig, line: BusinessLineConfig) -> dict[str,
         "background": False,
         "admission": True,
         "applyRules": "All",
-        # Fail closed: a vLLM pod that starts without the patch would silently write to the
-        # operator's node-local backend instead of the shared pool. Kyverno runs 3 replicas.
-        "webhookConfiguration": {"failurePolicy": "Fail", "timeoutSeconds": 15},
+        # Fail closed, but only for this line's vLLM Pods: a vLLM Pod that started without the
+        # patch would silently write to the operator's node-local backend instead of the shared
+        # pool. The matchConditions give the policy a webhook of its own, so a Kyverno outage
+        # blocks nothing outside the line's vLLM Pods (webhook_match_conditions).
+        "webhookConfiguration": {"failurePolicy": "Fail", "timeoutSeconds": 15,
+                                 "matchConditions": webhook_match_conditions(line)},
         "rules": [remove_rule, append_rule, ensure_volumes, add_volume],
     }
 
@@ -186,11 +276,10 @@ def policy_manifest(platform: PlatformConfig, line: BusinessLineConfig) -> dict[
                 AUTOGEN_ANNOTATION: "none",
                 "policies.kyverno.io/title": "Curvine L2 KV cache for the vLLM pods of this business line",
                 "policies.kyverno.io/description": (
-                    "Mutates Pods at CREATE only: exactly one of each of "
-                    + ", ".join(e["name"] for e in pod_env_entries(platform, line, tmp_dir_token=POLICY_TMP_TOKEN))
-                    + " (LMCACHE_REMOTE_URL: fs:// on the line's model-scoped directory of the Curvine mount, "
-                    "LMCACHE_EXTRA_CONFIG: per-pod temp dir), the line's RWX PVC and its mount at "
-                    "/mnt/curvine/l2cache."),
+                    "Mutates the vLLM Pods of this line at CREATE only: exactly one each of "
+                    + ", ".join(line_cache_env(platform, line))
+                    + "; the line's RWX PVC and its mount at /mnt/curvine/l2cache; removes the operator's "
+                    "/dev/shm hostPath (only the replaced sagemaker-hyperpod:// backend used it)."),
             },
         },
         "spec": policy_spec(platform, line),
@@ -207,8 +296,13 @@ def kyverno_helm_values() -> dict[str, Any]:
       ``system:serviceaccounts:kube-system`` to the excluded groups (a common copy-paste to
       quiet kube-system noise) make Kyverno skip exactly those requests, and no vLLM pod is
       ever mutated. Pinned here so a chart default change cannot do it either.
-    * ``config.webhooks``: the webhook namespaceSelector excludes only ``kube-system`` and
-      ``kyverno`` (chart default); the business-line namespaces must stay in scope.
+    * ``config.webhooks``: the namespaceSelector of every resource webhook Kyverno registers
+      (``buildResourceMutatingWebhookRules`` copies it into each one, docs/sources.md §9)
+      selects only namespaces labelled ``kvcache.io/business-line`` (the line charts label
+      theirs), never ``kube-system`` or ``kyverno``. With the chart default (all but
+      ``kube-system``) a fail-closed policy without matchConditions blocked Pod creation in
+      ``curvine`` (a replaced node's FUSE pods), ``cert-manager``, the inference operator's
+      namespace and ``aws-hyperpod`` whenever Kyverno was down.
     * ``config.resourceFilters`` is left at the chart default: it filters by the *object's*
       kind/namespace (Events, ReplicaSets, objects in kube-system...), not by requester, and
       holds no entry matching Pods in a business-line namespace.
@@ -228,6 +322,7 @@ def kyverno_helm_values() -> dict[str, Any]:
             "excludeGroups": ["system:nodes"],
             "excludeUsernames": [],
             "webhooks": {"namespaceSelector": {"matchExpressions": [
+                {"key": BUSINESS_LINE_NAMESPACE_LABEL, "operator": "Exists"},
                 {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", KYVERNO_NAMESPACE]},
             ]}},
         },

@@ -16,8 +16,11 @@ Command line (used by ``scripts/patch_endpoint.sh``)::
     python -m k8s.patch --config config --line rag-assistant [--deployment deploy.json]
 
 prints the JSON patch; with ``--deployment`` (the live Deployment as JSON) it also removes every
-entry the patch owns first, so the result holds exactly one of each. Without ``--deployment``
-the output is the append-only reference variant, not meant to be applied.
+entry the patch owns first, so the result holds exactly one of each, and what only the replaced
+HyperPod Tiered Storage backend needed (its shared-memory ``hostPath`` volume and the mounts of
+it, see :func:`is_hyperpod_shm_volume`), so the Pods pass the line namespace's Pod Security
+``baseline``. Without ``--deployment`` the output is the append-only reference variant, not
+meant to be applied.
 """
 
 from __future__ import annotations
@@ -40,16 +43,27 @@ L2_MOUNT_PATH: Final = "/mnt/curvine/l2cache"
 #: (docs/sources.md §8). Each line's pods use :func:`line_remote_url`, one directory below.
 L2_REMOTE_URL: Final = "fs://localhost:0/mnt/curvine/l2cache/"
 
+#: Host directory of the HyperPod Tiered Storage shared memory. With ``l2CacheBackend:
+#: tieredstorage`` the operator gives the vLLM Pod a ``hostPath`` volume of ``/dev/shm``
+#: (named ``host-shm``, mounted at ``/dev/shm/ai_toolkit_cache`` with ``subPath:
+#: ai_toolkit_cache``); other renderings mount ``/dev/shm/ai_toolkit_cache`` itself as
+#: ``type: File`` (docs/sources.md §9, HyperPod shared memory). Only the replaced
+#: ``sagemaker-hyperpod://`` backend reads it, and Pod Security ``baseline`` forbids every
+#: ``hostPath`` volume, so the L2 patch removes it.
+HYPERPOD_SHM_HOST_PATH: Final = "/dev/shm"
+
 #: Per-pod token of the Deployment patch: the kubelet expands ``$(KVCACHE_POD_NAME)`` in env
 #: values to the pod's name (the variable is defined earlier in the same env list).
 DEPLOYMENT_TMP_TOKEN: Final = f"$({POD_NAME_ENV})"
 
 __all__ = [
     "DEPLOYMENT_TMP_TOKEN",
+    "HYPERPOD_SHM_HOST_PATH",
     "L2_MOUNT_PATH",
     "L2_REMOTE_URL",
     "endpoint_json_patch",
     "find_vllm_container",
+    "is_hyperpod_shm_volume",
     "line_cache_env",
     "line_remote_url",
     "pod_env_entries",
@@ -102,6 +116,18 @@ def l2_volume_mount() -> dict[str, Any]:
     return {"name": names.L2_VOLUME_NAME, "mountPath": L2_MOUNT_PATH}
 
 
+def is_hyperpod_shm_volume(volume: dict[str, Any]) -> bool:
+    """True for a pod volume that is a ``hostPath`` of :data:`HYPERPOD_SHM_HOST_PATH` or of a path
+    under it (``/dev/shm``, ``/dev/shm/``, ``/dev/shm/ai_toolkit_cache``), whatever its name.
+
+    The same test as the Kyverno policy's JMESPath (:func:`k8s.kyverno.shm_volume_jmespath`).
+    """
+    path = (volume.get("hostPath") or {}).get("path")
+    if not isinstance(path, str):
+        return False
+    return path == HYPERPOD_SHM_HOST_PATH or path.startswith(HYPERPOD_SHM_HOST_PATH + "/")
+
+
 def find_vllm_container(pod_spec: dict[str, Any], line: BusinessLineConfig) -> int:
     """Index of the vLLM container in a pod spec rendered by the operator.
 
@@ -146,9 +172,12 @@ def endpoint_json_patch(platform: PlatformConfig, line: BusinessLineConfig, *,
             :data:`L2_MOUNT_PATH`, and every env entry the patch owns
             (:func:`k8s.lmcache.owned_env_names`: the operator may inject its own
             ``LMCACHE_REMOTE_URL`` / ``LMCACHE_EXTRA_CONFIG`` / ``LMCACHE_MAX_LOCAL_CPU_SIZE``,
-            the CR adds ``LMCACHE_REMOTE_SERDE`` / ``PYTHONHASHSEED``), each guarded by a
-            ``test`` op so a concurrent change fails the patch instead of removing the wrong
-            entry; the result holds exactly one of each. Without it, the result is only a
+            the CR adds ``LMCACHE_REMOTE_SERDE`` / ``PYTHONHASHSEED``), and every HyperPod
+            shared-memory ``hostPath`` volume (:func:`is_hyperpod_shm_volume`) with every mount
+            of it in any container or init container, each guarded by a ``test`` op so a
+            concurrent change fails the patch instead of removing the wrong entry; the result
+            holds exactly one of each and no shared-memory ``hostPath`` (Pod Security
+            ``baseline`` would refuse the Pods). Without it, the result is only a
             *reference* (``dist/patches/<line>.reference.json``): it assumes vLLM is container 0
             and only appends, so the operator's entries stay beside ours (the kubelet uses the
             last of duplicate names). ``scripts/patch_endpoint.sh`` always passes the live
@@ -174,9 +203,20 @@ def endpoint_json_patch(platform: PlatformConfig, line: BusinessLineConfig, *,
         mounts = container.get("volumeMounts") or []
         env = container.get("env") or []
         owned = set(owned_env_names(line))
-        ops += _removals(f"{spec_path}/volumes", volumes, "name", lambda v: v.get("name") == names.L2_VOLUME_NAME)
+        # Only the replaced Tiered Storage backend used the shared-memory hostPath: drop it and
+        # every mount of it (a mount of a missing volume would make the Pod invalid).
+        shm_names = {v.get("name") for v in volumes if is_hyperpod_shm_volume(v)}
+        ops += _removals(f"{spec_path}/volumes", volumes, "name",
+                         lambda v: v.get("name") == names.L2_VOLUME_NAME or is_hyperpod_shm_volume(v))
         ops += _removals(f"{cpath}/volumeMounts", mounts, "name",
-                         lambda m: m.get("name") == names.L2_VOLUME_NAME or m.get("mountPath") == L2_MOUNT_PATH)
+                         lambda m: m.get("name") == names.L2_VOLUME_NAME or m.get("mountPath") == L2_MOUNT_PATH
+                         or m.get("name") in shm_names)
+        for kind in ("containers", "initContainers"):
+            for i, other in enumerate(pod_spec.get(kind) or []):
+                if kind == "containers" and i == idx:
+                    continue
+                ops += _removals(f"{spec_path}/{kind}/{i}/volumeMounts", other.get("volumeMounts") or [], "name",
+                                 lambda m: m.get("name") in shm_names)
         ops += _removals(f"{cpath}/env", env, "name", lambda e: e.get("name") in owned)
         has = {"volumes": "volumes" in pod_spec, "volumeMounts": "volumeMounts" in container, "env": "env" in container}
     cpath = f"{spec_path}/containers/{idx}"
@@ -184,6 +224,10 @@ def endpoint_json_patch(platform: PlatformConfig, line: BusinessLineConfig, *,
                       ("env", f"{cpath}/env")):
         if not has[key]:
             ops.append({"op": "add", "path": path, "value": []})
+    if deployment is not None:
+        # The label of the L2 mutation, as the Kyverno policy sets it (verify.py checks it).
+        label = names.L2_MUTATED_LABEL.replace("~", "~0").replace("/", "~1")
+        ops.append({"op": "add", "path": f"/spec/template/metadata/labels/{label}", "value": names.L2_MUTATED_VALUE})
     ops.append({"op": "add", "path": f"{spec_path}/volumes/-", "value": l2_volume(line)})
     ops.append({"op": "add", "path": f"{cpath}/volumeMounts/-", "value": l2_volume_mount()})
     for entry in pod_env_entries(platform, line):

@@ -2,7 +2,9 @@
 
 Field names, allowed values and limits come from the CloudFormation resource reference of
 ``AWS::SageMaker::Cluster`` (summarised in docs/sources.md §2) and, for Tiered Storage, from the
-AWS blog on tiered KV cache with Curvine (docs/sources.md §1).
+AWS blog on tiered KV cache with Curvine (docs/sources.md §1). HyperPod's own rules that no
+schema shows (taints vs deep health checks, reserved label prefixes, ...) are
+:mod:`platform_config.hyperpod_rules` (docs/sources.md §10), shared with the config models.
 """
 
 from __future__ import annotations
@@ -17,13 +19,16 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from kv_constructs import nag
+from platform_config import hyperpod_rules as rules
 from platform_config.models import HYPERPOD_NAME_PATTERN, TieredStorageConfig
 
 #: ``ClusterName`` / ``InstanceGroupName`` pattern and length (CloudFormation reference); the
 #: pattern is the config schema's, so config and construct cannot disagree.
 NAME_PATTERN = re.compile(HYPERPOD_NAME_PATTERN)
 NAME_MAX = 63
-DEEP_HEALTH_CHECKS = ("InstanceStress", "InstanceConnectivity")
+DEEP_HEALTH_CHECKS = rules.DEEP_HEALTH_CHECKS
+TRAINING_PLAN_ARN = re.compile(rules.TRAINING_PLAN_ARN_PATTERN)
+LABEL_VALUE = re.compile(rules.KUBERNETES_VALUE_PATTERN)
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 
@@ -60,6 +65,12 @@ class TaintSpec:
     def __post_init__(self) -> None:
         if not self.key:
             raise ValueError("taint key must not be empty")
+        problem = rules.kubernetes_key_problem(self.key)
+        if problem:
+            raise ValueError(f"taint {problem}")
+        if not LABEL_VALUE.match(self.value) or len(self.value) > rules.KUBERNETES_VALUE_MAX:
+            raise ValueError(f"taint value {self.value!r} not allowed; allowed: at most "
+                             f"{rules.KUBERNETES_VALUE_MAX} of letters, digits, '-', '_', '.'")
         if self.effect not in TAINT_EFFECTS:
             raise ValueError(f"taint effect {self.effect!r} not allowed; allowed: {', '.join(TAINT_EFFECTS)}")
 
@@ -77,10 +88,17 @@ class LifecycleScripts:
     on_create: str = "on_create.sh"
 
     def __post_init__(self) -> None:
-        if not Token.is_unresolved(self.source_s3_uri) and not self.source_s3_uri.startswith("s3://"):
-            raise ValueError(f"lifecycle source_s3_uri {self.source_s3_uri!r} must start with s3://")
+        if not Token.is_unresolved(self.source_s3_uri):
+            if not self.source_s3_uri.startswith("s3://"):
+                raise ValueError(f"lifecycle source_s3_uri {self.source_s3_uri!r} must start with s3://")
+            if len(self.source_s3_uri) > rules.SOURCE_S3_URI_MAX:
+                raise ValueError(f"lifecycle source_s3_uri is {len(self.source_s3_uri)} characters; "
+                                 f"allowed: at most {rules.SOURCE_S3_URI_MAX}")
         if "/" in self.on_create or not self.on_create:
             raise ValueError(f"lifecycle on_create {self.on_create!r} must be a file name under source_s3_uri")
+        if len(self.on_create) > rules.ON_CREATE_MAX:
+            raise ValueError(f"lifecycle on_create {self.on_create!r} is {len(self.on_create)} characters; "
+                             f"allowed: at most {rules.ON_CREATE_MAX}")
 
 
 @dataclass(frozen=True)
@@ -90,14 +108,23 @@ class InstanceGroupSpec:
     Attributes:
         name: ``InstanceGroupName`` (replacement on change).
         instance_type: ``ml.*`` type, e.g. ``ml.g6e.12xlarge`` (replacement on change).
-        instance_count: instances, >= 0.
+        instance_count: instances, 0-6,758.
         lifecycle: the group's lifecycle scripts.
         ebs_volume_size_gb: secondary EBS volume per instance in GiB (``InstanceStorageConfigs``,
-            at most one; the API names the unit GB), 1-16,384.
+            at most one; the API names the unit GB), 1-16,384; mounted at /opt/sagemaker.
         threads_per_core: 1 (no SMT, the HyperPod default for GPU work) or 2.
-        deep_health_checks: ``OnStartDeepHealthChecks`` (InstanceStress, InstanceConnectivity).
-        labels: Kubernetes node labels.
-        taints: Kubernetes node taints.
+        deep_health_checks: ``OnStartDeepHealthChecks`` (InstanceStress, InstanceConnectivity);
+            InstanceConnectivity needs 2+ instances; not together with ``taints``.
+        labels: Kubernetes node labels (at most 50, no reserved key prefix).
+        taints: Kubernetes node taints (at most 50, unique by key and effect).
+        min_instance_count: ``MinInstanceCount`` (<= ``instance_count``) or ``None``.
+        training_plan_arn: ``TrainingPlanArn`` (reserved capacity) or ``None``.
+        accelerators: GPUs/Trainium chips per instance when known (``0``: CPU type, no deep
+            health checks possible); ``None`` skips that check.
+
+    Raises:
+        ValueError: a CloudFormation limit or a HyperPod rule (docs/sources.md §10) is broken;
+            the message names the field and the allowed values.
     """
 
     name: str
@@ -109,15 +136,20 @@ class InstanceGroupSpec:
     deep_health_checks: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[TaintSpec, ...] = ()
+    min_instance_count: int | None = None
+    training_plan_arn: str | None = None
+    accelerators: int | None = None
 
     def __post_init__(self) -> None:
         _check_name("instance group name", self.name)
         if not re.match(r"^ml\..+", self.instance_type):
             raise ValueError(f"instance group {self.name}: instance_type {self.instance_type!r} must match ^ml\\..*")
-        if self.instance_count < 0:
-            raise ValueError(f"instance group {self.name}: instance_count must be >= 0, got {self.instance_count}")
-        if not 1 <= self.ebs_volume_size_gb <= 16384:
-            raise ValueError(f"instance group {self.name}: ebs_volume_size_gb must be 1-16384, got {self.ebs_volume_size_gb}")
+        if not 0 <= self.instance_count <= rules.INSTANCE_COUNT_MAX:
+            raise ValueError(f"instance group {self.name}: instance_count must be >= 0 and <= "
+                             f"{rules.INSTANCE_COUNT_MAX}, got {self.instance_count}")
+        lo, hi = rules.EBS_VOLUME_SIZE_GB_MIN, rules.EBS_VOLUME_SIZE_GB_MAX
+        if not lo <= self.ebs_volume_size_gb <= hi:
+            raise ValueError(f"instance group {self.name}: ebs_volume_size_gb must be {lo}-{hi}, got {self.ebs_volume_size_gb}")
         if self.threads_per_core not in (1, 2):
             raise ValueError(f"instance group {self.name}: threads_per_core must be 1 or 2, got {self.threads_per_core}")
         bad = [c for c in self.deep_health_checks if c not in DEEP_HEALTH_CHECKS]
@@ -126,6 +158,35 @@ class InstanceGroupSpec:
                 f"instance group {self.name}: deep health check(s) {', '.join(bad)} not allowed; "
                 f"allowed: {', '.join(DEEP_HEALTH_CHECKS)}"
             )
+        self._check_kubernetes_config()
+        if self.training_plan_arn is not None and not Token.is_unresolved(self.training_plan_arn) and (
+            not TRAINING_PLAN_ARN.match(self.training_plan_arn)
+            or not rules.TRAINING_PLAN_ARN_MIN <= len(self.training_plan_arn) <= rules.TRAINING_PLAN_ARN_MAX
+        ):
+            raise ValueError(f"instance group {self.name}: training_plan_arn {self.training_plan_arn!r} not allowed; "
+                             f"allowed: {rules.TRAINING_PLAN_ARN_PATTERN}")
+        problems = rules.instance_group_problems(
+            instance_type=self.instance_type,
+            instance_count=self.instance_count,
+            deep_health_checks=self.deep_health_checks,
+            taints=[(t.key, t.effect) for t in self.taints],
+            min_instance_count=self.min_instance_count,
+            accelerators=self.accelerators,
+        )
+        if problems:
+            raise ValueError(f"instance group {self.name}: " + "; ".join(problems))
+
+    def _check_kubernetes_config(self) -> None:
+        if len(self.labels) > rules.LABELS_MAX or len(self.taints) > rules.TAINTS_MAX:
+            raise ValueError(f"instance group {self.name}: at most {rules.LABELS_MAX} labels and "
+                             f"{rules.TAINTS_MAX} taints, got {len(self.labels)} and {len(self.taints)}")
+        for key, value in self.labels.items():
+            problem = rules.kubernetes_key_problem(key)
+            if problem:
+                raise ValueError(f"instance group {self.name}: label {problem}")
+            if not value or not LABEL_VALUE.match(value) or len(value) > rules.KUBERNETES_VALUE_MAX:
+                raise ValueError(f"instance group {self.name}: label {key}={value!r} not allowed; allowed: "
+                                 f"1-{rules.KUBERNETES_VALUE_MAX} of letters, digits, '-', '_', '.'")
 
 
 @dataclass(frozen=True)
@@ -167,6 +228,9 @@ class HyperPodCluster(Construct):
         lifecycle_key_prefix: key prefix of the scripts in that bucket, e.g. ``lifecycle/``.
         tiered_storage: ``TieredStorageConfig``.
         node_recovery: ``NodeRecovery``: ``Automatic`` (replace unhealthy nodes) or ``None``.
+        node_provisioning_mode: ``NodeProvisioningMode``: ``Continuous`` (default; create with the
+            capacity available and keep provisioning the rest) or ``None`` (omitted: HyperPod's
+            all-or-nothing provisioning, where one short group fails CreateCluster).
 
     Attributes:
         cfn: the ``CfnCluster`` (logical ID pinned to :attr:`LOGICAL_ID`).
@@ -197,6 +261,7 @@ class HyperPodCluster(Construct):
         lifecycle_key_prefix: str,
         tiered_storage: TieredStorage = TieredStorage(),
         node_recovery: Literal["Automatic", "None"] = "Automatic",
+        node_provisioning_mode: Literal["Continuous"] | None = "Continuous",
     ) -> None:
         super().__init__(scope, construct_id)
         _check_name("cluster_name", cluster_name)
@@ -204,8 +269,11 @@ class HyperPodCluster(Construct):
             raise ValueError(f"subnet_ids needs 1-16 subnets, got {len(subnet_ids)}")
         if not 1 <= len(security_group_ids) <= 5:
             raise ValueError(f"security_group_ids needs 1-5 security groups, got {len(security_group_ids)}")
-        if not 1 <= len(instance_groups) <= 20:
-            raise ValueError(f"instance_groups needs 1-20 groups, got {len(instance_groups)}")
+        if not 1 <= len(instance_groups) <= rules.INSTANCE_GROUPS_MAX:
+            raise ValueError(f"instance_groups needs 1-{rules.INSTANCE_GROUPS_MAX} groups, got {len(instance_groups)}")
+        if node_provisioning_mode is not None and node_provisioning_mode not in rules.NODE_PROVISIONING_MODES:
+            raise ValueError(f"node_provisioning_mode {node_provisioning_mode!r} not allowed; allowed: "
+                             f"{', '.join(rules.NODE_PROVISIONING_MODES)} or None")
         names = [g.name for g in instance_groups]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -236,6 +304,7 @@ class HyperPodCluster(Construct):
                 security_group_ids=list(security_group_ids), subnets=list(subnet_ids)
             ),
             node_recovery=node_recovery,
+            node_provisioning_mode=node_provisioning_mode,
             tiered_storage_config=sagemaker.CfnCluster.TieredStorageConfigProperty(
                 mode="Enable" if tiered_storage.enabled else "Disable",
                 instance_memory_allocation_percentage=(
@@ -283,6 +352,8 @@ class HyperPodCluster(Construct):
             ],
             on_start_deep_health_checks=list(g.deep_health_checks) or None,
             kubernetes_config=kubernetes,
+            min_instance_count=g.min_instance_count,
+            training_plan_arn=g.training_plan_arn,
         )
 
     def _execution_role(

@@ -9,4 +9,7 @@ Modules:
     bench_ttft   cold vs warm TTFT against an OpenAI-compatible streaming endpoint.
     verify       post-deploy checks: pure functions over Kubernetes/AWS dicts plus a thin live reader.
     preflight    pre-deploy checks of the AWS account.
+    cli          the convention every script follows: exit codes, error lines, broken pipes, help.
+    gpu_memory   GPU memory vLLM can budget per GPU model (sourced), for the planner's fit.
+    plots        the --plot figures (matplotlib, Agg).
 """

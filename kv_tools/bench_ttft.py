@@ -35,8 +35,10 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
@@ -58,7 +60,8 @@ class BenchConfig:
     """One benchmark run.
 
     Attributes:
-        base_url: e.g. ``http://127.0.0.1:8000`` (``/v1/...`` is appended); pod A.
+        base_url: e.g. ``http://127.0.0.1:8000`` or the OpenAI-style ``http://127.0.0.1:8000/v1``
+            (both call ``/v1/chat/completions``, see :func:`endpoint_url`); pod A.
         model: ``model`` field of the requests.
         read_base_url: pod B for the warm phase (two-URL mode), or None.
         api_key: sent as ``Authorization: Bearer``; None sends none.
@@ -104,8 +107,16 @@ class BenchConfig:
             problems.append("prefix tokens must be >= 1 and suffix tokens >= 0")
         if self.duration_s <= 0 or self.timeout_s <= 0:
             problems.append("duration and timeout must be > 0 s")
+        if not problems and self.split[1] == 0:
+            problems.append(f"requests={self.requests} with reuse_share={self.reuse_share:g} plans no warm request, "
+                            "so cold vs warm cannot be compared; raise --requests (>= 2) or --reuse-share (> 0)")
         if problems:
             raise ValueError("; ".join(problems))
+
+    def url(self, kind: str) -> str:
+        """The full URL the ``kind`` (``cold``/``warm``) phase posts to."""
+        base = self.base_url if kind == "cold" or not self.read_base_url else self.read_base_url
+        return endpoint_url(base, self.endpoint)
 
     @property
     def split(self) -> tuple[int, int]:
@@ -113,6 +124,18 @@ class BenchConfig:
         warm = round(self.requests * self.reuse_share)
         cold = max(1, self.requests - warm)
         return cold, self.requests - cold
+
+
+def endpoint_url(base_url: str, endpoint: str = "chat") -> str:
+    """``base_url`` + ``/v1/chat/completions`` (or ``/v1/completions``), accepting a base with
+    or without the OpenAI-style ``/v1`` suffix: ``http://h:8000`` and ``http://h:8000/v1/`` both
+    give ``http://h:8000/v1/chat/completions``; a path prefix (a router's ``/llm``) is kept."""
+    parts = urlsplit(base_url)
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    suffix = "/v1/chat/completions" if endpoint == "chat" else "/v1/completions"
+    return parts._replace(path=path + suffix, query="", fragment="").geturl()
 
 
 @dataclass
@@ -126,6 +149,8 @@ class RequestResult:
     e2e_ms: float | None = None
     chunks: int = 0
     error: str | None = None
+    #: The error was a transport failure (refused, reset, timed out), not an HTTP answer.
+    unreachable: bool = False
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -148,11 +173,20 @@ class TextMaker:
     """Builds texts of a given token length (exact with a tokenizer, else one word per token)."""
 
     def __init__(self, tokenizer_path: str | None = None) -> None:
+        """Raises:
+            FileNotFoundError: no file at ``tokenizer_path`` (the message names it).
+            ValueError: the file is not a ``tokenizer.json`` the ``tokenizers`` package reads.
+        """
         self._tok = None
         if tokenizer_path:
             from tokenizers import Tokenizer
 
-            self._tok = Tokenizer.from_file(tokenizer_path)
+            if not Path(tokenizer_path).is_file():
+                raise FileNotFoundError(f"no such tokenizer file: {tokenizer_path}")
+            try:
+                self._tok = Tokenizer.from_file(str(tokenizer_path))
+            except Exception as exc:  # the tokenizers package raises a bare Exception
+                raise ValueError(f"{tokenizer_path}: not a readable tokenizer.json ({exc})") from None
 
     def count(self, text: str) -> int:
         if self._tok is None:
@@ -232,13 +266,16 @@ def _content(event: dict[str, Any], endpoint: str) -> str:
 
 
 def send_streaming(client: _Client, cfg: BenchConfig, base_url: str, prompt: str, result: RequestResult) -> None:
-    """Send one streamed request and fill ``result`` (TTFT, end-to-end, chunk count or error)."""
-    path_prefix = urlsplit(base_url).path.rstrip("/")
+    """Send one streamed request and fill ``result`` (TTFT, end-to-end, chunk count or error).
+
+    Every error names the URL it called (``HTTP 404 from POST http://...``), so a wrong base
+    URL shows at once.
+    """
+    url = endpoint_url(base_url, cfg.endpoint)
+    path = urlsplit(url).path
     if cfg.endpoint == "chat":
-        path = f"{path_prefix}/v1/chat/completions"
         body = {"model": cfg.model, "messages": [{"role": "user", "content": prompt}]}
     else:
-        path = f"{path_prefix}/v1/completions"
         body = {"model": cfg.model, "prompt": prompt}
     body.update({"stream": True, "max_tokens": cfg.max_tokens, "temperature": 0})
     payload = json.dumps(body).encode("utf-8")
@@ -252,7 +289,7 @@ def send_streaming(client: _Client, cfg: BenchConfig, base_url: str, prompt: str
         resp = conn.getresponse()
         if resp.status != 200:
             detail = resp.read(300).decode("utf-8", "replace").strip()
-            result.error = f"HTTP {resp.status}: {detail}"
+            result.error = f"HTTP {resp.status} from POST {url}: {detail or resp.reason}"
             client.drop(base_url)
             return
         while True:
@@ -270,7 +307,7 @@ def send_streaming(client: _Client, cfg: BenchConfig, base_url: str, prompt: str
             except json.JSONDecodeError:
                 continue
             if isinstance(event, dict) and event.get("error"):
-                result.error = f"stream error: {event['error']}"
+                result.error = f"stream error from POST {url}: {event['error']}"
                 break
             if isinstance(event, dict) and _content(event, cfg.endpoint):
                 if result.ttft_ms is None:
@@ -279,9 +316,10 @@ def send_streaming(client: _Client, cfg: BenchConfig, base_url: str, prompt: str
         resp.read()  # drain the terminating chunk so the connection can be reused
         result.e2e_ms = (time.perf_counter() - started) * 1000.0
         if result.ttft_ms is None and result.error is None:
-            result.error = "stream ended without content"
+            result.error = f"stream from POST {url} ended without content"
     except (OSError, http.client.HTTPException) as exc:
-        result.error = f"{type(exc).__name__}: {exc}"
+        result.error = f"cannot reach POST {url}: {type(exc).__name__}: {exc}"
+        result.unreachable = True
         client.drop(base_url)
 
 
@@ -293,6 +331,40 @@ class BenchReport:
     results: list[RequestResult] = field(default_factory=list)
     skipped: int = 0
     wall_s: float = 0.0
+    #: Requests not started, per phase and reason (the duration bound; no cold success).
+    skipped_by: dict[str, Counter] = field(default_factory=lambda: {"cold": Counter(), "warm": Counter()})
+
+    def skip(self, kind: str, reason: str, n: int = 1) -> None:
+        """Count ``n`` ``kind`` requests not started for ``reason``."""
+        self.skipped += n
+        self.skipped_by[kind][reason] += n
+
+    @property
+    def unanswered(self) -> str | None:
+        """Why cold vs warm was not measured (a phase without one successful request), or None.
+
+        The message gives, per empty phase, how many requests failed (the first error, with
+        its URL) and how many never started and why.
+        """
+        if self.ttft("cold") and self.ttft("warm"):
+            return None
+        planned = dict(zip(("cold", "warm"), self.config.split))
+        phases = []
+        for kind in ("cold", "warm"):
+            if self.ttft(kind):
+                continue
+            failed = [r for r in self.results if r.kind == kind and r.error]
+            parts = [f"{kind} phase: 0 of {planned[kind]} request(s) measured"]
+            if failed:
+                parts.append(f"{len(failed)} failed (first: {failed[0].error})")
+            parts += [f"{n} not started ({why})" for why, n in self.skipped_by[kind].items()]
+            phases.append("; ".join(parts))
+        return "cold vs warm TTFT not measured: " + ". ".join(phases)
+
+    @property
+    def all_unreachable(self) -> bool:
+        """Every request that ran failed at the transport level (nothing answered at all)."""
+        return bool(self.results) and all(r.unreachable for r in self.results)
 
     def _ok(self, kind: str | None = None) -> list[RequestResult]:
         return [r for r in self.results if r.error is None and (kind is None or r.kind == kind)]
@@ -318,6 +390,9 @@ class BenchReport:
                           "e2e_ms": _stats([r.e2e_ms for r in self._ok(kind) if r.e2e_ms is not None])}
                    for kind in ("cold", "warm")}
         return {
+            "answered": self.unanswered is None,
+            "unanswered_reason": self.unanswered,
+            "urls": {"cold": cfg.url("cold"), "warm": cfg.url("warm")},
             "ttft_ms": _stats(self.ttft()),
             "e2e_ms": _stats([r.e2e_ms for r in self._ok() if r.e2e_ms is not None]),
             "cold": by_kind["cold"], "warm": by_kind["warm"],
@@ -331,10 +406,13 @@ class BenchReport:
 
 
 def run(cfg: BenchConfig, *, tokenizer_path: str | None = None, progress: bool = False,
-        clock: Callable[[], float] = time.monotonic) -> BenchReport:
+        progress_delay_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> BenchReport:
     """Run the benchmark: cold phase to ``base_url``, then warm phase to the read URL.
 
     Returns a :class:`BenchReport`; network errors are recorded per request, never raised.
+    If no cold request succeeds, the warm phase is not run (nothing was stored for it to
+    reuse): its requests are counted as skipped. ``progress`` draws a tqdm bar on stderr,
+    shown once the run has lasted ``progress_delay_s`` (so short runs stay quiet).
     """
     plan = build_requests(cfg, TextMaker(tokenizer_path))
     report = BenchReport(cfg)
@@ -346,13 +424,15 @@ def run(cfg: BenchConfig, *, tokenizer_path: str | None = None, progress: bool =
     if progress:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(plan), unit="req", file=sys.stderr, desc="ttft")
+        bar = tqdm(total=len(plan), unit="req", file=sys.stderr, desc="ttft", delay=progress_delay_s)
 
     def one(kind: str, prefix_id: int, prompt: str) -> None:
         url = cfg.base_url if kind == "cold" or not cfg.read_base_url else cfg.read_base_url
         if clock() >= deadline:
             with lock:
-                report.skipped += 1
+                report.skip(kind, f"the duration bound of {cfg.duration_s:g} s had passed")
+                if bar is not None:
+                    bar.update(1)
             return
         result = RequestResult(kind=kind, url=url, prefix_id=prefix_id)
         send_streaming(client, cfg, url, prompt, result)
@@ -363,7 +443,13 @@ def run(cfg: BenchConfig, *, tokenizer_path: str | None = None, progress: bool =
 
     with ThreadPoolExecutor(max_workers=cfg.concurrency) as pool:
         for phase in ("cold", "warm"):
-            futures = [pool.submit(one, *item) for item in plan if item[0] == phase]
+            items = [item for item in plan if item[0] == phase]
+            if phase == "warm" and not report.ttft("cold"):
+                report.skip("warm", "no cold request succeeded, so there was no prefix to reuse", len(items))
+                if bar is not None:
+                    bar.update(len(items))
+                continue
+            futures = [pool.submit(one, *item) for item in items]
             for f in futures:
                 f.result()
     if bar is not None:
@@ -376,9 +462,9 @@ def format_report(report: BenchReport) -> str:
     """The readable summary ``scripts/bench_ttft.py`` prints."""
     d = report.to_dict()
     cfg = report.config
-    target = f"A={cfg.base_url}" + (f", B={cfg.read_base_url} (cold to A, warm to B)" if cfg.read_base_url else "")
-    rows = [f"target   {target}, /v1/{'chat/completions' if cfg.endpoint == 'chat' else 'completions'}, "
-            f"model {cfg.model}",
+    target = (f"cold -> {cfg.url('cold')}, warm -> {cfg.url('warm')} (pod B)" if cfg.read_base_url
+              else cfg.url("cold"))
+    rows = [f"target   {target}, model {cfg.model}",
             f"workload {cfg.requests} requests ({d['requests']['cold']} cold, {d['requests']['warm']} warm reusing "
             f"a prefix), prefix {cfg.prefix_tokens} + suffix {cfg.suffix_tokens} tokens, concurrency "
             f"{cfg.concurrency}, max_tokens {cfg.max_tokens}",
@@ -395,7 +481,10 @@ def format_report(report: BenchReport) -> str:
                     f"{fmt(e['p50']):>10} {fmt(e['p90']):>10} {fmt(e['p99']):>10}")
     ratio = d["cold_warm_ratio"]
     rows += ["", f"cold/warm TTFT (p50) {'-' if ratio is None else f'{ratio:.2f}x'}; "
-                 f"{d['requests']['errors']} error(s), {d['requests']['skipped']} skipped by the duration bound; "
+                 f"{d['requests']['errors']} error(s), {d['requests']['skipped']} not started; "
                  f"{d['wall_s']:.1f} s"]
     rows += [f"error: {e}" for e in d["errors"]]
+    if d["unanswered_reason"] is None and ratio is not None:  # else the tool prints why on stderr
+        rows.append(f"answer   warm p50 is {ratio:.2f}x faster than cold" if ratio > 1 else
+                    f"answer   warm p50 is NOT faster than cold ({ratio:.2f}x): the prefixes were not reused")
     return "\n".join(rows)

@@ -13,8 +13,7 @@ with a clear error rather than mis-counted.
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -235,19 +234,53 @@ def spec_from_hf_config(config: dict[str, Any], *, name: str = "", source: str =
 def load_hf_config(path: str | Path, *, name: str = "") -> ModelSpec:
     """Read a Hugging Face ``config.json`` from ``path`` (a file, or a directory holding one).
 
+    The model's name is ``name`` if given, else the config's ``_name_or_path``, else the Hub
+    repository of a Hugging Face cache path (``models--org--name/snapshots/...``), else
+    :func:`describe_architecture` (never the folder name, often a revision hash).
+
     Raises:
         ValueError: unreadable JSON, not an object, or the fields :func:`spec_from_hf_config`
             needs are missing.
-        FileNotFoundError: no such file.
+        FileNotFoundError: no such file (the message names the path).
     """
     path = Path(path)
     if path.is_dir():
         path = path / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {path}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: must be a JSON object")
-    fallback = re.sub(r"[^A-Za-z0-9._-]", "-", path.parent.name) or "hf-config"
-    return spec_from_hf_config(data, name=name or str(data.get("_name_or_path") or fallback), source=str(path))
+    spec = spec_from_hf_config(data, name=name or str(data.get("_name_or_path") or "") or _hub_repo_id(path) or "",
+                               source=str(path))
+    if name or data.get("_name_or_path") or _hub_repo_id(path):
+        return spec
+    return replace(spec, name=describe_architecture(spec, data))
+
+
+def _hub_repo_id(path: Path) -> str | None:
+    """``org/name`` when ``path`` lies in a Hugging Face Hub cache
+    (``.../models--org--name/snapshots/<revision>/config.json``), else None."""
+    for part in reversed(Path(path).resolve().parts):
+        if part.startswith("models--") and "--" in part[len("models--"):]:
+            return part[len("models--"):].replace("--", "/", 1)
+    return None
+
+
+def describe_architecture(spec: ModelSpec, config: dict[str, Any]) -> str:
+    """A name for a config that carries none: the known models with the same architecture
+    (``Llama-3.1-8B architecture``), else its class and size (``MistralForCausalLM, 7.24B params``).
+    Never the folder it sits in, which is often a revision hash."""
+    same = [m.name for m in MODELS.values()
+            if (m.layers, m.hidden_size, m.attention_heads, m.kv_heads, m.head_dim, m.intermediate_size,
+                m.vocab_size) == (spec.layers, spec.hidden_size, spec.attention_heads, spec.kv_heads, spec.head_dim,
+                                  spec.intermediate_size, spec.vocab_size)]
+    if same:
+        return f"{' / '.join(same)} architecture"
+    archs = config.get("architectures")
+    kind = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else (
+        str(config.get("model_type") or "") or "model")
+    return f"{kind}, {spec.params / 1e9:.2f}B params"

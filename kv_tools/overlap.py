@@ -34,11 +34,12 @@ import hashlib
 import io
 import json
 import math
+import sys
 from array import array
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator, Sequence
+from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
 #: Adoption rule of thumb from the reference deployment (docs/sources.md §1): the tiered cache
 #: is worth it when more than about 40% of leading tokens are shared.
@@ -259,6 +260,10 @@ class OverlapReport:
     malformed: Counter = field(default_factory=Counter)
     malformed_lines: list[int] = field(default_factory=list)
     lengths: Counter = field(default_factory=Counter)
+    #: Requests per shared-prefix length (served tokens: whole chunks, bounded by the context).
+    shared_lengths: Counter = field(default_factory=Counter)
+    #: Requests per whole percent (0..100) of their prompt served: at most 101 keys.
+    shared_percent: Counter = field(default_factory=Counter)
     groups: dict[str, GroupStats] = field(default_factory=dict)
 
     @property
@@ -273,11 +278,11 @@ class OverlapReport:
         if not self.requests:
             return "no requests: nothing to judge"
         if self.share >= self.threshold:
-            text = (f"{pct} is above the ~{self.threshold:.0%} adoption threshold: shared prefixes are common "
+            text = (f"{pct} is above the ~{format_share(self.threshold)} adoption threshold: shared prefixes are common "
                     "enough for the L2 tier to pay off where prompts are longer than the break-even of "
                     "scripts/plan.py (~780 tokens for Qwen2-7B on an L40S)")
         else:
-            text = (f"{pct} is below the ~{self.threshold:.0%} adoption threshold: the L2 tier is unlikely to pay "
+            text = (f"{pct} is below the ~{format_share(self.threshold)} adoption threshold: the L2 tier is unlikely to pay "
                     "off; vLLM's L0 prefix cache with prefix-aware routing may be enough")
         if self.evictions:
             text += (f"; the analysis evicted {self.evictions:,} chunk keys (bound {self.max_cached_chunks:,}), "
@@ -321,14 +326,66 @@ class OverlapReport:
         return [{"min": 0 if u == 256 else u // 2, "max": u - 1, "requests": buckets[u]} for u in sorted(buckets)]
 
 
-def _open(path: str | Path) -> IO[str]:
-    if str(path) == "-":
-        import sys
+def format_share(share: float) -> str:
+    """A share as a percentage without spurious digits: 0.4 -> ``40%``, 0.425 -> ``42.5%``."""
+    return f"{share * 100:.4g}%"
 
-        return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
-    if str(path).endswith(".gz"):
-        return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8", errors="replace")
-    return open(path, encoding="utf-8", errors="replace")
+
+class _CountingReader(io.RawIOBase):
+    """A binary file that reports every byte read to ``on_read`` (a progress bar's update),
+    so a ``.gz`` log's progress is measured in compressed bytes of the file on disk."""
+
+    def __init__(self, raw: IO[bytes], on_read: Callable[[int], Any]) -> None:
+        self._raw, self._on_read = raw, on_read
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._raw.read(len(buffer))
+        buffer[: len(data)] = data
+        self._on_read(len(data))
+        return len(data)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def _open(path: str | Path, on_read: Callable[[int], Any] | None = None) -> IO[str]:
+    """Text lines of ``path`` (``-`` stdin, ``.gz`` decompressed); ``on_read`` gets the bytes
+    read from the file itself.
+
+    Raises:
+        FileNotFoundError / IsADirectoryError: naming the path.
+    """
+    if str(path) == "-":
+        raw: IO[bytes] = sys.stdin.buffer
+    else:
+        path = Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"no such file: {path}")
+        if path.is_dir():
+            raise IsADirectoryError(f"{path} is a directory, not a request log")
+        raw = open(path, "rb")
+    binary: IO[bytes] = io.BufferedReader(_CountingReader(raw, on_read)) if on_read else raw
+    if not str(path).endswith(".gz"):
+        return io.TextIOWrapper(binary, encoding="utf-8", errors="replace")
+    return _GzipLines(gzip.GzipFile(fileobj=binary, mode="rb"), binary)
+
+
+class _GzipLines(io.TextIOWrapper):
+    """Text of a ``GzipFile`` opened on a file object, closing that file object too
+    (``GzipFile`` leaves a file object it was given open)."""
+
+    def __init__(self, gz: gzip.GzipFile, underlying: IO[bytes]) -> None:
+        super().__init__(gz, encoding="utf-8", errors="replace")
+        self._underlying = underlying
+
+    def close(self) -> None:
+        super().close()
+        if self._underlying is not getattr(sys.stdin, "buffer", None):
+            self._underlying.close()
 
 
 def _batches(lines: Iterable[str], size: int) -> Iterator[list[tuple[int, str]]]:
@@ -354,12 +411,17 @@ def analyse(lines: Iterable[str], *, tokenizer: HFTokenizer | ApproxTokenizer | 
 
     Raises:
         ValueError: ``chunk_tokens``, ``max_cached_chunks``, ``max_groups`` or ``batch_size``
-            below 1, or an unknown ``template``.
+            below 1, an unknown ``template``, or a ``threshold`` outside 0..1 (a share, not a
+            percentage: 0.4, not 40).
     """
-    if min(chunk_tokens, max_cached_chunks, max_groups, batch_size) < 1:
-        raise ValueError("chunk_tokens, max_cached_chunks, max_groups and batch_size must be >= 1")
+    small = {k: v for k, v in (("chunk_tokens", chunk_tokens), ("max_cached_chunks", max_cached_chunks),
+                               ("max_groups", max_groups), ("batch_size", batch_size)) if v < 1}
+    if small:
+        raise ValueError(", ".join(f"{k} must be >= 1 (got {v})" for k, v in small.items()))
     if template not in ("chatml", "plain"):
         raise ValueError(f"unknown template {template!r}; allowed: chatml, plain")
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold {threshold!r} is outside 0..1; it is a share (0.4 for 40%)")
     tok = tokenizer or ApproxTokenizer()
     report = OverlapReport(tokenizer=tok.name, exact=tok.exact, chunk_tokens=chunk_tokens,
                            max_cached_chunks=max_cached_chunks, threshold=threshold)
@@ -404,6 +466,8 @@ def analyse(lines: Iterable[str], *, tokenizer: HFTokenizer | ApproxTokenizer | 
             report.whole_chunk_tokens += whole * chunk_tokens
             report.requests_with_hit += served > 0
             report.lengths[tokens.length] += 1
+            report.shared_lengths[served] += 1
+            report.shared_percent[served * 100 // tokens.length if tokens.length else 0] += 1
             gid = hashlib.blake2b(prompt.group.encode("utf-8", "surrogatepass"), digest_size=8).digest()
             label = group_ids.get(gid)
             if label is None:
@@ -419,9 +483,29 @@ def analyse(lines: Iterable[str], *, tokenizer: HFTokenizer | ApproxTokenizer | 
     return report
 
 
-def analyse_file(path: str | Path, **kwargs: Any) -> OverlapReport:
-    """:func:`analyse` over a file (``.gz`` is decompressed on the fly; ``-`` is stdin)."""
-    with _open(path) as handle:
+def analyse_file(path: str | Path, *, progress: bool = False, progress_delay_s: float = 1.0,
+                 **kwargs: Any) -> OverlapReport:
+    """:func:`analyse` over a file (``.gz`` is decompressed on the fly; ``-`` is stdin).
+
+    ``progress`` draws a tqdm bar on stderr, in bytes of the file (compressed bytes for
+    ``.gz``; lines for stdin), shown once the run has lasted ``progress_delay_s``.
+
+    Raises:
+        FileNotFoundError / IsADirectoryError: the path (named in the message); ValueError:
+        from :func:`analyse`.
+    """
+    if not progress:
+        with _open(path) as handle:
+            return analyse(handle, **kwargs)
+    from tqdm import tqdm
+
+    size = None if str(path) == "-" else Path(path).stat().st_size if Path(path).is_file() else None
+    if size is None:
+        with _open(path) as handle, tqdm(handle, unit=" lines", file=sys.stderr, delay=progress_delay_s,
+                                         desc="overlap") as lines:
+            return analyse(lines, **kwargs)
+    with tqdm(total=size, unit="B", unit_scale=True, file=sys.stderr, delay=progress_delay_s, desc="overlap") as bar, \
+            _open(path, on_read=bar.update) as handle:
         return analyse(handle, **kwargs)
 
 

@@ -5,8 +5,8 @@ What it computes (all per GPU, per replica and per endpoint where it matters):
 * weights: ``params x bytes per element`` in GiB (2^30 B) and GB (10^9 B); whether they fit
   with a tensor-parallel (TP) degree, and the smallest TP that fits;
 * KV cache bytes per token: ``2 x layers x KV heads x head_dim x bytes`` (docs/sources.md §5);
-* tier capacities: L0 = GPU memory x ``gpu_memory_utilization`` - weights/TP - runtime reserve,
-  in tokens; L1 = host memory x HyperPod Tiered Storage percentage, per node; L2 = per node
+* tier capacities: L0 = usable GPU memory (what CUDA reports, :mod:`kv_tools.gpu_memory`) x
+  ``gpu_memory_utilization`` - weights/TP - runtime reserve, in tokens; L1 = host memory x HyperPod Tiered Storage percentage, per node; L2 = per node
   min(Curvine ``worker_capacity_gib``, NVMe less a reserve) x nodes;
 * times: reading N tokens of KV from L2 at a bandwidth, prefilling N tokens at a calibrated
   rate, cold vs warm TTFT and their ratio, and the break-even prompt length;
@@ -41,9 +41,11 @@ replica reads at ``TP x`` that rate. This is an assumption, not a measurement.
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Iterable
 
+from kv_tools.gpu_memory import usable_gpu_memory_gib
 from kv_tools.model_specs import ModelSpec, dtype_bytes, lookup_model
 from kv_tools.prices import Price, PriceTable
 from platform_config import INSTANCE_TYPES, BusinessLineConfig, InstanceType, PlatformConfig, get_instance_type
@@ -254,14 +256,16 @@ def _fit(inputs: PlanInputs, instance: InstanceType, tp: int) -> Fit:
     model = inputs.model
     weights_gib = model.weights_bytes(inputs.dtype) / GIB
     per_gpu = weights_gib / tp
-    budget = instance.gpu_memory_gib * inputs.gpu_memory_utilization
+    # vLLM's share applies to the memory CUDA reports, not the marketed GB (kv_tools/gpu_memory.py).
+    usable = usable_gpu_memory_gib(instance.gpu_model)
+    budget = usable * inputs.gpu_memory_utilization
     free = budget - per_gpu - inputs.runtime_reserve_gib
     per_token = kv_bytes_per_token_per_gpu(model, tp, inputs.effective_kv_dtype)
     tokens = max(0, int(free * GIB // per_token)) if free > 0 else 0
     need = max(inputs.tokens, inputs.max_model_len)
     if free <= 0:
         reason = (f"weights {per_gpu:.1f} GiB/GPU + reserve {inputs.runtime_reserve_gib:.1f} GiB exceed "
-                  f"{inputs.gpu_memory_utilization:.0%} of {instance.gpu_memory_gib:.0f} GiB ({instance.gpu_model})")
+                  f"{inputs.gpu_memory_utilization:.0%} of {usable:.2f} GiB usable ({instance.gpu_model})")
     elif tokens < need:
         reason = (f"KV room for {tokens:,} tokens per replica, below one {need:,}-token sequence "
                   "(vLLM refuses to start)")
@@ -356,6 +360,8 @@ class Plan:
     timing: Timing
     cost: Cost
     warnings: tuple[str, ...] = ()
+    #: The constants the timing was computed with (for :func:`ttft_curve`).
+    calibration: Calibration = DEFAULT_CALIBRATION
 
     @property
     def weights_gib(self) -> float:
@@ -386,7 +392,8 @@ class Plan:
                       "source": m.source},
             "instance_type": self.instance.name,
             "gpu": {"model": self.instance.gpu_model, "count": self.instance.gpus,
-                    "memory_gib": self.instance.gpu_memory_gib},
+                    "memory_gib": self.instance.gpu_memory_gib,
+                    "usable_memory_gib": usable_gpu_memory_gib(self.instance.gpu_model)},
             "dtype": i.dtype,
             "kv_dtype": i.effective_kv_dtype,
             "tp": self.fit.tp,
@@ -453,12 +460,7 @@ def plan(inputs: PlanInputs, *, prices: PriceTable | None = None,
     nvme_gib = instance.nvme_gb * GB / GIB * (1.0 - inputs.nvme_reserve_fraction)
     l2_per_node = min(nvme_gib, inputs.l2_node_capacity_gib) if inputs.l2_node_capacity_gib else nvme_gib
     price = prices.price(inputs.region, instance.name) if prices else None
-    warnings = []
-    if prices is not None and price is None:
-        warnings.append(f"no price for {instance.name} in {inputs.region} in the price table")
-    if price is not None and not price.checked:
-        warnings.append(f"price of {instance.name} ({price.usd_per_hour} {prices.currency}/h, as of "
-                        f"{price.as_of}) is unchecked; verify at {price.source}")
+    warnings = price_warnings(prices, inputs.region, instance.name) if prices is not None else []
     if not t.l2_pays:
         warnings.append(f"L2 does not pay at {inputs.tokens:,} tokens (break-even about "
                         f"{t.break_even_tokens:,.0f} tokens): warm {t.warm_ttft_ms:.0f} ms vs cold {t.cold_ttft_ms:.0f} ms")
@@ -473,7 +475,30 @@ def plan(inputs: PlanInputs, *, prices: PriceTable | None = None,
                                  if inputs.l1_gib_per_replica is not None
                                  else instance.host_memory_gib * inputs.l1_percentage / 100.0),
                 l2_nodes=inputs.l2_nodes if inputs.l2_nodes is not None else nodes,
-                l2_gib_per_node=l2_per_node, timing=t, cost=cost, warnings=tuple(warnings))
+                l2_gib_per_node=l2_per_node, timing=t, cost=cost, warnings=tuple(warnings),
+                calibration=calibration)
+
+
+def price_warnings(prices: PriceTable, region: str, instance_type: str) -> list[str]:
+    """The warning the report prints for a price it uses: missing from the table, or not yet
+    checked against its source (``checked: false`` in ``config/prices.yaml``)."""
+    price = prices.price(region, instance_type)
+    if price is None:
+        return [f"no price for {instance_type} in {region} in the price table"]
+    if not price.checked:
+        return [f"price of {instance_type} ({price.usd_per_hour} {prices.currency}/h, as of "
+                f"{price.as_of}) is unchecked; verify at {price.source}"]
+    return []
+
+
+def ttft_curve(p: Plan, lengths: Iterable[int]) -> list[Timing]:
+    """Cold and warm TTFT of ``p``'s deployment (model, GPU, TP, KV dtype, hit ratio, chunk,
+    L2 bandwidth, calibration) at each prompt length in ``lengths`` (tokens >= 1); what
+    ``plan.py --plot`` draws."""
+    i = p.inputs
+    return [timing(i.model, p.instance, p.fit.tp, i.effective_kv_dtype, tokens=n, hit_ratio=i.hit_ratio,
+                   chunk_tokens=i.chunk_tokens, l2_read_gibps=i.l2_read_gibps, calibration=p.calibration)
+            for n in lengths]
 
 
 @dataclass(frozen=True)
@@ -485,6 +510,20 @@ class Recommendation:
     use_l2: bool
     reason: str
     options: tuple[Plan, ...] = field(default_factory=tuple)
+    #: Price warnings (missing or unchecked) of every option whose price the comparison uses.
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def chosen(self) -> Plan | None:
+        """The option recommended (None when nothing fits with a price)."""
+        return next((p for p in self.options if p.instance.name == self.instance_type), None)
+
+    def cost_ratio(self, option: Plan) -> float | None:
+        """``option``'s cost per endpoint-hour over the chosen one's (None without both prices)."""
+        best = self.chosen
+        if best is None or not best.cost.cost_per_endpoint_hour or option.cost.cost_per_endpoint_hour is None:
+            return None
+        return option.cost.cost_per_endpoint_hour / best.cost.cost_per_endpoint_hour
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -492,9 +531,12 @@ class Recommendation:
             "options": [{
                 "instance_type": p.instance.name, "fits": p.fit.fits, "tp": p.fit.tp, "nodes": p.cost.nodes,
                 "cost_per_endpoint_hour": _round(p.cost.cost_per_endpoint_hour, 2),
+                "cost_ratio": _round(self.cost_ratio(p), 2),
                 "cold_ttft_ms": round(p.timing.cold_ttft_ms, 1), "warm_ttft_ms": round(p.timing.warm_ttft_ms, 1),
+                "expected_ttft_ms": round(p.expected_ttft_ms, 1),
                 "l2_pays": p.timing.l2_pays, "fit_reason": p.fit.reason,
             } for p in self.options],
+            "warnings": list(self.warnings),
         }
 
 
@@ -509,15 +551,21 @@ def recommend(inputs: PlanInputs, candidates: Iterable[str], *, prices: PriceTab
     Each candidate gets its smallest fitting TP (``inputs.tp`` is not carried over). Rule:
     among options that fit and have a price, keep those whose expected TTFT (warm with L2
     where L2 pays, else cold) meets ``ttft_slo_ms`` (all, if no SLO), then take the cheapest
-    per endpoint-hour, ties to the faster. The reason compares it with the fastest option.
-    If no option meets the SLO, the fastest is chosen and the reason says the SLO is missed.
+    per endpoint-hour, ties to the faster. If no option meets the SLO, the fastest is chosen and
+    the reason says the SLO is missed. The reason states the choice in clauses separated by
+    ``"; "``; :func:`format_recommendation` tabulates every option beside it.
+    ``warnings`` carries the price warnings of every fitting option (the ones the comparison
+    prices), so an unchecked price is flagged whichever option it belongs to.
     """
     options = tuple(plan(replace(inputs, instance_type=c, tp=None), prices=prices, calibration=calibration)
                     for c in dict.fromkeys(candidates))
+    warnings = tuple(dict.fromkeys(w for p in options if p.fit.fits
+                                   for w in price_warnings(prices, inputs.region, p.instance.name)))
     usable = [p for p in options if p.fit.fits and p.cost.cost_per_endpoint_hour is not None]
     if not usable:
         why = "; ".join(f"{p.instance.name}: {p.fit.reason if not p.fit.fits else 'no price'}" for p in options)
-        return Recommendation(None, None, False, f"no candidate fits {inputs.model.name} with a price: {why}", options)
+        return Recommendation(None, None, False, f"no candidate fits {inputs.model.name} with a price: {why}",
+                              options, warnings)
     meeting = [p for p in usable if ttft_slo_ms is None or p.expected_ttft_ms <= ttft_slo_ms]
     fastest = min(usable, key=lambda p: (p.expected_ttft_ms, p.cost.cost_per_endpoint_hour))
     if meeting:
@@ -529,23 +577,15 @@ def recommend(inputs: PlanInputs, candidates: Iterable[str], *, prices: PriceTab
             f"{t.ttft_ratio:.1f}x)" if t.l2_pays else
             f"without L2 (TTFT {t.cold_ttft_ms:.0f} ms; L2 pays only above about "
             f"{t.break_even_tokens:,.0f} tokens)")
-    reason = (f"{best.instance.name} TP {best.fit.tp} {tier} at {_money(best.cost.cost_per_endpoint_hour)} "
-              f"({best.cost.nodes} node(s) for {inputs.replicas} replica(s) of {inputs.tokens:,}-token prompts)")
+    reason = (f"{best.instance.name} TP {best.fit.tp} {tier}; {_money(best.cost.cost_per_endpoint_hour)} for "
+              f"{best.cost.nodes} node(s), {inputs.replicas} replica(s) of {inputs.tokens:,}-token prompts")
     if ttft_slo_ms is not None and not meeting:
         reason = f"no option meets the {ttft_slo_ms:.0f} ms TTFT target; fastest: " + reason
     elif ttft_slo_ms is not None:
         reason += f"; cheapest option meeting the {ttft_slo_ms:.0f} ms TTFT target"
-    others = sorted((p for p in usable if p is not best), key=lambda p: p.cost.cost_per_endpoint_hour)
-    for other in others:
-        ot = other.timing
-        how = "with L2" if ot.l2_pays else "cold, L2 not paying"
-        reason += (f"; vs {other.instance.name} TP {other.fit.tp}: {other.expected_ttft_ms:.0f} ms ({how}) at "
-                   f"{_money(other.cost.cost_per_endpoint_hour)}, "
-                   f"{other.cost.cost_per_endpoint_hour / best.cost.cost_per_endpoint_hour:.1f}x the cost")
-    not_fitting = [p.instance.name for p in options if not p.fit.fits]
-    if not_fitting:
-        reason += f"; does not fit: {', '.join(not_fitting)}"
-    return Recommendation(best.instance.name, best.fit.tp, best.timing.l2_pays, reason, options)
+    else:
+        reason += "; the cheapest option that fits"
+    return Recommendation(best.instance.name, best.fit.tp, best.timing.l2_pays, reason, options, warnings)
 
 
 # --- inputs from config ------------------------------------------------------------------------
@@ -610,14 +650,14 @@ def inputs_from_line(line: BusinessLineConfig, platform: PlatformConfig | None, 
         values["region"] = platform.region
         ts = platform.hyperpod.tiered_storage
         values["l1_percentage"] = ts.memory_allocation_percentage if ts.enabled and line.cache.l1_enabled else 0
-    if line.cache.l1_enabled and line.cache.l1_cpu_gib is not None:
-        values["l1_gib_per_replica"] = line.cache.l1_cpu_gib
         if platform.curvine.enabled and line.cache.l2_enabled:
             nodes, gib = l2_pool(platform, overrides.get("nvme_reserve_fraction", DEFAULT_NVME_RESERVE_FRACTION))
             values["l2_nodes"] = nodes
             values["l2_node_capacity_gib"] = gib / nodes if nodes else None
         else:
             values["l2_nodes"] = 0
+    if line.cache.l1_enabled and line.cache.l1_cpu_gib is not None:
+        values["l1_gib_per_replica"] = line.cache.l1_cpu_gib
     values.update({k: v for k, v in overrides.items() if v is not None})
     return PlanInputs(**values)
 
@@ -632,8 +672,40 @@ def calibration_dict(calibration: Calibration = DEFAULT_CALIBRATION) -> dict[str
 # --- text output ---------------------------------------------------------------------------------
 
 
+def format_recommendation(rec: Recommendation) -> str:
+    """The recommendation as a table: one row per candidate instance type (``*`` marks the
+    choice), with TP, nodes, cold/warm/expected TTFT, whether L2 pays, cost per endpoint-hour
+    and cost relative to the choice; then why each other candidate does not fit."""
+    # One clause of the reason per line, each wrapped at 100 columns.
+    lines = [textwrap.fill(("recommendation: " if k == 0 else "  ") + clause, width=100, subsequent_indent="    ",
+                           break_on_hyphens=False) for k, clause in enumerate(rec.reason.split("; "))] + [""]
+    header = (f"  {'instance type':<18} {'TP':>2} {'nodes':>5} {'fits':>4} {'cold ms':>8} {'warm ms':>8} "
+              f"{'L2 pays':>7} {'TTFT ms':>8} {'$/endpoint-h':>12} {'cost':>6}")
+    lines.append(header)
+    fitting = sorted((p for p in rec.options if p.fit.fits),
+                     key=lambda p: (p.cost.cost_per_endpoint_hour is None, p.cost.cost_per_endpoint_hour or 0.0,
+                                    p.expected_ttft_ms))
+    for p in fitting:
+        t, cost, ratio = p.timing, p.cost.cost_per_endpoint_hour, rec.cost_ratio(p)
+        mark = "*" if p.instance.name == rec.instance_type else " "
+        lines.append(f"{mark} {p.instance.name:<18} {p.fit.tp:>2} {p.cost.nodes:>5} {'yes':>4} {t.cold_ttft_ms:>8,.0f} "
+                     f"{t.warm_ttft_ms:>8,.0f} {'yes' if t.l2_pays else 'no':>7} {p.expected_ttft_ms:>8,.0f} "
+                     f"{'no price' if cost is None else f'{cost:,.2f}':>12} "
+                     f"{'-' if ratio is None else f'{ratio:.1f}x':>6}")
+    for p in rec.options:
+        if not p.fit.fits:
+            lines.append(f"  {p.instance.name:<18} {'-':>2} {'-':>5} {'no':>4}  {p.fit.reason}")
+    lines.append("  (TTFT ms: warm where L2 pays, else cold; cost: relative to the choice marked *)")
+    return "\n".join(lines)
+
+
 def format_plan(p: Plan, recommendation: Recommendation | None = None) -> str:
-    """The readable report ``scripts/plan.py`` prints (``--json`` prints :meth:`Plan.to_dict`)."""
+    """The readable report ``scripts/plan.py`` prints (``--json`` prints :meth:`Plan.to_dict`).
+
+    Titled with the model's name (``--model``, the config's ``_name_or_path``, or the Hub
+    cache folder it was read from: see :func:`kv_tools.model_specs.load_hf_config`); every
+    price it shows that is missing or unchecked is warned about, the recommendation's too.
+    """
     i, t, m, inst = p.inputs, p.timing, p.inputs.model, p.instance
     kv_per_token = p.kv_bytes_per_token
     fit = "fits" if p.fit.fits else "DOES NOT FIT"
@@ -641,9 +713,10 @@ def format_plan(p: Plan, recommendation: Recommendation | None = None) -> str:
     l2_total = p.l2_gib_per_node * p.l2_nodes
     l1_basis = (f"{i.l1_gib_per_replica:g} GiB x {round(p.l1_gib_per_node / i.l1_gib_per_replica)} replicas"
                 if i.l1_gib_per_replica is not None else f"{i.l1_percentage}% of host memory")
+    usable_gib = usable_gpu_memory_gib(inst.gpu_model)
     lines = [
-        f"{m.name} ({i.dtype}) on {inst.name}: {inst.gpus} x {inst.gpu_model} {inst.gpu_memory_gib:.0f} GiB, "
-        f"TP {p.fit.tp}, {i.replicas} replica(s)",
+        f"{m.name} ({i.dtype}) on {inst.name}: {inst.gpus} x {inst.gpu_model} ({inst.gpu_memory_gib:.0f} GB, "
+        f"{usable_gib:.2f} GiB usable), TP {p.fit.tp}, {i.replicas} replica(s)",
         f"  model facts: {m.params / 1e9:.2f}B params, {m.layers} layers, {m.kv_heads} KV heads x {m.head_dim} "
         f"head_dim ({m.source})",
         "",
@@ -673,8 +746,11 @@ def format_plan(p: Plan, recommendation: Recommendation | None = None) -> str:
                       f"${p.cost.cost_per_endpoint_hour:,.2f} per endpoint-hour (GPU share "
                       f"${p.cost.gpu_share_cost_per_hour:,.2f}/h); {i.region} price as of {price.as_of}"
                       f"{'' if price.checked else ' (unchecked)'}"]
+    warnings = list(p.warnings)
     if recommendation is not None:
-        lines += ["", f"recommendation: {recommendation.reason}"]
-    if p.warnings:
-        lines += [""] + [f"warning: {w}" for w in p.warnings]
+        lines += ["", format_recommendation(recommendation)]
+        warnings += recommendation.warnings
+    warnings = list(dict.fromkeys(warnings))
+    if warnings:
+        lines += [""] + [f"warning: {w}" for w in warnings]
     return "\n".join(lines)

@@ -1,8 +1,10 @@
 """Pre-deploy checks: is this account and region ready for ``cdk deploy`` of this config?
 
 Synthesis is offline on purpose, so nothing at synth time proves that the pinned add-on
-versions exist for the cluster's Kubernetes version, that the zones are real, or that the
-account was bootstrapped. This module asks AWS, read-only, before a deploy does.
+versions exist for the cluster's Kubernetes version, that the add-ons accept the configuration
+keys the platform sets, that a running cluster has a version HyperPod supports, that the zones
+are real, or that the account was bootstrapped. This module asks AWS, read-only, before a
+deploy does.
 
 The checks are pure functions over the plain dicts the AWS APIs return (so tests feed them
 recorded responses); :func:`run_preflight` is the thin layer that calls boto3.
@@ -10,10 +12,14 @@ recorded responses); :func:`run_preflight` is the thin layer that calls boto3.
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from platform_config import PlatformConfig
+from platform_config.addon_configuration import configured_addons
+from platform_config.models import HYPERPOD_KUBERNETES_VERSIONS
 
 #: Minimum add-on versions the inference add-on depends on (docs/sources.md §1, from the
 #: HyperPod inference setup guide).
@@ -94,6 +100,127 @@ def check_addon_versions(platform: PlatformConfig,
     return results
 
 
+def check_cluster_version(platform: PlatformConfig, cluster_response: dict[str, Any] | None) -> CheckResult:
+    """The EKS cluster's Kubernetes version is one HyperPod supports and equals ``eks.version``.
+
+    Args:
+        cluster_response: ``eks:DescribeCluster`` of ``eks.cluster_name``; ``None`` when the cluster
+            does not exist yet (then the configured version is what the first deploy creates).
+    """
+    supported = ", ".join(HYPERPOD_KUBERNETES_VERSIONS)
+    wanted = platform.eks.version
+    if cluster_response is None:
+        ok = wanted in HYPERPOD_KUBERNETES_VERSIONS
+        return CheckResult("cluster version", ok, f"{platform.eks.cluster_name} not created yet; eks.version "
+                           f"{wanted} {'is' if ok else 'is not'} supported by HyperPod ({supported})")
+    actual = cluster_response.get("cluster", {}).get("version", "?")
+    problems = []
+    if actual not in HYPERPOD_KUBERNETES_VERSIONS:
+        problems.append(f"runs Kubernetes {actual}, which HyperPod does not support ({supported})")
+    if actual != wanted:
+        problems.append(f"runs Kubernetes {actual} but eks.version is {wanted}")
+    return CheckResult("cluster version", not problems,
+                       "; ".join(problems) or f"{platform.eks.cluster_name} runs {actual} (supported: {supported})")
+
+
+def _resolve(schema: dict[str, Any], node: Any) -> dict[str, Any]:
+    """Follow local ``$ref`` (``#/definitions/x``) until a schema object."""
+    seen = 0
+    while isinstance(node, dict) and isinstance(node.get("$ref"), str) and node["$ref"].startswith("#/"):
+        target: Any = schema
+        for part in node["$ref"][2:].split("/"):
+            target = target.get(part, {}) if isinstance(target, dict) else {}
+        node, seen = target, seen + 1
+        if seen > 32:
+            break
+    return node if isinstance(node, dict) else {}
+
+
+def _branches(schema: dict[str, Any], node: Any) -> list[dict[str, Any]]:
+    """``node`` and, recursively, its ``allOf``/``anyOf``/``oneOf`` branches, ``$ref`` resolved."""
+    node = _resolve(schema, node)
+    found = [node]
+    for combinator in ("allOf", "anyOf", "oneOf"):
+        for branch in node.get(combinator, []):
+            found.extend(_branches(schema, branch))
+    return found
+
+
+def _children(schema: dict[str, Any], node: Any, key: str) -> list[dict[str, Any]] | None:
+    """The schemas ``key`` may take under object ``node``; None if ``node`` does not declare it.
+
+    Declared: named in ``properties``, matched by ``patternProperties``, or admitted by an explicit
+    ``additionalProperties`` (true or a schema). An object schema that names no property at all
+    (a free-form map such as ``podAnnotations``) admits every key.
+    """
+    found: list[dict[str, Any]] = []
+    for branch in _branches(schema, node):
+        properties = branch.get("properties", {})
+        patterns = branch.get("patternProperties", {})
+        extra = branch.get("additionalProperties")
+        if key in properties:
+            found.append(_resolve(schema, properties[key]))
+        elif any(re.search(pattern, key) for pattern in patterns):
+            found.extend(_resolve(schema, v) for pattern, v in patterns.items() if re.search(pattern, key))
+        elif isinstance(extra, dict):
+            found.append(_resolve(schema, extra))
+        elif extra is True or (extra is None and not properties and not patterns
+                               and not any(k in branch for k in ("allOf", "anyOf", "oneOf"))):
+            found.append({})
+    return found or None
+
+
+def keys_missing_from_schema(schema: dict[str, Any], configuration: dict[str, Any]) -> list[str]:
+    """Dotted paths of ``configuration`` keys that ``schema`` (JSON Schema) does not declare.
+
+    A key counts as declared when a ``properties`` or ``patternProperties`` entry of the object
+    (or of one of its ``allOf``/``anyOf``/``oneOf`` branches) admits it, or when the object admits
+    any key (``additionalProperties`` true or a schema). An object that declares ``properties``
+    and says nothing about others is treated as closed: a key it does not name is either
+    rejected by EKS or ignored by the add-on, and both are worth knowing before a deploy.
+
+    Args:
+        schema: the add-on's configuration schema (parsed JSON Schema).
+        configuration: the values the platform sets (nested dicts).
+
+    Returns:
+        Paths such as ``alb.ingressClassParams``, in ``configuration`` order; children of a
+        missing key are not listed.
+    """
+    missing: list[str] = []
+
+    def walk(node: dict[str, Any], values: dict[str, Any], prefix: str) -> None:
+        for key, value in values.items():
+            path = f"{prefix}{key}"
+            children = _children(schema, node, key)
+            if children is None:
+                missing.append(path)
+            elif isinstance(value, dict):
+                walk({"anyOf": children}, value, f"{path}.")
+    walk(schema, configuration, "")
+    return missing
+
+
+def check_addon_configuration(name: str, version: str, configuration: dict[str, Any],
+                              response: dict[str, Any]) -> CheckResult:
+    """Every key the platform sets on add-on ``name`` exists in that version's configuration schema.
+
+    Args:
+        configuration: what the stacks pass (:func:`platform_config.addon_configuration.configured_addons`).
+        response: ``eks:DescribeAddonConfiguration(addonName=name, addonVersion=version)``; its
+            ``configurationSchema`` is a JSON Schema document as a string (empty: no settings).
+    """
+    raw = response.get("configurationSchema") or ""
+    label = f"add-on {name} configuration"
+    if not raw:
+        return CheckResult(label, False, f"{version} publishes no configuration schema; it accepts none of "
+                           f"{', '.join(sorted(configuration))}")
+    missing = keys_missing_from_schema(json.loads(raw), configuration)
+    if missing:
+        return CheckResult(label, False, f"{version} schema lacks {', '.join(missing)}")
+    return CheckResult(label, True, f"{version} schema has every key set")
+
+
 def check_bootstrap(stacks_response: dict[str, Any] | None) -> CheckResult:
     """The CDK bootstrap stack exists (``cloudformation:DescribeStacks``); None if absent."""
     if not stacks_response or not stacks_response.get("Stacks"):
@@ -126,6 +253,21 @@ def run_preflight(platform: PlatformConfig, session_factory: Callable[..., Any] 
                 offered.setdefault(addon["addonName"], []).extend(
                     v["addonVersion"] for v in addon.get("addonVersions", []))
     results.extend(check_addon_versions(platform, offered))
+
+    pinned = pinned_addons(platform)
+    for name, configuration in configured_addons(platform).items():
+        try:
+            response = eks.describe_addon_configuration(addonName=name, addonVersion=pinned[name])
+        except eks.exceptions.ClientError as exc:  # e.g. the version does not exist
+            results.append(CheckResult(f"add-on {name} configuration", False, f"schema not readable: {exc}"))
+            continue
+        results.append(check_addon_configuration(name, pinned[name], configuration, response))
+
+    try:
+        cluster = eks.describe_cluster(name=platform.eks.cluster_name)
+    except eks.exceptions.ResourceNotFoundException:
+        cluster = None
+    results.append(check_cluster_version(platform, cluster))
 
     cloudformation = session.client("cloudformation")
     try:

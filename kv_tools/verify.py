@@ -17,6 +17,10 @@ business line (L2 enabled)
     entries mean the patch appended without removing it), ``LMCACHE_REMOTE_SERDE=naive``,
     the L2 mount backed by the line's PVC, and the same ``PYTHONHASHSEED`` as its siblings
     (and as configured): with different seeds cross-pod hits are silently 0;
+  * every pod with a vLLM container carries the label of the L2 mutation
+    (``kvcache.io/l2-cache=curvine``, set by the line's Kyverno Policy): a pod created while
+    the policy was not ready (or while Kyverno skipped it) was never mutated, since the policy
+    acts at CREATE only; delete it and its ReplicaSet recreates it mutated;
   * optionally (``cross_pod=True``): the same fresh prompt sent to pod A then pod B shows
     "LMCache hit tokens: N > 0" in pod B's log.
 
@@ -175,6 +179,7 @@ def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]], *
     results = [CheckResult(prefix + "inference pods Ready", len(ready) == len(pods) and len(pods) >= line.replicas,
                            f"{len(ready)}/{len(pods)} Ready, {line.replicas} configured")]
     url_problems, serde_problems, mount_problems, seeds = [], [], [], {}
+    unmutated: list[str] = []
     for pod in pods:
         pname = _pod_name(pod)
         spec = pod.get("spec") or {}
@@ -184,6 +189,8 @@ def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]], *
             url_problems.append(f"{pname}: {exc}")
             mount_problems.append(f"{pname}: no vLLM container")
             continue
+        if ((pod.get("metadata") or {}).get("labels") or {}).get(names.L2_MUTATED_LABEL) != names.L2_MUTATED_VALUE:
+            unmutated.append(pname)
         urls = _env_values(container, REMOTE_URL_ENV)
         if len(urls) != 1:
             url_problems.append(f"{pname}: {len(urls)} entries {urls}")
@@ -204,6 +211,11 @@ def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]], *
             mount_problems.append(f"{pname}: {L2_MOUNT_PATH} mounted read-only")
         seed = _env_values(container, HASH_SEED_ENV)
         seeds[pname] = seed[-1] if seed else None
+    results.append(CheckResult(
+        prefix + "L2 mutation", not unmutated,
+        (f"{len(unmutated)} vLLM pod(s) without {names.L2_MUTATED_LABEL}={names.L2_MUTATED_VALUE} (created before the "
+         f"Kyverno policy was ready?): {', '.join(sorted(unmutated))}; delete them to have them recreated")
+        if unmutated else f"{names.L2_MUTATED_LABEL}={names.L2_MUTATED_VALUE} on all {len(pods)} pod(s)"))
     results.append(CheckResult(prefix + REMOTE_URL_ENV, not url_problems,
                                "; ".join(url_problems) or f"exactly one, {expected_url}, in {len(pods)} pod(s)"))
     results.append(CheckResult(prefix + "LMCACHE_REMOTE_SERDE naive", not serde_problems,

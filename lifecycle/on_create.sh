@@ -8,16 +8,32 @@
 # which fails node provisioning instead of leaving a half-configured node in the cluster.
 #
 # What it does:
-#   1. waits for the instance NVMe that HyperPod mounts at $KVCACHE_NVME_ROOT, and fails if it
-#      never appears on a group that hosts a Curvine Worker (the L2 tier lives there);
-#   2. creates the Worker's data directory on it (Curvine stores blocks under <dir>/<cluster_id>);
-#   3. moves containerd's image store onto the group's secondary EBS volume (below);
-#   4. records what it found, for support.
+#   1. finds the instance storage (NVMe) mount: the first of $KVCACHE_INSTANCE_STORE_MOUNTS
+#      that is a mount point backed by instance-store devices (below), waiting for it during
+#      boot, and fails if there is none on a group that hosts a Curvine Worker (L2 lives there);
+#   2. makes the Worker's data directory (curvine.worker_data_dir, the hostPath its DaemonSet
+#      mounts) available on that instance storage (Curvine stores blocks under <dir>/<cluster_id>);
+#   3. moves containerd's image store onto /opt/sagemaker (below);
+#   4. logs what it chose, for support.
 #
-# Step 3, containerd on the secondary EBS volume. HyperPod mounts the group's EBS volume
+# Steps 1-2, the instance storage. Where it is mounted depends on the AMI: the DLAMI mounts the
+# NVMe drives at /opt/dlami/nvme (where the reference deployment found them), while HyperPod's
+# EKS storage docs describe them combined into one LVM volume mounted at /opt/sagemaker, the
+# path HyperPod also uses for the group's secondary EBS volume (InstanceStorageConfigs). So the
+# path alone does not say what is behind it: a candidate counts only if `lsblk --inverse` of its
+# source device reaches a disk whose model is "Amazon EC2 NVMe Instance Storage" (EBS volumes
+# report "Amazon Elastic Block Store"). If the data directory is under the chosen mount, it is
+# created there; otherwise it is created at the same relative path on the chosen mount and
+# bind-mounted at the configured path by a systemd mount unit, and a kubelet drop-in
+# (RequiresMountsFor=) keeps kubelet, hence the Worker, from starting without that bind mount at
+# any later boot, so the Worker never writes KV blocks to the root volume.
+#
+# Step 3, containerd on /opt/sagemaker. HyperPod mounts the group's EBS volume
 # (InstanceStorageConfigs, `ebs_volume_size_gb` in config/platform.yaml) at /opt/sagemaker; the
 # root volume is small. vLLM images are many GB, so with containerd on the root volume image
-# pulls fill it (DiskPressure, evictions) and the configured EBS size goes unused. AWS's base
+# pulls fill it (DiskPressure, evictions) and the configured EBS size goes unused. When
+# /opt/sagemaker is the instance-store LVM volume instead, images share it with the Curvine
+# Worker's data (the script logs that; size curvine.worker_capacity_gib for it). AWS's base
 # lifecycle script (awsome-distributed-training, 7.sagemaker-hyperpod-eks/LifecycleScripts/
 # base-config) moves containerd's data root to /opt/sagemaker/containerd/data-root. We do the
 # same with a different mechanism and a narrower scope:
@@ -49,7 +65,7 @@
 #
 # Environment (defaults are the production values; tests override them):
 #   KVCACHE_LOG_FILE          log file                  (/var/log/provision/provisioning.log)
-#   KVCACHE_MOUNT_WAIT_S      wait for each mount       (120 s; HyperPod mounts them during boot)
+#   KVCACHE_MOUNT_WAIT_S      wait for the mounts       (120 s; HyperPod mounts them during boot)
 #   KVCACHE_FAIL_DELAY_S      delay before exit 1       (60 s, so the CloudWatch agent ships the log)
 #   KVCACHE_EBS_ROOT          secondary EBS volume      (/opt/sagemaker; empty skips step 3)
 #   KVCACHE_CONTAINERD_ROOT   containerd's data root    (/var/lib/containerd)
@@ -89,17 +105,82 @@ fi
 # shellcheck source=/dev/null
 source "$ENV_FILE"
 : "${KVCACHE_INSTANCE_GROUP:?set in kvcache.env}"
-: "${KVCACHE_NVME_ROOT:?set in kvcache.env}"
+: "${KVCACHE_INSTANCE_STORE_MOUNTS:?set in kvcache.env}"
 KVCACHE_CURVINE_DATA_DIR="${KVCACHE_CURVINE_DATA_DIR:-}"
+IFS=: read -ra INSTANCE_STORE_MOUNTS <<< "$KVCACHE_INSTANCE_STORE_MOUNTS"
+# Disk models the NVMe controllers report (EC2 User Guide: instance store and EBS NVMe devices).
+INSTANCE_STORE_MODEL="Amazon EC2 NVMe Instance Storage"
+EBS_MODEL="Amazon Elastic Block Store"
 
-wait_for_mount() {
-  local dir=$1 waited=0
-  until mountpoint -q "$dir"; do
+# Runs "$@" every 5 s until it succeeds; returns 1 once MOUNT_WAIT_S have passed without success.
+wait_until() {
+  local waited=0
+  until "$@"; do
     if (( waited >= MOUNT_WAIT_S )); then
       return 1
     fi
     sleep 5
     waited=$(( waited + 5 ))
+  done
+}
+
+wait_for_mount() {
+  wait_until mountpoint -q "$1"
+}
+
+# The device mounted at $1, without a bind mount's [/subdir] suffix; empty if $1 is no mount point.
+mount_source() {
+  local source
+  source="$(findmnt -n -o SOURCE --mountpoint "$1" 2>/dev/null | head -n 1)" || true
+  printf '%s\n' "${source%%\[*}"
+}
+
+# What backs the mount point $1: instance-store, ebs, or other (tmpfs, unknown disks).
+# `lsblk --inverse` lists the device and everything under it (LVM or md over several NVMe disks).
+mount_backing() {
+  local source models
+  source="$(mount_source "$1")"
+  if [[ -z "$source" ]]; then
+    echo other
+    return 0
+  fi
+  models="$(lsblk --noheadings --inverse --output MODEL "$source" 2>/dev/null)" || true
+  if grep -qF "$INSTANCE_STORE_MODEL" <<< "$models"; then
+    echo instance-store
+  elif grep -qF "$EBS_MODEL" <<< "$models"; then
+    echo ebs
+  else
+    echo other
+  fi
+}
+
+# Sets INSTANCE_STORE to the first candidate mount backed by instance storage; returns 1 if none is.
+pick_instance_store() {
+  local dir
+  for dir in "${INSTANCE_STORE_MOUNTS[@]}"; do
+    if mountpoint -q "$dir" && [[ "$(mount_backing "$dir")" == instance-store ]]; then
+      INSTANCE_STORE="$dir"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# pick_instance_store, waiting up to MOUNT_WAIT_S for the mounts to appear during boot.
+find_instance_store() {
+  INSTANCE_STORE=""
+  wait_until pick_instance_store
+}
+
+# One log line per candidate: what it is on this node (for the failure log).
+describe_candidates() {
+  local dir
+  for dir in "${INSTANCE_STORE_MOUNTS[@]}"; do
+    if mountpoint -q "$dir"; then
+      log "  ${dir}: mounted from $(mount_source "$dir") ($(mount_backing "$dir"))"
+    else
+      log "  ${dir}: not a mount point"
+    fi
   done
 }
 
@@ -196,25 +277,84 @@ EOF
   log "containerd: data root is ${target} (bind-mounted on ${CONTAINERD_ROOT})"
 }
 
+# Step 2 (see the header): the Worker's data directory $1 on the instance storage mounted at $2.
+# Root-owned 0750: only the privileged Worker pod (hostPath) writes KV blocks there.
+prepare_worker_data_dir() {
+  local data_dir=$1 store=$2 root relative backing unit
+  if [[ "$data_dir" == "$store"/* ]]; then
+    install -d -m 0750 "$data_dir"
+    log "Curvine Worker data directory ready: ${data_dir} (on the instance storage at ${store})"
+    return 0
+  fi
+  # The same relative path below the chosen mount: /opt/dlami/nvme/curvine-data -> <store>/curvine-data.
+  relative="${data_dir##*/}"
+  for root in "${INSTANCE_STORE_MOUNTS[@]}"; do
+    if [[ "$data_dir" == "$root"/* ]]; then
+      relative="${data_dir#"$root"/}"
+      break
+    fi
+  done
+  backing="${store}/${relative}"
+  install -d -m 0750 "$backing"
+  if mountpoint -q "$data_dir"; then
+    log "Curvine Worker data directory ${data_dir} is already a mount point; keeping it"
+    return 0
+  fi
+  install -d -m 0750 "$data_dir"
+  unit="$(mount_unit_name "$data_dir")"
+  install -d -m 0755 "${SYSTEMD_DIR}" "${SYSTEMD_DIR}/kubelet.service.d"
+  cat > "${SYSTEMD_DIR}/${unit}" <<UNIT
+# Written by the HyperPod lifecycle script (on_create.sh): the Curvine Worker's data directory
+# on the instance storage at ${store}.
+[Unit]
+Description=Curvine Worker data on the instance storage at ${store}
+RequiresMountsFor=${store}
+Before=kubelet.service
+
+[Mount]
+What=${backing}
+Where=${data_dir}
+Type=none
+Options=bind
+UNIT
+  cat > "${SYSTEMD_DIR}/kubelet.service.d/10-kvcache-curvine-data.conf" <<UNIT
+# Written by the HyperPod lifecycle script (on_create.sh): no kubelet (so no Curvine Worker)
+# without its data directory on instance storage.
+[Unit]
+RequiresMountsFor=${data_dir}
+UNIT
+  systemctl daemon-reload
+  systemctl start "$unit"
+  if ! mountpoint -q "$data_dir"; then
+    log "[error] ${unit} started but ${data_dir} is not a mount point"
+    return 1
+  fi
+  log "Curvine Worker data directory ready: ${data_dir} (bind mount of ${backing} on the instance storage at ${store}, via ${unit})"
+}
+
 main() {
   log "[start] instance group ${KVCACHE_INSTANCE_GROUP}"
 
-  if wait_for_mount "$KVCACHE_NVME_ROOT"; then
-    log "instance NVMe mounted at ${KVCACHE_NVME_ROOT}: $(df -h --output=size,avail "$KVCACHE_NVME_ROOT" | tail -n 1)"
+  local store=""
+  if find_instance_store; then
+    store="$INSTANCE_STORE"
+    log "instance storage (NVMe) chosen: ${store}, from $(mount_source "$store"): $(df -h --output=size,avail "$store" | tail -n 1 | xargs)"
   elif [[ -n "$KVCACHE_CURVINE_DATA_DIR" ]]; then
-    log "[error] ${KVCACHE_NVME_ROOT} not mounted after ${MOUNT_WAIT_S}s; this group hosts a Curvine Worker (L2) and needs it"
+    log "[error] no instance storage (NVMe) mount after ${MOUNT_WAIT_S}s among ${INSTANCE_STORE_MOUNTS[*]}; this group hosts a Curvine Worker (L2) and needs one:"
+    describe_candidates
     return 1
   else
-    log "${KVCACHE_NVME_ROOT} not mounted; no Curvine Worker on this group, continuing"
+    log "no instance storage (NVMe) mount among ${INSTANCE_STORE_MOUNTS[*]}; no Curvine Worker on this group, continuing"
   fi
 
   if [[ -n "$KVCACHE_CURVINE_DATA_DIR" ]]; then
-    # Root-owned 0750: only the privileged Worker pod (hostPath) writes KV blocks here.
-    install -d -m 0750 "$KVCACHE_CURVINE_DATA_DIR"
-    log "Curvine Worker data directory ready: ${KVCACHE_CURVINE_DATA_DIR}"
+    prepare_worker_data_dir "$KVCACHE_CURVINE_DATA_DIR" "$store"
   fi
 
   move_containerd_root
+  if [[ -n "$KVCACHE_CURVINE_DATA_DIR" && "$store" == "$EBS_ROOT" ]] && mountpoint -q "$CONTAINERD_ROOT"; then
+    log "note: containerd's images and the Curvine Worker's data share ${store}; keep curvine.worker_capacity_gib below its size minus the images"
+  fi
 
   log "[stop] instance group ${KVCACHE_INSTANCE_GROUP}: done"
 }

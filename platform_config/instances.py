@@ -8,9 +8,9 @@ and by the capacity planner (``kv_tools.planner``). Units are spelled out in eve
 Sources: Amazon EC2 accelerated-computing instance specifications for G6e
 (https://aws.amazon.com/ec2/instance-types/g6e/) and P5
 (https://aws.amazon.com/ec2/instance-types/p5/), as listed in 2026; GPU memory as marketed by
-NVIDIA (L40S 48 GB, H100 80 GB, H200 141 GB), expressed here in GiB as the CUDA driver
-reports it (48 GB L40S -> 44.99 GiB usable is *not* modelled: we keep the nominal value and
-let the planner's runtime reserve absorb the difference).
+NVIDIA (L40S 48 GB, H100 80 GB, H200 141 GB). What CUDA really exposes of it (an L40S about
+44.5 GiB) is in :mod:`kv_tools.gpu_memory`, sourced; the planner's fit rule uses that, not the
+marketed size.
 """
 
 from __future__ import annotations

@@ -28,6 +28,11 @@ PATTERN_DESCRIPTIONS = {
     models.AWS_ACCOUNT_PATTERN: "a 12-digit account ID",
     models.AWS_REGION_PATTERN: "a region name such as us-west-2",
     models.AZ_NAME_PATTERN: "a zone name such as us-west-2a",
+    models.hp_rules.KUBERNETES_KEY_PATTERN: "a Kubernetes label/taint key: [prefix/]name, e.g. kvcache.io/tier",
+    models.hp_rules.KUBERNETES_VALUE_PATTERN: "a Kubernetes label value (letters, digits, '-', '_', '.')",
+    models.hp_rules.TRAINING_PLAN_ARN_PATTERN: "a training plan ARN (arn:aws:sagemaker:<region>:<account>:training-plan/<name>)",
+    models.WORKER_DATA_DIR_PATTERN: "a directory below /opt/dlami/nvme or /opt/sagemaker",
+    models.EMAIL_PATTERN: "an email address such as oncall@example.com",
 }
 BUSINESS_LINES_DIR = "business-lines"
 
@@ -64,6 +69,9 @@ class ProjectConfig:
     platform: PlatformConfig
     business_lines: tuple[BusinessLineConfig, ...]
     config_dir: Path
+    #: Checks that could not run, each naming its file (today: the fit of a model that is not
+    #: in the planner's table, see :func:`model_fit_problems`). ``app.py`` prints them.
+    warnings: tuple[str, ...] = ()
 
     def business_line(self, name: str) -> BusinessLineConfig:
         """Return the business line called ``name``; KeyError lists the known names."""
@@ -154,7 +162,8 @@ def cross_check(
     problems: list[ConfigProblem] = []
     group_types = sorted({g.instance_type for g in platform.hyperpod.instance_groups})
     reserved = {"default", "kube-system", "kube-public", "kube-node-lease", "aws-hyperpod",
-                "hyperpod-inference-system", "kyverno", "cert-manager", platform.curvine.namespace}
+                "hyperpod-inference-system", "kyverno", "cert-manager", platform.curvine.namespace,
+                platform.observability.namespace}
     seen_ns: dict[str, Path] = {}
     for path, line in lines:
         if line.instance_type not in group_types:
@@ -196,6 +205,7 @@ def cross_check(
                 str(path), "cache.l1_enabled",
                 f"L1 uses HyperPod Tiered Storage, which is disabled in {platform_path}; allowed: false", True))
     problems.extend(_gpu_capacity_problems(platform, platform_path, lines))
+    problems.extend(_l2_pool_problems(platform, platform_path, lines))
     if any(l.cache.l2_enabled for _, l in lines) and platform.curvine.enabled \
             and platform.curvine.eviction.ttl_hours == 0:
         problems.append(ConfigProblem(
@@ -238,6 +248,121 @@ def _gpu_capacity_problems(
     return problems
 
 
+def l2_pool_gib(platform: PlatformConfig) -> tuple[int, float]:
+    """(Worker count, usable L2 pool in GiB): Workers x ``worker_capacity_gib`` x (1 - reserve).
+
+    A Worker runs on every node of ``curvine.worker_instance_groups`` (every group when empty);
+    Curvine keeps one replica of each block (docs/sources.md §4), so the pool is the sum of the
+    Workers' tiers.
+    """
+    c = platform.curvine
+    workers = sum(g.instance_count for g in platform.hyperpod.instance_groups
+                  if not c.worker_instance_groups or g.name in c.worker_instance_groups)
+    return workers, workers * c.worker_capacity_gib * (1 - c.l2_pool_reserve_fraction)
+
+
+def _l2_pool_problems(
+    platform: PlatformConfig, platform_path: Path, lines: list[tuple[Path, BusinessLineConfig]]
+) -> list[ConfigProblem]:
+    """The lines' ``cache.l2_size`` together must fit the usable pool (:func:`l2_pool_gib`).
+
+    Curvine v0.3.2 enforces no per-PVC quota (``CreateVolume`` sets none) and its quota eviction
+    deletes nothing, so each line's janitor keeps the line below its ``l2_size``; the sizes only
+    bound the pool if they add up to no more than it.
+    """
+    l2_lines = [(p, l) for p, l in lines if l.cache.l2_enabled]
+    if not platform.curvine.enabled or not l2_lines:
+        return []
+    workers, pool = l2_pool_gib(platform)
+    total = sum(models.quantity_bytes(l.cache.l2_size) for _, l in l2_lines) / 2**30
+    if total <= pool + 1e-9:
+        return []
+    sizes = ", ".join(f"{l.name} {l.cache.l2_size}" for _, l in l2_lines)
+    return [ConfigProblem(
+        str(l2_lines[0][0].parent), "cache.l2_size",
+        f"the lines' L2 sizes ({sizes}) add up to {total:,.0f} GiB, more than the Curvine pool of "
+        f"{pool:,.0f} GiB ({workers} Worker(s) x curvine.worker_capacity_gib "
+        f"{platform.curvine.worker_capacity_gib} x (1 - curvine.l2_pool_reserve_fraction "
+        f"{platform.curvine.l2_pool_reserve_fraction:g}) in {platform_path}); allowed: a total of at most "
+        f"{pool:,.0f} GiB (lower l2_size, or raise worker_capacity_gib or instance_count)")]
+
+
+def config_dir_of(line_file: Path, default: Path = Path("config")) -> Path:
+    """The config directory a business-line file belongs to: ``<dir>`` for
+    ``<dir>/business-lines/<name>.yaml`` when ``<dir>/platform.yaml`` exists, else ``default``.
+
+    Lets ``scripts/plan.py --business-line FILE`` run from any working directory.
+    """
+    parent = Path(line_file).resolve().parent
+    if parent.name == BUSINESS_LINES_DIR and (parent.parent / PLATFORM_FILE).is_file():
+        return parent.parent
+    return default
+
+
+def duplicate_line_problems(line_files: list[Path]) -> list[ConfigProblem]:
+    """Two files that name the same line (``a.yaml`` beside ``a.yml``): one problem naming both.
+
+    A line's name is its file stem, and the stem names its stack, namespace objects and
+    charts, so two such files would otherwise collide deep inside synthesis.
+    """
+    by_stem: dict[str, list[Path]] = {}
+    for path in line_files:
+        by_stem.setdefault(path.stem, []).append(path)
+    return [ConfigProblem(str(paths[0]), "name",
+                          f"business line {stem!r} is defined by {len(paths)} files "
+                          f"({', '.join(str(p) for p in paths)}); allowed: one file per line, remove the others")
+            for stem, paths in sorted(by_stem.items()) if len(paths) > 1]
+
+
+def model_fit_problems(
+    platform: PlatformConfig, lines: list[tuple[Path, BusinessLineConfig]]
+) -> tuple[list[ConfigProblem], list[str]]:
+    """Each line's model must fit ``gpus_per_replica`` GPUs of its instance type.
+
+    The rule is the planner's, called, not copied: :func:`kv_tools.planner.choose_tp` over
+    :func:`kv_tools.planner.inputs_from_line`, i.e. exactly what ``scripts/plan.py
+    --business-line <file>`` reports with its default flags (weights per GPU plus the runtime
+    reserve within vLLM's ``--gpu-memory-utilization`` share, and room left for one sequence of
+    ``--max-model-len`` tokens, or of the planner's default prompt). So synthesis refuses what
+    the planner says does not fit, and nothing else.
+
+    A model the planner's table (``kv_tools/model_specs.py``, matched by normalized
+    ``model.name``) does not know cannot be sized offline: its fit is skipped and a warning
+    names the file and the command that checks it (``plan.py --hf-config``).
+
+    Returns:
+        ``(problems, warnings)``.
+    """
+    # Imported here: kv_tools imports platform_config, so a module-level import would be circular.
+    from kv_tools.planner import choose_tp, inputs_from_line
+
+    problems: list[ConfigProblem] = []
+    warnings: list[str] = []
+    for path, line in lines:
+        try:
+            fit, min_tp = choose_tp(inputs_from_line(line, platform))
+        except KeyError:
+            warnings.append(
+                f"{path}: model.name {line.model.name!r} is not in the planner's table (kv_tools/model_specs.py), "
+                f"so whether it fits {line.instance_type} with gpus_per_replica {line.gpus_per_replica} is not "
+                f"checked; check it with: scripts/plan.py --business-line {path} --hf-config <its config.json>")
+            continue
+        except ValueError as exc:
+            field = "vllm.args" if "utilization" in str(exc) or "convert" in str(exc) else "gpus_per_replica"
+            problems.append(ConfigProblem(str(path), field, str(exc)))
+            continue
+        if fit.fits:
+            continue
+        allowed = (f"gpus_per_replica {min_tp} or more" if min_tp is not None
+                   else "an instance type with more GPU memory, or a smaller model or dtype")
+        problems.append(ConfigProblem(
+            str(path), "gpus_per_replica",
+            f"{line.model.name} ({line.model.dtype}) does not fit {line.instance_type} at "
+            f"gpus_per_replica {line.gpus_per_replica}: {fit.reason}; allowed: {allowed} "
+            f"(scripts/plan.py --business-line {path} shows the figures)", line.gpus_per_replica))
+    return problems, warnings
+
+
 def load_project(config_dir: str | Path = "config") -> ProjectConfig:
     """Load, validate and cross-check every config file under ``config_dir``.
 
@@ -258,13 +383,22 @@ def load_project(config_dir: str | Path = "config") -> ProjectConfig:
 
     lines: list[tuple[Path, BusinessLineConfig]] = []
     line_files = sorted((config_dir / BUSINESS_LINES_DIR).glob("*.y*ml"))
+    duplicates = duplicate_line_problems(line_files)
+    problems.extend(duplicates)
     for path in line_files:
         try:
             lines.append((path, load_business_line(path)))
         except ConfigError as exc:
             problems.extend(exc.problems)
+    if duplicates:  # the files collide with each other; cross-checking them repeats that problem
+        lines = [(p, l) for p, l in lines if sum(q.stem == p.stem for q in line_files) == 1]
+    warnings: list[str] = []
     if platform is not None:
         problems.extend(cross_check(platform, platform_path, lines))
+        # Size only the lines without other problems (e.g. an instance type the platform lacks).
+        named = {p.file for p in problems}
+        fit_problems, warnings = model_fit_problems(platform, [(p, l) for p, l in lines if str(p) not in named])
+        problems.extend(fit_problems)
     if problems:
         raise ConfigError(problems)
     assert platform is not None
@@ -272,4 +406,5 @@ def load_project(config_dir: str | Path = "config") -> ProjectConfig:
         platform=platform,
         business_lines=tuple(sorted((l for _, l in lines), key=lambda l: l.name)),
         config_dir=config_dir,
+        warnings=tuple(warnings),
     )

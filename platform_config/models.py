@@ -13,7 +13,7 @@ we keep the API's name), ``*_mibps`` MiB/s.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import (
     AfterValidator,
@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from platform_config import hyperpod_rules as hp_rules
 from platform_config.instances import INSTANCE_TYPES
 
 # --- reusable constrained types -------------------------------------------------------------
@@ -66,6 +67,17 @@ def quantity_bytes(quantity: str) -> float:
     if not match or match.group(2) not in _QUANTITY_SUFFIXES:
         raise ValueError(f"not a Kubernetes quantity: {quantity!r}")
     return float(match.group(1)) * _QUANTITY_SUFFIXES[match.group(2)]
+
+
+def _check_positive_quantity(value: str) -> str:
+    """Reject zero sizes (``0Gi`` would render a 0-byte PVC); negatives fail the pattern already."""
+    if quantity_bytes(value) <= 0:
+        raise ValueError("must be above zero; allowed: a quantity above 0 such as 500Gi, 8 or 500m")
+    return value
+
+
+#: A :data:`Quantity` above zero (sizes, CPU and memory requests).
+PositiveQuantity = Annotated[Quantity, AfterValidator(_check_positive_quantity)]
 
 #: Version strings are pinned exactly: no ``latest``, no ranges.
 PINNED_VERSION_PATTERN = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?([-+.][0-9A-Za-z.-]+)?$"
@@ -187,17 +199,48 @@ class ExistingVpcConfig(StrictModel):
 NetworkConfig = Annotated[Union[CreateVpcConfig, ExistingVpcConfig], Field(discriminator="mode")]
 
 
+#: Kubernetes versions HyperPod supports for its EKS cluster, as the English page of AWS's
+#: "Getting started with Amazon EKS support in SageMaker HyperPod" lists them (docs/sources.md
+#: §11). ``eks.version`` must be one of them; ``scripts/preflight.py`` checks the running
+#: cluster's version against the same list.
+HyperPodKubernetesVersion = Literal["1.28", "1.29", "1.30", "1.31", "1.32", "1.33"]
+HYPERPOD_KUBERNETES_VERSIONS: tuple[str, ...] = get_args(HyperPodKubernetesVersion)
+
+
+def _check_kubernetes_packages(version: str) -> str:
+    """The cdk8s-plus / kubectl-layer pair of ``version`` is installed (and is the only cdk8s-plus)."""
+    try:
+        from k8s import kube  # here, not at the top: k8s.kube resolves the installed packages on import
+
+        missing = kube.missing_packages(version)
+        charts_version = kube.KUBERNETES_VERSION
+    except (ImportError, ValueError) as exc:
+        raise ValueError(str(exc)) from None
+    if missing or charts_version != version:
+        raise ValueError(kube.install_hint(version))
+    return version
+
+
+#: A HyperPod-supported Kubernetes minor version whose packages are installed (``k8s.kube``).
+KubernetesVersion = Annotated[HyperPodKubernetesVersion, AfterValidator(_check_kubernetes_packages)]
+
+
 class EksConfig(StrictModel):
     """The EKS cluster that orchestrates HyperPod.
 
-    ``version`` must match the kubectl Lambda layer and the cdk8s-plus-NN package pinned in
-    requirements.txt (both 1.33 today); the loader enforces it.
+    ``version`` decides every version-coupled pin: the kubectl Lambda layer and the
+    cdk8s-plus-NN package (both pinned in requirements.txt; a missing pair is a config error that
+    says what to install, see ``k8s.kube``) and the ``kube-proxy`` add-on, whose minor version
+    must match. 1.33 is the newest version HyperPod's English prerequisites page lists; EKS
+    standard support for 1.33 ended 2026-07-29, so the cluster runs on EKS extended support (an
+    extra charge per cluster hour) until HyperPod supports a newer one (docs/sources.md §11).
     """
 
     #: Name of the EKS cluster (also used in `aws eks update-kubeconfig`).
     cluster_name: DnsLabel = "kvcache-eks"
-    #: Kubernetes minor version; tied to the pinned kubectl layer and cdk8s-plus-33.
-    version: Literal["1.33"] = "1.33"
+    #: Kubernetes minor version, one HyperPod supports; selects the kubectl layer and
+    #: cdk8s-plus-NN packages (requirements.txt) and must match the kube-proxy add-on.
+    version: KubernetesVersion = "1.33"
     #: private: API reachable only inside the VPC (default, no public endpoint);
     #: public_and_private: also from ``public_access_cidrs``.
     endpoint_access: Literal["private", "public_and_private"] = "private"
@@ -227,36 +270,100 @@ class EksConfig(StrictModel):
         return self
 
 
-class Taint(StrictModel):
-    """A Kubernetes taint put on every node of an instance group."""
+def _check_kubernetes_key(key: str) -> str:
+    problem = hp_rules.kubernetes_key_problem(key)
+    if problem:
+        raise ValueError(problem)
+    return key
 
-    key: Annotated[str, StringConstraints(min_length=1, max_length=253)]
-    value: Annotated[str, StringConstraints(max_length=63)] = ""
+
+#: Label or taint key of an instance group: Kubernetes key syntax, no reserved prefix
+#: (``sagemaker.amazonaws.com/``, ``kubernetes.io/``, ``k8s.io/``); docs/sources.md §10.
+KubernetesKey = Annotated[
+    str,
+    StringConstraints(pattern=hp_rules.KUBERNETES_KEY_PATTERN, min_length=1, max_length=hp_rules.KUBERNETES_KEY_MAX),
+    AfterValidator(_check_kubernetes_key),
+]
+#: Label value: 1-63 characters (the SageMaker API refuses an empty label value).
+LabelValue = Annotated[
+    str,
+    StringConstraints(pattern=hp_rules.KUBERNETES_VALUE_PATTERN, min_length=1, max_length=hp_rules.KUBERNETES_VALUE_MAX),
+]
+#: Training plan (reserved capacity) ARN, as the CloudFormation schema admits it.
+TrainingPlanArn = Annotated[
+    str,
+    StringConstraints(pattern=hp_rules.TRAINING_PLAN_ARN_PATTERN, min_length=hp_rules.TRAINING_PLAN_ARN_MIN,
+                      max_length=hp_rules.TRAINING_PLAN_ARN_MAX),
+]
+
+
+class Taint(StrictModel):
+    """A Kubernetes taint put on every node of an instance group (not allowed together with
+    deep health checks; docs/sources.md §10)."""
+
+    key: KubernetesKey
+    #: Empty: a taint without value.
+    value: Annotated[str, StringConstraints(pattern=hp_rules.KUBERNETES_VALUE_PATTERN,
+                                            max_length=hp_rules.KUBERNETES_VALUE_MAX)] = ""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
 class InstanceGroupConfig(StrictModel):
-    """One HyperPod instance group (``AWS::SageMaker::Cluster`` ``InstanceGroups[]``)."""
+    """One HyperPod instance group (``AWS::SageMaker::Cluster`` ``InstanceGroups[]``).
+
+    HyperPod's rules checked here (docs/sources.md §10, :mod:`platform_config.hyperpod_rules`):
+    no taints together with deep health checks; ``InstanceConnectivity`` only with 2 or more
+    instances; deep health checks only on GPU/Trainium types; at most 50 labels and 50 taints,
+    keys without a reserved prefix; ``min_instance_count`` <= ``instance_count``.
+    """
 
     #: InstanceGroupName; changing it replaces the group (docs/sources.md §2).
     name: HyperPodName
     #: One of the ml.g6e.* / ml.p5*.48xlarge types in platform_config/instances.py.
     instance_type: KnownInstanceType
-    instance_count: Annotated[int, Field(ge=0, le=1000)]
-    #: Secondary EBS volume per instance, GiB (``InstanceStorageConfigs[0].EbsVolumeConfig``).
-    ebs_volume_size_gb: Annotated[int, Field(ge=1, le=16384)] = 500
+    #: InstanceCount: instances HyperPod keeps in the group (0-6758, CloudFormation schema).
+    instance_count: Annotated[int, Field(ge=0, le=hp_rules.INSTANCE_COUNT_MAX)]
+    #: MinInstanceCount: with Continuous provisioning, the group is InService once this many
+    #: instances run and HyperPod keeps adding the rest as capacity appears. null: not sent.
+    min_instance_count: Annotated[int, Field(ge=0, le=hp_rules.INSTANCE_COUNT_MAX)] | None = None
+    #: Secondary EBS volume per instance, GiB (``InstanceStorageConfigs[0].EbsVolumeConfig``),
+    #: mounted at /opt/sagemaker.
+    ebs_volume_size_gb: Annotated[int, Field(ge=hp_rules.EBS_VOLUME_SIZE_GB_MIN, le=hp_rules.EBS_VOLUME_SIZE_GB_MAX)] = 500
     threads_per_core: Literal[1, 2] = 1
-    #: OnStartDeepHealthChecks run before a node joins (adds minutes per node; catches bad GPUs).
-    deep_health_checks: tuple[Literal["InstanceStress", "InstanceConnectivity"], ...] = ()
-    #: Kubernetes labels put on every node of the group.
-    labels: dict[str, str] = Field(default_factory=dict)
-    taints: tuple[Taint, ...] = ()
+    #: OnStartDeepHealthChecks, run on every new node before it takes work (AWS: about 2 h per
+    #: node; catches bad GPUs). InstanceConnectivity needs 2+ instances; no taints with either.
+    deep_health_checks: Annotated[tuple[Literal["InstanceStress", "InstanceConnectivity"], ...],
+                                  Field(max_length=len(hp_rules.DEEP_HEALTH_CHECKS))] = ()
+    #: Kubernetes labels put on every node of the group (at most 50; no reserved key prefix).
+    labels: Annotated[dict[KubernetesKey, LabelValue], Field(max_length=hp_rules.LABELS_MAX)] = Field(
+        default_factory=dict)
+    #: Kubernetes taints put on every node of the group (at most 50); not with deep health checks.
+    taints: Annotated[tuple[Taint, ...], Field(max_length=hp_rules.TAINTS_MAX)] = ()
+    #: TrainingPlanArn: run the group on the reserved capacity of a SageMaker training plan (for
+    #: scarce types such as P5); null: on-demand capacity.
+    training_plan_arn: TrainingPlanArn | None = None
+
+    @model_validator(mode="after")
+    def _hyperpod_group_rules(self) -> "InstanceGroupConfig":
+        problems = hp_rules.instance_group_problems(
+            instance_type=self.instance_type,
+            instance_count=self.instance_count,
+            deep_health_checks=self.deep_health_checks,
+            taints=[(t.key, t.effect) for t in self.taints],
+            min_instance_count=self.min_instance_count,
+            accelerators=INSTANCE_TYPES[self.instance_type].gpus,
+        )
+        if problems:
+            raise ValueError(f"instance group {self.name}: " + "; ".join(problems))
+        return self
+
 
 class TieredStorageConfig(StrictModel):
     """HyperPod Tiered Storage (the L1 tier's managed host-memory pool).
 
     ``memory_allocation_percentage``: share of instance memory given to the KV tier; the blog
-    reports 20-100 accepted and recommends starting at 20 (docs/sources.md §1).
+    reports 20-100 accepted and recommends starting at 20 (docs/sources.md §1). The CloudFormation
+    schema alone admits 0-100; we keep the blog's narrower range (docs/sources.md §10).
     """
 
     #: Mode Enable/Disable of TieredStorageConfig; L1 needs it.
@@ -293,10 +400,20 @@ class HyperPodConfig(StrictModel):
     cluster_name: HyperPodName = "kvcache-hyperpod"
     #: Automatic: HyperPod replaces nodes that fail health checks.
     node_recovery: Literal["Automatic", "None"] = "Automatic"
+    #: NodeProvisioningMode. Continuous: CreateCluster succeeds with whatever capacity is there
+    #: and HyperPod keeps provisioning the rest (a short P5 group or one node failing its deep
+    #: health checks no longer fails the stack). null: omit it, i.e. HyperPod's all-or-nothing
+    #: provisioning.
+    node_provisioning_mode: Literal["Continuous"] | None = "Continuous"
     tiered_storage: TieredStorageConfig = TieredStorageConfig()
-    instance_groups: Annotated[tuple[InstanceGroupConfig, ...], Field(min_length=1, max_length=20)]
+    instance_groups: Annotated[tuple[InstanceGroupConfig, ...], Field(min_length=1, max_length=hp_rules.INSTANCE_GROUPS_MAX)]
     #: Install the HyperPod dependency chart from a vendored checkout (None: install by hand).
     dependency_chart: HyperPodDependencyChartConfig | None = None
+    #: true: the dependency chart is installed in kube-system another way (by hand or GitOps,
+    #: README "HyperPod dependency chart") before the hyperpod stack is deployed. Deep health
+    #: checks and node_recovery Automatic need the chart; synth refuses them unless
+    #: ``dependency_chart`` is set or this is true.
+    dependency_chart_preinstalled: bool = False
 
     @model_validator(mode="after")
     def _unique_group_names(self) -> "HyperPodConfig":
@@ -304,6 +421,29 @@ class HyperPodConfig(StrictModel):
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"instance group names must be unique; repeated: {', '.join(dupes)}")
+        return self
+
+    @model_validator(mode="after")
+    def _dependency_chart_for_health_features(self) -> "HyperPodConfig":
+        """Deep health checks and automatic node recovery run on the chart's health-monitoring
+        agent and deep-health-check resources, which must be in the cluster first."""
+        if self.dependency_chart is not None and self.dependency_chart_preinstalled:
+            raise ValueError(
+                "dependency_chart and dependency_chart_preinstalled: true both say how the HyperPod "
+                "dependency chart is installed; allowed: one of them")
+        if self.dependency_chart is not None or self.dependency_chart_preinstalled:
+            return self
+        needs = [f"instance group {g.name} has deep_health_checks" for g in self.instance_groups
+                 if g.deep_health_checks]
+        if self.node_recovery == "Automatic":
+            needs.insert(0, "node_recovery is Automatic")
+        if needs:
+            raise ValueError(
+                f"dependency_chart: {'; '.join(needs)}, which need the HyperPod dependency chart "
+                "(health-monitoring agent, deep-health-check) installed before the cluster; allowed: "
+                "set dependency_chart (the stack installs a vendored checkout), or "
+                "dependency_chart_preinstalled: true (installed by hand, README \"HyperPod dependency chart\"), "
+                "or node_recovery: None and no deep_health_checks")
         return self
 
 
@@ -352,16 +492,34 @@ class CurvineEvictionConfig(StrictModel):
         return self
 
 
+#: ``curvine.worker_data_dir``: a directory below /opt/dlami/nvme or /opt/sagemaker
+#: (``hyperpod_rules.INSTANCE_STORE_MOUNTS``, where ``lifecycle/on_create.sh`` looks for instance
+#: storage; docs/sources.md §10).
+WORKER_DATA_DIR_PATTERN = (
+    "^(" + "|".join(re.escape(m) for m in hp_rules.INSTANCE_STORE_MOUNTS) + r")(/[A-Za-z0-9_.-]+)+$")
+
+
+def _check_worker_data_dir(path: str) -> str:
+    parts = path.split("/")
+    if any(p in (".", "..") for p in parts):
+        raise ValueError(f"{path!r}: '.' and '..' are not allowed; give the plain path")
+    if path.startswith("/opt/sagemaker/containerd") and path[len("/opt/sagemaker/containerd"):][:1] in ("", "/"):
+        raise ValueError(f"{path!r}: /opt/sagemaker/containerd holds containerd's image store "
+                         "(lifecycle/on_create.sh); allowed: another directory, e.g. /opt/sagemaker/curvine-data")
+    return path
+
+
 class CurvineConfig(StrictModel):
     """The L2 tier: Curvine Primary on EBS, Workers on each GPU node's NVMe, CSI StorageClass."""
 
     enabled: bool = True
     namespace: DnsLabel = "curvine"
     primary_volume: CurvinePrimaryVolumeConfig = CurvinePrimaryVolumeConfig()
-    #: Where Workers keep KV blocks on each GPU node (HyperPod mounts instance NVMe here).
-    worker_data_dir: Annotated[str, StringConstraints(pattern=r"^/opt/dlami/nvme/[A-Za-z0-9._/-]+$")] = (
-        "/opt/dlami/nvme/curvine-data"
-    )
+    #: Where Workers keep KV blocks on each GPU node (the Worker's hostPath). Under one of the
+    #: instance-store mounts lifecycle/on_create.sh knows (/opt/dlami/nvme, /opt/sagemaker); the
+    #: script puts it on whichever of them is instance storage on the node.
+    worker_data_dir: Annotated[str, StringConstraints(pattern=WORKER_DATA_DIR_PATTERN),
+                               AfterValidator(_check_worker_data_dir)] = "/opt/dlami/nvme/curvine-data"
     #: Capacity bound per Worker, GiB of NVMe; leave headroom for model weights and logs.
     worker_capacity_gib: Annotated[int, Field(ge=1)] = 1000
     #: Instance groups whose nodes run a Worker (empty: every group).
@@ -370,12 +528,19 @@ class CurvineConfig(StrictModel):
     #: Root directory in Curvine under which each PV gets ``<fs_path>/<pv-name>``.
     fs_path: Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9._/-]*$")] = "/kvcache"
     eviction: CurvineEvictionConfig = CurvineEvictionConfig()
+    #: Fraction of the pool (Workers x worker_capacity_gib) kept out of the lines' l2_size sum:
+    #: room for what lines write between two janitor runs and for a Worker being replaced.
+    l2_pool_reserve_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.1
 
 
 class AddonVersions(StrictModel):
-    """Pinned EKS add-on versions (``aws eks describe-addon-versions --kubernetes-version 1.33``).
+    """Pinned EKS add-on versions, each offered for ``eks.version``
+    (``aws eks describe-addon-versions --kubernetes-version <eks.version>``).
 
-    Minimums for the inference add-on's dependencies come from docs/sources.md §1.
+    Synthesis is offline, so ``scripts/preflight.py`` confirms every pin is offered for the
+    cluster's version before a deploy; ``kube-proxy``'s minor version must equal ``eks.version``
+    (checked here). Minimums for the inference add-on's dependencies come from docs/sources.md
+    §1; where each example pin comes from: docs/sources.md §11.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -414,6 +579,9 @@ class ImageVersions(StrictModel):
     csi_node_driver_registrar: PinnedImage
     csi_provisioner: PinnedImage
     livenessprobe: PinnedImage
+    #: Runs each line's L2 janitor (kv_tools/l2_janitor.py, standard library only, shipped in a
+    #: ConfigMap): any pinned Python >= 3.10 image.
+    l2_janitor: PinnedImage = "python:3.12.8-slim-bookworm"
 
 
 class VersionsConfig(StrictModel):
@@ -422,6 +590,117 @@ class VersionsConfig(StrictModel):
     addons: AddonVersions
     charts: ChartVersions
     images: ImageVersions
+
+
+class InferenceGatewayConfig(StrictModel):
+    """The inference gateway of the ``amazon-sagemaker-hyperpod-inference`` add-on (v2.0.0 and later).
+
+    The add-on turns the gateway on by default, with TLS certificates auto-issued, and then needs
+    ``inferenceGateway.serviceAccount.roleArn``: a role with the AWS managed policy
+    ``AmazonSageMakerHyperPodInferenceGatewayAccess`` that exists before the add-on
+    (docs/sources.md §11). The platform does not route through it (each business line's endpoint
+    has the operator's own load balancer and intelligent routing), so it is off unless enabled.
+    """
+
+    #: false: ``inferenceGateway.enabled: false`` is set explicitly (no gateway, no role).
+    #: true: the platform creates the gateway's IRSA role and passes its ARN.
+    enabled: bool = False
+    #: Kubernetes ServiceAccount of the gateway in ``hyperpod-inference-system``, which the role
+    #: trusts. Required when enabled: take it from the add-on's documentation for the pinned
+    #: version (not defaulted, because no source read for this project names it).
+    service_account: DnsLabel | None = None
+
+    @model_validator(mode="after")
+    def _service_account_when_enabled(self) -> "InferenceGatewayConfig":
+        if self.enabled and self.service_account is None:
+            raise ValueError("inference gateway enabled: set service_account (the gateway's ServiceAccount "
+                             "in hyperpod-inference-system, which its IAM role trusts)")
+        return self
+
+
+class InferenceOperatorConfig(StrictModel):
+    """Settings of the HyperPod inference operator add-on beyond its pinned version.
+
+    ``load_balancer_scheme`` decides who can reach the business lines' endpoints: ``internal``
+    (default) puts the operator's load balancers in the private subnets only, reachable inside the
+    VPC (and peered networks); ``internet-facing`` puts them in the public subnets. The network
+    stack tags subnets to match (``kubernetes.io/role/internal-elb`` on private subnets;
+    ``kubernetes.io/role/elb`` on public subnets only when internet-facing), so the AWS Load
+    Balancer Controller finds no subnet for the other scheme; with ``set_scheme_in_addon`` the
+    scheme is also forced on the controller's IngressClass (docs/sources.md §11).
+    """
+
+    #: internal: endpoints reachable only from inside the VPC (no public endpoint);
+    #: internet-facing: load balancers in the public subnets (needs network.mode create).
+    load_balancer_scheme: Literal["internal", "internet-facing"] = "internal"
+    #: Also pass the scheme as ``alb.ingressClassParams.spec.scheme`` in the add-on's
+    #: configuration (forces it on every Ingress of the controller's class). Set false only if
+    #: scripts/preflight.py reports that the pinned add-on version's schema lacks that key.
+    set_scheme_in_addon: bool = True
+    gateway: InferenceGatewayConfig = InferenceGatewayConfig()
+
+
+class GrafanaWorkspaceConfig(StrictModel):
+    """The Amazon Managed Grafana workspace that shows the generated dashboards (README, "Observability").
+
+    A workspace needs a sign-in method: ``AWS_SSO`` (IAM Identity Center enabled in the account or
+    its organization) or ``SAML`` (configure the identity provider in the console afterwards).
+    """
+
+    #: true: the observability stack creates a workspace that reads only this platform's
+    #: Prometheus workspace; false: use a Grafana of your own and import the dashboard JSON.
+    create_workspace: bool = True
+    #: Sign-in method of the workspace.
+    authentication: Literal["AWS_SSO", "SAML"] = "AWS_SSO"
+    #: Grafana version of the workspace (versions Amazon Managed Grafana offers).
+    version: Literal["9.4", "10.4"] = "10.4"
+
+
+class DcgmExporterConfig(StrictModel):
+    """NVIDIA DCGM exporter (GPU metrics), installed on the HyperPod nodes from its Helm chart."""
+
+    #: false: a DCGM exporter already runs on the GPU nodes (say, from the GPU operator) and is
+    #: scraped by its pod label ``app.kubernetes.io/name=dcgm-exporter``; nothing is installed.
+    install: bool = True
+    chart: HelmChartVersion = HelmChartVersion(
+        repository="https://nvidia.github.io/dcgm-exporter/helm-charts", chart="dcgm-exporter", version="4.8.2")
+
+
+#: An email address (the SNS email protocol's endpoint).
+EMAIL_PATTERN = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
+
+
+class AlertsConfig(StrictModel):
+    """Alert thresholds and who is notified (the SNS topic of the observability stack)."""
+
+    #: Email addresses subscribed to the alert topic; each must confirm the subscription mail.
+    email_subscriptions: tuple[Annotated[str, StringConstraints(pattern=EMAIL_PATTERN)], ...] = ()
+    #: Fire when the Curvine pool (all Workers) is fuller than this share of its capacity.
+    pool_usage_threshold: Annotated[float, Field(gt=0, le=1)] = 0.85
+    #: L2 hit rate "collapses" when the last 15 minutes reach less than this share of the
+    #: line's L2 hit rate over the 6 hours before (a model change or a wiped directory).
+    l2_hit_rate_collapse_ratio: Annotated[float, Field(gt=0, lt=1)] = 0.5
+    #: ... and only for lines whose 6-hour L2 hit rate (L2 tokens / prompt tokens) was at least this.
+    l2_hit_rate_baseline_min: Annotated[float, Field(gt=0, lt=1)] = 0.05
+
+
+class ObservabilityConfig(StrictModel):
+    """Metrics, dashboards and alerts (README, "Observability").
+
+    Collection: an Amazon Managed Service for Prometheus workspace fed by an AMP managed scraper
+    (agentless, runs outside the cluster); dashboards for Amazon Managed Grafana generated from
+    config; alert rules and an alert manager in the workspace notifying an encrypted SNS topic.
+    """
+
+    #: false: no observability stack, no exporter, no dashboards.
+    enabled: bool = True
+    #: Namespace of the DCGM exporter.
+    namespace: DnsLabel = "kvcache-monitoring"
+    #: Seconds between two scrapes of every target; AMP managed collectors accept 30 s and more.
+    scrape_interval_seconds: Annotated[int, Field(ge=30, le=300)] = 30
+    grafana: GrafanaWorkspaceConfig = GrafanaWorkspaceConfig()
+    dcgm_exporter: DcgmExporterConfig = DcgmExporterConfig()
+    alerts: AlertsConfig = AlertsConfig()
 
 
 class LMCacheSettings(StrictModel):
@@ -453,8 +732,32 @@ class PlatformConfig(StrictModel):
     hyperpod: HyperPodConfig
     curvine: CurvineConfig = CurvineConfig()
     versions: VersionsConfig
+    #: The inference operator add-on: load-balancer scheme, inference gateway.
+    inference_operator: InferenceOperatorConfig = InferenceOperatorConfig()
+
+
+    observability: ObservabilityConfig = ObservabilityConfig()
     tags: dict[str, str] = Field(default_factory=dict)
     lmcache: LMCacheSettings = LMCacheSettings()
+
+    @model_validator(mode="after")
+    def _kube_proxy_matches_kubernetes(self) -> "PlatformConfig":
+        # kube-proxy is built per Kubernetes minor version (v1.33.x-eksbuild.N for 1.33; EKS
+        # user guide, "Manage kube-proxy"); another minor is refused by EKS or skews the nodes.
+        kube_proxy = self.versions.addons.kube_proxy
+        if not kube_proxy.startswith(f"v{self.eks.version}."):
+            raise ValueError(f"versions.addons.kube-proxy {kube_proxy} does not match eks.version "
+                             f"{self.eks.version}; allowed: v{self.eks.version}.<patch>-eksbuild.<n>")
+        return self
+
+    @model_validator(mode="after")
+    def _internet_facing_needs_public_subnets(self) -> "PlatformConfig":
+        if (self.inference_operator.load_balancer_scheme == "internet-facing"
+                and isinstance(self.network, ExistingVpcConfig)):
+            raise ValueError("inference_operator.load_balancer_scheme 'internet-facing' needs public subnets, "
+                             "which this platform creates only with network.mode 'create'; with an existing VPC "
+                             "use 'internal' (tag the public subnets kubernetes.io/role/elb yourself to go public)")
+        return self
 
     @model_validator(mode="after")
     def _zones_consistent(self) -> "PlatformConfig":
@@ -585,8 +888,8 @@ class VllmConfig(StrictModel):
 class ResourcesConfig(StrictModel):
     """CPU and memory per replica (GPUs come from ``gpus_per_replica``)."""
 
-    cpu: Quantity = "6"
-    memory: Quantity = "30Gi"
+    cpu: PositiveQuantity = "6"
+    memory: PositiveQuantity = "30Gi"
 
 
 class CacheConfig(StrictModel):
@@ -595,7 +898,7 @@ class CacheConfig(StrictModel):
     l1_enabled: bool = True
     l2_enabled: bool = True
     #: Size of the line's RWX PVC on the Curvine StorageClass (its L2 directory).
-    l2_size: Quantity = "500Gi"
+    l2_size: PositiveQuantity = "500Gi"
     #: LMCache chunk size in tokens; 256 is LMCache's default and what the reference used.
     chunk_size_tokens: Annotated[int, Field(ge=16, le=4096)] = 256
     #: GiB of host memory LMCache's CPU tier (L1, `local_cpu`) may use per pod, split evenly
@@ -609,6 +912,16 @@ class CacheConfig(StrictModel):
         if self.l1_cpu_gib is not None and not self.l1_enabled:
             raise ValueError("l1_cpu_gib sizes the L1 tier; set l1_enabled: true or remove l1_cpu_gib")
         return self
+
+
+class SloConfig(StrictModel):
+    """Service-level objectives of a line, drawn on its dashboard row and alerted on."""
+
+    #: Time to first token, 90th percentile, in ms. The alert fires when the line's p90 over
+    #: 5 minutes stays above it for 10 minutes. Default 2,000 ms: the reference deployment's cold
+    #: TTFT was 774 ms at 2,500 tokens for a 7B model on L40S (docs/sources.md §1), so 2 s leaves
+    #: room for queueing; set each line's own.
+    ttft_p90_ms: Annotated[int, Field(ge=1, le=600000)] = 2000
 
 
 class BusinessLineConfig(StrictModel):
@@ -630,6 +943,7 @@ class BusinessLineConfig(StrictModel):
     cache: CacheConfig = CacheConfig()
     vllm: VllmConfig
     resources: ResourcesConfig = ResourcesConfig()
+    slo: SloConfig = SloConfig()
     #: PYTHONHASHSEED shared by every pod of the line. vLLM derives from it the initial prefix
     #: hash (`NONE_HASH`, random per process when unset) from which LMCache chains its chunk
     #: keys, so pods with different or unset seeds never hit each other's chunks. LMCache alone
@@ -637,6 +951,10 @@ class BusinessLineConfig(StrictModel):
     python_hash_seed: Annotated[int, Field(ge=0, le=4294967295)] = 0
     metrics_enabled: bool = True
     invocation_endpoint: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._/-]+$")] = "v1/chat/completions"
+    #: false: the CI pipeline (.github/workflows/platform.yml) does not deploy this line, e.g. the
+    #: examples in a fork; it is still validated, synthesized and tested, and is not an orphan.
+    #: A hand-run `cdk deploy --all` deploys every line: deploy by hand with --exclusively.
+    deploy: bool = True
 
     @model_validator(mode="after")
     def _gpus_fit(self) -> "BusinessLineConfig":

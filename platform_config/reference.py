@@ -51,6 +51,8 @@ def _constraints(metadata: Any) -> list[str]:
             found.append(PATTERN_DESCRIPTIONS.get(pattern) or f"pattern `{pattern}`")
         if getattr(meta, "func", None) is not None and "pinned" in getattr(meta.func, "__name__", ""):
             found.append("tag or sha256 digest, not `latest`")
+        if getattr(meta, "func", None) is not None and "positive" in getattr(meta.func, "__name__", ""):
+            found.append("> 0")
     return found
 
 

@@ -94,8 +94,6 @@ def run_once(config_dir: Path, outdir: Path) -> dict:
         **os.environ,
         "KVCACHE_CONFIG_DIR": str(config_dir),
         "CDK_OUTDIR": str(outdir),
-        "JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION": "1",
-        "JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION": "1",
     }
     start = time.perf_counter()
     child = subprocess.Popen([sys.executable, "app.py"], cwd=REPO_ROOT, env=env,

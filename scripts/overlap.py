@@ -4,11 +4,11 @@ serve (whole 256-token chunks, as LMCache stores them), overall and per system p
 the prompt-length distribution, against the ~40% adoption threshold.
 
     .venv/bin/python scripts/overlap.py requests.jsonl --tokenizer /models/qwen2-7b/tokenizer.json
-    .venv/bin/python scripts/overlap.py requests.jsonl.gz --json
+    .venv/bin/python scripts/overlap.py requests.jsonl.gz --threshold 35% --json --plot overlap.png
 
 Input: JSON Lines of OpenAI chat or completion requests (Batch API lines with "body" too).
-Malformed lines are counted and reported, never fatal. Exit code 0 at or above the threshold,
-1 below it, 2 on bad arguments.
+Malformed lines are counted and reported, never fatal; a log without one usable request is an
+error. Exit codes: see --help (the README's "Operator tools" table).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kv_tools import cli  # noqa: E402
 from kv_tools.overlap import (  # noqa: E402
     ADOPTION_THRESHOLD,
     DEFAULT_CHUNK_TOKENS,
@@ -28,49 +29,72 @@ from kv_tools.overlap import (  # noqa: E402
     HFTokenizer,
     analyse_file,
     format_report,
+    format_share,
 )
+
+TOOL = "overlap.py"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = cli.make_parser(TOOL, __doc__.split("\n\n")[0])
     parser.add_argument("log", help="JSONL request log (.gz allowed; - for stdin)")
-    parser.add_argument("--tokenizer", type=Path, help="the model's tokenizer.json (else ~4 characters/token)")
-    parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_TOKENS, help="LMCache chunk, tokens")
+    parser.add_argument("--tokenizer", type=cli.existing_file,
+                        help="the model's tokenizer.json (default: ~4 characters per token, labelled approximate)")
+    parser.add_argument("--chunk-size", type=cli.positive_int, default=DEFAULT_CHUNK_TOKENS,
+                        help="LMCache chunk, tokens")
     parser.add_argument("--template", choices=["chatml", "plain"], default="chatml",
                         help="how chat messages are rendered before tokenizing")
-    parser.add_argument("--max-chunks", type=int, default=DEFAULT_MAX_CACHED_CHUNKS,
+    parser.add_argument("--max-chunks", type=cli.positive_int, default=DEFAULT_MAX_CACHED_CHUNKS,
                         help="bound on remembered chunk keys (LRU; ~100 B each)")
-    parser.add_argument("--max-groups", type=int, default=DEFAULT_MAX_GROUPS,
+    parser.add_argument("--max-groups", type=cli.positive_int, default=DEFAULT_MAX_GROUPS,
                         help="distinct system prompts tracked; the rest are pooled")
-    parser.add_argument("--top", type=int, default=10, help="system prompts shown")
-    parser.add_argument("--threshold", type=float, default=ADOPTION_THRESHOLD, help="adoption threshold (share)")
+    parser.add_argument("--top", type=cli.positive_int, default=10, help="system prompts shown")
+    parser.add_argument("--threshold", type=cli.fraction, default=ADOPTION_THRESHOLD,
+                        help=f"adoption threshold: a fraction (0.4) or a percentage (40%%) "
+                             f"(default: {format_share(ADOPTION_THRESHOLD).replace('%', '%%')})")
+    parser.add_argument("--plot", type=Path, metavar="FILE",
+                        help="also draw the shared-prefix distribution against the threshold (.png, .svg, .pdf)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction,
+                        help="progress bar on stderr (default: only on a terminal and without --json)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the report")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.plot:
+        from kv_tools.plots import check_plot_path
+
+        try:
+            check_plot_path(args.plot)
+        except ValueError as exc:
+            return cli.fail(f"--plot: {exc}")
     tokenizer = None
     if args.tokenizer:
         try:
             tokenizer = HFTokenizer(args.tokenizer)
         except Exception as exc:  # the tokenizers package raises a bare Exception for a bad file
-            print(f"error: cannot load tokenizer {args.tokenizer}: {exc}", file=sys.stderr)
-            return 2
+            return cli.fail(f"--tokenizer {args.tokenizer}: not a readable tokenizer.json ({exc})")
     try:
         report = analyse_file(args.log, tokenizer=tokenizer, chunk_tokens=args.chunk_size,
                               max_cached_chunks=args.max_chunks, max_groups=args.max_groups,
-                              template=args.template, threshold=args.threshold)
+                              template=args.template, threshold=args.threshold,
+                              progress=cli.progress_wanted(args.progress, args.json),
+                              progress_delay_s=0.0 if args.progress else 1.0)
     except (OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(report.to_dict(args.top), indent=2))
-    else:
-        print(format_report(report, args.top))
-    return 0 if report.requests and report.share >= args.threshold else 1
+        return cli.fail(exc)
+    if not report.requests:
+        bad = sum(report.malformed.values())
+        return cli.fail(f"no usable request in {args.log}: {report.lines:,} line(s) read, {bad:,} malformed"
+                        + (f" ({', '.join(f'{n} {r}' for r, n in report.malformed.items())})" if bad else "")
+                        + "; expected JSON Lines of OpenAI chat (messages) or completion (prompt) requests")
+    cli.emit(json.dumps(report.to_dict(args.top), indent=2) if args.json else format_report(report, args.top))
+    if args.plot:
+        from kv_tools.plots import overlap_figure, save
+
+        save(overlap_figure(report), args.plot)
+    return cli.EXIT_OK if report.share >= args.threshold else cli.EXIT_NO
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(main)

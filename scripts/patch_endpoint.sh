@@ -11,44 +11,83 @@
 #   3. compute the patch against the live Deployment (python -m k8s.patch --deployment: removes
 #      every entry it owns first -- the L2 volume and mount, the operator's LMCACHE_REMOTE_URL and
 #      LMCACHE_EXTRA_CONFIG, the CR's LMCACHE_REMOTE_SERDE and PYTHONHASHSEED, and
-#      LMCACHE_MAX_LOCAL_CPU_SIZE when cache.l1_cpu_gib is set, duplicates included -- each
-#      guarded by a JSON-patch "test", then appends exactly one of each to the vLLM container)
+#      LMCACHE_MAX_LOCAL_CPU_SIZE when cache.l1_cpu_gib is set, duplicates included, and the
+#      Tiered Storage shared-memory hostPath (/dev/shm or below) with every mount of it, which Pod
+#      Security "baseline" refuses -- each guarded by a JSON-patch "test", then appends exactly one
+#      of each to the vLLM container)
 #      and apply it in one `kubectl patch --type=json`;
 #   4. scale back to the previous replica count and wait until the Pods are Ready;
 #   5. restore the operator (also on failure, via the EXIT trap).
 #
 # It never reads dist/patches/<line>.reference.json (an append-only reference, not applicable).
 #
-# Usage: scripts/patch_endpoint.sh <business-line> [--config DIR] [--dry-run]
+# Usage: scripts/patch_endpoint.sh <business-line> [--config DIR] [--dry-run]   (--help: options, exit codes)
 # Needs: kubectl pointed at the cluster, the repository's .venv (make setup).
 set -euo pipefail
 
-usage() { echo "usage: $0 <business-line> [--config DIR] [--dry-run]" >&2; exit 2; }
-[[ $# -ge 1 ]] || usage
-LINE="$1"; shift
-CONFIG=config
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+usage() {
+  cat <<EOF
+usage: scripts/patch_endpoint.sh <business-line> [--config DIR] [--dry-run]
+
+Put one business line's operator-rendered Deployment on the Curvine L2 tier (clusters without
+Kyverno only): pause the operator, scale the line to 0, patch, scale back, restore the operator.
+
+  <business-line>  the line's name (its file stem in DIR/business-lines/)
+  --config DIR     config directory (default: $REPO/config)
+  --dry-run        print the patch and validate it server-side; change nothing
+  -h, --help       this help
+
+Exit codes: 0 done, 1 a kubectl step failed, 2 bad input (unknown line, invalid config, L2 off).
+Environment: PYTHON (default: the repository's .venv), OPERATOR_NS, OPERATOR_DEPLOY, TIMEOUT.
+EOF
+}
+fail_input() { echo "error: $*" >&2; echo "run 'scripts/patch_endpoint.sh --help' for usage" >&2; exit 2; }
+
+LINE=""
+CONFIG="$REPO/config"
 DRY_RUN=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --config) CONFIG="${2:?}"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    --config) [[ $# -ge 2 ]] || fail_input "--config needs a directory"
+              CONFIG="$2"; shift 2 ;;
+    --config=*) CONFIG="${1#--config=}"; shift ;;
     --dry-run) DRY_RUN=1; shift ;;
-    *) usage ;;
+    -*) fail_input "unknown option $1" ;;
+    *) [[ -z "$LINE" ]] || fail_input "one business line at a time (got '$LINE' and '$1')"
+       LINE="$1"; shift ;;
   esac
 done
+[[ -n "$LINE" ]] || fail_input "no business line given"
+[[ -d "$CONFIG" ]] || fail_input "config directory $CONFIG not found"
+CONFIG="$(cd "$CONFIG" && pwd)"  # the Python steps run in $REPO: keep a relative --config the caller's
 
-REPO="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-$REPO/.venv/bin/python}"
+command -v "$PY" >/dev/null || fail_input "no Python at $PY: run 'make setup' (or set PYTHON)"
 OPERATOR_NS="${OPERATOR_NS:-hyperpod-inference-system}"
 OPERATOR_DEPLOY="${OPERATOR_DEPLOY:-hyperpod-inference-controller-manager}"
 TIMEOUT="${TIMEOUT:-30m}"
 
-# Names come from the same code as the charts (k8s/names.py), never retyped here.
-read -r NS DEPLOY < <(cd "$REPO" && "$PY" -c '
+# Names come from the same code as the charts (k8s/names.py), never retyped here. Bad input
+# (invalid config, unknown line, L2 off) is reported without a traceback and exits 2.
+NAMES="$(cd "$REPO" && "$PY" -c '
 import sys
 from k8s import names
-from platform_config import load_project
-line = load_project(sys.argv[1]).business_line(sys.argv[2])
-print(line.namespace, names.endpoint_name(line))' "$CONFIG" "$LINE")
+from platform_config import ConfigError, load_project
+try:
+    line = load_project(sys.argv[1]).business_line(sys.argv[2])
+except ConfigError as exc:
+    print(exc, file=sys.stderr)
+    sys.exit(2)
+except KeyError as exc:
+    print(f"error: {exc.args[0]}", file=sys.stderr)
+    sys.exit(2)
+if not line.cache.l2_enabled:
+    print(f"error: business line {line.name!r} has cache.l2_enabled: false; nothing to patch", file=sys.stderr)
+    sys.exit(2)
+print(line.namespace, names.endpoint_name(line))' "$CONFIG" "$LINE")" || exit 2
+read -r NS DEPLOY <<<"$NAMES"
 
 WORK="$(mktemp -d)"
 OPERATOR_REPLICAS=""

@@ -5,8 +5,9 @@ prefill time, cold vs warm TTFT, break-even prompt length, cost per endpoint-hou
     .venv/bin/python scripts/plan.py --business-line config/business-lines/rag-assistant.yaml
     .venv/bin/python scripts/plan.py --model Qwen2-7B --instance-type ml.g6e.12xlarge \
         --tokens 1925 --l2-read-gibps 1.84 --json
+    .venv/bin/python scripts/plan.py --model Qwen2-7B --instance-type ml.g6e.12xlarge --plot ttft.png
 
-Exit code 0 when the model fits, 1 when it does not, 2 on bad input.
+Exit codes: see --help (the README's "Operator tools" table).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kv_tools import cli  # noqa: E402
 from kv_tools.model_specs import DTYPE_BYTES, MODELS, load_hf_config, lookup_model  # noqa: E402
 from kv_tools.planner import (  # noqa: E402
     DEFAULT_CALIBRATION,
@@ -34,58 +36,64 @@ from kv_tools.planner import (  # noqa: E402
     recommend,
 )
 from kv_tools.prices import DEFAULT_PRICES_FILE, load_prices  # noqa: E402
-from platform_config import INSTANCE_TYPES, ConfigError, load_business_line, load_platform  # noqa: E402
-from platform_config.loader import cross_check  # noqa: E402
+from platform_config import INSTANCE_TYPES, ConfigError, ConfigProblem, load_business_line, load_platform  # noqa: E402
+from platform_config.loader import PLATFORM_FILE, config_dir_of, cross_check  # noqa: E402
 
-
-class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows real defaults; flags defaulting to None explain their default in their own help."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        return action.help if action.default is None else super()._get_help_string(action)
+TOOL = "plan.py"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=_DefaultsFormatter)
+    parser = cli.make_parser(TOOL, __doc__.split("\n\n")[0])
     src = parser.add_argument_group("what to plan (a business-line file, or flags)")
-    src.add_argument("--business-line", type=Path, help="business-line YAML; its platform is --config")
-    src.add_argument("--model", help=f"model name, matched by normalized name against: {', '.join(MODELS)}")
-    src.add_argument("--hf-config", type=Path, help="a Hugging Face config.json (file or directory) instead")
-    src.add_argument("--instance-type", choices=sorted(INSTANCE_TYPES), help="default: the line's")
-    src.add_argument("--tp", type=int, help="tensor parallelism (default: the line's gpus_per_replica, "
-                                            "else the smallest that fits)")
-    src.add_argument("--replicas", type=int, help="replicas of the endpoint (default: the line's, else 1)")
+    src.add_argument("--business-line", type=cli.existing_file, help="business-line YAML; its platform is --config")
+    src.add_argument("--model", help=f"model name, matched by normalized name against: {', '.join(MODELS)}; "
+                                     "with --hf-config, the name the report is titled with")
+    src.add_argument("--hf-config", type=cli.existing_path,
+                     help="a Hugging Face config.json (file or directory) instead of the table")
+    src.add_argument("--instance-type", choices=sorted(INSTANCE_TYPES), help="(default: the line's)")
+    src.add_argument("--tp", type=cli.positive_int, help="tensor parallelism (default: the line's gpus_per_replica, "
+                                                         "else the smallest that fits)")
+    src.add_argument("--replicas", type=cli.positive_int, help="replicas of the endpoint (default: the line's, else 1)")
     src.add_argument("--dtype", choices=list(DTYPE_BYTES), help="weights dtype (default: the line's, else bfloat16)")
     src.add_argument("--kv-dtype", choices=list(DTYPE_BYTES), help="KV cache dtype (default: as vLLM's 'auto')")
-    src.add_argument("--max-model-len", type=int, help="one sequence of this length must fit in L0")
-    parser.add_argument("--config", type=Path, default=Path("config"), help="config directory (platform.yaml)")
-    parser.add_argument("--tokens", type=int, default=REFERENCE_RUN.prompt_tokens, help="prompt length, tokens")
-    parser.add_argument("--l2-read-gibps", type=float, default=REFERENCE_RUN.l2_read_gibps,
+    src.add_argument("--max-model-len", type=cli.positive_int, help="one sequence of this length must fit in L0 "
+                                                                    "(default: the line's --max-model-len)")
+    parser.add_argument("--config", type=Path, help="config directory holding platform.yaml (default: the one "
+                        "the --business-line file sits in, <dir>/business-lines/; else ./config)")
+    parser.add_argument("--tokens", type=cli.positive_int, default=REFERENCE_RUN.prompt_tokens,
+                        help="prompt length, tokens")
+    parser.add_argument("--l2-read-gibps", type=cli.positive_float, default=REFERENCE_RUN.l2_read_gibps,
                         help="L2 read bandwidth per TP rank, GiB/s (reference: 1.84 cross-node)")
-    parser.add_argument("--hit-ratio", type=float, default=1.0,
-                        help="share of the prompt in L2 for the warm case (scripts/overlap.py measures it)")
-    parser.add_argument("--chunk-size", type=int, help="LMCache chunk, tokens (default: the line's, else 256)")
-    parser.add_argument("--gpu-memory-utilization", type=float, help=f"vLLM's (default "
+    parser.add_argument("--hit-ratio", type=cli.fraction, default=1.0,
+                        help="share of the prompt in L2 for the warm case, 0.62 or 62%% "
+                             "(scripts/overlap.py measures it)")
+    parser.add_argument("--chunk-size", type=cli.positive_int,
+                        help="LMCache chunk, tokens (default: the line's, else 256)")
+    parser.add_argument("--gpu-memory-utilization", type=cli.fraction, help=f"vLLM's, 0.9 or 90%% (default "
                         f"{DEFAULT_GPU_MEMORY_UTILIZATION}, or the line's --gpu-memory-utilization)")
-    parser.add_argument("--runtime-reserve-gib", type=float, default=DEFAULT_RUNTIME_RESERVE_GIB,
+    parser.add_argument("--runtime-reserve-gib", type=cli.non_negative_float, default=DEFAULT_RUNTIME_RESERVE_GIB,
                         help="GiB per GPU for activations, CUDA context and graphs")
-    parser.add_argument("--l1-percentage", type=int, help="Tiered Storage share of host memory (default: "
-                        "the platform's, else 20)")
-    parser.add_argument("--l2-nodes", type=int, help="Curvine Worker nodes (default: the platform's, else "
-                        "the endpoint's nodes)")
-    parser.add_argument("--l2-node-capacity-gib", type=float, help="L2 GiB per node (default: the platform's "
-                        "curvine.worker_capacity_gib, else NVMe less the reserve)")
-    parser.add_argument("--nvme-reserve-fraction", type=float, default=DEFAULT_NVME_RESERVE_FRACTION,
+    parser.add_argument("--l1-percentage", type=cli.non_negative_int, help="Tiered Storage share of host memory, "
+                        "percent (default: the platform's, else 20)")
+    parser.add_argument("--l2-nodes", type=cli.non_negative_int, help="Curvine Worker nodes (default: the "
+                        "platform's, else the endpoint's nodes)")
+    parser.add_argument("--l2-node-capacity-gib", type=cli.positive_float, help="L2 GiB per node (default: the "
+                        "platform's curvine.worker_capacity_gib, else NVMe less the reserve)")
+    parser.add_argument("--nvme-reserve-fraction", type=cli.fraction, default=DEFAULT_NVME_RESERVE_FRACTION,
                         help="share of NVMe kept out of L2")
     parser.add_argument("--region", help="price region (default: the platform's, else us-west-2)")
-    parser.add_argument("--prices", type=Path, default=DEFAULT_PRICES_FILE, help="price table YAML")
+    parser.add_argument("--prices", type=cli.existing_file, default=DEFAULT_PRICES_FILE, help="price table YAML")
     parser.add_argument("--candidates", help="comma-separated instance types to compare (default: the "
                         "platform's instance group types with a --business-line, else every priced type)")
-    parser.add_argument("--ttft-slo-ms", type=float, help="recommend the cheapest option meeting this TTFT")
-    parser.add_argument("--l2-overhead-ms", type=float, help="fixed L2 cost per warm request, ms (default: "
-                        f"{DEFAULT_CALIBRATION.l2_overhead_ms:.1f}, calibrated on the reference run)")
-    parser.add_argument("--prefill-efficiency", type=float, help="achieved prefill FLOP/s over the GPU's dense "
-                        f"BF16 peak (default: {DEFAULT_CALIBRATION.efficiency:.4f}, calibrated on the reference run)")
+    parser.add_argument("--ttft-slo-ms", type=cli.positive_float,
+                        help="recommend the cheapest option meeting this TTFT")
+    parser.add_argument("--l2-overhead-ms", type=cli.non_negative_float, help="fixed L2 cost per warm request, ms "
+                        f"(default: {DEFAULT_CALIBRATION.l2_overhead_ms:.1f}, calibrated on the reference run)")
+    parser.add_argument("--prefill-efficiency", type=cli.fraction, help="achieved prefill FLOP/s over the GPU's "
+                        f"dense BF16 peak (default: {DEFAULT_CALIBRATION.efficiency:.4f}, calibrated on the reference "
+                        "run)")
+    parser.add_argument("--plot", type=Path, metavar="FILE",
+                        help="also draw cold vs warm TTFT across prompt lengths, break-even marked (.png, .svg, .pdf)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of the report")
     return parser
 
@@ -94,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.plot:
+            from kv_tools.plots import check_plot_path
+
+            check_plot_path(args.plot)
         prices = load_prices(args.prices)
         model = None
         if args.hf_config:
@@ -111,12 +123,15 @@ def main(argv: list[str] | None = None) -> int:
         platform = None
         if args.business_line:
             line = load_business_line(args.business_line)
-            platform_file = args.config / "platform.yaml"
-            platform = load_platform(platform_file) if platform_file.exists() else None
-            if platform is not None:  # the same cross-file rules as synthesis, so no false green
-                problems = cross_check(platform, platform_file, [(args.business_line, line)])
-                if problems:
-                    raise ConfigError(problems)
+            platform_file = (args.config or config_dir_of(args.business_line)) / PLATFORM_FILE
+            if not platform_file.is_file():
+                raise ConfigError([ConfigProblem(str(platform_file), "", "file not found; a business line is "
+                                                 "planned against its platform: pass --config DIR")])
+            platform = load_platform(platform_file)
+            # The same cross-file rules as synthesis, so no false green.
+            problems = cross_check(platform, platform_file, [(args.business_line, line)])
+            if problems:
+                raise ConfigError(problems)
             inputs = inputs_from_line(line, platform, model=model, **overrides)
         else:
             if model is None or not args.instance_type:
@@ -130,31 +145,32 @@ def main(argv: list[str] | None = None) -> int:
             candidates = sorted(prices.regions.get(inputs.region, {}))
         calibration = DEFAULT_CALIBRATION
         if args.l2_overhead_ms is not None:
-            if args.l2_overhead_ms < 0:
-                raise ValueError(f"--l2-overhead-ms must be >= 0 (got {args.l2_overhead_ms})")
             calibration = replace(calibration, l2_overhead_ms=args.l2_overhead_ms)
         if args.prefill_efficiency is not None:
-            if not 0 < args.prefill_efficiency <= 1:
-                raise ValueError(f"--prefill-efficiency must be within (0, 1] (got {args.prefill_efficiency})")
+            if args.prefill_efficiency == 0:
+                raise ValueError("--prefill-efficiency must be above 0")
             calibration = replace(calibration, efficiency=args.prefill_efficiency)
         result = plan(inputs, prices=prices, calibration=calibration)
         rec = recommend(inputs, candidates, prices=prices, ttft_slo_ms=args.ttft_slo_ms,
                         calibration=calibration) if candidates else None
     except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    except (KeyError, ValueError, FileNotFoundError) as exc:
-        print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
-        return 2
+        return cli.fail(exc)
+    except (KeyError, ValueError, OSError) as exc:
+        # KeyError's str() is the repr of its message; print the message itself.
+        return cli.fail(exc.args[0] if isinstance(exc, KeyError) else exc)
     if args.json:
         out = result.to_dict()
         out["recommendation"] = rec.to_dict() if rec else None
         out["calibration"] = calibration_dict(calibration)
-        print(json.dumps(out, indent=2))
+        cli.emit(json.dumps(out, indent=2))
     else:
-        print(format_plan(result, rec))
-    return 0 if result.fit.fits else 1
+        cli.emit(format_plan(result, rec))
+    if args.plot:
+        from kv_tools.plots import plan_figure, save
+
+        save(plan_figure(result), args.plot)
+    return cli.EXIT_OK if result.fit.fits else cli.EXIT_NO
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(main)

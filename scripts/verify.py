@@ -9,8 +9,8 @@ in-cluster config) and AWS credential chain; reads only, except the two probe re
 
     .venv/bin/python scripts/verify.py [--config config] [--line rag-assistant] [--cross-pod-hit] [--json]
 
-Exit code 0 when every check passes, 1 when any fails, 2 on invalid config or when the
-cluster or AWS cannot be reached.
+Exit codes: see --help (the README's "Operator tools" table): 2 also when the cluster or AWS
+cannot be reached.
 """
 
 from __future__ import annotations
@@ -23,13 +23,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kv_tools import cli  # noqa: E402
 from kv_tools.verify import LiveReader, format_results, verify  # noqa: E402
 from platform_config import ConfigError, load_project  # noqa: E402
 
 
+TOOL = "verify.py"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default="config", help="config directory (default: config)")
+    parser = cli.make_parser(TOOL, __doc__.split("\n\n")[0])
+    parser.add_argument("--config", default="config", help="config directory")
     parser.add_argument("--line", action="append", help="check only this business line (repeatable)")
     parser.add_argument("--lines-only", action="store_true", help="skip the platform checks")
     parser.add_argument("--cross-pod-hit", action="store_true",
@@ -47,21 +51,16 @@ def main(argv: list[str] | None = None, reader_factory=LiveReader) -> int:
             project.business_line(name)
     except (ConfigError, KeyError) as exc:
         # KeyError's str() is the repr of its message; print the message itself.
-        print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
-        return 2
+        return cli.fail(exc.args[0] if isinstance(exc, KeyError) else exc)
     try:
         reader = reader_factory(project.platform.region, context=args.context)
         results = verify(reader, project, lines=args.line, cross_pod=args.cross_pod_hit,
                          platform_checks=not args.lines_only)
     except Exception as exc:  # no kubeconfig, no credentials, API unreachable: say so, exit 2
-        print(f"error: cannot query the cluster or AWS: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps([asdict(r) for r in results], indent=2))
-    else:
-        print(format_results(results))
-    return 0 if all(r.ok for r in results) else 1
+        return cli.fail(f"cannot query the cluster or AWS: {exc}")
+    cli.emit(json.dumps([asdict(r) for r in results], indent=2) if args.json else format_results(results))
+    return cli.EXIT_OK if all(r.ok for r in results) else cli.EXIT_NO
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(main)

@@ -4,6 +4,7 @@
 
     {project}-network -> {project}-eks -> {project}-hyperpod -> {project}-addons
         -> {project}-l2-cache -> {project}-line-<name> (one per business line)
+        -> {project}-observability (when ``observability.enabled``)
 
 Every stack gets the explicit environment from config (account, region) and availability
 zones are passed explicitly, so synthesis needs no AWS credentials and makes no lookups.
@@ -16,18 +17,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aws_cdk as cdk
+from platform_config.runtime import quiet_node_notices
+
+quiet_node_notices()  # before aws_cdk starts jsii's Node process (see platform_config/runtime.py)
+
+import aws_cdk as cdk  # noqa: E402
 from aws_cdk import Validations
 
 from kv_constructs import nag
 from platform_config import ConfigError, ConfigProblem, ProjectConfig
 from platform_config.loader import PLATFORM_FILE
+from platform_config.stack_names import PROJECT_TAG, stack_ids
 from stacks.addons_stack import AddonsStack
 from stacks.business_line_stack import BusinessLineStack
 from stacks.cluster_stack import ClusterStack
 from stacks.hyperpod_stack import HyperPodStack, curvine_volume_props, dependency_chart_dir
 from stacks.l2_cache_stack import L2CacheStack
 from stacks.network_stack import NetworkStack
+from stacks.observability_stack import ObservabilityStack
 
 __all__ = [
     "AddonsStack",
@@ -36,6 +43,7 @@ __all__ = [
     "HyperPodStack",
     "L2CacheStack",
     "NetworkStack",
+    "ObservabilityStack",
     "PlatformStacks",
     "build_platform",
     "add_nag_checks",
@@ -57,18 +65,14 @@ class PlatformStacks:
     addons: AddonsStack
     l2_cache: L2CacheStack
     business_lines: dict[str, BusinessLineStack]
+    #: Metrics, alerts, Grafana (None when ``observability.enabled`` is false).
+    observability: ObservabilityStack | None = None
 
     def all(self) -> list[cdk.Stack]:
         """Every stack, in deployment order."""
-        return [self.network, self.cluster, self.hyperpod, self.addons, self.l2_cache, *self.business_lines.values()]
-
-
-def stack_ids(project: ProjectConfig) -> dict[str, str]:
-    """Stack id per role (``network``, ``eks``, ``hyperpod``, ``addons``, ``l2-cache``, ``line-<name>``)."""
-    p = project.platform.project
-    ids = {role: f"{p}-{role}" for role in ("network", "eks", "hyperpod", "addons", "l2-cache")}
-    ids.update({f"line-{line.name}": f"{p}-line-{line.name}" for line in project.business_lines})
-    return ids
+        extra = [self.observability] if self.observability is not None else []
+        return [self.network, self.cluster, self.hyperpod, self.addons, self.l2_cache, *self.business_lines.values(),
+                *extra]
 
 
 def cdk_json_context(path: Path = REPO_ROOT / "cdk.json") -> dict[str, Any]:
@@ -141,7 +145,7 @@ def build_platform(app: cdk.App, project: ProjectConfig) -> PlatformStacks:
     platform = project.platform
     env = cdk.Environment(account=platform.account, region=platform.region)
     ids = stack_ids(project)
-    tags = {"kvcache.io/project": platform.project, **platform.tags}
+    tags = {PROJECT_TAG: platform.project, **platform.tags}
 
     def stack_kwargs(role: str, description: str) -> dict[str, Any]:
         return {"env": env, "description": description, "tags": tags, "stack_name": ids[role]}
@@ -186,7 +190,15 @@ def build_platform(app: cdk.App, project: ProjectConfig) -> PlatformStacks:
     for stack in lines.values():
         stack.add_stack_dependency(addons, "a line's endpoint is reconciled by the inference operator")
         stack.add_stack_dependency(l2_cache, "a line mounts the L2 tier")
+    observability: ObservabilityStack | None = None
+    if platform.observability.enabled:
+        observability = ObservabilityStack(
+            app, ids["observability"], platform=platform, business_lines=project.business_lines,
+            cluster=cluster.cluster, subnets=network.private_subnets, security_group=network.security_group,
+            **stack_kwargs("observability", "Tiered KV cache: metrics (AMP + managed scraper), alerts, Grafana"))
+        observability.add_stack_dependency(l2_cache, "Curvine and Kyverno exist before they are scraped")
+
     # Last: stacks above may have granted the kubectl handler more (e.g. reading chart assets).
     nag.suppress_kubectl_provider(cluster.cluster)
     return PlatformStacks(network=network, cluster=cluster, hyperpod=hyperpod, addons=addons,
-                          l2_cache=l2_cache, business_lines=lines)
+                          l2_cache=l2_cache, business_lines=lines, observability=observability)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from constructs import Construct
 
 from kv_constructs import IrsaRole, SecureBucket, nag, prefixed_bucket_name
 from platform_config import BusinessLineConfig, PlatformConfig
+from platform_config.addon_configuration import INFERENCE_ADDON, inference_addon_configuration
 from platform_config.models import S3ModelSource
 
 #: The inference operator's namespace and service accounts (aws/sagemaker-hyperpod-cli,
@@ -29,6 +31,29 @@ ALB_POLICY_FILE = Path(__file__).resolve().parent.parent / "kv_constructs" / "po
 
 #: Add-ons the inference operator depends on, with the minimum versions of docs/sources.md §1.
 INFERENCE_DEPENDENCIES = ("aws-mountpoint-s3-csi-driver", "aws-fsx-csi-driver", "metrics-server", "cert-manager")
+
+#: Installed as an EKS add-on, the operator refuses an execution role whose *name* does not start
+#: with this (aws/sagemaker-hyperpod-cli, ``charts/inference-operator/templates/
+#: _validateRequiredValues.tpl`` at 011ca927: "for the managed policy restrictions";
+#: docs/sources.md §11), so the role gets a fixed name instead of a generated one.
+INFERENCE_EXECUTION_ROLE_PREFIX = "SageMakerHyperPodInference"
+#: AWS managed policy of the inference gateway's role (add-on v2.0.0; docs/sources.md §11).
+INFERENCE_GATEWAY_POLICY = "AmazonSageMakerHyperPodInferenceGatewayAccess"
+#: IAM role names are at most 64 characters.
+IAM_ROLE_NAME_MAX = 64
+
+
+def inference_execution_role_name(platform: PlatformConfig) -> str:
+    """``SageMakerHyperPodInference-<project>-<region>``, shortened with a hash to fit 64 characters.
+
+    IAM names are global to the account, so the region is part of the name; the prefix is what the
+    add-on demands (:data:`INFERENCE_EXECUTION_ROLE_PREFIX`).
+    """
+    name = f"{INFERENCE_EXECUTION_ROLE_PREFIX}-{platform.project}-{platform.region}"
+    if len(name) <= IAM_ROLE_NAME_MAX:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[:IAM_ROLE_NAME_MAX - len(digest) - 1]}-{digest}"
 
 
 def tls_bucket_name(platform: PlatformConfig) -> str:
@@ -61,10 +86,14 @@ class AddonsStack(Stack):
       prefixes of the business lines (none if no line loads from S3).
     - ``aws-fsx-csi-driver``, ``metrics-server``, ``cert-manager`` (no AWS permissions: FSx
       volumes are statically provisioned from existing file systems).
-    - ``amazon-sagemaker-hyperpod-inference`` with ``executionRoleArn``, ``tlsCertificateS3Bucket``,
-      ``hyperpodClusterArn``, ``alb.serviceAccount.{create,roleArn}`` and
-      ``keda.auth.aws.irsa.roleArn``; it depends on the four add-ons above, so
-      ``cdk deploy --all`` creates them first.
+    - ``amazon-sagemaker-hyperpod-inference`` with the configuration of
+      :func:`platform_config.addon_configuration.inference_addon_configuration` (every key and
+      why: :data:`platform_config.addon_configuration.INFERENCE_ADDON_KEYS`); it depends on the
+      four add-ons above, so ``cdk deploy --all`` creates them first. Its execution role is named
+      ``SageMakerHyperPodInference-*`` (:func:`inference_execution_role_name`) and may also tag
+      the endpoints' ACM certificates and TLS objects (Inference v3.0 release notes). With
+      ``inference_operator.gateway.enabled`` an IRSA role with
+      ``AmazonSageMakerHyperPodInferenceGatewayAccess`` is created first for the gateway.
 
     Attributes:
         addons: add-on name -> ``eks_v2.Addon``.
@@ -73,7 +102,7 @@ class AddonsStack(Stack):
         tls_bucket: :class:`kv_constructs.SecureBucket` for the operator's TLS certificates;
             deleted (emptied first) with the stack, its access logs retained.
         inference_execution_role, alb_role, keda_role, ebs_csi_role: :class:`kv_constructs.IrsaRole`.
-        s3_csi_role: :class:`kv_constructs.IrsaRole` or ``None``.
+        s3_csi_role, gateway_role: :class:`kv_constructs.IrsaRole` or ``None``.
     """
 
     def __init__(
@@ -154,6 +183,9 @@ class AddonsStack(Stack):
             service_account=INFERENCE_CONTROLLER_SA, extra_service_principals=["sagemaker.amazonaws.com"],
             description="HyperPod inference operator execution role")
         execution = self.inference_execution_role.role
+        cfn_execution = execution.node.default_child
+        assert isinstance(cfn_execution, iam.CfnRole)
+        cfn_execution.role_name = inference_execution_role_name(platform)
         execution.add_managed_policy(
             iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSageMakerHyperPodInferenceAccess"))
         certificates = self.tls_bucket.bucket.arn_for_objects("*")
@@ -166,10 +198,18 @@ class AddonsStack(Stack):
             execution, ["AmazonSageMakerHyperPodInferenceAccess"],
             "The AWS managed policy the HyperPod inference operator requires (docs/sources.md §1; "
             "SageMaker HyperPod model deployment setup).")
+        # Inference v3.0 release notes (2026-02-23): the operator tags the ACM certificates it
+        # imports for endpoints (and the TLS objects, s3:PutObjectTagging above). The notes grant
+        # arn:aws:acm:*:*:certificate/*; narrowed here to this account and region.
+        acm_certificates = self.format_arn(service="acm", resource="certificate", resource_name="*")
+        execution.add_to_policy(iam.PolicyStatement(
+            sid="TagEndpointCertificates", actions=["acm:AddTagsToCertificate"], resources=[acm_certificates]))
         nag.acknowledge_wildcards(
-            execution, resources=[certificates],
-            reason="The operator writes one certificate object per endpoint into its own TLS bucket; "
-            "object keys are generated at run time (as in the operator's helm_to_addon.sh policy).")
+            execution, resources=[certificates, acm_certificates],
+            reason="The operator writes one certificate object per endpoint into its own TLS bucket and tags "
+            "the ACM certificate it imports per endpoint; object keys and certificate IDs are generated at "
+            "run time (helm_to_addon.sh policy; HyperPod Inference v3.0 release notes). ACM is limited to "
+            "this account and region and to tagging.")
 
         self.alb_role = IrsaRole(self, "InferenceAlbRole", cluster=cluster, namespace=INFERENCE_NAMESPACE,
                                  service_account=INFERENCE_ALB_SA,
@@ -200,17 +240,35 @@ class AddonsStack(Stack):
             "permissions, and the Prometheus workspaces a scaler queries are chosen per endpoint "
             "(read-only, this account and region).")
 
+        # --- Inference gateway (add-on v2): off, or a role created before the add-on ------------
+        self.gateway_role: IrsaRole | None = None
+        gateway = platform.inference_operator.gateway
+        if gateway.enabled:
+            assert gateway.service_account is not None  # the config model requires it
+            self.gateway_role = IrsaRole(
+                self, "InferenceGatewayRole", cluster=cluster, namespace=INFERENCE_NAMESPACE,
+                service_account=gateway.service_account,
+                description="Inference gateway of the HyperPod inference add-on")
+            self.gateway_role.role.add_managed_policy(
+                iam.ManagedPolicy.from_aws_managed_policy_name(INFERENCE_GATEWAY_POLICY))
+            nag.acknowledge_managed_policies(
+                self.gateway_role.role, [INFERENCE_GATEWAY_POLICY],
+                "The AWS managed policy the add-on's inference gateway requires (HyperPod inference add-on "
+                "v2.0.0; docs/sources.md §11); AWS keeps it in step with the gateway.")
+
         inference = self._addon(
-            "amazon-sagemaker-hyperpod-inference",
+            INFERENCE_ADDON,
             cluster,
             versions.amazon_sagemaker_hyperpod_inference,
-            configuration={
-                "executionRoleArn": execution.role_arn,
-                "tlsCertificateS3Bucket": self.tls_bucket.bucket.bucket_name,
-                "hyperpodClusterArn": hyperpod_cluster_arn,
-                "alb": {"enabled": True, "serviceAccount": {"create": True, "roleArn": self.alb_role.role_arn}},
-                "keda": {"enabled": True, "auth": {"aws": {"irsa": {"enabled": True, "roleArn": self.keda_role.role_arn}}}},
-            },
+            configuration=inference_addon_configuration(
+                platform,
+                execution_role_arn=execution.role_arn,
+                tls_bucket=self.tls_bucket.bucket.bucket_name,
+                hyperpod_cluster_arn=hyperpod_cluster_arn,
+                alb_role_arn=self.alb_role.role_arn,
+                keda_role_arn=self.keda_role.role_arn,
+                gateway_role_arn=self.gateway_role.role_arn if self.gateway_role else None,
+            ),
         )
         self.inference_operator = inference
         for name in INFERENCE_DEPENDENCIES:

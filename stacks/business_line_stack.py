@@ -15,13 +15,18 @@ from __future__ import annotations
 from typing import Any
 
 import cdk8s
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from k8s import names
+from k8s.kyverno import POLICY_READY_JSONPATH
 from k8s.render import build_line_chart
 from platform_config import BusinessLineConfig, PlatformConfig
+
+
+#: Minutes to wait for Kyverno to report a line's Policy ready before the deploy fails.
+POLICY_READY_TIMEOUT_MIN = 10
 
 
 class BusinessLineStack(Stack):
@@ -32,11 +37,16 @@ class BusinessLineStack(Stack):
     * ``Namespace``: the line's namespace;
     * ``Storage``: egress NetworkPolicy, RWX PVC and the Kyverno Policy (kind from the Kyverno
       chart's CRDs), after the namespace;
+    * ``PolicyReady`` (L2 lines only): waits until Kyverno reports the Policy ``Ready``, i.e. in
+      its webhook (``kubectl get policy -o jsonpath`` of :data:`k8s.kyverno.POLICY_READY_JSONPATH`,
+      retried until non-empty, at most :data:`POLICY_READY_TIMEOUT_MIN` minutes). The policy
+      mutates Pods at CREATE only, so a Pod created before that would never get the L2 patch;
     * ``Endpoint``: the InferenceEndpointConfig (kind from the inference operator's CRD), after
-      the namespace and after the Policy, so the operator's first Pods are already mutated.
+      the namespace and after the Policy is ready, so the operator's first Pods are mutated.
 
     Attributes:
-        chart: the cdk8s chart; ``namespace``, ``storage``, ``endpoint``: the manifests.
+        chart: the cdk8s chart; ``namespace``, ``storage``, ``endpoint``: the manifests;
+        ``policy_ready``: the ``KubernetesObjectValue`` (None when L2 is off).
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig,
@@ -62,6 +72,14 @@ class BusinessLineStack(Stack):
         self.endpoint = eks.KubernetesManifest(self, "Endpoint", cluster=cluster, manifest=by_kind["endpoint"],
                                                overwrite=True)
         self.endpoint.node.add_dependency(self.namespace, self.storage)
+        self.policy_ready: eks.KubernetesObjectValue | None = None
+        if line.cache.l2_enabled:
+            self.policy_ready = eks.KubernetesObjectValue(
+                self, "PolicyReady", cluster=cluster, object_type="policies.kyverno.io",
+                object_name=names.policy_name(line), object_namespace=line.namespace,
+                json_path=POLICY_READY_JSONPATH, timeout=Duration.minutes(POLICY_READY_TIMEOUT_MIN))
+            self.policy_ready.node.add_dependency(self.storage)
+            self.endpoint.node.add_dependency(self.policy_ready)
         if policy_engine is not None and line.cache.l2_enabled:
             self.storage.node.add_dependency(policy_engine)
         if inference_operator is not None:

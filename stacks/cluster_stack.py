@@ -4,18 +4,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_kms as kms
-from aws_cdk.lambda_layer_kubectl_v33 import KubectlV33Layer
 from constructs import Construct
 
+from k8s import kube
 from kv_constructs import nag
 from platform_config import PlatformConfig
+from platform_config.addon_configuration import CORE_ADDON_CONFIGURATION
 
 #: The cluster's pinned CloudFormation logical ID (stateful: a changed ID replaces the cluster).
 CLUSTER_LOGICAL_ID = "EksCluster"
+
+#: Upper bound of every wait a custom resource runs inside the kubectl handler (Helm's
+#: ``--timeout`` with ``wait``/``atomic``, ``KubernetesObjectValue``'s polling). The handler Lambda
+#: lives at most 900 s (aws-cdk-lib's kubectl provider); a Helm wait as long as that is killed with
+#: the Lambda, before Helm can roll back or report, and the release stays ``pending-install`` /
+#: ``pending-upgrade`` (aws-cdk issue 22257, docs/sources.md §11). 10 minutes leaves 5 for the
+#: install itself and the response to CloudFormation; tests/stacks/test_cluster_stack.py checks
+#: every synthesized template against its handler's timeout.
+HELM_TIMEOUT = Duration.minutes(10)
 
 #: HyperPod on EKS accepts authentication mode API or API_AND_CONFIG_MAP (SageMaker HyperPod EKS
 #: prerequisites). aws_eks_v2 hard-codes API; API_AND_CONFIG_MAP keeps aws-auth working for
@@ -38,7 +48,8 @@ CORE_ADDONS = {
     "eks-pod-identity-agent": "eks_pod_identity_agent",
 }
 
-#: ``configuration_values`` of the core add-ons (JSON-encoded by ``eks_v2.Addon``).
+#: ``configuration_values`` of the core add-ons (JSON-encoded by ``eks_v2.Addon``), defined in
+#: :mod:`platform_config.addon_configuration` so scripts/preflight.py checks the same keys.
 #:
 #: vpc-cni ``enableNetworkPolicy`` (a *string*, per the add-on's configuration schema and the EKS
 #: user guide, "Restrict Pod network traffic with Kubernetes network policies"): runs the network
@@ -52,15 +63,13 @@ CORE_ADDONS = {
 #: - hostNetwork pods are never subject to NetworkPolicy (the Curvine FUSE pods of the CSI driver).
 #: - Default (``standard``) enforcing mode: a new pod is allow-all until its policies reconcile,
 #:   usually within seconds.
-ADDON_CONFIGURATION: dict[str, dict[str, str]] = {
-    "vpc-cni": {"enableNetworkPolicy": "true"},
-}
+ADDON_CONFIGURATION = CORE_ADDON_CONFIGURATION
 
 
 class ClusterStack(Stack):
     """EKS control plane, a small system node group, core add-ons and the kubectl handler.
 
-    - Kubernetes 1.33, ``AccessConfig.AuthenticationMode`` ``API_AND_CONFIG_MAP`` (override of
+    - Kubernetes ``eks.version``, ``AccessConfig.AuthenticationMode`` ``API_AND_CONFIG_MAP`` (override of
       the L1, see :data:`AUTHENTICATION_MODE`), access entries with
       ``AmazonEKSClusterAdminPolicy`` for each ``eks.admin_principal_arns``. The CloudFormation
       role is *not* made cluster admin (``bootstrap_cluster_creator_admin_permissions=False``):
@@ -78,7 +87,9 @@ class ClusterStack(Stack):
     - Managed core add-ons at pinned versions: vpc-cni (network policy agent on, see
       :data:`ADDON_CONFIGURATION`), coredns, kube-proxy, eks-pod-identity-agent.
     - The cluster's IAM OIDC provider (native ``AWS::IAM::OIDCProvider``) for IRSA.
-    - A kubectl/helm handler (``KubectlV33Layer``) so later stacks can apply manifests and charts.
+    - A kubectl/helm handler (the ``KubectlV<NN>Layer`` of ``eks.version``, from
+      :func:`k8s.kube.kubectl_layer_class`) so later stacks can apply manifests and charts; their
+      waits stay within :data:`HELM_TIMEOUT`.
 
     Attributes:
         cluster: the ``eks_v2.Cluster``.
@@ -114,7 +125,7 @@ class ClusterStack(Stack):
             self,
             "Cluster",
             cluster_name=cfg.cluster_name,
-            version=eks.KubernetesVersion.V1_33,
+            version=eks.KubernetesVersion.of(cfg.version),
             vpc=vpc,
             vpc_subnets=[ec2.SubnetSelection(subnets=private_subnets)],
             security_group=security_group,
@@ -125,7 +136,8 @@ class ClusterStack(Stack):
             default_capacity=0,
             bootstrap_cluster_creator_admin_permissions=False,
             output_config_command=False,
-            kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=KubectlV33Layer(self, "KubectlLayer")),
+            kubectl_provider_options=eks.KubectlProviderOptions(
+                kubectl_layer=kube.kubectl_layer_class(cfg.version)(self, "KubectlLayer")),
             tags=dict(platform.tags),
         )
         cfn_cluster = self.cluster.node.default_child

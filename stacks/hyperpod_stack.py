@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from aws_cdk import CfnOutput, Duration, RemovalPolicy, Stack
+from aws_cdk import CfnOutput, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_s3_assets as s3_assets
@@ -24,8 +24,9 @@ from kv_constructs import (
     nag,
     prefixed_bucket_name,
 )
-from platform_config import PlatformConfig
+from platform_config import INSTANCE_TYPES, PlatformConfig, hyperpod_rules
 from platform_config.models import HyperPodDependencyChartConfig
+from stacks.cluster_stack import HELM_TIMEOUT
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -36,8 +37,8 @@ LIFECYCLE_PREFIX = "lifecycle/"
 #: Entry point run by HyperPod on each new node, and the per-group settings file next to it.
 LIFECYCLE_ON_CREATE = "on_create.sh"
 LIFECYCLE_ENV_FILE = "kvcache.env"
-#: Where HyperPod mounts the instance NVMe (docs/sources.md §1).
-NVME_ROOT = "/opt/dlami/nvme"
+#: Candidate instance-store mounts, shipped in ``kvcache.env`` (see the constant's source).
+INSTANCE_STORE_MOUNTS = hyperpod_rules.INSTANCE_STORE_MOUNTS
 
 
 #: Values the platform gives the HyperPod dependency chart (``values.yaml`` of
@@ -101,15 +102,16 @@ def lifecycle_files() -> dict[str, str]:
 def lifecycle_env(platform: PlatformConfig, group: str) -> str:
     """``kvcache.env`` of one instance group, read by ``lifecycle/on_create.sh``.
 
+    ``KVCACHE_INSTANCE_STORE_MOUNTS``: :data:`INSTANCE_STORE_MOUNTS`, ``:``-separated.
     ``KVCACHE_CURVINE_DATA_DIR`` is empty when the group runs no Curvine Worker (Curvine off,
-    or the group not in ``curvine.worker_instance_groups``); the script then tolerates a
-    missing NVMe mount instead of failing the node.
+    or the group not in ``curvine.worker_instance_groups``); the script then tolerates a node
+    without instance storage instead of failing it.
     """
     workers = set(platform.curvine.worker_instance_groups) or {g.name for g in platform.hyperpod.instance_groups}
     data_dir = platform.curvine.worker_data_dir if platform.curvine.enabled and group in workers else ""
     return (
         f"KVCACHE_INSTANCE_GROUP={group}\n"
-        f"KVCACHE_NVME_ROOT={NVME_ROOT}\n"
+        f"KVCACHE_INSTANCE_STORE_MOUNTS={':'.join(INSTANCE_STORE_MOUNTS)}\n"
         f"KVCACHE_CURVINE_DATA_DIR={data_dir}\n"
     )
 
@@ -157,7 +159,9 @@ class HyperPodStack(Stack):
 
     HyperPod dependency chart: installed here through the cluster's kubectl handler when
     ``hyperpod.dependency_chart`` is configured (a vendored checkout of the chart; see
-    :data:`DEPENDENCY_CHART_DEFAULTS`), and the HyperPod cluster waits for it.
+    :data:`DEPENDENCY_CHART_DEFAULTS`), and the HyperPod cluster waits for it. With
+    ``hyperpod.dependency_chart_preinstalled`` it must already be in the cluster (the config
+    refuses deep health checks and automatic node recovery with neither).
 
     Attributes:
         hyperpod_cluster: :class:`kv_constructs.HyperPodCluster`.
@@ -207,6 +211,9 @@ class HyperPodStack(Stack):
                 deep_health_checks=tuple(group.deep_health_checks),
                 labels=dict(group.labels),
                 taints=tuple(TaintSpec(key=t.key, value=t.value, effect=t.effect) for t in group.taints),
+                min_instance_count=group.min_instance_count,
+                training_plan_arn=group.training_plan_arn,
+                accelerators=INSTANCE_TYPES[group.instance_type].gpus,
             ))
         upload = s3deploy.BucketDeployment(
             self,
@@ -245,6 +252,7 @@ class HyperPodStack(Stack):
                 memory_allocation_percentage=hp.tiered_storage.memory_allocation_percentage,
             ),
             node_recovery=hp.node_recovery,
+            node_provisioning_mode=hp.node_provisioning_mode,
         )
         # The scripts must be in S3 before HyperPod runs them on the first node.
         self.hyperpod_cluster.cfn.node.add_dependency(upload)
@@ -262,7 +270,7 @@ class HyperPodStack(Stack):
                 create_namespace=False,
                 values=dependency_chart_values(platform, chart),
                 wait=True,
-                timeout=Duration.minutes(15),
+                timeout=HELM_TIMEOUT,  # well inside the kubectl handler's 900 s (aws-cdk issue 22257)
             )
             # HyperPod requires the chart in the cluster before the HyperPod cluster exists.
             self.hyperpod_cluster.cfn.node.add_dependency(self.dependency_chart)

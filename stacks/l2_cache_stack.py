@@ -15,13 +15,14 @@ from __future__ import annotations
 from typing import Any
 
 import cdk8s
-from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from k8s.kyverno import KYVERNO_NAMESPACE, kyverno_helm_values
 from k8s.render import build_curvine_chart
 from platform_config import PlatformConfig
+from stacks.cluster_stack import HELM_TIMEOUT
 
 
 class L2CacheStack(Stack):
@@ -62,7 +63,7 @@ class L2CacheStack(Stack):
             release="kyverno", namespace=KYVERNO_NAMESPACE, create_namespace=True,
             values=kyverno_helm_values(),
             # wait: the CRDs and the admission webhook must be ready before any line's Policy.
-            wait=True, timeout=Duration.minutes(15), atomic=True)
+            wait=True, timeout=HELM_TIMEOUT, atomic=True)
 
         # CDK tokens (the volume ID) pass through cdk8s as strings and resolve at deploy.
         self.chart = build_curvine_chart(cdk8s.App(), platform, volume_id=curvine_volume.volume_id,

@@ -18,12 +18,38 @@ from platform_config.models import CreateVpcConfig, ExistingVpcConfig
 #: nodes and VPC-CNI pods take one VPC address each, so they need the space.
 PUBLIC_SUBNET_MASK = 26
 
-#: Subnet tags the AWS Load Balancer Controller uses to pick subnets. The HyperPod inference
-#: operator's ALB requires ``kubernetes.io/role/elb=1`` (docs/sources.md §1).
+#: Subnet tags the AWS Load Balancer Controller's subnet discovery reads: ``kubernetes.io/role/elb``
+#: marks subnets for internet-facing load balancers, ``kubernetes.io/role/internal-elb`` for
+#: internal ones (EKS user guide, "Route internet traffic with AWS Load Balancer Controller";
+#: docs/sources.md §11).
 ELB_TAG = "kubernetes.io/role/elb"
 INTERNAL_ELB_TAG = "kubernetes.io/role/internal-elb"
-#: Above the default tag priority (100) that aws_eks_v2 uses when it tags public subnets.
-PUBLIC_ELB_TAG_REMOVAL_PRIORITY = 200
+#: Above the default tag priority (100) at which aws_eks_v2 tags public subnets ``elb`` and
+#: private subnets ``internal-elb``: this stack's choice wins.
+ELB_TAG_PRIORITY = 200
+
+
+def load_balancer_subnet_tags(scheme: str) -> dict[str, dict[str, bool]]:
+    """Which load-balancer tag each subnet type carries for ``scheme``.
+
+    Args:
+        scheme: ``inference_operator.load_balancer_scheme``, ``internal`` or ``internet-facing``.
+
+    Returns:
+        ``{"private": {tag: present}, "public": {tag: present}}``: private subnets always carry
+        ``internal-elb`` and never ``elb`` (an internet-facing load balancer there would have no
+        route from the internet); public subnets carry ``elb`` only for ``internet-facing``, so an
+        internal platform offers the controller no subnet for a public load balancer at all.
+
+    Raises:
+        ValueError: unknown scheme.
+    """
+    if scheme not in ("internal", "internet-facing"):
+        raise ValueError(f"unknown load balancer scheme {scheme!r}; allowed: internal, internet-facing")
+    return {
+        "private": {INTERNAL_ELB_TAG: True, ELB_TAG: False},
+        "public": {ELB_TAG: scheme == "internet-facing", INTERNAL_ELB_TAG: False},
+    }
 
 
 class NetworkStack(Stack):
@@ -34,11 +60,11 @@ class NetworkStack(Stack):
     as configured, an S3 gateway endpoint, the configured interface endpoints in the private
     subnets, VPC flow logs, and the default security group stripped of rules.
 
-    Load-balancer subnet tags go on the private subnets only, both ``kubernetes.io/role/elb=1``
-    (required by the inference operator) and ``kubernetes.io/role/internal-elb=1``. Public
-    subnets are deliberately left untagged: with no tagged public subnet, no load balancer the
-    controllers create can land on the internet, which keeps the "no public endpoints unless
-    configured" rule; a user who wants an internet-facing ALB tags a public subnet on purpose.
+    Load-balancer subnet tags follow ``inference_operator.load_balancer_scheme``
+    (:func:`load_balancer_subnet_tags`): ``kubernetes.io/role/internal-elb=1`` on the private
+    subnets; ``kubernetes.io/role/elb=1`` on the public subnets only for ``internet-facing``.
+    With the default ``internal`` no subnet is offered to an internet-facing load balancer, so
+    none can be created by any controller (the "no public endpoints unless configured" rule).
 
     Imported VPC (``network.mode: existing``): ``ec2.Vpc.from_vpc_attributes`` with the given
     IDs (no lookup). Endpoints, flow logs and subnet tags are then the VPC owner's job; the
@@ -62,7 +88,7 @@ class NetworkStack(Stack):
         network = platform.network
         zones = list(platform.availability_zones)
         if isinstance(network, CreateVpcConfig):
-            self.vpc = self._create_vpc(network, zones)
+            self.vpc = self._create_vpc(network, zones, platform.inference_operator.load_balancer_scheme)
             private = self.vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnets
         else:
             self.vpc = self._import_vpc(network, zones)
@@ -93,7 +119,7 @@ class NetworkStack(Stack):
         """
         return list(self._configured_zones)
 
-    def _create_vpc(self, network: CreateVpcConfig, zones: list[str]) -> ec2.Vpc:
+    def _create_vpc(self, network: CreateVpcConfig, zones: list[str], scheme: str) -> ec2.Vpc:
         flow_log_group = logs.LogGroup(
             self,
             "FlowLogs",
@@ -146,14 +172,15 @@ class NetworkStack(Stack):
                 security_groups=[endpoint_group],
                 open=False,
             )
-        for subnet in vpc.private_subnets:
-            Tags.of(subnet).add(ELB_TAG, "1")
-            Tags.of(subnet).add(INTERNAL_ELB_TAG, "1")
-        for subnet in vpc.public_subnets:
-            # aws_eks_v2.Cluster tags public subnets kubernetes.io/role/elb=1 (priority 100);
-            # removing it at a higher priority keeps internet-facing load balancers out unless
-            # someone tags a public subnet deliberately.
-            Tags.of(subnet).remove(ELB_TAG, priority=PUBLIC_ELB_TAG_REMOVAL_PRIORITY)
+        # aws_eks_v2.Cluster tags subnets too (priority 100); these win at ELB_TAG_PRIORITY.
+        wanted = load_balancer_subnet_tags(scheme)
+        for kind, subnets in (("private", vpc.private_subnets), ("public", vpc.public_subnets)):
+            for subnet in subnets:
+                for tag, present in wanted[kind].items():
+                    if present:
+                        Tags.of(subnet).add(tag, "1", priority=ELB_TAG_PRIORITY)
+                    else:
+                        Tags.of(subnet).remove(tag, priority=ELB_TAG_PRIORITY)
         return vpc
 
     def _import_vpc(self, network: ExistingVpcConfig, zones: list[str]) -> ec2.IVpc:

@@ -6,17 +6,16 @@ test session; every stack test reads the same templates.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from platform_config.runtime import quiet_node_notices
 from tests.example_config import FIXTURE_CONFIG
 
-# jsii prints a large banner on stderr for Node 20 (works, end-of-life); keep test output readable.
-os.environ.setdefault("JSII_SILENCE_WARNING_DEPRECATED_NODE_VERSION", "1")
-os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
+# Before any test module imports aws_cdk or cdk8s: no jsii end-of-life box on Node 20.
+quiet_node_notices()
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_CONFIG = FIXTURE_CONFIG

@@ -8,7 +8,10 @@ synthesizes, every manifest is valid) read :data:`USER_CONFIG` and iterate over 
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -19,8 +22,10 @@ REPO = Path(__file__).resolve().parents[1]
 USER_CONFIG = REPO / "config"
 #: The scenario configuration of the tests; its line names are fixed.
 FIXTURE_CONFIG = REPO / "tests" / "fixtures" / "config"
-#: Business lines of :data:`FIXTURE_CONFIG`.
-FIXTURE_LINES = ("rag-assistant", "research-reasoning")
+#: Business lines of :data:`FIXTURE_CONFIG`, sorted. The first two mirror the shipped examples;
+#: ``legal-search`` (FSx weights, L2 off) and ``ticket-triage`` (a second S3 bucket, L1 off,
+#: ``deploy: false``) cover what the examples do not.
+FIXTURE_LINES = ("legal-search", "rag-assistant", "research-reasoning", "ticket-triage")
 # Older names, kept so existing imports read naturally.
 EXAMPLE = FIXTURE_CONFIG
 EXAMPLE_LINES = FIXTURE_LINES
@@ -37,3 +42,12 @@ def edit_yaml(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     change(data)
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+
+def run_app(config_dir: Path, outdir: Path, timeout: int = 900) -> subprocess.CompletedProcess:
+    """``python app.py`` over ``config_dir`` into ``outdir``, exactly as ``cdk synth`` runs it
+    (``KVCACHE_CONFIG_DIR``, ``CDK_OUTDIR``; cdk-nag as a validation plugin); text output captured."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "KVCACHE_CONFIG_DIR": str(config_dir), "CDK_OUTDIR": str(outdir)}
+    return subprocess.run([sys.executable, "app.py"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)

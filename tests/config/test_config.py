@@ -207,8 +207,17 @@ def test_prefer_no_schedule_taints_do_not_block_a_line(config_dir: Path) -> None
     assert (p5.instance_type, p5.taints[0].effect) == ("ml.p5.48xlarge", "PreferNoSchedule")
 
 
+def _keep_only_line_on_its_type(config_dir: Path, name: str) -> None:
+    """Delete the copy's other lines on ``name``'s instance type, to test capacity in isolation."""
+    project = load_project(config_dir)
+    for line in project.business_lines:
+        if line.name != name and line.instance_type == project.business_line(name).instance_type:
+            (config_dir / "business-lines" / f"{line.name}.yaml").unlink()
+
+
 def test_all_lines_must_fit_on_their_instance_groups(config_dir: Path) -> None:
-    # rag-assistant: 2 nodes x 4 L40S; 8 one-GPU replicas fill them, a 9th does not fit.
+    # rag-assistant alone on 2 nodes x 4 L40S: 8 one-GPU replicas fill them, a 9th does not fit.
+    _keep_only_line_on_its_type(config_dir, "rag-assistant")
     path = config_dir / "business-lines" / "rag-assistant.yaml"
     edit_yaml(path, lambda d: d.update(replicas=8))
     assert load_project(config_dir).business_line("rag-assistant").replicas == 8
@@ -218,10 +227,26 @@ def test_all_lines_must_fit_on_their_instance_groups(config_dir: Path) -> None:
     assert "first that does not fit: rag-assistant" in message
 
 
+def test_lines_sharing_an_instance_type_share_its_gpus(config_dir: Path) -> None:
+    """The fixture's other g6e lines hold some of the 8 L40S: rag-assistant gets only the rest."""
+    project = load_project(config_dir)
+    taken = sum(l.replicas * l.gpus_per_replica for l in project.business_lines
+                if l.instance_type == "ml.g6e.12xlarge" and l.name != "rag-assistant")
+    assert taken > 0, "the fixture shares the g6e nodes between lines"
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit_yaml(path, lambda d: d.update(replicas=8 - taken))
+    load_project(config_dir)
+    edit_yaml(path, lambda d: d.update(replicas=8 - taken + 1))
+    message = only_problem(config_dir)
+    assert f"rag-assistant {8 - taken + 1}x1 GPU" in message and "do not fit on its 2 node(s) x 4 GPU(s)" in message
+
+
 def test_gpu_capacity_is_counted_per_node(config_dir: Path) -> None:
     # 3-GPU replicas on 4-GPU nodes: one per node, so 2 fit and 3 do not, though 9 <= 8 + 4 spare.
+    # (A model outside the planner's table: no model in it divides its heads by 3, which vLLM needs.)
+    _keep_only_line_on_its_type(config_dir, "rag-assistant")
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit_yaml(path, lambda d: d.update(replicas=2, gpus_per_replica=3))
+    edit_yaml(path, lambda d: (d.update(replicas=2, gpus_per_replica=3), d["model"].update(name="Three-Way-12B")))
     load_project(config_dir)
     edit_yaml(path, lambda d: d.update(replicas=3, gpus_per_replica=3))
     assert "rag-assistant 3x3 GPU" in only_problem(config_dir)
@@ -252,17 +277,19 @@ def test_missing_required_field_is_named(config_dir: Path) -> None:
 
 
 def test_l2_on_while_curvine_off(config_dir: Path) -> None:
+    with_l2 = [l.name for l in load_project(config_dir).business_lines if l.cache.l2_enabled]
+    assert len(with_l2) >= 2
     edit_yaml(config_dir / "platform.yaml", lambda d: d["curvine"].update(enabled=False))
     found = problems(config_dir)
-    assert len(found) == 2  # both example lines use L2
-    for line in ("rag-assistant", "research-reasoning"):
+    assert len(found) == len(with_l2)  # one problem per line with L2 on, none for the others
+    for line in with_l2:
         assert any(f"{line}.yaml: cache.l2_enabled: L2 needs Curvine" in p for p in found)
 
 
 def test_curvine_off_is_fine_when_no_line_uses_l2(config_dir: Path) -> None:
     edit_yaml(config_dir / "platform.yaml", lambda d: d["curvine"].update(enabled=False))
-    for name in ("rag-assistant", "research-reasoning"):
-        edit_yaml(config_dir / "business-lines" / f"{name}.yaml", lambda d: d["cache"].update(l2_enabled=False))
+    for path in (config_dir / "business-lines").glob("*.yaml"):
+        edit_yaml(path, lambda d: d.setdefault("cache", {}).update(l2_enabled=False))
     assert load_project(config_dir).platform.curvine.enabled is False
 
 
@@ -359,3 +386,102 @@ def test_readme_config_reference_is_current() -> None:
     readme = (REPO / "README.md").read_text()
     block = readme.split(BEGIN, 1)[1].split(END, 1)[0]
     assert block.strip() == config_reference().strip(), "README config reference is stale: run `make docs`"
+
+
+def test_lines_l2_sizes_must_fit_the_curvine_pool(config_dir: Path) -> None:
+    """Issue 8: Curvine v0.3.2 sets no quota per PVC, so the sizes bound the pool only if they fit
+    in it: 3 Workers (2 g6e + 1 p5) x 2000 GiB x (1 - 0.1) = 5,400 GiB; the fixture's 500Gi + 2Ti
+    + 200Gi = 2,748 GiB fits, with research-reasoning at 5Ti (5,820 GiB) it does not."""
+    from platform_config.loader import l2_pool_gib
+
+    assert l2_pool_gib(load_project(config_dir).platform) == (3, 5400.0)
+    edit_yaml(config_dir / "business-lines" / "research-reasoning.yaml", lambda d: d["cache"].update(l2_size="5Ti"))
+    with pytest.raises(ConfigError) as err:
+        load_project(config_dir)
+    (problem,) = [p for p in err.value.problems if p.field == "cache.l2_size"]
+    assert "5,820 GiB" in problem.message and "5,400 GiB" in problem.message
+    assert "rag-assistant 500Gi" in problem.message and "research-reasoning 5Ti" in problem.message
+    # Only Workers count: the same sizes fit once Workers run on both groups' larger disks.
+    edit_yaml(config_dir / "platform.yaml", lambda d: d["curvine"].update(worker_capacity_gib=3000))
+    load_project(config_dir)
+
+
+# --- one file per line, sizes above zero, the planner's fit rule (issue 10) ----------------------
+
+
+def test_two_files_for_one_line_name_both_files(config_dir: Path) -> None:
+    yaml_file = config_dir / "business-lines" / "rag-assistant.yaml"
+    yml_file = yaml_file.with_suffix(".yml")
+    yml_file.write_text(yaml_file.read_text())
+    message = only_problem(config_dir)  # one problem, not a namespace clash on top
+    assert message.startswith(f"{yaml_file}: name: business line 'rag-assistant' is defined by 2 files")
+    assert f"({yaml_file}, {yml_file})" in message and "allowed: one file per line" in message
+
+
+@pytest.mark.parametrize("field, value", [("l2_size", "0Gi"), ("l2_size", "0"), ("l2_size", "0.0Ti")])
+def test_zero_l2_size_is_refused(config_dir: Path, field: str, value: str) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit_yaml(path, lambda d: d["cache"].update({field: value}))
+    message = only_problem(config_dir)
+    assert f"{path}: cache.{field}: must be above zero" in message and repr(value) in message
+
+
+@pytest.mark.parametrize("field, value, problem", [
+    ("cpu", "0", "must be above zero"), ("memory", "0Gi", "must be above zero"),
+    ("memory", "-80Gi", "allowed: a Kubernetes quantity"), ("cpu", "", "allowed: a Kubernetes quantity")])
+def test_empty_zero_or_negative_resources_are_refused(config_dir: Path, field: str, value: str, problem: str) -> None:
+    path = config_dir / "business-lines" / "legal-search.yaml"
+    edit_yaml(path, lambda d: d["resources"].update({field: value}))
+    message = only_problem(config_dir)
+    assert f"{path}: resources.{field}: " in message and problem in message
+
+
+def test_a_model_that_does_not_fit_its_gpus_is_refused_with_the_planners_reason(config_dir: Path) -> None:
+    """Llama-3.1-70B on one L40S: what `plan.py` calls DOES NOT FIT, synthesis refuses too."""
+    from kv_tools.planner import choose_tp, inputs_from_line
+
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit_yaml(path, lambda d: (d["model"].update(name="Llama-3.1-70B-Instruct"), d.update(gpus_per_replica=1)))
+    message = only_problem(config_dir)
+    assert f"{path}: gpus_per_replica: Llama-3.1-70B-Instruct (bfloat16) does not fit ml.g6e.12xlarge" in message
+    assert "allowed: gpus_per_replica 4 or more" in message
+    edit_yaml(path, lambda d: d.update(gpus_per_replica=4, replicas=1))
+    project = load_project(config_dir)
+    fit, min_tp = choose_tp(inputs_from_line(project.business_line("rag-assistant"), project.platform))
+    assert fit.fits and min_tp == 4  # the same function decides both ways
+
+
+def test_a_tp_that_does_not_divide_the_heads_is_refused(config_dir: Path) -> None:
+    _keep_only_line_on_its_type(config_dir, "rag-assistant")
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit_yaml(path, lambda d: d.update(gpus_per_replica=3, replicas=1))  # Qwen2-7B: 28 heads, 4 KV heads
+    assert "gpus_per_replica: tp 3 does not divide Qwen2-7B's 28 attention heads" in only_problem(config_dir)
+
+
+def test_the_long_sequence_must_fit_too(config_dir: Path) -> None:
+    """Weights fit one L40S, but not 2M tokens of KV: vLLM would refuse to start."""
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit_yaml(path, lambda d: d["vllm"].update(args=["/opt/ml/model", "--max-model-len", "2000000"]))
+    assert "below one 2,000,000-token sequence" in only_problem(config_dir)
+
+
+def test_a_model_outside_the_planners_table_is_a_warning_not_an_error(config_dir: Path) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit_yaml(path, lambda d: d["model"].update(name="Mistral-7B-Instruct"))
+    project = load_project(config_dir)
+    (warning,) = project.warnings
+    assert warning.startswith(f"{path}: model.name 'Mistral-7B-Instruct' is not in the planner's table")
+    assert f"scripts/plan.py --business-line {path} --hf-config" in warning
+
+
+def test_the_fixture_lines_all_fit_without_warnings() -> None:
+    assert load_project(EXAMPLE).warnings == ()
+
+
+def test_config_dir_of_a_line_file(config_dir: Path, tmp_path: Path) -> None:
+    from platform_config.loader import config_dir_of
+
+    assert config_dir_of(config_dir / "business-lines" / "rag-assistant.yaml") == config_dir.resolve()
+    lone = tmp_path / "rag-assistant.yaml"
+    lone.write_text("")
+    assert config_dir_of(lone) == Path("config")

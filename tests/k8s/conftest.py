@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import pytest
 
+from k8s.kyverno import policy_manifest
 from k8s.render import render_manifests
 from platform_config import ProjectConfig, load_project
 from tests.example_config import FIXTURE_CONFIG, copy_example_config
@@ -45,6 +46,18 @@ def crd_v1_schema() -> dict[str, Any]:
     schema = json.loads(CRD_SCHEMA_FILE.read_text(encoding="utf-8"))
     schema.pop("$comment")
     return schema
+
+
+@pytest.fixture(scope="module", params=["rag-assistant", "research-reasoning"])
+def line(request, k8s_project: ProjectConfig):
+    """Each business line of the scenario configuration, in turn."""
+    return k8s_project.business_line(request.param)
+
+
+@pytest.fixture(scope="module")
+def policy(k8s_project: ProjectConfig, line) -> dict:
+    """The Kyverno Policy of :func:`line`."""
+    return policy_manifest(k8s_project.platform, line)
 
 
 def find(objects: list[dict], kind: str, name: str | None = None) -> dict:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import tomllib
 from pathlib import Path
 
@@ -11,8 +10,8 @@ import pytest
 from tests.k8s.conftest import CURVINE_SAMPLE, VOLUME_ID, ZONE, find, needs_reference
 
 from k8s import curvine_config, names
-from k8s.curvine_chart import CURVINE_ENTRYPOINT, FIRST_START_MARKER_WAIT_S, _config_check_script, _master_start_script
-from k8s.curvine_config import client_ttl, curvine_duration, fuse_ttl_parameters
+from k8s.curvine_chart import CURVINE_ENTRYPOINT
+from k8s.curvine_config import curvine_duration
 
 
 @pytest.fixture(scope="module")
@@ -87,18 +86,16 @@ def test_primary_statefulset(curvine, k8s_project):
     assert env["CURVINE_CONF_FILE"] == "/etc/curvine/curvine-cluster.toml"
     assert Path(env["CURVINE_CONF_FILE"]).is_absolute()
     mounts = {m["mountPath"]: m["name"] for m in master["volumeMounts"]}
-    assert mounts == {"/etc/curvine": "config", "/data": "primary", curvine_config.FIRST_START_DIR: "first-start"}
+    assert mounts == {"/etc/curvine": "config", "/data": "primary"}
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert master[probe]["tcpSocket"]["port"] == 8995
     assert master["startupProbe"]["periodSeconds"] * master["startupProbe"]["failureThreshold"] == 300
     assert master["resources"]["requests"]["memory"] and master["resources"]["limits"]["memory"]
-    # The wrapper chooses the config, then runs the image's entrypoint exactly as before.
+    # The wrapper writes the marker in the background, then runs the image's entrypoint.
     assert master["command"] == ["/bin/sh", "-c"] and "args" in master
     assert master["args"][0].rstrip().endswith(f"exec {CURVINE_ENTRYPOINT} master start")
     (claim,) = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
     assert claim["persistentVolumeClaim"]["claimName"] == names.CURVINE_PRIMARY_PV
-    (first_start,) = [v for v in pod["volumes"] if v["name"] == "first-start"]
-    assert "emptyDir" in first_start, "a first-start config must never outlive its pod"
     (init,) = pod["initContainers"]
     assert init["name"] == "check-config-and-dirs"
     assert {m["mountPath"] for m in init["volumeMounts"]} == set(mounts)
@@ -110,7 +107,8 @@ def test_headless_service_and_pdb(curvine):
     assert {p["name"]: p["port"] for p in svc["ports"]} == {"rpc": 8995, "journal": 8996, "web": 9001}
     pdb = find(curvine, "PodDisruptionBudget", names.CURVINE_MASTER)["spec"]
     sts = find(curvine, "StatefulSet", names.CURVINE_MASTER)
-    assert pdb["minAvailable"] == 1
+    # Planned moves are allowed (docs: drains must complete); see test_k8s_day_two for the budget.
+    assert pdb["maxUnavailable"] == 1 and "minAvailable" not in pdb
     assert pdb["selector"]["matchLabels"] == sts["spec"]["selector"]["matchLabels"]
 
 
@@ -131,12 +129,6 @@ def test_generated_toml(toml_conf):
 
 
 def test_eviction_from_config(toml_conf, k8s_project):
-    ev = k8s_project.platform.curvine.eviction
-    # A string: Curvine deserializes ttl_ms into a String and parses it as a duration; a TOML
-    # integer is a serde type error that stops the Primary, the Workers and validate-config.
-    assert toml_conf["client"]["ttl_ms"] == "1d"
-    assert curvine_duration_ms(toml_conf["client"]["ttl_ms"]) == 24 * 3_600_000 == int(ev.ttl_hours * 3_600_000)
-    assert toml_conf["client"]["ttl_action"] == "delete"
     m = toml_conf["master"]
     assert m["enable_quota_eviction"] is True and m["quota_eviction_policy"] == "lru"
     assert (m["quota_eviction_high_rate"], m["quota_eviction_low_rate"]) == (0.8, 0.6)
@@ -153,7 +145,7 @@ SOURCE_ONLY_KEYS = {
                "quota_eviction_policy", "quota_eviction_high_rate", "quota_eviction_low_rate"},  # MasterConf
     "journal": {"hostname", "rpc_port"},  # JournalConf
     "worker": {"rpc_port", "web_port"},  # WorkerConf
-    "client": {"master_addrs", "ttl_ms", "ttl_action"},  # ClientConf (ttl_*: serde aliases of ttl_*_str)
+    "client": {"master_addrs"},  # ClientConf (no TTL: test_k8s_day_two)
     "fuse": {"web_port"},  # FuseConf (curvine-fuse serves its web port from conf.fuse.web_port)
 }
 
@@ -191,8 +183,6 @@ def test_toml_keys_exist_in_the_reference_sample(toml_conf, curvine_sample):
     for key in ("format_master", "format_worker"):
         assert key in sample and toml_conf[key] is False
     assert set(sample["journal"]["journal_addrs"][0]) == set(toml_conf["journal"]["journal_addrs"][0])
-    # Not in the sample: Curvine reads ttl_ms/ttl_action into Strings (client_conf.rs).
-    assert all(isinstance(v, str) for v in (toml_conf["client"]["ttl_ms"], toml_conf["client"]["ttl_action"]))
     # The list of source-checked keys stays minimal: every entry is really written.
     for where, keys in SOURCE_ONLY_KEYS.items():
         assert keys <= set(toml_conf[where] if where else toml_conf), where
@@ -216,21 +206,6 @@ def test_sample_check_can_fail(toml_conf, curvine_sample):
 def test_curvine_duration_round_trips_through_curvines_parser(ms, text):
     assert curvine_duration(ms) == text
     assert curvine_duration_ms(text) == ms
-
-
-def test_client_ttl_follows_config(k8s_project):
-    platform = k8s_project.platform
-    ev = platform.curvine.eviction
-
-    def with_eviction(**update):
-        curvine = platform.curvine.model_copy(update={"eviction": ev.model_copy(update=update)})
-        return platform.model_copy(update={"curvine": curvine})
-
-    assert client_ttl(with_eviction(ttl_hours=1.5, ttl_action="free")) == {"ttl_ms": "90m", "ttl_action": "free"}
-    assert fuse_ttl_parameters(with_eviction(ttl_hours=1.5, ttl_action="free")) == {
-        "client.ttl-ms": "90m", "client.ttl-action": "free"}
-    assert client_ttl(with_eviction(ttl_hours=0)) == {"ttl_ms": "0ms", "ttl_action": "none"}
-    assert fuse_ttl_parameters(with_eviction(ttl_hours=0)) == {}
 
 
 def test_workers_on_hyperpod_nvme(curvine, k8s_project):
@@ -279,24 +254,13 @@ def test_csi_driver_and_storage_class(curvine, k8s_project):
         "master-addrs": "curvine-master-0.curvine-master.curvine.svc.cluster.local:8995",
         "fs-path": k8s_project.platform.curvine.fs_path,
         "path-type": "DirectoryOrCreate",
-        # The writer's TTL: the CSI passes these to the FUSE pods as --client.ttl-ms 1d
-        # --client.ttl-action delete; those pods never read the ConfigMap.
-        "client.ttl-ms": "1d",
-        "client.ttl-action": "delete",
+        # The FUSE pods' web port (--web-port 9003), apart from the Worker's 9002 on the host.
+        "web-port": "9003",
     }
     svc = find(curvine, "Service", names.CURVINE_MASTER)
     host, port = sc["parameters"]["master-addrs"].split(":")
     assert host.split(".")[1] == svc["metadata"]["name"] and host.split(".")[2] == svc["metadata"]["namespace"]
     assert int(port) in {p["port"] for p in svc["spec"]["ports"]}
-
-
-def test_storage_class_ttl_matches_the_configmap(curvine, toml_conf):
-    """One TTL: what the FUSE pods get as flags is what the shared config file says."""
-    params = find(curvine, "StorageClass", "curvine-sc")["parameters"]
-    assert curvine_duration_ms(params["client.ttl-ms"]) == curvine_duration_ms(toml_conf["client"]["ttl_ms"]) > 0
-    assert params["client.ttl-action"] == toml_conf["client"]["ttl_action"]
-    # Flag names follow curvine-fuse's --client.<field> form: kebab case, no _str suffix.
-    assert all(re.fullmatch(r"client\.[a-z]+(-[a-z]+)*", k) for k in params if k.startswith("client."))
 
 
 def test_every_image_is_pinned_from_config(curvine, k8s_project):
@@ -338,139 +302,3 @@ def test_master_network_policy(curvine, k8s_project):
     assert {"ipBlock": {"cidr": k8s_project.platform.network.cidr}} in peers
 
 
-# --- the Primary's init script and start wrapper, run for real with /bin/sh ----------------------
-
-#: Stand-in for the image's /entrypoint.sh: prints the config it got; "formats" (fresh metadata
-#: and journal, one line in formats.log) when that config says format_master = true; like older
-#: masters (#906, #953) refuses empty metadata otherwise; FAKE_FAIL=1 dies before writing anything.
-FAKE_ENTRYPOINT = """#!/bin/sh
-echo "conf=$CURVINE_CONF_FILE args=$*"
-[ "${FAKE_FAIL:-0}" = 1 ] && { echo "master failed at start" >&2; exit 1; }
-if grep -Eq '^format_master = true' "$CURVINE_CONF_FILE"; then
-  rm -rf "$ROOT/meta" "$ROOT/journal"; mkdir -p "$ROOT/meta" "$ROOT/journal"
-  echo rocksdb > "$ROOT/meta/CURRENT"; echo raft > "$ROOT/journal/LOG"; echo x >> "$ROOT/../formats.log"
-elif [ -z "$(ls -A "$ROOT/meta" 2>/dev/null)" ] && [ -z "$(ls -A "$ROOT/journal" 2>/dev/null)" ]; then
-  echo "refusing empty meta_dir with format_master = false" >&2; exit 1
-fi
-"""
-
-
-class PrimaryPod:
-    """The Primary's init container and master container on a temp dir, run with /bin/sh.
-
-    ``new_pod()`` gives a fresh emptyDir (as Kubernetes does per pod) and runs the init script;
-    ``start_master()`` runs the master container's wrapper (again, without the init script, for
-    a container restart in the same pod).
-    """
-
-    def __init__(self, tmp_path: Path, conf_text: str | None) -> None:
-        self.tmp = tmp_path
-        self.root = tmp_path / "data" / "curvine"
-        self.conf = tmp_path / "curvine-cluster.toml"
-        if conf_text is not None:
-            self.conf.write_text(conf_text)
-        self.entrypoint = tmp_path / "entrypoint.sh"
-        self.entrypoint.write_text(FAKE_ENTRYPOINT)
-        self.entrypoint.chmod(0o755)
-        self.pod = 0
-
-    @property
-    def first_start_dir(self) -> Path:
-        return self.tmp / f"pod-{self.pod}-first-start"
-
-    @property
-    def marker(self) -> Path:
-        return self.root / ".kvcache-initialized"
-
-    def formats(self) -> int:
-        log = self.tmp / "data" / "formats.log"
-        return len(log.read_text().splitlines()) if log.exists() else 0
-
-    def _localize(self, script: str) -> str:
-        return (script.replace(curvine_config.PRIMARY_ROOT, str(self.root))
-                .replace(curvine_config.FIRST_START_DIR, str(self.first_start_dir))
-                .replace(f"exec {CURVINE_ENTRYPOINT} ", f"exec {self.entrypoint} ")
-                .replace(f"-lt {FIRST_START_MARKER_WAIT_S} ", "-lt 2 "))
-
-    def _run(self, script: str, **env: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["/bin/sh", "-c", self._localize(script)], capture_output=True, text=True,
-                              timeout=60, env={"PATH": "/usr/bin:/bin", "ROOT": str(self.root), **env})
-
-    def new_pod(self) -> subprocess.CompletedProcess:
-        self.pod += 1
-        self.first_start_dir.mkdir()
-        return self._run(_config_check_script(conf=str(self.conf), primary=True))
-
-    def start_master(self, **env: str) -> subprocess.CompletedProcess:
-        return self._run(_master_start_script(conf=str(self.conf)), **env)
-
-
-@pytest.fixture(scope="module")
-def real_conf(k8s_project) -> str:
-    return curvine_config.render_cluster_toml(k8s_project.platform)
-
-
-def test_init_refuses_missing_or_formatting_config(tmp_path):
-    for sub in ("a", "b"):
-        (tmp_path / sub).mkdir()
-    missing = PrimaryPod(tmp_path / "a", None).new_pod()
-    assert missing.returncode == 1 and "missing or empty" in missing.stderr
-    formatting = PrimaryPod(tmp_path / "b", "format_master = true\nformat_worker = false\n").new_pod()
-    assert formatting.returncode == 1 and "format_master = false" in formatting.stderr
-
-
-def test_truly_first_start_formats_exactly_once(tmp_path, real_conf):
-    pod = PrimaryPod(tmp_path, real_conf)
-    init = pod.new_pod()
-    assert init.returncode == 0, init.stderr
-    first = pod.first_start_dir / "curvine-cluster.toml"
-    # The one-time copy differs from the ConfigMap in the format_master line only.
-    diff = [(a, b) for a, b in zip(real_conf.splitlines(), first.read_text().splitlines()) if a != b]
-    assert diff == [("format_master = false", "format_master = true")]
-    assert len(first.read_text().splitlines()) == len(real_conf.splitlines())
-    assert not pod.marker.exists(), "no marker before the master has created anything"
-
-    started = pod.start_master()
-    assert started.returncode == 0, started.stderr
-    assert f"conf={first}.used args=master start" in started.stdout
-    assert pod.formats() == 1 and pod.marker.exists() and not first.exists()
-
-    # Container restart in the same pod: the init container does not run again.
-    restarted = pod.start_master()
-    assert restarted.returncode == 0 and f"conf={pod.conf} " in restarted.stdout
-    assert pod.formats() == 1
-
-    # A new pod: metadata present, normal start with the ConfigMap.
-    again = pod.new_pod()
-    assert again.returncode == 0 and "metadata present" in again.stdout
-    assert not any(pod.first_start_dir.iterdir())
-    assert f"conf={pod.conf} " in pod.start_master().stdout and pod.formats() == 1
-
-    # Marker present, metadata gone: a wiped or foreign volume is refused, never formatted.
-    for f in (pod.root / "meta").iterdir():
-        f.unlink()
-    refused = pod.new_pod()
-    assert refused.returncode == 1 and "wrong or wiped volume" in refused.stderr
-    assert pod.formats() == 1
-
-
-def test_first_start_that_fails_early_formats_again_in_the_next_pod(tmp_path, real_conf):
-    pod = PrimaryPod(tmp_path, real_conf)
-    assert pod.new_pod().returncode == 0
-    failed = pod.start_master(FAKE_FAIL="1")
-    assert failed.returncode == 1 and not pod.marker.exists() and pod.formats() == 0
-    assert "marker not written" in failed.stderr
-    # The master container restarts in the same pod: ConfigMap config, an older master refuses.
-    assert pod.start_master().returncode == 1 and pod.formats() == 0
-    # The next pod is a first start again, with no manual step.
-    assert pod.new_pod().returncode == 0
-    assert pod.start_master().returncode == 0 and pod.formats() == 1 and pod.marker.exists()
-
-
-def test_journal_without_metadata_starts_without_formatting(tmp_path, real_conf):
-    pod = PrimaryPod(tmp_path, real_conf)
-    (pod.root / "journal").mkdir(parents=True)
-    (pod.root / "journal" / "snapshot").write_text("raft")
-    init = pod.new_pod()
-    assert init.returncode == 0 and "journal present" in init.stdout
-    assert not any(pod.first_start_dir.iterdir()) and not pod.marker.exists()

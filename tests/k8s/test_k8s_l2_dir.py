@@ -46,7 +46,11 @@ def base_dirs(k8s_project) -> dict[str, str]:
 def test_the_directory_is_one_component_named_after_the_model(base_dirs, k8s_project):
     assert base_dirs[RAG].startswith("qwen2-7b-instruct-") and len(base_dirs[RAG]) == len("qwen2-7b-instruct-") + 12
     assert base_dirs["research-reasoning"].startswith("deepseek-r1-distill-llama-70b-")
-    assert len(set(base_dirs.values())) == 2 and all("/" not in d for d in base_dirs.values())
+    assert len(set(base_dirs.values())) == len(base_dirs) and all("/" not in d for d in base_dirs.values())
+    # Same model name, different weights (FSx vs S3 copy): two directories.
+    assert base_dirs["legal-search"].startswith("llama-3.1-8b-instruct-")
+    assert base_dirs["ticket-triage"].startswith("llama-3.1-8b-instruct-")
+    assert base_dirs["legal-search"] != base_dirs["ticket-triage"]
     line = k8s_project.business_line(RAG)
     assert line_remote_url(k8s_project.platform, line) == f"fs://localhost:0/mnt/curvine/l2cache/{base_dirs[RAG]}/"
 

@@ -25,20 +25,32 @@ def test_each_line_gets_its_own_namespace_pvc_and_endpoint(manifests, k8s_projec
     seen = {"ns": set(), "pvc": set(), "endpoint": set()}
     for line in k8s_project.business_lines:
         objs = manifests[names.line_chart_name(line)]
-        assert [o["kind"] for o in objs] == ["Namespace", "NetworkPolicy", "PersistentVolumeClaim", "Policy",
-                                             "InferenceEndpointConfig"]
+        kinds = [o["kind"] for o in objs]
+        if line.cache.l2_enabled:
+            assert kinds[0] == "Namespace" and kinds[-2:] == ["Policy", "InferenceEndpointConfig"]
+            assert sorted(kinds[1:-2]) == sorted(["NetworkPolicy", "PersistentVolumeClaim", "ConfigMap",
+                                                  "ServiceAccount", "Role", "RoleBinding",
+                                                  "CronJob"])  # janitor: k8s/janitor.py
+            assert kinds.index("PersistentVolumeClaim") < kinds.index("CronJob")
+        else:  # no L2: no PVC, no mutation, no janitor
+            assert kinds == ["Namespace", "NetworkPolicy", "InferenceEndpointConfig"]
         assert objs[0]["metadata"]["name"] == line.namespace
         assert all(o["metadata"]["namespace"] == line.namespace for o in objs[1:])
-        pvc = find(objs, "PersistentVolumeClaim")
         ep = find(objs, "InferenceEndpointConfig")
         seen["ns"].add(line.namespace)
-        seen["pvc"].add((line.namespace, pvc["metadata"]["name"]))
         seen["endpoint"].add((line.namespace, ep["metadata"]["name"]))
-    assert all(len(v) == len(k8s_project.business_lines) >= 2 for v in seen.values())
+        if line.cache.l2_enabled:
+            seen["pvc"].add((line.namespace, find(objs, "PersistentVolumeClaim")["metadata"]["name"]))
+    with_l2 = [l for l in k8s_project.business_lines if l.cache.l2_enabled]
+    assert len(seen["ns"]) == len(seen["endpoint"]) == len(k8s_project.business_lines) > len(with_l2) >= 2
+    assert len(seen["pvc"]) == len(with_l2)
 
 
 def test_pvc_is_rwx_on_the_curvine_storage_class(manifests, k8s_project):
     for line in k8s_project.business_lines:
+        if not line.cache.l2_enabled:
+            assert not [o for o in manifests[names.line_chart_name(line)] if o["kind"] == "PersistentVolumeClaim"]
+            continue
         pvc = find(manifests[names.line_chart_name(line)], "PersistentVolumeClaim", names.pvc_name(line))["spec"]
         assert pvc["accessModes"] == ["ReadWriteMany"]
         assert pvc["storageClassName"] == k8s_project.platform.curvine.storage_class_name == "curvine-sc"
@@ -87,7 +99,7 @@ def test_egress_policy_blocks_exactly_the_curvine_ports(manifests):
 
 
 def test_every_lmcache_variable_is_one_lmcache_reads(manifests, k8s_project):
-    """Policy, CR env and Deployment patch set only variables LMCache 0.5.6 reads."""
+    """Policy, CR env and Deployment patch set only variables LMCache 0.5.5 reads."""
     names_set = set()
     for line in k8s_project.business_lines:
         for obj in manifests[names.line_chart_name(line)]:
@@ -144,13 +156,14 @@ def _kubelet_env(env: list[dict], pod_name: str) -> dict[str, str]:
     return out
 
 
-@pytest.mark.parametrize("variant,removed", [({}, 7), ({"strip_cr_lmcache": True}, 5)], ids=["duplicates", "stripped"])
+@pytest.mark.parametrize("variant,removed", [({}, 9), ({"strip_cr_lmcache": True}, 7)], ids=["duplicates", "stripped"])
 def test_live_patch_leaves_exactly_one_of_each(k8s_project, variant, removed):
     line = k8s_project.business_line("rag-assistant")
     dep = deployment(line, **variant)
     ops = endpoint_json_patch(k8s_project.platform, line, deployment=dep)
     removes = [k for k, op in enumerate(ops) if op["op"] == "remove"]
-    assert len(removes) == removed  # URL(s), EXTRA_CONFIG, MAX_LOCAL_CPU_SIZE, SERDE, PYTHONHASHSEED(s)
+    # URL(s), EXTRA_CONFIG, MAX_LOCAL_CPU_SIZE, SERDE, PYTHONHASHSEED(s), the host-shm volume and its mount
+    assert len(removes) == removed
     assert all(ops[k - 1]["op"] == "test" and ops[k - 1]["path"] == ops[k]["path"] + "/name" for k in removes)
     patched = jsonpatch.apply_patch(dep, ops)
     c = patched["spec"]["template"]["spec"]["containers"][0]
@@ -203,10 +216,11 @@ def test_patch_cli(tmp_path, capsys, k8s_project):
     line = k8s_project.business_line("rag-assistant")
     dep_file = tmp_path / "deploy.json"
     dep_file.write_text(json.dumps(deployment(line)))
-    assert patch_main(["--line", "rag-assistant", "--deployment", str(dep_file)]) == 0
+    config = str(k8s_project.config_dir)  # the scenario config, never the user's config/
+    assert patch_main(["--config", config, "--line", "rag-assistant", "--deployment", str(dep_file)]) == 0
     ops = json.loads(capsys.readouterr().out)
     assert ops == endpoint_json_patch(k8s_project.platform, line, deployment=deployment(line))
-    assert patch_main(["--line", "no-such-line"]) == 2
+    assert patch_main(["--config", config, "--line", "no-such-line"]) == 2
     assert "no business line" in capsys.readouterr().err
 
 

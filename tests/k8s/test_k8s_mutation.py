@@ -16,20 +16,10 @@ from tests.k8s.kyverno_eval import apply_policy
 from tests.k8s.operator_render import OPERATOR_URL, deployment, pod, pod_from_deployment
 
 from k8s import names
-from k8s.kyverno import policy_manifest
+from k8s.kube import KUBERNETES_VERSION
 from k8s.lmcache import TMP_DIR_PREFIX, owned_env_names
 from k8s.patch import L2_MOUNT_PATH, endpoint_json_patch, line_cache_env, line_remote_url
 import jsonpatch
-
-
-@pytest.fixture(scope="module", params=["rag-assistant", "research-reasoning"])
-def line(request, k8s_project):
-    return k8s_project.business_line(request.param)
-
-
-@pytest.fixture(scope="module")
-def policy(k8s_project, line):
-    return policy_manifest(k8s_project.platform, line)
 
 
 def _vllm(p, line):
@@ -69,7 +59,7 @@ def _check_end_state(p, line, k8s_project):
     proxy = [c for c in p["spec"]["containers"] if c["name"] == "reverse-proxy"][0]
     assert proxy["env"] == [{"name": "LMCACHE_REMOTE_URL", "value": "untouched-sidecar"}]
     # The result is still a valid Pod.
-    kubernetes_validate.validate({**p, "metadata": {**p["metadata"], "name": "x"}}, "1.33", strict=True)
+    kubernetes_validate.validate({**p, "metadata": {**p["metadata"], "name": "x"}}, KUBERNETES_VERSION, strict=True)
     return extra["fs_connector_relative_tmp_dir"]
 
 

@@ -9,8 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from tests.example_config import FIXTURE_CONFIG
 from tests.k8s.conftest import REPO
 from tests.k8s.operator_render import deployment
+
+SCRIPT = REPO / "scripts" / "patch_endpoint.sh"
 
 FAKE_KUBECTL = r"""#!/usr/bin/env bash
 echo "$*" >> "$KUBECTL_LOG"
@@ -39,7 +44,7 @@ def _run(tmp_path: Path, k8s_project, fail: bool = False) -> tuple[subprocess.Co
            "DEPLOYMENT_JSON": str(dep), "PATCH_COPY": str(tmp_path / "applied.json"), "PYTHON": sys.executable}
     if fail:
         env["FAIL_PATCH"] = "1"
-    proc = subprocess.run(["bash", str(REPO / "scripts" / "patch_endpoint.sh"), "rag-assistant"], cwd=tmp_path,
+    proc = subprocess.run(["bash", str(SCRIPT), "rag-assistant", "--config", str(FIXTURE_CONFIG)], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=120)
     return proc, log.read_text().splitlines()
 
@@ -69,3 +74,49 @@ def test_operator_restored_when_the_patch_fails(tmp_path, k8s_project):
     assert proc.returncode != 0
     assert "hyperpod-inference-controller-manager --replicas=1" in calls[-1]
     assert not any("--replicas=2" in c for c in calls), "no scale-up after a failed patch"
+
+
+def _run_bare(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """The script with no kubectl on PATH at all: input errors must stop it before any cluster call."""
+    full_env = {**os.environ, "PYTHON": sys.executable, "PATH": "/usr/bin:/bin", **env}
+    return subprocess.run(["bash", str(SCRIPT), *args], cwd=cwd, env=full_env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_help_prints_usage_and_exit_codes_without_a_traceback(tmp_path):
+    for flag in ("--help", "-h"):
+        proc = _run_bare([flag], tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.startswith("usage: scripts/patch_endpoint.sh <business-line>")
+        assert "Exit codes: 0" in proc.stdout and "--dry-run" in proc.stdout
+        assert "Traceback" not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["no-such-line"], "error: no business line 'no-such-line'; known: "),
+    ([], "error: no business line given"),
+    (["rag-assistant", "--frobnicate"], "error: unknown option --frobnicate"),
+    (["rag-assistant", "--config"], "error: --config needs a directory"),
+    (["rag-assistant", "--config", "missing-dir"], "error: config directory missing-dir not found"),
+])
+def test_bad_input_exits_2_with_one_clean_message(tmp_path, args, message):
+    if args and args[0] == "no-such-line":
+        args = [*args, "--config", str(FIXTURE_CONFIG)]
+    proc = _run_bare(args, tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_invalid_config_and_l2_off_line_exit_2_without_a_traceback(tmp_path):
+    """A relative --config is the caller's (the script's Python steps run in the repository)."""
+    from tests.example_config import copy_example_config, edit_yaml
+
+    cfg = copy_example_config(tmp_path / "cfg")
+    edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", lambda d: d["cache"].update(l2_enabled=False))
+    proc = _run_bare(["rag-assistant", "--config", "cfg"], tmp_path)
+    assert proc.returncode == 2 and "cache.l2_enabled: false; nothing to patch" in proc.stderr, proc.stderr
+    edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", lambda d: d.update(replicas=0))
+    proc = _run_bare(["rag-assistant", "--config", "cfg"], tmp_path)
+    assert proc.returncode == 2 and "rag-assistant.yaml: replicas:" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -48,7 +48,9 @@ def test_kyverno_chart_is_pinned_from_config(l2, project):
     values = json.loads(props["Values"])
     assert values["config"]["excludeGroups"] == ["system:nodes"]
     assert values["config"]["excludeUsernames"] == []
-    excluded = values["config"]["webhooks"]["namespaceSelector"]["matchExpressions"][0]["values"]
+    expressions = values["config"]["webhooks"]["namespaceSelector"]["matchExpressions"]
+    assert {"key": "kvcache.io/business-line", "operator": "Exists"} in expressions
+    (excluded,) = [e["values"] for e in expressions if e["operator"] == "NotIn"]
     assert set(excluded) == {"kube-system", "kyverno"}
     for line in project.business_lines:
         assert line.namespace not in excluded
@@ -95,10 +97,19 @@ def test_line_objects_in_dependency_order(templates, project, name):
     storage = _by_kind(manifests, "Policy")
     endpoint = _by_kind(manifests, "InferenceEndpointConfig")
     assert _kinds(manifests[ns]) == ["Namespace"]
-    assert sorted(_kinds(manifests[storage])) == ["NetworkPolicy", "PersistentVolumeClaim", "Policy"]
+    assert sorted(_kinds(manifests[storage])) == ["ConfigMap", "CronJob", "NetworkPolicy", "PersistentVolumeClaim",
+                                                  "Policy", "Role", "RoleBinding", "ServiceAccount"]
     assert _kinds(manifests[endpoint]) == ["InferenceEndpointConfig"]
     assert ns in manifests[storage]["DependsOn"]
     assert {ns, storage} <= set(manifests[endpoint]["DependsOn"])
+    # The endpoint also waits for Kyverno to report the Policy Ready (issue 8, case 4).
+    (ready_id,) = [k for k, r in t.to_json()["Resources"].items()
+                   if r["Type"] == "Custom::AWSCDK-EKS-KubernetesObjectValue"]
+    ready = t.to_json()["Resources"][ready_id]["Properties"]
+    assert ready["ObjectType"] == "policies.kyverno.io" and ready["ObjectName"] == f"{name}-l2-cache"
+    assert ready["JsonPath"] == '.status.conditions[?(@.status=="True")].type'
+    assert storage in t.to_json()["Resources"][ready_id]["DependsOn"]
+    assert ready_id in manifests[endpoint]["DependsOn"]
 
 
 def test_line_stacks_after_kyverno_and_the_operator(platform):

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from stacks.addons_stack import tls_bucket_name
+from platform_config.addon_configuration import INFERENCE_ADDON_KEYS, inference_addon_configuration
+from stacks.addons_stack import inference_execution_role_name, tls_bucket_name
 from tests.stacks.bucket_assertions import assert_secure_bucket
 
 ADDONS = "kvcache-addons"
@@ -22,9 +24,9 @@ def logical_ids(templates) -> dict[str, str]:
     return {r["Properties"]["AddonName"]: lid for lid, r in templates[ADDONS].find_resources("AWS::EKS::Addon").items()}
 
 
-def role_by_subject(templates, subject: str) -> tuple[str, dict]:
+def role_by_subject(templates, subject: str, stack: str = ADDONS) -> tuple[str, dict]:
     """The IAM role (logical id, resource) whose trust names ``subject`` via its CfnJson conditions."""
-    template = templates[ADDONS]
+    template = templates[stack]
     conditions = {lid: r for lid, r in template.find_resources("Custom::AWSCDKCfnJson").items()
                   if subject in json.dumps(r["Properties"]["Value"])}
     assert len(conditions) == 1, f"no single trust condition for {subject}"
@@ -34,9 +36,30 @@ def role_by_subject(templates, subject: str) -> tuple[str, dict]:
     return next(iter(roles.items()))
 
 
-def statements_of(templates, role_id: str) -> list[dict]:
-    policies = templates[ADDONS].find_resources("AWS::IAM::Policy", {"Properties": {"Roles": [{"Ref": role_id}]}})
+def statements_of(templates, role_id: str, stack: str = ADDONS) -> list[dict]:
+    policies = templates[stack].find_resources("AWS::IAM::Policy", {"Properties": {"Roles": [{"Ref": role_id}]}})
     return [s for p in policies.values() for s in p["Properties"]["PolicyDocument"]["Statement"]]
+
+
+def assert_s3_csi_role_reads_only_model_prefixes(templates, project, stack: str = ADDONS) -> None:
+    """The S3 CSI driver's role lists exactly the S3 lines' buckets and reads exactly their
+    model prefixes, for any number of S3 lines (none: no such statements at all)."""
+    subject = "system:serviceaccount:kube-system:s3-csi-driver-sa"
+    sources = [l.model.source for l in project.business_lines if l.model.source.type == "s3"]
+    if not sources:  # no S3 line: no role for the driver at all
+        assert subject not in json.dumps(templates[stack].to_json())
+        return
+    role_id, _ = role_by_subject(templates, subject, stack)
+    statements = {s.get("Sid"): s for s in statements_of(templates, role_id, stack)}
+
+    def as_list(value) -> list:
+        return sorted(value if isinstance(value, list) else [value])
+
+    assert statements["ReadModelWeights"]["Action"] == "s3:GetObject"
+    assert as_list(statements["ReadModelWeights"]["Resource"]) == sorted(
+        {f"arn:aws:s3:::{src.bucket}/{src.location.strip('/')}/*" for src in sources})
+    assert statements["ListModelBuckets"]["Action"] == "s3:ListBucket"
+    assert as_list(statements["ListModelBuckets"]["Resource"]) == sorted({f"arn:aws:s3:::{src.bucket}" for src in sources})
 
 
 def test_addon_names_and_versions_come_from_config(addons, project) -> None:
@@ -80,7 +103,8 @@ def configuration_values(addon: dict) -> dict:
 
 def test_inference_addon_configuration_values(templates, addons, project) -> None:
     config = configuration_values(addons["amazon-sagemaker-hyperpod-inference"])
-    assert set(config) == {"executionRoleArn", "tlsCertificateS3Bucket", "hyperpodClusterArn", "alb", "keda"}
+    assert set(config) == {"executionRoleArn", "tlsCertificateS3Bucket", "hyperpodClusterArn", "alb", "keda",
+                           "inferenceGateway"}
     execution_id, _ = role_by_subject(
         templates, "system:serviceaccount:hyperpod-inference-system:hyperpod-inference-controller-manager")
     alb_id, _ = role_by_subject(templates, "system:serviceaccount:hyperpod-inference-system:aws-load-balancer-controller")
@@ -91,9 +115,45 @@ def test_inference_addon_configuration_values(templates, addons, project) -> Non
     assert config["tlsCertificateS3Bucket"] == {"Ref": tls_bucket_id}
     # The HyperPod cluster's real ARN (cluster/<id>), imported from the HyperPod stack.
     assert "HyperPodClusterClusterArn" in config["hyperpodClusterArn"]["Fn::ImportValue"]
-    assert config["alb"] == {"enabled": True, "serviceAccount": {"create": True, "roleArn": {"Fn::GetAtt": [alb_id, "Arn"]}}}
+    assert config["alb"] == {"enabled": True, "serviceAccount": {"create": True, "roleArn": {"Fn::GetAtt": [alb_id, "Arn"]}},
+                             "ingressClassParams": {"spec": {"scheme": "internal"}}}
     assert config["keda"] == {"enabled": True, "auth": {"aws": {"irsa": {
         "enabled": True, "roleArn": {"Fn::GetAtt": [keda_id, "Arn"]}}}}}
+    # v2's gateway (on by default in the add-on, TLS auto-issue) is turned off explicitly.
+    assert config["inferenceGateway"] == {"enabled": False}
+    assert "jumpstartGatedModelDownloadRoleArn" not in config
+
+
+def leaf_keys(config: dict, prefix: str = "") -> set[str]:
+    keys = set()
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        keys |= leaf_keys(value, f"{path}.") if isinstance(value, dict) else {path}
+    return keys
+
+
+@pytest.mark.parametrize("gateway", [False, True])
+@pytest.mark.parametrize("in_addon", [True, False])
+def test_every_inference_addon_key_is_documented(project, gateway: bool, in_addon: bool) -> None:
+    """Every key the platform sets has a recorded reason (README and INFERENCE_ADDON_KEYS)."""
+    operator = project.platform.inference_operator.model_copy(update={
+        "set_scheme_in_addon": in_addon,
+        "gateway": project.platform.inference_operator.gateway.model_copy(
+            update={"enabled": gateway, "service_account": "gateway-sa" if gateway else None})})
+    platform = project.platform.model_copy(update={"inference_operator": operator})
+    config = inference_addon_configuration(platform, execution_role_arn="e", tls_bucket="b",
+                                           hyperpod_cluster_arn="h", alb_role_arn="a", keda_role_arn="k",
+                                           gateway_role_arn="g" if gateway else None)
+    keys = leaf_keys(config)
+    assert keys <= set(INFERENCE_ADDON_KEYS)
+    assert ("inferenceGateway.serviceAccount.roleArn" in keys) is gateway
+    assert ("alb.ingressClassParams.spec.scheme" in keys) is in_addon
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert all(f"`{key}`" in readme for key in INFERENCE_ADDON_KEYS)
+    if gateway:
+        with pytest.raises(ValueError, match="gateway_role_arn is required"):
+            inference_addon_configuration(platform, execution_role_arn="e", tls_bucket="b", hyperpod_cluster_arn="h",
+                                          alb_role_arn="a", keda_role_arn="k")
 
 
 def test_ebs_csi_driver_uses_irsa_with_hyperpod_attach_permissions(templates, addons) -> None:
@@ -132,6 +192,33 @@ def test_inference_execution_role_trusts_sagemaker_and_the_controller_service_ac
     assert tls["Condition"] == {"StringEquals": {"aws:ResourceAccount": "111122223333"}}
 
 
+def test_inference_execution_role_may_tag_its_certificates_in_this_account_only(templates) -> None:
+    """Inference v3.0 release notes: acm:AddTagsToCertificate and s3:PutObjectTagging on the TLS bucket."""
+    role_id, _ = role_by_subject(
+        templates, "system:serviceaccount:hyperpod-inference-system:hyperpod-inference-controller-manager")
+    statements = {s["Sid"]: s for s in statements_of(templates, role_id)}
+    assert statements["TagEndpointCertificates"] == {
+        "Sid": "TagEndpointCertificates", "Effect": "Allow", "Action": "acm:AddTagsToCertificate",
+        "Resource": "arn:aws:acm:us-west-2:111122223333:certificate/*"}
+    tls = statements["TlsCertificatesReadWrite"]
+    assert "s3:PutObjectTagging" in tls["Action"]
+    assert tls["Resource"]["Fn::Join"][1][-1] == "/*"  # objects of the TLS bucket only
+    acm_actions = [a for s in statements.values() for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])
+                   if a.startswith("acm:")]
+    assert acm_actions == ["acm:AddTagsToCertificate"]
+
+
+def test_inference_execution_role_name_has_the_prefix_the_addon_demands(templates, project) -> None:
+    role_id, role = role_by_subject(
+        templates, "system:serviceaccount:hyperpod-inference-system:hyperpod-inference-controller-manager")
+    assert role["Properties"]["RoleName"] == "SageMakerHyperPodInference-kvcache-us-west-2"
+    assert role["Properties"]["RoleName"] == inference_execution_role_name(project.platform)
+    long_project = project.platform.model_copy(update={"project": "a" * 63})
+    name = inference_execution_role_name(long_project)
+    assert name.startswith("SageMakerHyperPodInference-aaaa") and len(name) == 64
+    assert name != inference_execution_role_name(long_project.model_copy(update={"region": "eu-west-1"}))
+
+
 def test_alb_and_keda_roles_are_bound_to_their_service_accounts(templates, addons) -> None:
     join = json.dumps(addons["amazon-sagemaker-hyperpod-inference"]["Properties"]["ConfigurationValues"])
     for subject in ("system:serviceaccount:hyperpod-inference-system:aws-load-balancer-controller",
@@ -157,12 +244,9 @@ def test_keda_role_can_only_read_metrics(templates) -> None:
 def test_s3_csi_role_reads_only_the_configured_model_prefixes(templates, addons, project) -> None:
     role_id, _ = role_by_subject(templates, "system:serviceaccount:kube-system:s3-csi-driver-sa")
     assert addons["aws-mountpoint-s3-csi-driver"]["Properties"]["ServiceAccountRoleArn"] == {"Fn::GetAtt": [role_id, "Arn"]}
-    statements = {s["Sid"]: s for s in statements_of(templates, role_id)}
-    (line,) = [l for l in project.business_lines if l.model.source.type == "s3"]
-    src = line.model.source
-    assert statements["ReadModelWeights"]["Action"] == "s3:GetObject"
-    assert statements["ReadModelWeights"]["Resource"] == f"arn:aws:s3:::{src.bucket}/{src.location}/*"
-    assert statements["ListModelBuckets"]["Action"] == "s3:ListBucket"
+    buckets = {l.model.source.bucket for l in project.business_lines if l.model.source.type == "s3"}
+    assert len(buckets) >= 2, "the fixture has S3 lines in two buckets"
+    assert_s3_csi_role_reads_only_model_prefixes(templates, project)
 
 
 def test_tls_bucket_is_named_encrypted_ssl_only_and_private(templates, project) -> None:
@@ -183,3 +267,64 @@ def test_tls_bucket_is_emptied_and_deleted_with_the_stack_but_its_access_logs_st
     access_logs = template.find_resources("AWS::S3::Bucket")[logs_id]
     assert access_logs["DeletionPolicy"] == "Retain"
     assert "BucketName" not in access_logs["Properties"]
+
+
+@pytest.fixture(scope="module")
+def gateway_addons(project, tmp_path_factory):
+    """The add-ons stack alone with the inference gateway on and an internet-facing scheme.
+
+    The cluster is imported (name and OIDC provider ARN), so only this stack is synthesized.
+    """
+    import aws_cdk as cdk
+    from aws_cdk import aws_eks_v2 as eks
+    from aws_cdk import aws_iam as iam
+    from aws_cdk.assertions import Template
+
+    import stacks
+    from stacks.addons_stack import AddonsStack
+
+    operator = project.platform.inference_operator.model_copy(update={
+        "load_balancer_scheme": "internet-facing",
+        "gateway": project.platform.inference_operator.gateway.model_copy(
+            update={"enabled": True, "service_account": "inference-gateway"})})
+    platform = project.platform.model_copy(update={"inference_operator": operator})
+    env = cdk.Environment(account=platform.account, region=platform.region)
+    app = stacks.new_app(outdir=str(tmp_path_factory.mktemp("gateway")))
+    base = cdk.Stack(app, "base", env=env)  # holds only the imports below
+    cdk.Validations.of(base).acknowledge(cdk.Acknowledgment(
+        id="CloudFormation-Validate::F0001", reason="test scaffold: imported cluster only, never deployed"))
+    provider = iam.OpenIdConnectProvider.from_open_id_connect_provider_arn(
+        base, "Oidc", "arn:aws:iam::111122223333:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/EXAMPLE")
+    cluster = eks.Cluster.from_cluster_attributes(base, "Cluster", cluster_name=platform.eks.cluster_name,
+                                                  open_id_connect_provider=provider)
+    stack = AddonsStack(app, "gateway-addons", platform=platform, business_lines=project.business_lines,
+                        cluster=cluster, hyperpod_cluster_arn="arn:aws:sagemaker:us-west-2:111122223333:cluster/x",
+                        env=env)
+    return Template.from_stack(stack)
+
+
+def test_enabled_gateway_gets_its_role_before_the_addon(gateway_addons) -> None:
+    templates = {ADDONS: gateway_addons}
+    ((addon_id, addon),) = [(lid, r) for lid, r in gateway_addons.find_resources("AWS::EKS::Addon").items()
+                            if r["Properties"]["AddonName"] == "amazon-sagemaker-hyperpod-inference"]
+    config = configuration_values(addon)
+    role_id, role = role_by_subject(templates, "system:serviceaccount:hyperpod-inference-system:inference-gateway")
+    assert config["inferenceGateway"] == {"enabled": True, "serviceAccount": {"roleArn": {"Fn::GetAtt": [role_id, "Arn"]}}}
+    assert role["Properties"]["ManagedPolicyArns"][0]["Fn::Join"][1][-1] == (
+        ":iam::aws:policy/AmazonSageMakerHyperPodInferenceGatewayAccess")
+    assert not statements_of(templates, role_id)  # the managed policy only
+    # The scheme reaches the controller's IngressClass.
+    assert config["alb"]["ingressClassParams"] == {"spec": {"scheme": "internet-facing"}}
+
+
+def test_gateway_needs_its_service_account_named(tmp_path) -> None:
+    from platform_config import ConfigError, load_project
+    from tests.example_config import copy_example_config, edit_yaml
+
+    config = copy_example_config(tmp_path / "config")
+    edit_yaml(config / "platform.yaml", lambda d: d["inference_operator"]["gateway"].update(enabled=True))
+    with pytest.raises(ConfigError) as info:
+        load_project(config)
+    (problem,) = info.value.problems
+    assert problem.field == "inference_operator.gateway"
+    assert "set service_account" in problem.message

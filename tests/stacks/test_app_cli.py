@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.example_config import copy_example_config, edit_yaml
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.example_config import copy_example_config, edit_yaml, run_app
 
 
 @pytest.fixture
 def config_dir(tmp_path: Path) -> Path:
     return copy_example_config(tmp_path / "config")
-
-
-def run_app(config_dir: Path, outdir: Path) -> subprocess.CompletedProcess:
-    outdir.mkdir()
-    env = {**os.environ, "KVCACHE_CONFIG_DIR": str(config_dir), "CDK_OUTDIR": str(outdir)}
-    return subprocess.run([sys.executable, "app.py"], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
 
 
 def test_bad_platform_value_exits_1_names_file_and_field_and_writes_nothing(config_dir, tmp_path) -> None:
@@ -58,3 +46,59 @@ def test_value_beyond_ebs_limits_is_a_config_error_before_any_output(config_dir,
     assert "curvine.primary_volume.iops" in result.stderr
     assert "3000-16000" in result.stderr
     assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_two_files_for_one_line_is_a_config_error_naming_both(config_dir, tmp_path) -> None:
+    """rag-assistant.yml beside rag-assistant.yaml: both are read, so both are named; no jsii error."""
+    yaml_file = config_dir / "business-lines" / "rag-assistant.yaml"
+    yml_file = yaml_file.with_suffix(".yml")
+    yml_file.write_text(yaml_file.read_text())
+    result = run_app(config_dir, tmp_path / "out")
+    assert result.returncode == 1, result.stderr
+    assert f"business line 'rag-assistant' is defined by 2 files ({yaml_file}, {yml_file})" in result.stderr
+    assert "JavaScriptError" not in result.stderr and "Traceback" not in result.stderr
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_model_the_planner_says_does_not_fit_is_refused(config_dir, tmp_path) -> None:
+    """Llama-3.1-70B (131 GiB of bf16 weights) on one 48 GB L40S: the planner's rule, at synth."""
+    line = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit_yaml(line, lambda d: (d["model"].update(name="Llama-3.1-70B-Instruct"), d.update(gpus_per_replica=1)))
+    result = run_app(config_dir, tmp_path / "out")
+    assert result.returncode == 1, result.stderr
+    assert f"{line}: gpus_per_replica: Llama-3.1-70B-Instruct (bfloat16) does not fit ml.g6e.12xlarge" in result.stderr
+    assert "allowed: gpus_per_replica 4 or more" in result.stderr
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_zero_pvc_size_is_refused(config_dir, tmp_path) -> None:
+    line = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit_yaml(line, lambda d: d["cache"].update(l2_size="0Gi"))
+    result = run_app(config_dir, tmp_path / "out")
+    assert result.returncode == 1
+    assert f"{line}: cache.l2_size: must be above zero" in result.stderr
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_warnings_are_printed_and_do_not_stop_synthesis(config_dir, monkeypatch, capsys) -> None:
+    """A model outside the planner's table: app.py says its fit is unchecked, then synthesizes."""
+    import importlib.util
+    import sys
+    import types
+
+    line = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit_yaml(line, lambda d: d["model"].update(name="Mistral-7B-Instruct"))
+    built = []
+    fake = types.SimpleNamespace(new_app=lambda: types.SimpleNamespace(synth=lambda: built.append("synth")),
+                                 build_platform=lambda app, project: built.append(project),
+                                 add_nag_checks=lambda app: built.append("nag"))
+    monkeypatch.setitem(sys.modules, "stacks", fake)  # the CDK side is tested elsewhere; this is app.main's flow
+    monkeypatch.setenv("KVCACHE_CONFIG_DIR", str(config_dir))
+    spec = importlib.util.spec_from_file_location("_app_under_test", Path(__file__).resolve().parents[2] / "app.py")
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+    assert app.main() == 0
+    err = capsys.readouterr().err
+    assert f"warning: {line}: model.name 'Mistral-7B-Instruct' is not in the planner's table" in err
+    assert "scripts/plan.py --business-line" in err and "--hf-config" in err
+    assert built[-2:] == ["nag", "synth"]

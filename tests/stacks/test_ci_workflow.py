@@ -1,16 +1,40 @@
-"""The users' GitHub Actions workflow: tests before deploys, platform before lines, approval, OIDC."""
+"""The users' GitHub Actions workflow: tests before deploys, platform before lines, approval, OIDC,
+region from config/, caches, a pull request's `cdk diff`, per-line opt-out, orphan removal."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
+import os
+import re
+import subprocess
+import sys
 
+import pytest
 import yaml
 
-WORKFLOW = Path(__file__).resolve().parents[2] / ".github" / "workflows" / "platform.yml"
+from platform_config import load_project
+from platform_config.stack_names import stack_ids
+from tests.example_config import FIXTURE_CONFIG, REPO
+
+WORKFLOW = REPO / ".github" / "workflows" / "platform.yml"
+AWS_JOBS = ("diff", "deploy-platform", "deploy-line", "remove-orphans")
+DEPLOY_JOBS = ("deploy-platform", "deploy-line", "remove-orphans")
+
+
+def workflow() -> dict:
+    return yaml.safe_load(WORKFLOW.read_text())
 
 
 def jobs() -> dict:
-    return yaml.safe_load(WORKFLOW.read_text())["jobs"]
+    return workflow()["jobs"]
+
+
+def steps_using(job: dict, action: str) -> list[dict]:
+    return [s for s in job["steps"] if s.get("uses", "").startswith(action + "@")]
+
+
+def needs(job: dict) -> list[str]:
+    return [job["needs"]] if isinstance(job["needs"], str) else job["needs"]
 
 
 def test_test_job_runs_make_test_and_make_synth() -> None:
@@ -21,14 +45,50 @@ def test_test_job_runs_make_test_and_make_synth() -> None:
 
 def test_deploys_need_tests_approval_and_oidc() -> None:
     all_jobs = jobs()
-    for name in ("deploy-platform", "deploy-line"):
+    for name in DEPLOY_JOBS:
         job = all_jobs[name]
-        assert "test" in ([job["needs"]] if isinstance(job["needs"], str) else job["needs"]), name
+        assert "test" in needs(job), name
         assert job["environment"] == "production", name
         assert job["permissions"]["id-token"] == "write", name
-        assumes = [s for s in job["steps"] if s.get("uses", "").startswith("aws-actions/configure-aws-credentials@")]
-        assert assumes and assumes[0]["with"]["role-to-assume"] == "${{ vars.AWS_DEPLOY_ROLE_ARN }}", name
+        (assume,) = steps_using(job, "aws-actions/configure-aws-credentials")
+        assert assume["with"]["role-to-assume"] == "${{ vars.AWS_DEPLOY_ROLE_ARN }}", name
         assert all("aws-secret-access-key" not in s.get("with", {}) for s in job["steps"]), name
+
+
+def test_region_comes_from_config_not_a_second_variable() -> None:
+    assert "AWS_REGION" not in WORKFLOW.read_text()
+    all_jobs = jobs()
+    for name in AWS_JOBS:
+        (assume,) = steps_using(all_jobs[name], "aws-actions/configure-aws-credentials")
+        assert assume["with"]["aws-region"] == "${{ needs.test.outputs.region }}", name
+    assert all_jobs["test"]["outputs"]["region"] == "${{ steps.plan.outputs.region }}"
+
+
+def test_header_says_the_deploy_role_must_assume_the_bootstrap_roles() -> None:
+    header = WORKFLOW.read_text().split("\nname:", 1)[0]
+    assert "sts:AssumeRole on arn:aws:iam::<account>:role/cdk-hnb659fds-*-<account>-<region>" in header
+    assert "deploy, file-publishing, image-publishing, lookup" in header
+
+
+def test_pip_and_npm_are_cached() -> None:
+    for name, job in jobs().items():
+        for step in steps_using(job, "actions/setup-python"):
+            assert step["with"]["cache"] == "pip" and step["with"]["cache-dependency-path"] == "requirements*.txt", name
+        for step in steps_using(job, "actions/setup-node"):
+            assert step["with"]["cache"] == "npm", name
+    assert (REPO / "package-lock.json").is_file()  # what the npm cache is keyed on
+
+
+def test_pull_requests_get_cdk_diff_as_job_summary() -> None:
+    diff = jobs()["diff"]
+    assert needs(diff) == ["test"] and "environment" not in diff  # a diff changes nothing: no approval
+    assert "github.event_name == 'pull_request'" in diff["if"] and "vars.AWS_DIFF_ROLE_ARN != ''" in diff["if"]
+    (assume,) = steps_using(diff, "aws-actions/configure-aws-credentials")
+    assert assume["with"]["role-to-assume"] == "${{ vars.AWS_DIFF_ROLE_ARN }}"
+    (run,) = [s["run"] for s in diff["steps"] if "cdk diff" in s.get("run", "")]
+    assert "cdk diff --app cdk.out --method template" in run  # the tested assembly, read-only lookup role
+    assert '>> "$GITHUB_STEP_SUMMARY"' in run
+    assert any(s.get("with", {}).get("name") == "cdk-out" for s in steps_using(diff, "actions/download-artifact"))
 
 
 def test_lines_deploy_after_the_platform_one_job_per_business_line() -> None:
@@ -37,7 +97,65 @@ def test_lines_deploy_after_the_platform_one_job_per_business_line() -> None:
     assert line["strategy"]["matrix"]["line"] == "${{ fromJSON(needs.test.outputs.lines) }}"
     assert line["strategy"]["fail-fast"] is False
     (deploy,) = [s for s in line["steps"] if "cdk deploy" in s.get("run", "")]
-    assert "--exclusively" in deploy["run"]
+    assert "--exclusively" in deploy["run"] and deploy["env"]["STACK"] == "${{ matrix.line.stack }}"
+
+
+def _plan_script() -> str:
+    (step,) = [s for s in jobs()["test"]["steps"] if s.get("id") == "plan"]
+    return re.search(r"<<'EOF'[^\n]*\n(.*?)\n\s*EOF\s*$", step["run"], re.S).group(1)
+
+
+def test_plan_step_deploys_only_lines_with_deploy_true(tmp_path) -> None:
+    """Run the workflow's own plan script on the fixture config: ticket-triage has deploy: false."""
+    project = load_project(FIXTURE_CONFIG)
+    assert [l.name for l in project.business_lines if not l.deploy] == ["ticket-triage"]
+    summary = tmp_path / "summary.md"
+    result = subprocess.run([sys.executable, "-c", _plan_script()], cwd=REPO, capture_output=True, text=True,
+                            env={**os.environ, "KVCACHE_CONFIG_DIR": str(FIXTURE_CONFIG),
+                                 "GITHUB_STEP_SUMMARY": str(summary)}, timeout=120)
+    assert result.returncode == 0, result.stderr
+    outputs = dict(line.split("=", 1) for line in result.stdout.splitlines())
+    ids = stack_ids(project)
+    assert outputs["region"] == "us-west-2" and outputs["account"] == "111122223333"
+    assert outputs["platform_stacks"].split() == [ids[r] for r in ("network", "eks", "hyperpod", "addons", "l2-cache",
+                                                                   "observability")]
+    assert json.loads(outputs["lines"]) == [{"name": n, "stack": ids[f"line-{n}"]}
+                                            for n in ("legal-search", "rag-assistant", "research-reasoning")]
+    assert "Kept out (`deploy: false`): `ticket-triage`" in summary.read_text()
+
+
+def test_platform_deploy_checks_the_account_and_deploys_the_planned_stacks() -> None:
+    job = jobs()["deploy-platform"]
+    runs = [s.get("run", "") for s in job["steps"]]
+    assert any("aws sts get-caller-identity" in r and "$ACCOUNT" in r for r in runs)
+    (deploy,) = [s for s in job["steps"] if "cdk deploy" in s.get("run", "")]
+    assert deploy["env"]["STACKS"] == "${{ needs.test.outputs.platform_stacks }}" and "--exclusively" in deploy["run"]
+
+
+def test_orphaned_line_stacks_are_listed_then_destroyed_behind_the_approval() -> None:
+    job = jobs()["remove-orphans"]
+    assert set(needs(job)) == {"test", "deploy-platform", "deploy-line"}  # after the lines: renames swap safely
+    assert "!cancelled()" in job["if"] and "needs.deploy-platform.result == 'success'" in job["if"]
+    listing, destroy = [s for s in job["steps"] if "scripts/orphans.py" in s.get("run", "")]
+    assert "--destroy" not in listing["run"] and "GITHUB_STEP_SUMMARY" in listing["run"]
+    assert destroy["run"].endswith("scripts/orphans.py --destroy --yes")
+    assert destroy["if"] == f"steps.{listing['id']}.outputs.found == 'true'"
+
+
+@pytest.mark.parametrize("rc, found, step_ok", [(0, "false", True), (1, "true", True), (2, "false", False)])
+def test_orphan_listing_step_maps_exit_codes(tmp_path, rc, found, step_ok) -> None:
+    """The listing step's shell, with orphans.py replaced by a stub exiting ``rc``."""
+    job = jobs()["remove-orphans"]
+    (listing,) = [s for s in job["steps"] if s.get("id") == "list"]
+    stub = tmp_path / "stub.py"
+    stub.write_text(f"import sys\nprint('table')\nsys.exit({rc})\n")
+    script = listing["run"].replace(".venv/bin/python scripts/orphans.py", f"{sys.executable} {stub}")
+    out, summary = tmp_path / "out", tmp_path / "summary"
+    result = subprocess.run(["bash", "-eo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary)})
+    assert (result.returncode == 0) is step_ok
+    assert out.read_text().strip() == f"found={found}"
+    assert "table" in summary.read_text()
 
 
 def test_actions_are_pinned_to_exact_versions() -> None:
@@ -46,3 +164,10 @@ def test_actions_are_pinned_to_exact_versions() -> None:
             if "uses" in step:
                 ref = step["uses"].split("@", 1)[1]
                 assert ref.count(".") == 2, step["uses"]  # vX.Y.Z, never a moving major tag
+
+
+def test_ci_uses_the_documented_node_version() -> None:
+    """README: Node.js 22 LTS or newer (jsii no longer supports 20)."""
+    assert "**Node.js 22 LTS or newer**" in (REPO / "README.md").read_text()
+    versions = {s["with"]["node-version"] for job in jobs().values() for s in steps_using(job, "actions/setup-node")}
+    assert versions and all(int(v) >= 22 and int(v) % 2 == 0 for v in versions)  # even majors are the LTS lines

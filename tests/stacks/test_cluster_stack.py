@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
+import pytest
 from aws_cdk.assertions import Capture, Match
 
-from stacks.cluster_stack import CLUSTER_LOGICAL_ID
+from k8s import kube
+from platform_config.models import HYPERPOD_KUBERNETES_VERSIONS
+from stacks.cluster_stack import CLUSTER_LOGICAL_ID, HELM_TIMEOUT
 
 EKS = "kvcache-eks"
 
@@ -24,7 +29,9 @@ def test_cluster_logical_id_is_pinned_to_eks_cluster(templates) -> None:
 
 def test_cluster_version_name_and_authentication_mode(templates, project) -> None:
     props = cluster(templates)["Properties"]
-    assert props["Version"] == "1.33"
+    assert props["Version"] == project.platform.eks.version == "1.33"
+    # The newest version HyperPod's English prerequisites page lists (docs/sources.md §11).
+    assert props["Version"] == HYPERPOD_KUBERNETES_VERSIONS[-1]
     assert props["Name"] == project.platform.eks.cluster_name
     assert props["AccessConfig"] == {
         "AuthenticationMode": "API_AND_CONFIG_MAP",
@@ -119,6 +126,163 @@ def test_kubectl_handler_exists_for_later_stacks(templates, platform) -> None:
         "Description": Match.string_like_regexp("kubectl")})
 
 
+def test_kubectl_layer_matches_the_cluster_version(templates, project) -> None:
+    """The layer's kubectl is built for eks.version (the layer package follows the config value)."""
+    version = project.platform.eks.version
+    layers = [r["Properties"]["Description"] for r in templates[EKS].find_resources("AWS::Lambda::LayerVersion").values()
+              if "kubectl" in r["Properties"].get("Description", "")]
+    assert len(layers) == 1
+    assert layers[0].startswith(f"/opt/kubectl/kubectl {version}.")
+    assert kube.packages_for(version).kubectl_layer == f"aws-cdk.lambda-layer-kubectl-v{version.split('.')[1]}"
+
+
+# --- Every custom-resource wait ends well before its handler Lambda does -------------------------
+
+#: Properties of the custom resources whose handlers wait: Helm's --timeout (with wait/atomic)
+#: and KubernetesObjectValue's polling. Any other property that names a timeout or a wait fails
+#: the test until it is added here, so a new kind of wait cannot slip past.
+WAIT_PROPERTIES = {
+    "Custom::AWSCDK-EKS-HelmChart": "Timeout",
+    "Custom::AWSCDK-EKS-KubernetesObjectValue": "TimeoutSeconds",
+}
+#: Flags that switch a wait on; their duration is the property above.
+WAIT_FLAGS = {"Wait", "Atomic"}
+#: Waits with no duration of ours: (flag, the property without which nothing is waited for).
+#: BucketDeployment waits for a CloudFront invalidation only when it has a distribution.
+UNBOUNDED_WAITS = {"Custom::CDKBucketDeployment": ("WaitForDistributionInvalidation", "DistributionId")}
+#: Helm's own default --timeout, used when a chart waits without one.
+HELM_DEFAULT_TIMEOUT_SECONDS = 300
+MAX_WAIT_SECONDS = 600
+#: Time the handler needs besides the wait (install, then the response to CloudFormation).
+HANDLER_HEADROOM_SECONDS = 300
+
+
+def _seconds(value) -> int:
+    """``600`` / ``"600"`` / Go durations such as ``"600s"``, ``"10m0s"``, ``"1h"`` -> seconds."""
+    if isinstance(value, int) or (isinstance(value, str) and value.isdigit()):
+        return int(value)
+    match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", value)
+    assert match and value, f"not a duration: {value!r}"
+    h, m, s = (int(g or 0) for g in match.groups())
+    return 3600 * h + 60 * m + s
+
+
+def _function(templates: dict[str, dict], stack: str, ref) -> tuple[str, str]:
+    """Resolve a function reference (``Fn::GetAtt`` here, or ``Fn::ImportValue`` of another stack's export)."""
+    if "Fn::ImportValue" in ref:
+        name = ref["Fn::ImportValue"]
+        exporters = [(s, o["Value"]) for s, t in templates.items() for o in t.get("Outputs", {}).values()
+                     if o.get("Export", {}).get("Name") == name]
+        assert len(exporters) == 1, f"export {name} not found"
+        stack, ref = exporters[0]
+    logical_id, attribute = ref["Fn::GetAtt"]
+    assert attribute == "Arn"
+    assert templates[stack]["Resources"][logical_id]["Type"] == "AWS::Lambda::Function"
+    return stack, logical_id
+
+
+def handler_lifetime(templates: dict[str, dict], stack: str, service_token) -> int:
+    """Seconds the Lambda chain behind ``service_token`` may run: the shortest timeout along it.
+
+    A provider-framework ``onEvent`` function invokes the user's handler synchronously
+    (``USER_ON_EVENT_FUNCTION_ARN``), so both must outlive the wait. Timeouts are read from the
+    templates (Lambda's default is 3 s).
+    """
+    stack, function = _function(templates, stack, service_token)
+    props = templates[stack]["Resources"][function]["Properties"]
+    lifetimes = [props.get("Timeout", 3)]
+    variables = props.get("Environment", {}).get("Variables", {})
+    assert "USER_IS_COMPLETE_FUNCTION_ARN" not in variables, "asynchronous provider: extend this test"
+    if "USER_ON_EVENT_FUNCTION_ARN" in variables:
+        user_stack, user = _function(templates, stack, variables["USER_ON_EVENT_FUNCTION_ARN"])
+        lifetimes.append(templates[user_stack]["Resources"][user]["Properties"].get("Timeout", 3))
+    return min(lifetimes)
+
+
+def wait_violations(templates: dict[str, dict]) -> tuple[list[str], int]:
+    """Every custom resource's own wait vs its handler's lifetime: (problems, number of waits checked)."""
+    problems, checked = [], 0
+    for stack, template in templates.items():
+        for logical_id, resource in template.get("Resources", {}).items():
+            kind = resource["Type"]
+            if not (kind.startswith("Custom::") or kind == "AWS::CloudFormation::CustomResource"):
+                continue
+            props = resource.get("Properties", {})
+            where = f"{stack}/{logical_id} ({kind})"
+            wait_key = WAIT_PROPERTIES.get(kind)
+            unbounded_flag, trigger = UNBOUNDED_WAITS.get(kind, (None, None))
+            if unbounded_flag and props.get(unbounded_flag) not in (False, "false") and trigger in props:
+                problems.append(f"{where}: {unbounded_flag} with {trigger} waits with no bound inside the handler")
+            unknown = [k for k in props if re.search("timeout|wait", k, re.IGNORECASE)
+                       and k not in (wait_key, unbounded_flag) and k not in WAIT_FLAGS]
+            if unknown:
+                problems.append(f"{where}: unknown wait property {unknown}; add it to WAIT_PROPERTIES")
+            if wait_key is None:
+                continue
+            waits = wait_key in props or any(props.get(flag) in (True, "true") for flag in WAIT_FLAGS)
+            if not waits:
+                continue
+            wait = _seconds(props[wait_key]) if wait_key in props else HELM_DEFAULT_TIMEOUT_SECONDS
+            lifetime = handler_lifetime(templates, stack, props["ServiceToken"])
+            checked += 1
+            if wait > MAX_WAIT_SECONDS or wait + HANDLER_HEADROOM_SECONDS > lifetime:
+                problems.append(f"{where}: waits {wait} s, its handler lives {lifetime} s (need <= "
+                                f"{MAX_WAIT_SECONDS} s and {HANDLER_HEADROOM_SECONDS} s to spare)")
+    return problems, checked
+
+
+def read_templates(outdir: Path) -> dict[str, dict]:
+    return {p.name.removesuffix(".template.json"): json.loads(p.read_text())
+            for p in sorted(Path(outdir).glob("*.template.json"))}
+
+
+@pytest.fixture(scope="module")
+def chart_templates(project, tmp_path_factory) -> dict[str, dict]:
+    """Every template of the platform with the HyperPod dependency chart configured (its Helm wait)."""
+    import stacks
+    from platform_config.models import HyperPodDependencyChartConfig
+    from tests.stacks.test_dependency_chart import CHART, COMMIT, with_chart
+
+    outdir = tmp_path_factory.mktemp("chart-waits")
+    app = stacks.new_app(outdir=str(outdir))
+    stacks.build_platform(app, with_chart(project, HyperPodDependencyChartConfig(path=str(CHART), source_commit=COMMIT)))
+    app.synth()
+    return read_templates(outdir)
+
+
+def test_every_custom_resource_wait_is_well_inside_its_handler(synthesized, chart_templates) -> None:
+    """aws-cdk issue 22257: a Helm wait as long as the handler leaves the release pending-install."""
+    for templates, at_least in ((read_templates(synthesized.outdir), 1), (chart_templates, 2)):
+        problems, checked = wait_violations(templates)
+        assert problems == []
+        assert checked >= at_least  # Kyverno; plus the dependency chart in the second app
+    assert HELM_TIMEOUT.to_seconds() == MAX_WAIT_SECONDS
+
+
+def test_wait_check_catches_a_wait_as_long_as_its_handler() -> None:
+    """The check itself: Helm timeout 900 s behind a 900 s handler (the default before the fix) fails."""
+    handler = {"Type": "AWS::Lambda::Function", "Properties": {"Timeout": 900}}
+    framework = {"Type": "AWS::Lambda::Function", "Properties": {"Timeout": 900, "Environment": {
+        "Variables": {"USER_ON_EVENT_FUNCTION_ARN": {"Fn::GetAtt": ["Handler", "Arn"]}}}}}
+    eks_stack = {"Resources": {"Handler": handler, "Framework": framework},
+                 "Outputs": {"Out": {"Value": {"Fn::GetAtt": ["Framework", "Arn"]}, "Export": {"Name": "fw"}}}}
+
+    def chart(**props):
+        return {"Resources": {"Chart": {"Type": "Custom::AWSCDK-EKS-HelmChart",
+                                        "Properties": {"ServiceToken": {"Fn::ImportValue": "fw"}, **props}}}}
+
+    problems, checked = wait_violations({"eks": eks_stack, "l2": chart(Wait=True, Timeout="900s")})
+    assert checked == 1 and problems == ["l2/Chart (Custom::AWSCDK-EKS-HelmChart): waits 900 s, its handler "
+                                         "lives 900 s (need <= 600 s and 300 s to spare)"]
+    assert wait_violations({"eks": eks_stack, "l2": chart(Wait=True, Timeout="10m0s")}) == ([], 1)
+    # A shorter handler shrinks the allowance; a new wait-like property is reported.
+    handler["Properties"]["Timeout"] = 600
+    assert wait_violations({"eks": eks_stack, "l2": chart(Wait=True, Timeout="600s")})[0]
+    handler["Properties"]["Timeout"] = 900
+    assert "unknown wait property ['WaitForJobs']" in wait_violations(
+        {"eks": eks_stack, "l2": chart(Wait=True, Timeout="60s", WaitForJobs=True)})[0][0]
+
+
 def test_outputs_include_names_arns_and_kubeconfig_command(templates, project) -> None:
     outputs = templates[EKS].find_outputs("*")
     p = project.platform
@@ -126,3 +290,74 @@ def test_outputs_include_names_arns_and_kubeconfig_command(templates, project) -
     assert outputs["ClusterArn"]["Value"] == {"Fn::GetAtt": [CLUSTER_LOGICAL_ID, "Arn"]}
     assert outputs["UpdateKubeconfigCommand"]["Value"] == (
         f"aws eks update-kubeconfig --region {p.region} --name {p.eks.cluster_name}")
+
+
+# --- One config value (eks.version) decides every version-coupled pin ----------------------------
+
+
+def _config_problems(tmp_path: Path, change) -> list:
+    from platform_config import ConfigError, load_project
+    from tests.example_config import copy_example_config, edit_yaml
+
+    config = copy_example_config(tmp_path / "config")
+    edit_yaml(config / "platform.yaml", change)
+    with pytest.raises(ConfigError) as info:
+        load_project(config)
+    return list(info.value.problems)
+
+
+def test_a_version_hyperpod_does_not_list_is_refused(tmp_path) -> None:
+    def use_134(data):
+        data["eks"]["version"] = "1.34"
+        data["versions"]["addons"]["kube-proxy"] = "v1.34.1-eksbuild.2"
+
+    problems = _config_problems(tmp_path, use_134)
+    (problem,) = [p for p in problems if p.field == "eks.version"]
+    assert problem.file.endswith("platform.yaml")
+    assert "'1.28', '1.29', '1.30', '1.31', '1.32' or '1.33'" in problem.message
+
+
+def test_a_supported_version_without_its_packages_says_what_to_install(tmp_path) -> None:
+    def use_132(data):
+        data["eks"]["version"] = "1.32"
+        data["versions"]["addons"]["kube-proxy"] = "v1.32.9-eksbuild.2"
+
+    (problem,) = _config_problems(tmp_path, use_132)
+    assert problem.field == "eks.version"
+    assert "cdk8s-plus-32 and aws-cdk.lambda-layer-kubectl-v32" in problem.message
+    assert "installed for Kubernetes 1.33" in problem.message and "requirements.txt" in problem.message
+
+
+def test_kube_proxy_must_match_the_cluster_version(tmp_path) -> None:
+    def skew(data):
+        data["versions"]["addons"]["kube-proxy"] = "v1.32.9-eksbuild.2"
+
+    (problem,) = _config_problems(tmp_path, skew)
+    assert "kube-proxy v1.32.9-eksbuild.2 does not match eks.version 1.33" in problem.message
+    assert "v1.33.<patch>-eksbuild.<n>" in problem.message
+
+
+def test_missing_packages_raise_a_clear_error() -> None:
+    assert kube.missing_packages("1.33") == []
+    assert kube.missing_packages("1.29") == ["cdk8s-plus-29", "aws-cdk.lambda-layer-kubectl-v29"]
+    for load in (kube.api, kube.kubectl_layer_class):
+        with pytest.raises(kube.KubernetesPackageError, match="cdk8s-plus-29 and aws-cdk.lambda-layer-kubectl-v29"):
+            load("1.29")
+    with pytest.raises(ValueError, match="not a Kubernetes minor version"):
+        kube.packages_for("v1.33")
+    assert kube.kubectl_layer_class("1.33").__name__ == "KubectlV33Layer"
+
+
+@pytest.mark.parametrize("config_dir", ["fixture", "user"])
+def test_requirements_pin_exactly_the_packages_of_eks_version(config_dir) -> None:
+    """requirements.txt installs the pair eks.version needs (for the scenario and the user's config)."""
+    from platform_config import load_platform
+    from tests.example_config import FIXTURE_CONFIG, USER_CONFIG
+
+    directory = FIXTURE_CONFIG if config_dir == "fixture" else USER_CONFIG
+    version = load_platform(directory / "platform.yaml").eks.version
+    requirements = (Path(__file__).resolve().parents[2] / "requirements.txt").read_text().splitlines()
+    pinned = {line.split("==")[0] for line in requirements if "==" in line and not line.startswith("#")}
+    coupled = {name for name in pinned if re.match(r"^(cdk8s-plus-|aws-cdk\.lambda-layer-kubectl-v)[0-9]+$", name)}
+    assert coupled == set(kube.packages_for(version).distributions)
+    assert kube.installed_versions() == (version,)

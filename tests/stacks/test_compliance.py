@@ -6,43 +6,24 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_s3 as s3
 from cdk_nag import AwsSolutionsChecks
-from cfnlint.api import lint
 
 import stacks
-
-#: cfn-lint findings ignored, each with its reason:
-#: - W3005 ("obsolete DependsOn") on resources aws-cdk-lib generates for its provider
-#:   frameworks: CDK adds an explicit DependsOn on the function's role that a GetAtt already
-#:   implies. Harmless and not ours to change; the allowlist names the CDK-generated resources.
-IGNORED_WARNINGS = {
-    "W3005": ("AWSCDKCfnUtilsProvider", "ClusterKubectlProvider", "CustomCDKBucketDeployment",
-              "CustomS3AutoDeleteObjectsCustomResourceProvider", "CustomVpcRestrictDefaultSG"),
-}
+from tests.stacks.cfn_lint import lint_findings
 
 
 @pytest.fixture(scope="module")
-def lint_matches(synthesized) -> dict[str, list]:
-    """Stack id -> cfn-lint matches of its template (cfn-lint 1.58, the stacks' region)."""
-    results = {}
-    for stack in synthesized.stacks.all():
-        text = (synthesized.outdir / stack.template_file).read_text()
-        results[stack.stack_name] = lint(text, regions=[stack.region])
-    return results
+def lint_results(synthesized) -> dict[str, tuple[list[str], list[str]]]:
+    """Stack id -> (errors, unexplained warnings) of cfn-lint on its template, in the stack's region."""
+    return {stack.stack_name: lint_findings((synthesized.outdir / stack.template_file).read_text(), stack.region)
+            for stack in synthesized.stacks.all()}
 
 
-def test_cfn_lint_finds_no_error_in_any_template(lint_matches) -> None:
-    errors = {name: [str(m) for m in matches if m.rule.severity == "error"] for name, matches in lint_matches.items()}
-    assert errors == {name: [] for name in lint_matches}
+def test_cfn_lint_finds_no_error_in_any_template(lint_results) -> None:
+    assert {name: errors for name, (errors, _) in lint_results.items()} == {name: [] for name in lint_results}
 
 
-def test_cfn_lint_finds_no_unexplained_warning_in_any_template(lint_matches) -> None:
-    def ignored(match) -> bool:
-        prefixes = IGNORED_WARNINGS.get(match.rule.id, ())
-        return len(match.path) > 1 and str(match.path[1]).startswith(prefixes)
-
-    warnings = {name: [str(m) for m in matches if m.rule.severity != "error" and not ignored(m)]
-                for name, matches in lint_matches.items()}
-    assert warnings == {name: [] for name in lint_matches}
+def test_cfn_lint_finds_no_unexplained_warning_in_any_template(lint_results) -> None:
+    assert {name: warnings for name, (_, warnings) in lint_results.items()} == {name: [] for name in lint_results}
 
 
 def test_cdk_nag_aws_solutions_reports_no_unacknowledged_finding(synthesized) -> None:

@@ -89,6 +89,15 @@ def test_node_recovery_is_automatic(hp) -> None:
     assert hp["Properties"]["NodeRecovery"] == "Automatic"
 
 
+def test_nodes_are_provisioned_continuously_by_default(hp, project) -> None:
+    """One short group (P5 capacity) or one node failing its checks must not fail CreateCluster."""
+    from platform_config.models import HyperPodConfig
+
+    assert HyperPodConfig.model_fields["node_provisioning_mode"].default == "Continuous"
+    assert project.platform.hyperpod.node_provisioning_mode == "Continuous"
+    assert hp["Properties"]["NodeProvisioningMode"] == "Continuous"
+
+
 def test_g6e_and_p5_instance_groups_from_config(hp, project) -> None:
     for cfg in project.platform.hyperpod.instance_groups:
         g = group(hp, cfg.name)
@@ -96,8 +105,9 @@ def test_g6e_and_p5_instance_groups_from_config(hp, project) -> None:
         assert g["InstanceCount"] == cfg.instance_count
         assert g["ThreadsPerCore"] == cfg.threads_per_core
         assert g["InstanceStorageConfigs"] == [{"EbsVolumeConfig": {"VolumeSizeInGB": cfg.ebs_volume_size_gb}}]
-        assert g["OnStartDeepHealthChecks"] == list(cfg.deep_health_checks)
+        assert g.get("OnStartDeepHealthChecks", []) == list(cfg.deep_health_checks)
         assert g["KubernetesConfig"]["Labels"] == dict(cfg.labels)
+        assert "TrainingPlanArn" not in g and "MinInstanceCount" not in g  # on-demand, not set
         assert g["LifeCycleConfig"]["OnCreate"] == "on_create.sh"
         assert g["LifeCycleConfig"]["SourceS3Uri"]["Fn::Join"][1][-1] == f"/lifecycle/{cfg.name}/"
     types = {g["InstanceType"] for g in hp["Properties"]["InstanceGroups"]}
@@ -108,6 +118,15 @@ def test_p5_group_carries_its_taint(hp) -> None:
     assert group(hp, "p5-inference")["KubernetesConfig"]["Taints"] == [
         {"Key": "kvcache.io/large-model", "Value": "true", "Effect": "PreferNoSchedule"}]
     assert "Taints" not in group(hp, "g6e-inference")["KubernetesConfig"]
+
+
+def test_no_group_combines_taints_with_deep_health_checks(hp) -> None:
+    """HyperPod rejects CreateCluster for a group with both (docs/sources.md §10)."""
+    for g in hp["Properties"]["InstanceGroups"]:
+        assert not (g.get("OnStartDeepHealthChecks") and g.get("KubernetesConfig", {}).get("Taints")), g
+        if "InstanceConnectivity" in g.get("OnStartDeepHealthChecks", []):
+            assert g["InstanceCount"] >= 2
+    assert group(hp, "g6e-inference")["OnStartDeepHealthChecks"] == ["InstanceStress"]
 
 
 def test_execution_role_trust_and_managed_policies(templates, hp) -> None:
@@ -225,10 +244,41 @@ def test_lifecycle_env_names_the_worker_data_dir_only_on_worker_groups(project) 
     platform = project.platform
     assert lifecycle_env(platform, "g6e-inference") == (
         "KVCACHE_INSTANCE_GROUP=g6e-inference\n"
-        "KVCACHE_NVME_ROOT=/opt/dlami/nvme\n"
+        "KVCACHE_INSTANCE_STORE_MOUNTS=/opt/dlami/nvme:/opt/sagemaker\n"
         f"KVCACHE_CURVINE_DATA_DIR={platform.curvine.worker_data_dir}\n")
     only_g6e = platform.model_copy(update={
         "curvine": platform.curvine.model_copy(update={"worker_instance_groups": ("g6e-inference",)})})
     assert lifecycle_env(only_g6e, "p5-inference").endswith("KVCACHE_CURVINE_DATA_DIR=\n")
     curvine_off = platform.model_copy(update={"curvine": platform.curvine.model_copy(update={"enabled": False})})
     assert lifecycle_env(curvine_off, "g6e-inference").endswith("KVCACHE_CURVINE_DATA_DIR=\n")
+
+
+@pytest.fixture(scope="module")
+def reserved_capacity_template(project, tmp_path_factory):
+    """The fixture platform with a training plan and a minimum count on the P5 group, and the
+    provisioning mode left out (HyperPod's all-or-nothing mode); only the HyperPod stack."""
+    import stacks
+    from aws_cdk.assertions import Template
+    from platform_config import ProjectConfig
+    from platform_config.models import HyperPodConfig
+
+    hp_cfg = project.platform.hyperpod.model_dump()
+    hp_cfg["node_provisioning_mode"] = None
+    p5 = next(g for g in hp_cfg["instance_groups"] if g["name"] == "p5-inference")
+    p5.update(instance_count=2, min_instance_count=1, training_plan_arn=PLAN)
+    platform = project.platform.model_copy(update={"hyperpod": HyperPodConfig.model_validate(hp_cfg)})
+    app = stacks.new_app(outdir=str(tmp_path_factory.mktemp("plan")))
+    built = stacks.build_platform(app, ProjectConfig(platform, project.business_lines, project.config_dir))
+    return Template.from_stack(built.hyperpod)
+
+
+PLAN = "arn:aws:sagemaker:us-west-2:111122223333:training-plan/p5-inference-plan"
+
+
+def test_training_plan_and_minimum_count_reach_the_instance_group(reserved_capacity_template) -> None:
+    (cluster,) = reserved_capacity_template.find_resources("AWS::SageMaker::Cluster").values()
+    p5 = group(cluster, "p5-inference")
+    assert p5["TrainingPlanArn"] == PLAN
+    assert (p5["InstanceCount"], p5["MinInstanceCount"]) == (2, 1)
+    assert "TrainingPlanArn" not in group(cluster, "g6e-inference")
+    assert "NodeProvisioningMode" not in cluster["Properties"]  # null: omitted

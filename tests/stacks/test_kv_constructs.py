@@ -38,6 +38,17 @@ def group(**overrides) -> InstanceGroupSpec:
     ({"ebs_volume_size_gb": 0}, "ebs_volume_size_gb must be 1-16384"),
     ({"threads_per_core": 4}, "threads_per_core must be 1 or 2"),
     ({"deep_health_checks": ("InstanceStress", "GpuBurn")}, "GpuBurn not allowed; allowed: InstanceStress, InstanceConnectivity"),
+    ({"instance_count": 6759}, "instance_count must be >= 0 and <= 6758"),
+    # HyperPod's own rules (docs/sources.md §10), shared with the config models.
+    ({"deep_health_checks": ("InstanceStress",), "taints": (TaintSpec(key="kvcache.io/gpu", effect="NoSchedule"),)},
+     "taints: HyperPod rejects custom taints on an instance group with deep health checks"),
+    ({"instance_count": 1, "deep_health_checks": ("InstanceConnectivity",)}, "needs at least 2 instances"),
+    ({"deep_health_checks": ("InstanceStress",), "accelerators": 0}, "on GPU and Trainium instances only"),
+    ({"labels": {"sagemaker.amazonaws.com/fault-type": "x"}}, "reserved prefix sagemaker.amazonaws.com/"),
+    ({"labels": {"kvcache.io/tier": ""}}, "label kvcache.io/tier='' not allowed"),
+    ({"labels": {f"l{i}": "x" for i in range(51)}}, "at most 50 labels and 50 taints"),
+    ({"min_instance_count": 2}, "min_instance_count: 2 exceeds instance_count 1"),
+    ({"training_plan_arn": "arn:aws:sagemaker:us-west-2:111122223333:p5"}, "training_plan_arn .* not allowed"),
 ])
 def test_instance_group_spec_rejects_values_outside_the_cloudformation_limits(overrides, message) -> None:
     with pytest.raises(ValueError, match=message.replace("^", r"\^").replace("(", r"\(")):
@@ -47,6 +58,12 @@ def test_instance_group_spec_rejects_values_outside_the_cloudformation_limits(ov
 def test_taint_and_lifecycle_validation() -> None:
     with pytest.raises(ValueError, match="taint effect 'Evict' not allowed"):
         TaintSpec(key="k", effect="Evict")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="reserved prefix kubernetes.io/"):
+        TaintSpec(key="node.kubernetes.io/gpu", effect="NoSchedule")
+    with pytest.raises(ValueError, match="taint value 'a b' not allowed"):
+        TaintSpec(key="k", value="a b", effect="NoSchedule")
+    with pytest.raises(ValueError, match="at most 128"):
+        LifecycleScripts(source_s3_uri="s3://b/p/", on_create="x" * 129 + ".sh")
     with pytest.raises(ValueError, match="must start with s3://"):
         LifecycleScripts(source_s3_uri="https://bucket/lifecycle/")
     with pytest.raises(ValueError, match="must be a file name"):
@@ -113,8 +130,15 @@ def test_construct_limits_are_the_config_schemas() -> None:
     from kv_constructs import curvine_volume, hyperpod_cluster
     from platform_config import models
 
+    from platform_config import hyperpod_rules as rules
+
     assert hyperpod_cluster.NAME_PATTERN.pattern == models.HYPERPOD_NAME_PATTERN
     assert hyperpod_cluster.TIERED_STORAGE_PERCENT_RANGE == (20, 100)
+    assert hyperpod_cluster.DEEP_HEALTH_CHECKS == rules.DEEP_HEALTH_CHECKS
+    count = hyperpod_cluster._int_bounds(models.InstanceGroupConfig, "instance_count")
+    assert count == (0, rules.INSTANCE_COUNT_MAX)
+    assert hyperpod_cluster._int_bounds(models.InstanceGroupConfig, "ebs_volume_size_gb") == (
+        rules.EBS_VOLUME_SIZE_GB_MIN, rules.EBS_VOLUME_SIZE_GB_MAX)
     assert curvine_volume._AZ_NAME.pattern == models.AZ_NAME_PATTERN
     with pytest.raises(ValueError):
         models.TieredStorageConfig(memory_allocation_percentage=101)
@@ -175,6 +199,54 @@ def test_io2_volume_with_snapshot_removal_policy(small_cluster_template) -> None
     assert volume["Properties"]["Iops"] == 8000
     assert "Throughput" not in volume["Properties"]
     assert volume["Properties"]["Encrypted"] is True
+
+
+def test_node_provisioning_mode_is_continuous_unless_told(small_cluster_template) -> None:
+    (cluster,) = small_cluster_template.find_resources("AWS::SageMaker::Cluster").values()
+    assert cluster["Properties"]["NodeProvisioningMode"] == "Continuous"
+    stack = cdk.Stack(cdk.App(), "S")
+    with pytest.raises(ValueError, match="node_provisioning_mode 'Standard' not allowed; allowed: Continuous or None"):
+        HyperPodCluster(
+            stack, "HP", cluster_name="c", eks_cluster_arn="arn", eks_cluster_name="e", subnet_ids=["s"],
+            security_group_ids=["sg"], vpc_id="vpc-1", instance_groups=[group()],
+            lifecycle_bucket_arn="arn:aws:s3:::b", lifecycle_key_prefix="lifecycle/",
+            node_provisioning_mode="Standard",  # type: ignore[arg-type]
+        )
+
+
+def _cfn_schema(type_name: str) -> dict:
+    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
+
+    return PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-west-2", type_name).schema
+
+
+def test_hyperpod_limits_are_the_cloudformation_schemas() -> None:
+    """The limits in platform_config/hyperpod_rules.py are those of the AWS::SageMaker::Cluster schema
+    that cfn-lint ships (docs/sources.md §10); a cfn-lint bump that changes one fails here."""
+    from importlib.metadata import version
+
+    from platform_config import hyperpod_rules as rules
+
+    schema = _cfn_schema("AWS::SageMaker::Cluster")
+    d, props = schema["definitions"], schema["definitions"]["ClusterInstanceGroup"]["properties"]
+    assert version("cfn-lint") == "1.58.0"  # the version docs/sources.md §10 cites
+    assert d["ClusterInstanceGroupsList"]["maxItems"] == rules.INSTANCE_GROUPS_MAX
+    assert props["InstanceCount"]["maximum"] == props["MinInstanceCount"]["maximum"] == rules.INSTANCE_COUNT_MAX
+    ebs = d["ClusterEbsVolumeConfig"]["properties"]["VolumeSizeInGB"]
+    assert (ebs["minimum"], ebs["maximum"]) == (rules.EBS_VOLUME_SIZE_GB_MIN, rules.EBS_VOLUME_SIZE_GB_MAX)
+    assert tuple(d["DeepHealthCheckType"]["enum"]) == rules.DEEP_HEALTH_CHECKS
+    lifecycle = d["ClusterLifeCycleConfig"]["properties"]
+    assert lifecycle["OnCreate"]["maxLength"] == rules.ON_CREATE_MAX
+    assert lifecycle["SourceS3Uri"]["maxLength"] == rules.SOURCE_S3_URI_MAX
+    plan = props["TrainingPlanArn"]
+    assert (plan["pattern"], plan["minLength"], plan["maxLength"]) == (
+        rules.TRAINING_PLAN_ARN_PATTERN, rules.TRAINING_PLAN_ARN_MIN, rules.TRAINING_PLAN_ARN_MAX)
+    assert tuple(schema["properties"]["NodeProvisioningMode"]["enum"]) == rules.NODE_PROVISIONING_MODES
+    taint = d["ClusterKubernetesTaint"]["properties"]
+    assert (taint["Key"]["pattern"], taint["Key"]["maxLength"]) == (rules.KUBERNETES_KEY_PATTERN, rules.KUBERNETES_KEY_MAX)
+    assert (taint["Value"]["pattern"], taint["Value"]["maxLength"]) == (
+        rules.KUBERNETES_VALUE_PATTERN, rules.KUBERNETES_VALUE_MAX)
+    assert d["ClusterKubernetesTaints"]["maxItems"] == rules.TAINTS_MAX
 
 
 def test_hyperpod_cluster_rejects_duplicate_group_names() -> None:

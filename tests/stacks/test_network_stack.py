@@ -22,20 +22,82 @@ def test_subnets_are_in_the_configured_zones_only(templates, project) -> None:
     assert zones == sorted(list(project.platform.availability_zones) * 2)
 
 
-def test_private_subnets_carry_the_load_balancer_tags(templates) -> None:
-    private = [s for s in subnets(templates[NETWORK]).values() if tags(s)["aws-cdk:subnet-type"] == "Private"]
-    assert len(private) == 2
-    for subnet in private:
-        assert tags(subnet)["kubernetes.io/role/elb"] == "1"  # required by the inference operator's ALB
+def subnets_of(template: Template, kind: str) -> list[dict]:
+    found = [s for s in subnets(template).values() if tags(s)["aws-cdk:subnet-type"] == kind]
+    assert len(found) == 2
+    return found
+
+
+def test_internal_scheme_tags_private_subnets_for_internal_load_balancers_only(templates, project) -> None:
+    """The default scheme: the operator's load balancers can only be internal, in private subnets."""
+    assert project.platform.inference_operator.load_balancer_scheme == "internal"
+    for subnet in subnets_of(templates[NETWORK], "Private"):
         assert tags(subnet)["kubernetes.io/role/internal-elb"] == "1"
-
-
-def test_public_subnets_are_not_offered_to_load_balancers(templates) -> None:
-    public = [s for s in subnets(templates[NETWORK]).values() if tags(s)["aws-cdk:subnet-type"] == "Public"]
-    assert len(public) == 2
-    for subnet in public:
+        # An internet-facing load balancer here would have no route from the internet.
         assert "kubernetes.io/role/elb" not in tags(subnet)
+
+
+def test_internal_scheme_offers_no_subnet_to_internet_facing_load_balancers(templates) -> None:
+    """aws_eks_v2 tags public subnets kubernetes.io/role/elb; the network stack's removal wins."""
+    for subnet in subnets_of(templates[NETWORK], "Public"):
+        assert not {"kubernetes.io/role/elb", "kubernetes.io/role/internal-elb"} & set(tags(subnet))
         assert subnet["Properties"]["MapPublicIpOnLaunch"] is False
+
+
+@pytest.fixture(scope="module")
+def internet_facing_network(project, tmp_path_factory) -> Template:
+    """The network stack alone, for ``inference_operator.load_balancer_scheme: internet-facing``."""
+    import aws_cdk as cdk
+
+    import stacks
+    from stacks.network_stack import NetworkStack
+
+    operator = project.platform.inference_operator.model_copy(update={"load_balancer_scheme": "internet-facing"})
+    platform = project.platform.model_copy(update={"inference_operator": operator})
+    app = stacks.new_app(outdir=str(tmp_path_factory.mktemp("internet-facing")))
+    stack = NetworkStack(app, "internet-facing-network", platform=platform,
+                         env=cdk.Environment(account=platform.account, region=platform.region))
+    return Template.from_stack(stack)
+
+
+def test_internet_facing_scheme_tags_the_public_subnets(internet_facing_network) -> None:
+    for subnet in subnets_of(internet_facing_network, "Public"):
+        assert tags(subnet)["kubernetes.io/role/elb"] == "1"
+        assert "kubernetes.io/role/internal-elb" not in tags(subnet)
+    for subnet in subnets_of(internet_facing_network, "Private"):
+        assert tags(subnet)["kubernetes.io/role/internal-elb"] == "1"
+        assert "kubernetes.io/role/elb" not in tags(subnet)
+
+
+def test_subnet_tags_per_scheme() -> None:
+    from stacks.network_stack import load_balancer_subnet_tags
+
+    assert load_balancer_subnet_tags("internal") == {
+        "private": {"kubernetes.io/role/internal-elb": True, "kubernetes.io/role/elb": False},
+        "public": {"kubernetes.io/role/elb": False, "kubernetes.io/role/internal-elb": False}}
+    assert load_balancer_subnet_tags("internet-facing")["public"]["kubernetes.io/role/elb"] is True
+    with pytest.raises(ValueError, match="allowed: internal, internet-facing"):
+        load_balancer_subnet_tags("public")
+
+
+def test_internet_facing_needs_a_created_vpc(tmp_path) -> None:
+    """An existing VPC's public subnets are not the platform's to tag: refused with the field named."""
+    from platform_config import ConfigError, load_project
+    from tests.example_config import copy_example_config, edit_yaml
+
+    def existing_and_public(data):
+        data["network"] = {"mode": "existing", "vpc_id": "vpc-0123456789abcdef0", "vpc_cidr": "10.0.0.0/16",
+                           "private_subnet_ids": {"us-west-2a": "subnet-0aaaaaaaaaaaaaaa1",
+                                                  "us-west-2b": "subnet-0bbbbbbbbbbbbbbb2"}}
+        data["inference_operator"]["load_balancer_scheme"] = "internet-facing"
+
+    config = copy_example_config(tmp_path / "config")
+    edit_yaml(config / "platform.yaml", existing_and_public)
+    with pytest.raises(ConfigError) as info:
+        load_project(config)
+    (problem,) = info.value.problems
+    assert problem.file.endswith("platform.yaml")
+    assert "load_balancer_scheme 'internet-facing' needs public subnets" in problem.message
 
 
 def test_vpc_cidr_and_nat_count_come_from_config(templates, project) -> None:

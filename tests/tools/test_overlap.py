@@ -11,6 +11,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from tests.tools.script_loader import load_script
+from kv_tools import cli
 from kv_tools.overlap import (
     COMPLETION,
     NO_SYSTEM,
@@ -184,10 +185,121 @@ def test_cli_json_and_exit_codes(tokenizer_path: Path, tmp_path: Path, capsys) -
     text = capsys.readouterr().out
     assert "below the ~90% adoption threshold" in text and "system prompt" in text
     assert overlap.main([str(tmp_path / "missing.jsonl")]) == 2
-    assert overlap.main([str(log), "--tokenizer", str(tmp_path / "nope.json")]) == 2
+    assert f"no such file: {tmp_path / 'missing.jsonl'}" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # argparse: exit 2, naming the flag and the path
+        overlap.main([str(log), "--tokenizer", str(tmp_path / "nope.json")])
+    assert exc.value.code == 2
+    assert f"argument --tokenizer: no such file: {tmp_path / 'nope.json'}" in capsys.readouterr().err
 
 
 def test_analyse_file_reads_plain_files(tmp_path: Path, tok: HFTokenizer) -> None:
     log = tmp_path / "r.jsonl"
     log.write_text("\n".join(json.dumps({"prompt": words(0, 512)}) for _ in range(2)) + "\n")
     assert analyse_file(log, tokenizer=tok).served_tokens == 512
+
+
+@pytest.mark.parametrize("given, share", [("0.4", 0.4), ("40%", 0.4), ("42.5%", 0.425), (" 35 % ", 0.35),
+                                          ("1", 1.0), ("0", 0.0), ("100%", 1.0)])
+def test_threshold_is_a_fraction_or_an_explicit_percentage(given: str, share: float) -> None:
+    assert cli.parse_fraction(given) == pytest.approx(share)
+
+
+@pytest.mark.parametrize("given, message", [
+    ("40", "40 is not a fraction within 0..1; for 40% write 0.4 or 40%"),
+    ("1.5", "for 1.5% write 0.015 or 1.5%"),
+    ("140%", "140% is outside 0..1"),
+    ("-0.1", "-0.1 is outside 0..1"),
+    ("forty", "'forty' is not a share"),
+])
+def test_threshold_anything_else_is_refused_with_the_flag(given: str, message: str, tmp_path: Path,
+                                                           capsys) -> None:
+    """``--threshold 40`` used to be accepted and reported as "below the ~4000% threshold"."""
+    log = tmp_path / "r.jsonl"
+    log.write_text(json.dumps({"prompt": "x"}) + "\n")
+    with pytest.raises(SystemExit) as exc:
+        load_script("overlap").main([str(log), "--threshold", given])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --threshold:" in err and message in err
+
+
+def test_threshold_as_percentage_on_the_command_line(tokenizer_path: Path, tmp_path: Path, capsys) -> None:
+    log = tmp_path / "r.jsonl"
+    log.write_text("\n".join(chat(words(0, 512), words(1000 + 100 * i, 100)) for i in range(4)) + "\n")
+    overlap = load_script("overlap")
+    assert overlap.main([str(log), "--tokenizer", str(tokenizer_path), "--threshold", "62%"]) == 1
+    assert "61.9% is below the ~62% adoption threshold" in capsys.readouterr().out
+    assert overlap.main([str(log), "--tokenizer", str(tokenizer_path), "--threshold", "61.5%", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["threshold"] == 0.615
+
+
+def test_analyse_refuses_a_percentage_as_threshold() -> None:
+    with pytest.raises(ValueError, match="outside 0..1; it is a share"):
+        analyse([], threshold=40)
+
+
+@pytest.mark.parametrize("content", ["", "\n\n", "{not json\n" + json.dumps({"model": "m"}) + "\n"])
+def test_cli_empty_input_exits_2(content: str, tmp_path: Path, capsys) -> None:
+    log = tmp_path / "empty.jsonl"
+    log.write_text(content)
+    assert load_script("overlap").main([str(log)]) == cli.EXIT_ERROR
+    captured = capsys.readouterr()
+    assert f"error: no usable request in {log}" in captured.err and captured.out == ""
+
+
+def test_cli_chunk_size_zero_names_the_flag(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        load_script("overlap").main([str(tmp_path / "r.jsonl"), "--chunk-size", "0"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --chunk-size: must be >= 1 (got 0)" in err and "chunk_tokens" not in err
+
+
+def test_shared_prefix_distribution(tok: HFTokenizer) -> None:
+    log = [chat(words(0, 512), words(1000 + 100 * i, 100)) for i in range(4)]  # 620 tokens each
+    report = analyse(log, tokenizer=tok)
+    assert dict(report.shared_lengths) == {0: 1, 512: 3}
+    assert dict(report.shared_percent) == {0: 1, 512 * 100 // 620: 3}  # 82%
+
+
+def test_cli_plot_draws_the_distribution_against_the_threshold(tokenizer_path: Path, tok: HFTokenizer,
+                                                                tmp_path: Path) -> None:
+    from matplotlib.container import BarContainer
+
+    from kv_tools.plots import overlap_figure
+
+    log = tmp_path / "r.jsonl"
+    log.write_text("\n".join(chat(words(0, 512), words(1000 + 100 * i, 100)) for i in range(4)) + "\n")
+    svg = tmp_path / "overlap.svg"
+    assert load_script("overlap").main([str(log), "--tokenizer", str(tokenizer_path), "--plot", str(svg)]) == 0
+    text = svg.read_text()
+    assert text.lstrip().startswith("<?xml") and "<svg" in text
+
+    report = analyse_file(log, tokenizer=tok)
+    share_ax, length_ax = overlap_figure(report).axes
+    assert share_ax.get_xlabel() == "shared prefix (% of the request's prompt tokens)"
+    assert length_ax.get_xlabel() == "shared prefix length (tokens)"
+    assert share_ax.get_ylabel() == length_ax.get_ylabel() == "requests"
+    lines = {line.get_label(): line.get_xdata()[0] for line in share_ax.get_lines()}
+    assert lines == {"adoption threshold 40%": 40.0, "overall share 61.9%": pytest.approx(61.94, abs=0.01)}
+
+    def bars(ax, centre: bool):  # bin left edge (or bar centre) -> requests, for the non-empty bars
+        (container,) = [c for c in ax.containers if isinstance(c, BarContainer)]
+        return {p.get_x() + (p.get_width() / 2 if centre else 0): p.get_height()
+                for p in container.patches if p.get_height()}
+
+    assert bars(share_ax, centre=False) == {0.0: 1, 80.0: 3}  # one request served nothing, three 82%
+    assert bars(length_ax, centre=True) == {0.0: 1, 512.0: 3}
+
+
+def test_cli_progress_bar_on_request(tmp_path: Path, capsys) -> None:
+    log = tmp_path / "r.jsonl.gz"
+    with gzip.open(log, "wt", encoding="utf-8") as fh:
+        fh.write("\n".join(json.dumps({"prompt": words(0, 300)}) for _ in range(50)) + "\n")
+    overlap = load_script("overlap")
+    assert overlap.main([str(log), "--progress", "--json"]) == 0
+    err = capsys.readouterr().err
+    # Measured in bytes of the file on disk (compressed bytes for .gz), so it reaches 100% exactly.
+    assert "overlap: 100%" in err and "B/s" in err
+    assert overlap.main([str(log), "--json"]) == 0  # not a terminal: no bar
+    assert capsys.readouterr().err == ""

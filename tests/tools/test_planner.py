@@ -10,6 +10,8 @@ import pytest
 
 from tests.tools.script_loader import load_script
 from kv_tools.model_specs import MODELS, count_params, load_hf_config, lookup_model, normalize_model_name
+from kv_tools import cli
+from kv_tools.gpu_memory import GPU_MEMORY, usable_gpu_memory_gib
 from kv_tools.planner import (
     DEFAULT_CALIBRATION,
     PlanInputs,
@@ -22,12 +24,14 @@ from kv_tools.planner import (
     timing,
 )
 from kv_tools.prices import load_prices
-from platform_config import ConfigError, get_instance_type, load_project
+from platform_config import INSTANCE_TYPES, ConfigError, get_instance_type, load_project
 from tests.example_config import FIXTURE_CONFIG
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = load_project(FIXTURE_CONFIG)
-PRICES = load_prices()
+#: The scenario's price table (a fork edits config/prices.yaml; these tests must not move with it).
+FIXTURE_PRICES = FIXTURE_CONFIG / "prices.yaml"
+PRICES = load_prices(FIXTURE_PRICES)
 QWEN7 = lookup_model("Qwen2-7B")
 L40S = get_instance_type("ml.g6e.12xlarge")
 P5 = get_instance_type("ml.p5.48xlarge")
@@ -160,8 +164,9 @@ def test_hf_config_rejects_moe_and_missing_fields(tmp_path: Path) -> None:
 def test_l0_l1_l2_capacities() -> None:
     p = plan(PlanInputs(model=QWEN7, instance_type="ml.g6e.12xlarge", replicas=2, l2_nodes=2,
                         l2_node_capacity_gib=2000))
-    # L0: 48 GiB x 0.90 - 14.185 GiB weights - 2 GiB reserve = 27.015 GiB per GPU.
-    assert p.fit.kv_free_per_gpu_gib == pytest.approx(48 * 0.9 - 14.185 - 2.0, abs=0.001)
+    # L0: the 44.53 GiB CUDA reports for an L40S (not its marketed 48 GB) x 0.90
+    # - 14.185 GiB weights - 2 GiB reserve = 23.89 GiB per GPU.
+    assert p.fit.kv_free_per_gpu_gib == pytest.approx(44.53 * 0.9 - 14.185 - 2.0, abs=0.001)
     assert p.fit.l0_tokens_per_replica == int(p.fit.kv_free_per_gpu_gib * 2**30 // 57_344)
     assert p.l1_gib_per_node == pytest.approx(384 * 0.20)
     assert p.to_dict()["l2"]["gib"] == 4000.0
@@ -232,8 +237,9 @@ def test_recommendation_prefers_g6e_with_l2_over_p5_for_the_rag_line() -> None:
     inputs = inputs_from_line(PROJECT.business_line("rag-assistant"), PROJECT.platform)
     rec = recommend(inputs, ["ml.g6e.12xlarge", "ml.p5.48xlarge"], prices=PRICES)
     assert (rec.instance_type, rec.tp, rec.use_l2) == ("ml.g6e.12xlarge", 1, True)
-    assert "$13.12/endpoint-hour" in rec.reason and "ml.p5.48xlarge" in rec.reason
-    assert "5.2x the cost" in rec.reason
+    assert "$13.12/endpoint-hour" in rec.reason
+    p5 = next(o for o in rec.options if o.instance.name == "ml.p5.48xlarge")
+    assert rec.cost_ratio(p5) == pytest.approx(68.80 / 13.12) and rec.to_dict()["options"][1]["cost_ratio"] == 5.24
 
 
 def test_recommendation_honours_a_ttft_target() -> None:
@@ -257,7 +263,8 @@ def test_vllm_args_are_parsed() -> None:
 
 def test_cli_json_has_the_documented_keys(capsys) -> None:
     rc = load_script("plan").main(["--model", "Qwen2-7B", "--instance-type", "ml.g6e.12xlarge",
-                                   "--tokens", "1925", "--l2-read-gibps", "1.84", "--json"])
+                                   "--tokens", "1925", "--l2-read-gibps", "1.84", "--json",
+                                   "--prices", str(FIXTURE_PRICES)])
     out = json.loads(capsys.readouterr().out)
     assert rc == 0
     assert out["weights_gib"] == pytest.approx(14.185, abs=0.001)
@@ -269,12 +276,17 @@ def test_cli_json_has_the_documented_keys(capsys) -> None:
 
 def test_cli_business_line_report(capsys) -> None:
     rc = load_script("plan").main(["--business-line", str(FIXTURE_CONFIG / "business-lines/rag-assistant.yaml"),
-                                   "--config", str(FIXTURE_CONFIG)])
+                                   "--config", str(FIXTURE_CONFIG), "--prices", str(FIXTURE_PRICES)])
     out = capsys.readouterr().out
     assert rc == 0
     assert "Qwen2-7B (bfloat16) on ml.g6e.12xlarge" in out
     assert "KV per token  57,344 B" in out and "cold / warm       2.70 x" in out
     assert "recommendation: ml.g6e.12xlarge TP 1 with L2" in out
+    # The recommendation is a table, not one long line: a row per candidate, * on the choice.
+    rows = out[out.index("recommendation:"):out.index("warning:")].splitlines()
+    assert max(len(r) for r in rows) <= 100
+    assert any(r.startswith("* ml.g6e.12xlarge") and r.split()[-2:] == ["13.12", "1.0x"] for r in rows)
+    assert any(r.startswith("  ml.p5.48xlarge") and r.split()[-2:] == ["68.80", "5.2x"] for r in rows)
 
 
 def test_cli_calibration_overrides(capsys) -> None:
@@ -286,8 +298,10 @@ def test_cli_calibration_overrides(capsys) -> None:
     assert out["cold_ttft_ms"] == pytest.approx(387.0, abs=0.5)
     assert out["warm_ttft_ms"] == pytest.approx(172.6, abs=0.1)
     assert out["calibration"]["l2_overhead_ms"] == 100.0
-    assert plan_cli.main(["--model", "Qwen2-7B", "--instance-type", "ml.g6e.12xlarge",
-                          "--prefill-efficiency", "2"]) == 2
+    with pytest.raises(SystemExit) as exc:
+        plan_cli.main(["--model", "Qwen2-7B", "--instance-type", "ml.g6e.12xlarge", "--prefill-efficiency", "2"])
+    assert exc.value.code == 2
+    assert "argument --prefill-efficiency:" in capsys.readouterr().err
 
 
 def test_cli_exit_codes(capsys, tmp_path: Path) -> None:
@@ -318,3 +332,122 @@ def test_l1_from_the_lines_lmcache_buffer(capsys) -> None:
                                    "--config", str(FIXTURE_CONFIG), "--json"])
     l1 = json.loads(capsys.readouterr().out)["l1"] if rc == 0 else None
     assert l1 is not None and l1["gib_per_replica"] == 16 and l1["gib_per_node"] == 32.0
+
+
+# --- usable GPU memory, report title, warnings, plot (issue 10 item 14, issue 11 item 5) -------------
+
+def test_every_gpu_has_a_sourced_usable_memory_below_its_marketed_size() -> None:
+    for gpu in {t.gpu_model for t in INSTANCE_TYPES.values()}:
+        mem = GPU_MEMORY[gpu]
+        assert mem.cuda_total_gib < mem.datasheet_gb, gpu  # even read as GiB, the datasheet figure is not usable
+        assert "vllm-project/vllm#" in mem.source and "datasheet" in mem.source
+    # An L40S sold as 48 GB exposes about 44.5 GiB to CUDA (and 46,068 MiB to nvidia-smi).
+    assert usable_gpu_memory_gib("NVIDIA L40S") == 44.53 and GPU_MEMORY["NVIDIA L40S"].nvidia_smi_mib == 46068
+    with pytest.raises(KeyError, match="kv_tools/gpu_memory.py"):
+        usable_gpu_memory_gib("NVIDIA B200")
+
+
+def test_fit_budget_is_the_usable_memory_not_the_marketed_one() -> None:
+    """Llama-3.1-8B with a 120k context fits 48 GiB x 0.9 but not the 44.53 GiB an L40S has."""
+    llama8 = lookup_model("Llama-3.1-8B")
+    p = plan(PlanInputs(model=llama8, instance_type="ml.g6e.xlarge", max_model_len=120_000))
+    # weights 14.96 GiB; KV 131,072 B/token -> 120k tokens = 14.65 GiB; 40.08 - 14.96 - 2 = 23.1 GiB left: fits.
+    assert p.fit.fits
+    tight = plan(PlanInputs(model=llama8, instance_type="ml.g6e.xlarge", max_model_len=190_000))
+    # 23.1 GiB holds 189,600 tokens: one 190k sequence does not fit (with 48 GiB it would: 26.3 GiB).
+    assert not tight.fit.fits and "below one 190,000-token sequence" in tight.fit.reason
+    assert plan(PlanInputs(model=lookup_model("Qwen2.5-32B"), instance_type="ml.g6e.xlarge")).fit.reason.endswith(
+        "exceed 90% of 44.53 GiB usable (NVIDIA L40S)")
+
+
+def test_report_title_names_the_model_not_the_hf_config_folder(tmp_path: Path, capsys) -> None:
+    snapshot = tmp_path / "4e20de362430cd3b72f300e6b0f18e50e7166e08"
+    snapshot.mkdir()
+    (snapshot / "config.json").write_text(json.dumps(_llama8b_config()))
+    plan_cli = load_script("plan")
+    assert plan_cli.main(["--hf-config", str(snapshot), "--instance-type", "ml.g6e.xlarge"]) == 0
+    title = capsys.readouterr().out.splitlines()[0]
+    assert title.startswith("Llama-3.1-8B architecture (bfloat16) on ml.g6e.xlarge") and "4e20de" not in title
+    hub = tmp_path / "hub" / "models--meta-llama--Llama-3.1-8B-Instruct" / "snapshots" / "abc123"
+    hub.mkdir(parents=True)
+    (hub / "config.json").write_text(json.dumps(_llama8b_config()))
+    assert load_hf_config(hub).name == "meta-llama/Llama-3.1-8B-Instruct"
+    assert load_hf_config(hub, name="our-llama").name == "our-llama"
+    other = tmp_path / "mistral"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({**_llama8b_config(), "architectures": ["MistralForCausalLM"],
+                                                   "vocab_size": 32768}))
+    assert load_hf_config(other).name == "MistralForCausalLM, 7.25B params"
+
+
+def test_missing_hf_config_names_its_path(tmp_path: Path, capsys) -> None:
+    with pytest.raises(FileNotFoundError, match=str(tmp_path / "config.json")):
+        load_hf_config(tmp_path)
+    with pytest.raises(SystemExit):
+        load_script("plan").main(["--hf-config", str(tmp_path / "nope.json"), "--instance-type", "ml.g6e.xlarge"])
+    assert f"argument --hf-config: no such file or directory: {tmp_path / 'nope.json'}" in capsys.readouterr().err
+
+
+def test_the_recommended_types_unchecked_price_is_warned(tmp_path: Path, capsys) -> None:
+    """Planning a P5 whose price is checked used to hide that the recommended G6e's is not."""
+    table = tmp_path / "prices.yaml"
+    table.write_text("regions:\n  us-west-2:\n"
+                     "    ml.p5.48xlarge: {usd_per_hour: 68.8, as_of: 2026-11-29, source: 'https://example.com/p5', "
+                     "checked: true}\n"
+                     "    ml.g6e.12xlarge: {usd_per_hour: 13.12, as_of: 2026-11-29, source: 'https://example.com/g6e'}\n")
+    rc = load_script("plan").main(["--model", "Qwen2-7B", "--instance-type", "ml.p5.48xlarge", "--prices", str(table),
+                                   "--candidates", "ml.g6e.12xlarge,ml.p5.48xlarge"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "recommendation: ml.g6e.12xlarge" in out
+    warnings = [line for line in out.splitlines() if line.startswith("warning: price")]
+    assert warnings == ["warning: price of ml.g6e.12xlarge (13.12 USD/h, as of 2026-11-29) is unchecked; verify at "
+                        "https://example.com/g6e"]
+    rec = recommend(PlanInputs(model=QWEN7, instance_type="ml.p5.48xlarge"), ["ml.g6e.12xlarge", "ml.p5.48xlarge"],
+                    prices=load_prices(table))
+    assert rec.to_dict()["warnings"] == [warnings[0].removeprefix("warning: ")]
+
+
+def test_cli_chunk_size_zero_names_the_flag(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        load_script("plan").main(["--model", "Qwen2-7B", "--instance-type", "ml.g6e.xlarge", "--chunk-size", "0"])
+    assert exc.value.code == cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "argument --chunk-size: must be >= 1 (got 0)" in err and "chunk_tokens" not in err
+
+
+def test_plot_cold_vs_warm_ttft_with_the_break_even(tmp_path: Path, capsys) -> None:
+    from kv_tools.plots import plan_figure
+
+    png = tmp_path / "ttft.png"
+    assert load_script("plan").main(["--model", "Qwen2-7B", "--instance-type", "ml.g6e.12xlarge",
+                                     "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    p = plan(PlanInputs(model=QWEN7, instance_type="ml.g6e.12xlarge"))
+    ax = plan_figure(p).axes[0]
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("prompt length (tokens)", "TTFT (ms)")
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {"cold TTFT (prefill)", "warm TTFT (L2 hit, 100% of the prompt)",
+                          "break-even 783 tokens", "planned prompt 2,500 tokens"}
+    assert lines["break-even 783 tokens"].get_xdata()[0] == pytest.approx(p.timing.break_even_tokens)
+    cold, warm = lines["cold TTFT (prefill)"], lines["warm TTFT (L2 hit, 100% of the prompt)"]
+    # Default range: 1 token to twice the prompt; the curves cross at the break-even.
+    xs = list(cold.get_xdata())
+    assert xs[0] == 1 and xs[-1] == 5000 and len(xs) == 64
+    below = [k for k, x in enumerate(xs) if x < p.timing.break_even_tokens]
+    above = [k for k, x in enumerate(xs) if x > p.timing.break_even_tokens]
+    assert all(cold.get_ydata()[k] < warm.get_ydata()[k] for k in below)
+    assert all(cold.get_ydata()[k] > warm.get_ydata()[k] for k in above)
+
+    # The series are the planner's own figures: through the reference run's calibration point.
+    explicit = {line.get_label(): line for line in plan_figure(p, lengths=[500, 1000, 2500]).axes[0].get_lines()}
+    expected = [timing(QWEN7, L40S, 1, "bfloat16", tokens=n).cold_ttft_ms for n in (500, 1000)] + [774.0]
+    assert list(explicit["cold TTFT (prefill)"].get_ydata()) == pytest.approx(expected, abs=0.01)
+    assert explicit["warm TTFT (L2 hit, 100% of the prompt)"].get_ydata()[-1] == pytest.approx(287.0, abs=0.01)
+
+
+def test_plot_file_extension_is_checked(tmp_path: Path, capsys) -> None:
+    rc = load_script("plan").main(["--model", "Qwen2-7B", "--instance-type", "ml.g6e.12xlarge",
+                                   "--plot", str(tmp_path / "ttft.gif")])
+    assert rc == cli.EXIT_ERROR
+    assert "'.gif' not supported; allowed: .png, .svg, .pdf" in capsys.readouterr().err
+    assert not (tmp_path / "ttft.gif").exists()

@@ -7,15 +7,21 @@ from typing import Any
 
 import pytest
 
+import json
+
 from kv_tools.preflight import (
     CheckResult,
+    check_addon_configuration,
     check_addon_versions,
     check_bootstrap,
+    check_cluster_version,
     check_zones,
+    keys_missing_from_schema,
     pinned_addons,
     run_preflight,
     version_key,
 )
+from platform_config.addon_configuration import INFERENCE_ADDON, configured_addons
 from platform_config import load_platform
 from tests.example_config import FIXTURE_CONFIG
 
@@ -74,11 +80,127 @@ def test_bootstrap_status(status: str, ok: bool) -> None:
     assert check_bootstrap(None).ok is False
 
 
+# --- Add-on configuration schemas (eks:DescribeAddonConfiguration) --------------------------------
+# Responses in the shape the EKS API returns them (configurationSchema is a JSON Schema *string*).
+# Written for these tests, not recorded from AWS: no AWS account is reachable here. The inference
+# schema declares the keys of the add-on guide and helm_to_addon.sh (docs/sources.md §1) and of
+# v2's gateway (§11); the ALB part holds the controller chart's ingressClassParams, and the tests
+# below take it away to show what preflight reports.
+
+def _schema_response(name: str, version: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"addonName": name, "addonVersion": version, "configurationSchema": json.dumps(schema),
+            "podIdentityConfiguration": []}
+
+
+def _inference_schema(*, ingress_class_params: bool = True, gateway: bool = True) -> dict[str, Any]:
+    role = {"type": "string", "pattern": "^arn:aws[a-z-]*:iam::[0-9]{12}:role/.+$"}
+    alb = {"type": "object", "additionalProperties": False, "properties": {
+        "enabled": {"type": "boolean"},
+        "serviceAccount": {"$ref": "#/definitions/serviceAccount"}}}
+    if ingress_class_params:
+        alb["properties"]["ingressClassParams"] = {"type": "object", "properties": {
+            "create": {"type": "boolean"},
+            "spec": {"type": "object", "properties": {"scheme": {"enum": ["internal", "internet-facing"]}}}}}
+    properties: dict[str, Any] = {
+        "executionRoleArn": role, "tlsCertificateS3Bucket": {"type": "string"},
+        "hyperpodClusterArn": {"type": "string"}, "jumpstartGatedModelDownloadRoleArn": role,
+        "alb": alb,
+        "keda": {"type": "object", "additionalProperties": False, "properties": {
+            "enabled": {"type": "boolean"},
+            "auth": {"type": "object", "properties": {"aws": {"type": "object", "properties": {"irsa": {
+                "type": "object", "properties": {"enabled": {"type": "boolean"}, "roleArn": role}}}}}}}},
+        "tolerations": {"type": "array"},
+        "podAnnotations": {"type": "object"},  # a free-form map
+    }
+    if gateway:
+        properties["inferenceGateway"] = {"type": "object", "additionalProperties": False, "properties": {
+            "enabled": {"type": "boolean"}, "serviceAccount": {"$ref": "#/definitions/serviceAccount"}}}
+    return {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+            "additionalProperties": False, "properties": properties,
+            "definitions": {"serviceAccount": {"type": "object", "additionalProperties": False, "properties": {
+                "create": {"type": "boolean"}, "roleArn": role}}}}
+
+
+VPC_CNI_SCHEMA = {"type": "object", "additionalProperties": False, "properties": {
+    "enableNetworkPolicy": {"type": "string", "enum": ["true", "false"]},
+    "env": {"type": "object", "patternProperties": {"^[A-Z_]+$": {"type": "string"}}}}}
+
+
+def schema_responses(platform=PLATFORM, **inference: bool) -> dict[str, dict[str, Any]]:
+    pinned = pinned_addons(platform)
+    return {"vpc-cni": _schema_response("vpc-cni", pinned["vpc-cni"], VPC_CNI_SCHEMA),
+            INFERENCE_ADDON: _schema_response(INFERENCE_ADDON, pinned[INFERENCE_ADDON], _inference_schema(**inference))}
+
+
+def test_configured_addons_are_the_ones_the_stacks_configure() -> None:
+    assert set(configured_addons(PLATFORM)) == {"vpc-cni", INFERENCE_ADDON}
+    assert configured_addons(PLATFORM)["vpc-cni"] == {"enableNetworkPolicy": "true"}
+
+
+def test_every_key_we_set_is_in_the_schema() -> None:
+    for name, response in schema_responses().items():
+        result = check_addon_configuration(name, pinned_addons(PLATFORM)[name], configured_addons(PLATFORM)[name], response)
+        assert result.ok, result
+
+
+def test_keys_the_schema_lacks_are_reported_by_path() -> None:
+    response = schema_responses(ingress_class_params=False)[INFERENCE_ADDON]
+    result = check_addon_configuration(INFERENCE_ADDON, "v2.0.0-eksbuild.2", configured_addons(PLATFORM)[INFERENCE_ADDON],
+                                       response)
+    assert result == CheckResult("add-on amazon-sagemaker-hyperpod-inference configuration", False,
+                                 "v2.0.0-eksbuild.2 schema lacks alb.ingressClassParams")
+    # An add-on version from before the gateway: the explicit "off" is a key it does not know.
+    response = schema_responses(gateway=False)[INFERENCE_ADDON]
+    assert check_addon_configuration(INFERENCE_ADDON, "v1.0.0-eksbuild.1", configured_addons(PLATFORM)[INFERENCE_ADDON],
+                                     response).detail == "v1.0.0-eksbuild.1 schema lacks inferenceGateway"
+
+
+def test_schema_walk_follows_refs_patterns_and_free_form_maps() -> None:
+    schema = _inference_schema()
+    assert keys_missing_from_schema(schema, {"alb": {"serviceAccount": {"roleArn": "x", "name": "y"}}}) == [
+        "alb.serviceAccount.name"]  # through $ref, closed
+    assert keys_missing_from_schema(schema, {"podAnnotations": {"any/key": "v"}}) == []  # free-form map
+    assert keys_missing_from_schema(VPC_CNI_SCHEMA, {"env": {"WARM_IP_TARGET": "5", "lower": "x"}}) == ["env.lower"]
+    assert keys_missing_from_schema({"anyOf": [{"properties": {"a": {}}}, {"properties": {"b": {}}}]},
+                                    {"a": 1, "b": 2, "c": 3}) == ["c"]
+    assert keys_missing_from_schema({"type": "object", "additionalProperties": {"type": "string"}}, {"k": "v"}) == []
+
+
+def test_an_addon_without_a_schema_accepts_no_configuration() -> None:
+    result = check_addon_configuration("vpc-cni", "v1.20.4-eksbuild.2", {"enableNetworkPolicy": "true"},
+                                       {"addonName": "vpc-cni", "addonVersion": "v1.20.4-eksbuild.2",
+                                        "configurationSchema": ""})
+    assert not result.ok and "publishes no configuration schema" in result.detail
+
+
+# --- Cluster version (eks:DescribeCluster) -------------------------------------------------------
+
+
+def test_cluster_version_before_and_after_the_first_deploy() -> None:
+    assert check_cluster_version(PLATFORM, None).ok
+    assert check_cluster_version(PLATFORM, {"cluster": {"name": "kvcache-eks", "version": "1.33"}}) == CheckResult(
+        "cluster version", True, "kvcache-eks runs 1.33 (supported: 1.28, 1.29, 1.30, 1.31, 1.32, 1.33)")
+
+
+def test_cluster_on_a_version_hyperpod_does_not_support_fails() -> None:
+    result = check_cluster_version(PLATFORM, {"cluster": {"name": "kvcache-eks", "version": "1.34"}})
+    assert not result.ok
+    assert result.detail == ("runs Kubernetes 1.34, which HyperPod does not support (1.28, 1.29, 1.30, 1.31, 1.32, "
+                             "1.33); runs Kubernetes 1.34 but eks.version is 1.33")
+    # Supported, but not what the config would deploy: also a failure.
+    result = check_cluster_version(PLATFORM, {"cluster": {"name": "kvcache-eks", "version": "1.32"}})
+    assert (result.ok, result.detail) == (False, "runs Kubernetes 1.32 but eks.version is 1.33")
+
+
 class _FakeSession:
     """Answers the read-only calls run_preflight makes, like boto3 would."""
 
-    def __init__(self, region_name: str, account: str = PLATFORM.account) -> None:
+    def __init__(self, region_name: str, account: str = PLATFORM.account, cluster_version: str | None = None,
+                 schemas: dict[str, dict[str, Any]] | None = None) -> None:
         self.account = account
+        self.cluster_version = cluster_version
+        self.schemas = schema_responses() if schemas is None else schemas
+        self.calls: list[tuple[str, dict[str, Any]]] = []
 
     def client(self, service: str) -> Any:
         session = self
@@ -86,8 +208,23 @@ class _FakeSession:
         class ClientError(Exception):
             pass
 
+        class ResourceNotFoundException(ClientError):
+            pass
+
         class Client:
-            exceptions = type("Exceptions", (), {"ClientError": ClientError})
+            exceptions = type("Exceptions", (), {"ClientError": ClientError,
+                                                 "ResourceNotFoundException": ResourceNotFoundException})
+
+            def describe_addon_configuration(self, addonName: str, addonVersion: str) -> dict[str, Any]:
+                session.calls.append(("describe_addon_configuration", {"addonName": addonName,
+                                                                       "addonVersion": addonVersion}))
+                return session.schemas[addonName]
+
+            def describe_cluster(self, name: str) -> dict[str, Any]:
+                session.calls.append(("describe_cluster", {"name": name}))
+                if session.cluster_version is None:
+                    raise ResourceNotFoundException(f"No cluster found for name: {name}.")
+                return {"cluster": {"name": name, "version": session.cluster_version}}
 
             def get_caller_identity(self) -> dict[str, Any]:
                 return {"Account": session.account}
@@ -101,7 +238,7 @@ class _FakeSession:
 
                 class Paginator:
                     def paginate(self, kubernetesVersion: str, addonName: str) -> list[dict[str, Any]]:
-                        assert kubernetesVersion == "1.33"
+                        assert kubernetesVersion == PLATFORM.eks.version
                         version = pinned_addons(PLATFORM)[addonName]
                         return [{"addons": [{"addonName": addonName,
                                              "addonVersions": [{"addonVersion": version}]}]}]
@@ -120,6 +257,24 @@ def test_run_preflight_reports_every_check() -> None:
     assert all(r.ok for n, r in by_name.items() if n.startswith("add-on "))
     assert by_name["cdk bootstrap"] == CheckResult(
         "cdk bootstrap", False, "stack CDKToolkit not found; run `cdk bootstrap`")
+
+
+def test_run_preflight_reads_the_pinned_schemas_and_the_cluster_version() -> None:
+    sessions: list[_FakeSession] = []
+
+    def factory(region_name: str) -> _FakeSession:
+        sessions.append(_FakeSession(region_name, cluster_version="1.33",
+                                     schemas=schema_responses(ingress_class_params=False)))
+        return sessions[0]
+
+    by_name = {r.name: r for r in run_preflight(PLATFORM, session_factory=factory)}
+    assert by_name["add-on vpc-cni configuration"].ok
+    failed = by_name["add-on amazon-sagemaker-hyperpod-inference configuration"]
+    assert not failed.ok and failed.detail.endswith("schema lacks alb.ingressClassParams")
+    assert by_name["cluster version"].ok
+    asked = [args for call, args in sessions[0].calls if call == "describe_addon_configuration"]
+    assert {"addonName": INFERENCE_ADDON, "addonVersion": "v2.0.0-eksbuild.2"} in asked
+    assert ("describe_cluster", {"name": "kvcache-eks"}) in sessions[0].calls
 
 
 def test_run_preflight_flags_the_wrong_account() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -166,11 +167,13 @@ def cluster(synthesized: dict[str, list[dict]]) -> FakeReader:
                  "spec": {"drivers": [{"name": "ebs.csi.aws.com"}, {"name": names.CSI_DRIVER_NAME}]}} for n in NODES]
     for line in PROJECT.business_lines:
         chart = copy.deepcopy(synthesized[names.line_chart_name(line)])
-        pvc = find(chart, "PersistentVolumeClaim")
-        pvc["status"] = {"phase": "Bound"}
         deployment = operator_deployment(find(chart, "InferenceEndpointConfig"))
-        patched = jsonpatch.apply_patch(deployment, endpoint_json_patch(PLATFORM, line, deployment=deployment))
-        objects += [pvc] + pods_of(patched)
+        if line.cache.l2_enabled:  # a line without L2 has no PVC and is not patched
+            pvc = find(chart, "PersistentVolumeClaim")
+            pvc["status"] = {"phase": "Bound"}
+            objects.append(pvc)
+            deployment = jsonpatch.apply_patch(deployment, endpoint_json_patch(PLATFORM, line, deployment=deployment))
+        objects += pods_of(deployment)
     describe = {"ClusterName": PLATFORM.hyperpod.cluster_name, "ClusterStatus": "InService",
                 "TieredStorageConfig": {"Mode": "Enable", "InstanceMemoryAllocationPercentage": 20}}
     return FakeReader(describe, objects)
@@ -259,8 +262,11 @@ def test_each_breakage_fails_exactly_its_check(cluster: FakeReader, breakage: st
 def test_the_unpatched_operator_deployment_fails_url_and_mount(synthesized) -> None:
     iec = find(synthesized[names.line_chart_name(RAG)], "InferenceEndpointConfig")
     results = check_inference_pods(RAG, pods_of(operator_deployment(iec)), platform=PLATFORM)
-    assert failed(results) == ["rag-assistant: LMCACHE_REMOTE_URL", "rag-assistant: L2 mount"]
-    assert OPERATOR_URL in next(r.detail for r in results if not r.ok)
+    # Never mutated: no L2 mutation label either (issue 8: verify reports such pods).
+    assert failed(results) == ["rag-assistant: L2 mutation", "rag-assistant: LMCACHE_REMOTE_URL",
+                               "rag-assistant: L2 mount"]
+    assert OPERATOR_URL in next(r.detail for r in results if r.name.endswith("LMCACHE_REMOTE_URL"))
+    assert "delete them" in next(r.detail for r in results if r.name.endswith("L2 mutation"))
 
 
 def test_a_patch_that_only_appends_leaves_a_duplicate_url(synthesized) -> None:
@@ -268,8 +274,9 @@ def test_a_patch_that_only_appends_leaves_a_duplicate_url(synthesized) -> None:
     deployment = operator_deployment(iec)
     appended = jsonpatch.apply_patch(deployment, endpoint_json_patch(PLATFORM, RAG))  # no live Deployment given
     results = check_inference_pods(RAG, pods_of(appended), platform=PLATFORM)
-    assert failed(results) == ["rag-assistant: LMCACHE_REMOTE_URL"]
-    assert "2 entries" in next(r.detail for r in results if not r.ok)
+    # The reference-only variant does not label the pods either.
+    assert failed(results) == ["rag-assistant: L2 mutation", "rag-assistant: LMCACHE_REMOTE_URL"]
+    assert "2 entries" in next(r.detail for r in results if r.name.endswith("LMCACHE_REMOTE_URL"))
 
 
 def test_no_pods_is_a_failure(cluster: FakeReader) -> None:
@@ -336,3 +343,47 @@ def test_cli_table_json_and_exit_codes(cluster: FakeReader, capsys) -> None:
 
     assert verify_cli.main(["--config", str(FIXTURE_CONFIG)], reader_factory=unreachable) == 2
     assert verify_cli.main(["--config", str(FIXTURE_CONFIG), "--line", "nope"], reader_factory=factory) == 2
+
+
+#: The RBAC rule (verb, resource) each call of :class:`kv_tools.verify.LiveReader` needs.
+RBAC = {
+    ("get", "DaemonSet"): "get apps/daemonsets", ("list", "DaemonSet"): "list apps/daemonsets",
+    ("get", "StatefulSet"): "get apps/statefulsets", ("get", "Deployment"): "get apps/deployments",
+    ("get", "PersistentVolumeClaim"): "get persistentvolumeclaims", ("list", "Pod"): "list pods",
+    ("get", "CSIDriver"): "get storage.k8s.io/csidrivers", ("list", "CSINode"): "list storage.k8s.io/csinodes",
+    ("pod_get", None): "get pods/proxy", ("pod_post", None): "create pods/proxy", ("pod_log", None): "get pods/log",
+}
+
+
+class RecordingReader:
+    """Wraps a reader and records the AWS action or Kubernetes RBAC rule each call needs."""
+
+    def __init__(self, inner: FakeReader) -> None:
+        self.inner, self.calls = inner, set()
+
+    def describe_cluster(self, name: str) -> Any:
+        self.calls.add("sagemaker:DescribeCluster")
+        return self.inner.describe_cluster(name)
+
+    def get(self, kind: str, namespace: str | None, name: str) -> Any:
+        self.calls.add(RBAC[("get", kind)])
+        return self.inner.get(kind, namespace, name)
+
+    def list(self, kind: str, namespace: str | None = None, label_selector: str | None = None) -> Any:
+        self.calls.add(RBAC[("list", kind)])
+        return self.inner.list(kind, namespace, label_selector)
+
+    def __getattr__(self, method: str) -> Any:  # pod_get, pod_post, pod_log
+        self.calls.add(RBAC[(method, None)])
+        return getattr(self.inner, method)
+
+
+def test_verify_permissions_in_the_docs_are_the_calls_it_makes(cluster: FakeReader, monkeypatch) -> None:
+    monkeypatch.setattr("kv_tools.verify.time.sleep", lambda seconds: None)  # the probe's settle time
+    doc = (REPO / "docs" / "operator-tools.md").read_text()
+    section = doc[doc.index("### Permissions each tool needs"):]
+    (row,) = [line for line in section[:section.index("\n#")].splitlines() if line.startswith("| `scripts/verify.py`")]
+    reader = RecordingReader(cluster)
+    verify(reader, PROJECT, cross_pod=True)
+    documented = set(re.findall(r"`(sagemaker:[A-Za-z]+|(?:get|list|create) [a-z0-9./]+)`", row))
+    assert reader.calls == documented, row

@@ -1,0 +1,215 @@
+"""One command-line convention for the five operator tools (``scripts/plan.py``, ``overlap.py``,
+``bench_ttft.py``, ``verify.py``, ``preflight.py``).
+
+* **Exit codes** (:data:`EXIT_CODES`, the README's one table is generated from it and a test
+  keeps them equal): ``0`` fine, ``1`` the tool answered and the answer is "no", ``2`` bad
+  input (flags, config, files) or something unreachable (AWS, the cluster, the endpoint), so
+  the question was not answered. A script never exits 1 for an error.
+* **Errors**: one line ``error: <message>`` on stderr, no traceback (:class:`ToolError`,
+  :func:`fail`); argparse's own usage errors also exit 2 and name the flag.
+* **Broken pipes**: ``scripts/plan.py | head`` ends quietly (:func:`emit`, :func:`run`), keeping
+  the tool's exit code (the answer does not depend on who reads the output).
+* **Help**: real defaults are shown, never ``(default: None)`` (:class:`HelpFormatter`).
+* **Argument types** that name the flag in their error: :func:`positive_int`,
+  :func:`fraction`, :func:`existing_file`, ...
+* **Progress bars** (tqdm) only on a terminal and never with ``--json`` (:func:`progress_wanted`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, NoReturn, Sequence, TextIO
+
+EXIT_OK = 0
+EXIT_NO = 1
+EXIT_ERROR = 2
+
+
+@dataclass(frozen=True)
+class ExitMeaning:
+    """What exit codes 0, 1 and 2 mean for one tool (2 is always bad input or unreachable)."""
+
+    ok: str
+    no: str
+    error: str
+
+
+#: The single source of the exit-code convention, per tool (README "Operator tools" renders it).
+EXIT_CODES: dict[str, ExitMeaning] = {
+    "plan.py": ExitMeaning("the model fits", "it does not fit at the given TP / instance type",
+                           "bad input: flags, config or files"),
+    "overlap.py": ExitMeaning("the shared-prefix share is at or above the threshold", "it is below the threshold",
+                              "bad input: flags or files, or a log without one usable request"),
+    "bench_ttft.py": ExitMeaning("cold vs warm measured, warm faster, no request failed",
+                                 "warm is not faster than cold, or some requests failed",
+                                 "bad input, the endpoint unreachable, or cold vs warm not measured "
+                                 "(e.g. the warm phase never ran)"),
+    "verify.py": ExitMeaning("every check passes", "a check fails",
+                             "bad input or config, or the cluster or AWS unreachable"),
+    "preflight.py": ExitMeaning("every check passes", "a check fails", "bad input or config, or AWS unreachable"),
+}
+
+
+def exit_code_table() -> str:
+    """The README's exit-code table (Markdown), generated from :data:`EXIT_CODES`."""
+    rows = ["| tool | 0 | 1 | 2 |", "|---|---|---|---|"]
+    rows += [f"| `scripts/{tool}` | {m.ok} | {m.no} | {m.error} |" for tool, m in EXIT_CODES.items()]
+    return "\n".join(rows)
+
+
+def exit_epilog(tool: str) -> str:
+    """The ``--help`` epilog of ``tool``: its three exit codes."""
+    m = EXIT_CODES[tool]
+    return f"exit status: 0 = {m.ok}; 1 = {m.no}; 2 = {m.error}."
+
+
+class ToolError(Exception):
+    """Bad input or an unreachable service: :func:`run` prints ``error: <message>``, exits 2."""
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a flag's default only when there is one to show: never ``(default: None)`` or
+    ``(default: False)``, and not twice when the help text already explains its default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if action.default in (None, False, argparse.SUPPRESS) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def make_parser(tool: str, description: str) -> argparse.ArgumentParser:
+    """An ``ArgumentParser`` with :class:`HelpFormatter` and the tool's exit codes as epilog."""
+    return argparse.ArgumentParser(prog=f"scripts/{tool}", description=description,
+                                   formatter_class=HelpFormatter, epilog=exit_epilog(tool))
+
+
+def fail(message: object, stream: TextIO | None = None) -> int:
+    """Print ``error: <message>`` on stderr; return 2 (for ``return cli.fail(...)`` in ``main``)."""
+    print(f"error: {message}", file=stream or sys.stderr)
+    return EXIT_ERROR
+
+
+def _silence_stdout() -> None:
+    # Python's documented recipe: point stdout at devnull so the interpreter's final flush
+    # does not raise a second BrokenPipeError while shutting down.
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout without a file descriptor (e.g. captured in tests)
+        pass
+
+
+def emit(text: str) -> None:
+    """Print ``text`` to stdout; if the reader went away (``| head``), stop quietly."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        _silence_stdout()
+
+
+def run(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> NoReturn:
+    """Run a script's ``main(argv)`` and exit with its code, applying the convention:
+    :class:`ToolError` -> ``error: ...`` and 2; a broken stdout pipe -> quiet, 141 (what a
+    shell reports for a process ended by SIGPIPE) unless :func:`emit` already absorbed it;
+    Ctrl-C -> 130."""
+    try:
+        code = main(argv)
+    except ToolError as exc:
+        code = fail(exc)
+    except BrokenPipeError:
+        _silence_stdout()
+        code = 128 + 13
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        code = 130
+    sys.exit(code)
+
+
+def progress_wanted(flag: bool | None, json_output: bool, stream: TextIO | None = None) -> bool:
+    """Whether to draw a progress bar: as ``--progress/--no-progress`` say, else only when
+    ``stream`` (stderr) is a terminal and the output is not ``--json``."""
+    if flag is not None:
+        return flag
+    stream = stream or sys.stderr
+    return not json_output and bool(getattr(stream, "isatty", lambda: False)())
+
+
+# --- argument types (argparse prefixes their errors with "argument --flag:") ---------------------
+
+
+def _bounded(convert: Callable[[str], float], what: str, bound: float, inclusive: bool) -> Callable[[str], Any]:
+    """An argparse type: ``convert(text)``, refused below ``bound`` (or at it, if not ``inclusive``)."""
+    relation = ">=" if inclusive else ">"
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not (value >= bound if inclusive else value > bound):
+            raise argparse.ArgumentTypeError(f"must be {relation} {bound:g} (got {text})")
+        return value
+
+    parse.__doc__ = f"{what.capitalize()} {relation} {bound:g}."
+    return parse
+
+
+positive_int = _bounded(int, "an integer", 1, inclusive=True)
+non_negative_int = _bounded(int, "an integer", 0, inclusive=True)
+positive_float = _bounded(float, "a number", 0, inclusive=False)
+non_negative_float = _bounded(float, "a number", 0, inclusive=True)
+
+
+def parse_fraction(text: str) -> float:
+    """A share given as a fraction (``0.4``) or an explicit percentage (``40%``), in [0, 1].
+
+    A bare number above 1 (``40``) is refused rather than read as 4,000%: it is ambiguous
+    between "40%" and a typo, and a share cannot exceed 100%.
+
+    Raises:
+        ValueError: anything else; the message shows both accepted forms.
+    """
+    raw = text.strip()
+    percent = raw.endswith("%")
+    try:
+        value = float(raw[:-1].strip() if percent else raw)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a share; write a fraction such as 0.4 or a percentage such as 40%") from None
+    if not percent and 1.0 < value <= 100.0:
+        raise ValueError(f"{raw} is not a fraction within 0..1; for {raw}% write {value / 100:g} or {raw}%")
+    if percent:
+        value /= 100.0
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{raw} is outside 0..1 (0%..100%); write a fraction such as 0.4 or a percentage such as 40%")
+    return value
+
+
+def fraction(text: str) -> float:
+    """argparse type for :func:`parse_fraction`."""
+    try:
+        return parse_fraction(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def existing_file(text: str) -> Path:
+    """A path to an existing file (the error names the path)."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"no such file: {path}")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{path} is a directory, not a file")
+    return path
+
+
+def existing_path(text: str) -> Path:
+    """A path to an existing file or directory (the error names the path)."""
+    path = Path(text)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"no such file or directory: {path}")
+    return path

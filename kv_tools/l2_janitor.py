@@ -1,0 +1,450 @@
+"""The per-line L2 janitor: bounds a business line's Curvine L2 directory by age and by size.
+
+Why it exists (docs/sources.md §9): LMCache's fs connector never deletes a chunk; Curvine
+v0.3.2-alpha's quota eviction deletes nothing (``execute_eviction`` counts a file as evicted
+after ``execute_by_id`` returned early because its TTL had not expired); ``CreateVolume`` sets
+no quota, so a PVC's size bounds nothing; and a Curvine client TTL also lands on directories
+(``MkdirOptsBuilder::with_conf``) and deletes them recursively. So each line runs this module
+as a CronJob that mounts the line's PVC and, on chunk *files* only:
+
+1. removes per-pod temp directories (``.tmp-<token>``, LMCache ``fs_connector_relative_tmp_dir``)
+   that no live Pod uses, and stray ``*.tmp`` files of the layout without a temp directory;
+2. removes the directories of models no longer configured: top-level directories that are
+   neither the live one (``live_dir``, :func:`k8s.lmcache.l2_cache_dir`) nor named by a live
+   Pod's ``LMCACHE_REMOTE_URL``; chunk files directly at the root (the old flat layout) count as
+   such a directory unless a live Pod still writes there;
+3. deletes chunk files older than ``max_age_s`` (``curvine.eviction.ttl_hours``);
+4. above ``high_watermark`` x ``capacity_bytes`` (the PVC's ``l2_size``), deletes the oldest
+   chunk files until usage is at most ``low_watermark`` x ``capacity_bytes``.
+
+Nothing younger than ``min_delete_age_s`` is ever deleted (docs/l2-cache.md explains the value),
+and steps 1 and 2 run only when the live Pods could be listed (without that list the janitor
+cannot tell a live temp directory or an old model's still-serving directory from garbage).
+
+Chunk files are ``<model path, '/' as -SEP->@<world size>@<worker id>@<chunk hash>@<dtype>.data``
+(``FSConnector._get_file_name``, lmcache 0.5.6). Curvine updates a file's atime only on an
+explicit ``set_attr`` (reads do not), so "oldest" is by mtime: the time the chunk was stored.
+
+Output: one JSON line per run on stdout (``"event": "kvcache_l2_janitor"``, see
+:class:`RunSummary`), the same JSON as the container's termination message, and optionally the
+Prometheus text format (``--metrics-file``). Exit status: 0 done and usage at or below the high
+watermark; 2 still above it (everything left is younger than the minimum age); 1 an error
+(a deletion failed, or the Pods could not be listed).
+
+Standard library only: the chart ships this file in a ConfigMap and runs it with a pinned
+``python`` image, so no image has to be built. Run locally with ``--dry-run`` to see what it
+would do::
+
+    python kv_tools/l2_janitor.py --config janitor.json --root /mnt/curvine/l2cache --dry-run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import ssl
+import sys
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+#: Suffix of LMCache's chunk files and of its temp files without a temp directory
+#: (``file_path.with_suffix(".tmp")``), lmcache 0.5.6 ``fs_connector.py``.
+CHUNK_SUFFIX = ".data"
+LEGACY_TMP_SUFFIX = ".tmp"
+#: Prefix of the per-pod temp directories (``k8s.lmcache.TMP_DIR_PREFIX``).
+TMP_DIR_PREFIX = ".tmp-"
+REMOTE_URL_ENV = "LMCACHE_REMOTE_URL"
+EXTRA_CONFIG_ENV = "LMCACHE_EXTRA_CONFIG"
+TMP_DIR_KEY = "fs_connector_relative_tmp_dir"
+#: The Deployment patch names the temp directory after the pod (``$(KVCACHE_POD_NAME)``,
+#: expanded by the kubelet); the janitor expands it the same way.
+POD_NAME_REFERENCE = "$(KVCACHE_POD_NAME)"
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+@dataclass(frozen=True)
+class JanitorConfig:
+    """What the chart renders into ``janitor.json`` (:func:`config_from_dict` reads it).
+
+    Attributes:
+        line: business line name (for the summary).
+        namespace: the line's namespace (its Pods are listed there).
+        live_dir: the live model directory under the PVC root (one path component).
+        capacity_bytes: the PVC's ``l2_size`` in bytes.
+        high_watermark, low_watermark: fractions of ``capacity_bytes`` (0 < low < high <= 1).
+        max_age_s: chunk files older than this are deleted; None: no age limit.
+        min_delete_age_s: nothing younger than this is deleted.
+        mount_path: where the vLLM Pods mount the PVC (to read their ``LMCACHE_REMOTE_URL``).
+    """
+
+    line: str
+    namespace: str
+    live_dir: str
+    capacity_bytes: int
+    high_watermark: float
+    low_watermark: float
+    max_age_s: float | None
+    min_delete_age_s: float
+    mount_path: str
+
+    def __post_init__(self) -> None:
+        if not 0 < self.low_watermark < self.high_watermark <= 1:
+            raise ValueError(f"watermarks must satisfy 0 < low < high <= 1, got {self.low_watermark}, "
+                             f"{self.high_watermark}")
+        if "/" in self.live_dir or self.live_dir in ("", ".", "..") or self.live_dir.startswith(TMP_DIR_PREFIX):
+            raise ValueError(f"live_dir must be one path component, got {self.live_dir!r}")
+        if self.capacity_bytes <= 0 or self.min_delete_age_s < 0:
+            raise ValueError("capacity_bytes must be > 0 and min_delete_age_s >= 0")
+
+
+def config_from_dict(data: dict[str, Any]) -> JanitorConfig:
+    """:class:`JanitorConfig` from the rendered JSON; ValueError on a missing or bad key."""
+    try:
+        return JanitorConfig(**data)
+    except TypeError as exc:
+        raise ValueError(f"janitor config: {exc}") from None
+
+
+@dataclass
+class RunSummary:
+    """What one run measured and did (the JSON line; bytes are bytes, ages seconds)."""
+
+    event: str = "kvcache_l2_janitor"
+    line: str = ""
+    namespace: str = ""
+    live_dir: str = ""
+    dry_run: bool = False
+    capacity_bytes: int = 0
+    high_watermark_bytes: int = 0
+    low_watermark_bytes: int = 0
+    used_bytes_before: int = 0
+    used_bytes_after: int = 0
+    files_before: int = 0
+    chunk_files_after: int = 0
+    oldest_chunk_age_s_after: float | None = None
+    pods_listed: bool = False
+    live_pods: int = 0
+    tmp_dirs_deleted: int = 0
+    stale_model_dirs_deleted: int = 0
+    stale_files_deleted: int = 0
+    expired_chunks_deleted: int = 0
+    evicted_chunks_deleted: int = 0
+    bytes_freed: int = 0
+    above_high_watermark_after: bool = False
+    errors: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        """0 ok, 2 still above the high watermark, 1 errors (errors win)."""
+        if self.errors:
+            return 1
+        return 2 if self.above_high_watermark_after else 0
+
+
+@dataclass(frozen=True)
+class _File:
+    rel: str
+    size: int
+    mtime: float
+
+
+@dataclass(frozen=True)
+class LivePods:
+    """What the live Pods use: base directories and temp directories, relative to the PVC root."""
+
+    bases: frozenset[str]
+    tmp_dirs: frozenset[str]
+    count: int
+
+
+def _rel_base(url: str, mount_path: str) -> str | None:
+    """The directory of an ``fs://host:port/<mount>/<dir>/`` URL relative to the mount, or None."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme != "fs":
+        return None
+    path = parsed.path.rstrip("/")
+    mount = mount_path.rstrip("/")
+    if path == mount:
+        return ""
+    if path.startswith(mount + "/"):
+        return path[len(mount) + 1:]
+    return None
+
+
+def live_pods_from_objects(pods: Iterable[dict[str, Any]], mount_path: str) -> LivePods:
+    """Base and temp directories named by the env of running or pending Pods.
+
+    A Pod counts unless its phase is ``Succeeded`` or ``Failed``. For every container with an
+    ``fs://`` ``LMCACHE_REMOTE_URL`` under ``mount_path``: its directory, and the temp directory
+    of its ``LMCACHE_EXTRA_CONFIG`` (``fs_connector_relative_tmp_dir``, relative to that
+    directory), ``$(KVCACHE_POD_NAME)`` expanded to the Pod's name.
+    """
+    bases: set[str] = set()
+    tmps: set[str] = set()
+    count = 0
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        count += 1
+        pod_name = (pod.get("metadata") or {}).get("name", "")
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            env = {e.get("name"): e.get("value") for e in container.get("env") or [] if e.get("value") is not None}
+            base = _rel_base(env.get(REMOTE_URL_ENV) or "", mount_path)
+            if base is None:
+                continue
+            bases.add(base)
+            try:
+                extra = json.loads(env.get(EXTRA_CONFIG_ENV) or "{}")
+            except json.JSONDecodeError:
+                continue
+            tmp = extra.get(TMP_DIR_KEY) if isinstance(extra, dict) else None
+            if isinstance(tmp, str) and tmp:
+                tmp = tmp.replace(POD_NAME_REFERENCE, pod_name).strip("/")
+                tmps.add(f"{base}/{tmp}" if base else tmp)
+    return LivePods(frozenset(bases), frozenset(tmps), count)
+
+
+def list_pods_in_cluster(namespace: str, *, timeout_s: float = 20) -> list[dict[str, Any]]:
+    """The Pods of ``namespace`` through the API server, with the Pod's service-account token.
+
+    Needs ``list pods`` in the namespace (the chart's Role). Standard library only (see the
+    module docstring); raises OSError / urllib errors on failure.
+    """
+    host = os.environ["KUBERNETES_SERVICE_HOST"]
+    port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+    if ":" in host:
+        host = f"[{host}]"
+    token = (SERVICE_ACCOUNT_DIR / "token").read_text(encoding="utf-8").strip()
+    context = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT_DIR / "ca.crt"))
+    url = f"https://{host}:{port}/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods"
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
+    with urllib.request.urlopen(request, context=context, timeout=timeout_s) as response:
+        return json.load(response).get("items") or []
+
+
+def _scan(root: Path) -> list[_File]:
+    files: list[_File] = []
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for name in filenames:
+            path = Path(dirpath) / name
+            try:
+                st = path.lstat()
+            except FileNotFoundError:
+                continue  # removed meanwhile (a rename by LMCache, another janitor run)
+            files.append(_File(path.relative_to(root).as_posix(), st.st_size, st.st_mtime))
+    return files
+
+
+def _newest_mtime(root: Path, rel: str, files: list[_File]) -> float:
+    prefix = rel + "/"
+    mtimes = [f.mtime for f in files if f.rel.startswith(prefix)]
+    try:
+        mtimes.append((root / rel).stat().st_mtime)
+    except FileNotFoundError:
+        pass
+    return max(mtimes, default=0.0)
+
+
+def _top(rel: str) -> str:
+    return rel.split("/", 1)[0]
+
+
+def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[str, Any]]] | None,
+        now: float | None = None, dry_run: bool = False) -> RunSummary:
+    """One janitor run over the PVC mounted at ``root`` (see the module docstring).
+
+    Args:
+        config: the rendered configuration.
+        root: the line's PVC mount point.
+        list_pods: returns the Pods of the line's namespace (as the API returns them), or None to
+            skip everything that needs them; an exception is recorded as an error.
+        now: the current time (seconds since the epoch), for tests.
+        dry_run: measure and report, delete nothing.
+
+    Returns:
+        The :class:`RunSummary` (never raises for a filesystem or API problem: those are in
+        ``errors``).
+    """
+    started = time.monotonic()
+    now = time.time() if now is None else now
+    s = RunSummary(line=config.line, namespace=config.namespace, live_dir=config.live_dir, dry_run=dry_run,
+                   capacity_bytes=config.capacity_bytes,
+                   high_watermark_bytes=int(config.high_watermark * config.capacity_bytes),
+                   low_watermark_bytes=int(config.low_watermark * config.capacity_bytes))
+    files = _scan(root)
+    s.files_before = len(files)
+    s.used_bytes_before = sum(f.size for f in files)
+    gone: set[str] = set()
+
+    def old_enough(mtime: float) -> bool:
+        return now - mtime >= config.min_delete_age_s
+
+    def delete_file(f: _File) -> bool:
+        if not dry_run:
+            try:
+                (root / f.rel).unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                s.errors.append(f"unlink {f.rel}: {exc}")
+                return False
+        gone.add(f.rel)
+        s.bytes_freed += f.size
+        return True
+
+    def delete_tree(rel: str) -> bool:
+        inside = [f for f in files if f.rel.startswith(rel + "/") and f.rel not in gone]
+        if not dry_run:
+            try:
+                shutil.rmtree(root / rel)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                s.errors.append(f"rmtree {rel}: {exc}")
+                return False
+        for f in inside:
+            gone.add(f.rel)
+            s.bytes_freed += f.size
+        return True
+
+    live: LivePods | None = None
+    if list_pods is not None:
+        try:
+            live = live_pods_from_objects(list_pods(), config.mount_path)
+            s.pods_listed, s.live_pods = True, live.count
+        except Exception as exc:  # any API or parse failure: skip what needs the Pods
+            s.errors.append(f"listing Pods in {config.namespace}: {exc}")
+    in_use = {config.live_dir} | (set(live.bases) if live else set())
+
+    # Directories under the root: top-level ones, and temp directories one level down.
+    try:
+        top_dirs = sorted(p.name for p in root.iterdir() if p.is_dir())
+    except OSError as exc:
+        s.errors.append(f"listing {root}: {exc}")
+        top_dirs = []
+    tmp_dirs = [d for d in top_dirs if d.startswith(TMP_DIR_PREFIX)]
+    model_dirs = [d for d in top_dirs if not d.startswith(TMP_DIR_PREFIX)]
+    for d in model_dirs:
+        try:
+            tmp_dirs += sorted(f"{d}/{p.name}" for p in (root / d).iterdir()
+                               if p.is_dir() and p.name.startswith(TMP_DIR_PREFIX))
+        except OSError:
+            continue
+
+    if live is not None:
+        # 1. Temp directories no live Pod uses.
+        for rel in tmp_dirs:
+            if rel not in live.tmp_dirs and old_enough(_newest_mtime(root, rel, files)):
+                if delete_tree(rel):
+                    s.tmp_dirs_deleted += 1
+        # 2. Directories of models no longer configured, and the old flat layout's chunks.
+        for d in model_dirs:
+            if d not in in_use and old_enough(_newest_mtime(root, d, files)):
+                if delete_tree(d):
+                    s.stale_model_dirs_deleted += 1
+        if "" not in in_use:
+            for f in files:
+                if "/" not in f.rel and f.rel.endswith(CHUNK_SUFFIX) and old_enough(f.mtime):
+                    if delete_file(f):
+                        s.stale_files_deleted += 1
+    # Stray temp files of the layout without a temp directory: a write never takes this long.
+    for f in files:
+        if f.rel not in gone and f.rel.endswith(LEGACY_TMP_SUFFIX) and old_enough(f.mtime):
+            if delete_file(f):
+                s.stale_files_deleted += 1
+
+    # 3. and 4.: chunk files of the directories in use (and of the flat root while it is in use
+    # or unknown); temp directories are never touched here.
+    def evictable(f: _File) -> bool:
+        parts = f.rel.split("/")
+        if f.rel in gone or not f.rel.endswith(CHUNK_SUFFIX) or any(p.startswith(TMP_DIR_PREFIX) for p in parts):
+            return False
+        return len(parts) == 1 or len(parts) == 2
+
+    chunks = sorted((f for f in files if evictable(f)), key=lambda f: (f.mtime, f.rel))
+    if config.max_age_s is not None:
+        for f in chunks:
+            if now - f.mtime > config.max_age_s and old_enough(f.mtime):
+                if delete_file(f):
+                    s.expired_chunks_deleted += 1
+    used = sum(f.size for f in files if f.rel not in gone)
+    if used > s.high_watermark_bytes:
+        for f in chunks:
+            if used <= s.low_watermark_bytes:
+                break
+            if f.rel in gone or not old_enough(f.mtime):
+                continue
+            if delete_file(f):
+                s.evicted_chunks_deleted += 1
+                used -= f.size
+    left = [f for f in chunks if f.rel not in gone]
+    s.used_bytes_after = used
+    s.chunk_files_after = len(left)
+    s.oldest_chunk_age_s_after = round(now - left[0].mtime, 1) if left else None
+    s.above_high_watermark_after = used > s.high_watermark_bytes
+    s.duration_s = round(time.monotonic() - started, 3)
+    return s
+
+
+def prometheus_text(s: RunSummary) -> str:
+    """The summary in the Prometheus text format (gauges labelled by line and namespace)."""
+    labels = f'line="{s.line}",namespace="{s.namespace}"'
+    gauges = {
+        "capacity_bytes": s.capacity_bytes, "high_watermark_bytes": s.high_watermark_bytes,
+        "used_bytes": s.used_bytes_after, "bytes_freed": s.bytes_freed, "chunk_files": s.chunk_files_after,
+        "deleted_tmp_dirs": s.tmp_dirs_deleted, "deleted_stale_model_dirs": s.stale_model_dirs_deleted,
+        "deleted_expired_chunks": s.expired_chunks_deleted, "deleted_evicted_chunks": s.evicted_chunks_deleted,
+        "above_high_watermark": int(s.above_high_watermark_after), "errors": len(s.errors),
+        "pods_listed": int(s.pods_listed), "last_run_timestamp_seconds": int(time.time()),
+    }
+    out = []
+    for name, value in gauges.items():
+        out += [f"# TYPE kvcache_l2_janitor_{name} gauge", f"kvcache_l2_janitor_{name}{{{labels}}} {value}"]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``--config FILE --root DIR [--dry-run] [--no-pods] [--metrics-file F]
+    [--termination-log F]``; returns the exit status of :attr:`RunSummary.exit_code`."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--config", required=True, type=Path, help="janitor.json rendered by the line chart")
+    parser.add_argument("--root", required=True, type=Path, help="mount point of the line's L2 PVC")
+    parser.add_argument("--dry-run", action="store_true", help="report, delete nothing")
+    parser.add_argument("--no-pods", action="store_true",
+                        help="do not list Pods (skips temp-directory and stale-directory cleanup)")
+    parser.add_argument("--metrics-file", type=Path, help="also write the Prometheus text format here")
+    parser.add_argument("--termination-log", type=Path, default=None,
+                        help="also write the JSON summary here (the container's termination message)")
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_dict(json.loads(args.config.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        print(json.dumps({"event": "kvcache_l2_janitor", "errors": [f"config: {exc}"]}))
+        return 1
+    if not args.root.is_dir():
+        print(json.dumps({"event": "kvcache_l2_janitor", "line": config.line,
+                          "errors": [f"{args.root} is not a directory (PVC not mounted?)"]}))
+        return 1
+    lister = None if args.no_pods else (lambda: list_pods_in_cluster(config.namespace))
+    summary = run(config, args.root, list_pods=lister, dry_run=args.dry_run)
+    line = json.dumps(asdict(summary), separators=(",", ":"))
+    print(line, flush=True)
+    if args.termination_log is not None:
+        try:
+            args.termination_log.write_text(line[:4000], encoding="utf-8")
+        except OSError:
+            pass
+    if args.metrics_file is not None:
+        args.metrics_file.write_text(prometheus_text(summary), encoding="utf-8")
+    return summary.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,16 @@
+"""Metrics, dashboards and alerts of the tiered KV cache (README, "Observability").
+
+Pure Python (no aws_cdk import), so tests and tools read the same definitions the CDK stack
+deploys:
+
+- :mod:`observability.metrics`: every metric the dashboards and alerts use, with the component,
+  version and source file it comes from (docs/sources.md §13), and how its series are named.
+- :mod:`observability.targets`: what is scraped (job names, pod labels, ports) and the AMP
+  managed scraper's configuration.
+- :mod:`observability.queries`: the PromQL of every panel and alert, per business line.
+- :mod:`observability.alerts`: Prometheus rule groups and the alert manager definition (SNS).
+- :mod:`observability.dashboards`: Grafana dashboard JSON (grafana-foundation-sdk).
+- :mod:`observability.cluster_objects`: Helm values of the DCGM exporter.
+
+Named ``observability`` (not ``constructs``): nothing here shadows a library module.
+"""

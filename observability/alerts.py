@@ -1,0 +1,223 @@
+"""Alerts as code: Prometheus rule groups for the AMP workspace and its alert manager (SNS).
+
+Each :class:`Alert` carries its PromQL (from :mod:`observability.queries`), how long it must hold
+(``for``), a severity, what it means and what to do (annotations ``description`` and
+``runbook``; the README's alert table says the same, and a test checks it names every alert). :func:`rule_groups` renders them as the YAML
+an ``AWS::APS::RuleGroupsNamespace`` takes; :func:`alert_manager_definition` routes every alert
+to the SNS topic.
+
+Severity ``critical``: users are hurt now or will be within minutes (TTFT over SLO, no
+admission webhook, Primary down, pool nearly full). ``warning``: the cache works worse than it
+should (hit rate collapsed, a line over its watermark, a pod without L2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import yaml
+
+from k8s import names
+from observability import queries, targets
+from platform_config import BusinessLineConfig, PlatformConfig
+
+#: Namespace name of the rule groups in the workspace.
+RULES_NAMESPACE: Final = "kvcache-tiers"
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alerting rule.
+
+    Attributes:
+        name: alert name (``alertname`` label); one name may have one rule per business line.
+        expr: PromQL; the alert fires for every series it returns.
+        for_: how long ``expr`` must hold, a Prometheus duration.
+        severity: ``critical`` or ``warning``.
+        summary: one line, templated with the series' labels.
+        meaning: what firing means (README).
+        action: what to do when it fires (README).
+        labels: extra labels (``business_line`` for per-line rules).
+    """
+
+    name: str
+    expr: str
+    for_: str
+    severity: str
+    summary: str
+    meaning: str
+    action: str
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def rule(self) -> dict[str, Any]:
+        """The Prometheus alerting-rule mapping."""
+        return {"alert": self.name, "expr": self.expr, "for": self.for_,
+                "labels": {"severity": self.severity, **self.labels},
+                "annotations": {"summary": self.summary, "description": self.meaning, "runbook": self.action}}
+
+
+def _per_line(lines: list[BusinessLineConfig], make) -> list[Alert]:
+    return [make(line) for line in lines]
+
+
+def line_alerts(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> list[Alert]:
+    """The per-line alerts: TTFT over SLO (every line); L2 watermark and hit-rate collapse (L2 lines)."""
+    cfg = platform.observability.alerts
+    eviction = platform.curvine.eviction
+    l2_lines = queries.l2_lines(platform, lines)
+    out = _per_line(list(lines), lambda line: Alert(
+        name="KvCacheTtftP90OverSlo",
+        expr=f"{queries.ttft_quantile(line, 0.9)} > {line.slo.ttft_p90_ms / 1000:g}",
+        for_="10m", severity="critical", labels={"business_line": line.name},
+        summary=f"{line.name}: TTFT p90 {{{{ $value | humanizeDuration }}}} over its SLO of {line.slo.ttft_p90_ms} ms",
+        meaning="The line's 90th-percentile time to first token (5-minute window) has stayed above "
+                "slo.ttft_p90_ms for 10 minutes.",
+        action="On the line's dashboard row, look at the tier shares first: if L0/L1/L2 hits fell, the cache "
+               "stopped helping (see KvCacheL2HitRateCollapsed); if 'waiting' requests grow, the line needs "
+               "more replicas; if GPU utilisation is low with high TTFT, check L2 read throughput and Curvine."))
+    out += _per_line(l2_lines, lambda line: Alert(
+        name="KvCacheLineL2AboveHighWatermark",
+        expr=(f"{queries.l2_used_bytes(line)} > "
+              f"{eviction.high_watermark:g} * {queries.l2_size_bytes(line):.0f}"),
+        for_="30m", severity="warning", labels={"business_line": line.name},
+        summary=f"{line.name}: L2 directory above {eviction.high_watermark:.0%} of its l2_size {line.cache.l2_size}",
+        meaning="After the janitor's runs of the last 30 minutes the line's L2 directory is still above "
+                "curvine.eviction.high_watermark x cache.l2_size: the janitor could not prune enough (all "
+                "chunks younger than its minimum age) or is failing.",
+        action="Read the janitor's last runs (kubectl -n <namespace> logs job/<latest l2-janitor job>); "
+               "if chunks are all young, the line writes faster than l2_size allows: raise cache.l2_size "
+               "(and the pool) or lower the L2 share of this line."))
+    for line in l2_lines:
+        current = queries.l2_hit_share(line, "15m")
+        baseline = queries.l2_hit_share(line, "6h", offset="15m")
+        out.append(Alert(
+            name="KvCacheL2HitRateCollapsed",
+            expr=(f"({current}) < {cfg.l2_hit_rate_collapse_ratio:g} * ({baseline}) "
+                  f"and ({baseline}) > {cfg.l2_hit_rate_baseline_min:g} "
+                  f"and {queries.prompt_tokens_rate(line)} > 0"),
+            for_="30m", severity="warning", labels={"business_line": line.name},
+            summary=f"{line.name}: L2 hit rate fell below {cfg.l2_hit_rate_collapse_ratio:.0%} of its 6-hour level",
+            meaning="Tokens served from L2 per prompt token over the last 15 minutes are below "
+                    "alerts.l2_hit_rate_collapse_ratio of the 6 hours before, while the line has traffic. "
+                    "Typical causes: a model change (new chunk keys, the old directory no longer matches), "
+                    "a wiped or remounted L2 directory, pods without the L2 patch, or a PYTHONHASHSEED "
+                    "mismatch between pods.",
+            action="Check KvCachePodWithoutL2 and the pods' LMCACHE_REMOTE_URL (scripts/verify.py); if the model "
+                   "changed, the collapse is expected and the rate recovers as the new model's chunks are "
+                   "written; if the directory was wiped, check the janitor's log and Curvine's health."))
+    return out
+
+
+def platform_alerts(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> list[Alert]:
+    """Curvine pool and Primary, the admission webhook and unmutated pods (when Curvine is on)."""
+    if not platform.curvine.enabled:
+        return []
+    cfg = platform.observability.alerts
+    l2_lines = queries.l2_lines(platform, lines)
+    out = [
+        Alert(
+            name="KvCacheCurvinePoolAlmostFull",
+            expr=f"{queries.pool_used_ratio()} > {cfg.pool_usage_threshold:g}",
+            for_="15m", severity="critical",
+            summary=f"Curvine L2 pool above {cfg.pool_usage_threshold:.0%}: {{{{ $value | humanizePercentage }}}}",
+            meaning="The Curvine pool (all Workers' NVMe) is fuller than alerts.pool_usage_threshold. LMCache "
+                    "never deletes, so when the pool is full new chunks fail to store and L2 stops growing.",
+            action="Compare each line's L2 use on the dashboard with its l2_size; check the janitors run; add GPU "
+                   "nodes (more Workers) or raise curvine.worker_capacity_gib if the NVMe has room."),
+        Alert(
+            name="KvCacheCurvinePrimaryDown",
+            expr=queries.target_up_absent(targets.JOB_CURVINE_MASTER),
+            for_="2m", severity="critical",
+            summary="Curvine Primary is not answering its metrics endpoint",
+            meaning="No Curvine Primary (master) pod answered a scrape for 2 minutes. Without the Primary "
+                    "no client can open L2 files: every L2 lookup misses and FUSE mounts may hang.",
+            action=f"kubectl -n {platform.curvine.namespace} get pods -l app.kubernetes.io/component=master; "
+                   "read its logs; check the Primary's EBS volume is attached (docs/l2-cache.md)."),
+        Alert(
+            name="KvCacheCurvineWorkersLost",
+            expr=f"{queries.curvine_workers('lost')} > 0",
+            for_="5m", severity="warning",
+            summary="Curvine reports {{ $value }} lost Worker(s)",
+            meaning="The Primary lost contact with a Worker; its blocks (KV chunks) are gone until it returns "
+                    "(replication is off, chunks are recomputable).",
+            action=f"kubectl -n {platform.curvine.namespace} get pods -l app.kubernetes.io/component=worker -o wide; "
+                   "check the node and its NVMe (failed_disks on the dashboard)."),
+    ]
+    if l2_lines:
+        out += [
+            Alert(
+                name="KvCacheAdmissionWebhookDown",
+                expr=queries.target_up_absent(targets.JOB_KYVERNO),
+                for_="5m", severity="critical",
+                summary="No Kyverno admission controller answers",
+                meaning="No Kyverno admission-controller pod answered a scrape for 5 minutes. The L2 policies "
+                        "fail closed, so no new vLLM pod of an L2 line can be created (scale-up, rollout, "
+                        "node replacement) until the webhook is back.",
+                action="kubectl -n kyverno get pods -l app.kubernetes.io/component=admission-controller; read "
+                       "their logs and events; the Kyverno release is in the L2-cache stack."),
+            Alert(
+                name="KvCacheAdmissionFailing",
+                expr=(f"{queries.admission_denied_in(l2_lines)} > 0 "
+                      f"or {queries.l2_policy_failures(l2_lines)} > 0"),
+                for_="5m", severity="critical",
+                summary="Kyverno refuses or fails pod admission in {{ $labels.resource_namespace }}",
+                meaning="Kyverno denied Pod admissions in an L2 line's namespace, or an L2 policy rule failed "
+                        "or errored. The policies only mutate, so a denial means the mutation failed: the "
+                        "operator's pods are not being created.",
+                action="kubectl -n <namespace> get events --field-selector reason=FailedCreate; "
+                       "kubectl -n <namespace> describe policy <line>-l2-cache; compare the operator's pod "
+                       "template with what the policy expects (docs/l2-cache.md)."),
+            Alert(
+                name="KvCachePodWithoutL2",
+                expr=f"{queries.unmutated_vllm_pods(l2_lines)} > 0",
+                for_="5m", severity="warning",
+                summary="{{ $labels.pod }} ({{ $labels.business_line }}) runs without the L2 patch",
+                meaning=f"A running vLLM pod of an L2 line lacks the pod label {names.L2_MUTATED_LABEL}="
+                        f"{names.L2_MUTATED_VALUE} the Kyverno policy sets: it was created without the "
+                        "mutation (policy missing or installed after the pod), so it writes KV to the "
+                        "operator's node-local backend, not to the shared pool.",
+                action="Check the line's Policy exists (kubectl -n <namespace> get policy), then delete the pod "
+                       "so it is re-created through the webhook; scripts/verify.py checks the rest."),
+        ]
+    return out
+
+
+def all_alerts(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> list[Alert]:
+    """Every alert of the platform, platform alerts first."""
+    return platform_alerts(platform, lines) + line_alerts(platform, lines)
+
+
+def rule_groups(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> dict[str, Any]:
+    """The Prometheus rule file: group ``kvcache-platform`` and ``kvcache-lines``."""
+    groups = [
+        {"name": "kvcache-platform", "interval": "1m", "rules": [a.rule() for a in platform_alerts(platform, lines)]},
+        {"name": "kvcache-lines", "interval": "1m", "rules": [a.rule() for a in line_alerts(platform, lines)]},
+    ]
+    return {"groups": [g for g in groups if g["rules"]]}
+
+
+def rule_groups_yaml(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> str:
+    """:func:`rule_groups` as YAML (``AWS::APS::RuleGroupsNamespace`` ``Data``)."""
+    return yaml.safe_dump(rule_groups(platform, lines), sort_keys=False, width=1000)
+
+
+def alert_manager_definition(topic_arn: str, region: str) -> str:
+    """The workspace's alert manager definition: every alert to the SNS topic ``topic_arn``.
+
+    Amazon Managed Service for Prometheus accepts only SNS receivers, requires ``sigv4.region``
+    and forbids ``api_url`` (AMP user guide, "Configure alert manager to send messages to your
+    Amazon SNS topic"). ``topic_arn`` may be a CDK token; the YAML is built as text around it.
+    """
+    config = {
+        "route": {"receiver": "sns", "group_by": ["alertname", "business_line"],
+                  "group_wait": "30s", "group_interval": "5m", "repeat_interval": "4h"},
+        "receivers": [{"name": "sns", "sns_configs": [{
+            "topic_arn": "TOPIC_ARN", "sigv4": {"region": region},
+            "subject": "[{{ .Status | toUpper }}] {{ .CommonLabels.alertname }}",
+            "attributes": {"severity": "{{ .CommonLabels.severity }}"},
+        }]}],
+    }
+    body = yaml.safe_dump(config, sort_keys=False, width=1000)
+    indented = "".join(f"  {line}\n" for line in body.splitlines())
+    return ("alertmanager_config: |\n" + indented).replace("TOPIC_ARN", topic_arn)

@@ -1,0 +1,263 @@
+"""The PromQL of every dashboard panel and alert, built from the metric table and the scrape jobs.
+
+Every selector goes through :func:`selector`, which takes a *registered* metric name from
+:data:`observability.metrics.METRICS` and the suffix of the series wanted, so an expression can
+only name a series the table sources (a test parses every expression and checks it again).
+
+Tier accounting per business line (rates over :data:`RATE_WINDOW`, tokens/s):
+
+* prompt tokens: ``vllm:prompt_tokens``;
+* L0 hits: ``vllm:prefix_cache_hits`` (tokens found in vLLM's GPU prefix cache);
+* L1+L2 hits: ``lmcache:num_hit_tokens`` of TP rank 0 (``worker_id="0"``): every rank of a
+  tensor-parallel pod retrieves its own shard of the same tokens, so one rank counts tokens;
+* L2 hits: chunks rank 0 read from the remote backend (the Curvine ``fs://`` directory)
+  x the line's ``cache.chunk_size_tokens``: LMCache stores one object per full chunk and rank
+  (``save_unfull_chunk`` off by default), so this is exact for full chunks;
+* L1 hits: L1+L2 hits minus L2 hits (never below 0).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from k8s import names
+from observability import targets
+from observability.metrics import series
+from platform_config import BusinessLineConfig, PlatformConfig
+from platform_config.models import quantity_bytes
+
+#: Window of every rate in panels and alerts: 5 minutes holds 10 scrapes at the default 30 s.
+RATE_WINDOW: Final = "5m"
+#: LMCache's counters of one tensor-parallel rank (see the module docstring).
+RANK0: Final = {"worker_id": "0"}
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def selector(name: str, suffix: str = "", **labels: str) -> str:
+    """``series{label="value",...}`` for registered metric ``name``; values ending in ``~`` match as regex.
+
+    ``selector("vllm:prompt_tokens", job="kvcache-vllm")`` ->
+    ``vllm:prompt_tokens_total{job="kvcache-vllm"}``.
+
+    Raises:
+        KeyError: ``name`` is not in the metric table.
+    """
+    parts = []
+    for key, value in labels.items():
+        if value.endswith("~"):
+            parts.append(f'{key}=~"{_escape(value[:-1])}"')
+        elif value.startswith("!"):
+            parts.append(f'{key}!="{_escape(value[1:])}"')
+        else:
+            parts.append(f'{key}="{_escape(value)}"')
+    return f"{series(name, suffix)}{{{','.join(parts)}}}"
+
+
+def line_labels(line: BusinessLineConfig) -> dict[str, str]:
+    """Labels selecting a line's vLLM/LMCache series (job and ``business_line`` target label)."""
+    return {"job": targets.JOB_VLLM, "business_line": line.name}
+
+
+def rate_sum(name: str, labels: dict[str, str], by: str = "") -> str:
+    """``sum [by (..)] (rate(<series>[RATE_WINDOW]))`` of a counter."""
+    grouping = f" by ({by})" if by else ""
+    return f"sum{grouping}(rate({selector(name, **labels)}[{RATE_WINDOW}]))"
+
+
+def quantile(q: float, name: str, labels: dict[str, str], by: str = "") -> str:
+    """``histogram_quantile(q, sum by (le[, by]) (rate(<name>_bucket[RATE_WINDOW])))``."""
+    grouping = f"le, {by}" if by else "le"
+    return (f"histogram_quantile({q:g}, sum by ({grouping})"
+            f"(rate({selector(name, '_bucket', **labels)}[{RATE_WINDOW}])))")
+
+
+# --- per business line ---------------------------------------------------------------------------
+
+
+def prompt_tokens_rate(line: BusinessLineConfig) -> str:
+    """Prompt tokens per second of the line."""
+    return rate_sum("vllm:prompt_tokens", line_labels(line))
+
+
+def generation_tokens_rate(line: BusinessLineConfig) -> str:
+    """Generated tokens per second of the line."""
+    return rate_sum("vllm:generation_tokens", line_labels(line))
+
+
+def l0_hit_tokens_rate(line: BusinessLineConfig) -> str:
+    """Prompt tokens per second found in vLLM's GPU prefix cache (L0)."""
+    return rate_sum("vllm:prefix_cache_hits", line_labels(line))
+
+
+def l0_hit_rate(line: BusinessLineConfig) -> str:
+    """L0 hit rate: prefix-cache hit tokens / queried tokens (0-1)."""
+    labels = line_labels(line)
+    return f"{rate_sum('vllm:prefix_cache_hits', labels)} / {rate_sum('vllm:prefix_cache_queries', labels)}"
+
+
+def lmcache_hit_tokens_rate(line: BusinessLineConfig) -> str:
+    """Tokens per second LMCache retrieved for the line (L1 and L2 together, one TP rank)."""
+    return rate_sum("lmcache:num_hit_tokens", {**line_labels(line), **RANK0})
+
+
+def lmcache_hit_rate(line: BusinessLineConfig) -> str:
+    """LMCache hit rate: retrieved tokens / tokens asked of LMCache (0-1)."""
+    labels = {**line_labels(line), **RANK0}
+    return f"{rate_sum('lmcache:num_hit_tokens', labels)} / {rate_sum('lmcache:num_requested_tokens', labels)}"
+
+
+def l2_hit_tokens_rate(line: BusinessLineConfig, window: str = RATE_WINDOW, offset: str = "") -> str:
+    """Tokens per second read from L2: rank-0 chunk reads x ``chunk_size_tokens``."""
+    off = f" offset {offset}" if offset else ""
+    reads = selector("lmcache:num_remote_read_requests", **line_labels(line), **RANK0)
+    return f"(sum(rate({reads}[{window}]{off})) * {line.cache.chunk_size_tokens})"
+
+
+def l1_hit_tokens_rate(line: BusinessLineConfig) -> str:
+    """Tokens per second served from L1 (LMCache hits minus L2 hits, at least 0)."""
+    return f"clamp_min({lmcache_hit_tokens_rate(line)} - {l2_hit_tokens_rate(line)}, 0)"
+
+
+def l2_hit_share(line: BusinessLineConfig, window: str = RATE_WINDOW, offset: str = "") -> str:
+    """L2 hit rate of a line: L2-served tokens / prompt tokens over ``window`` (0-1)."""
+    off = f" offset {offset}" if offset else ""
+    prompts = f"sum(rate({selector('vllm:prompt_tokens', **line_labels(line))}[{window}]{off}))"
+    return f"{l2_hit_tokens_rate(line, window, offset)} / {prompts}"
+
+
+def ttft_quantile(line: BusinessLineConfig, q: float) -> str:
+    """TTFT quantile ``q`` (0-1) of the line, seconds."""
+    return quantile(q, "vllm:time_to_first_token_seconds", line_labels(line))
+
+
+def requests(line: BusinessLineConfig, state: str) -> str:
+    """Running or waiting requests of the line (``state``: ``running`` | ``waiting``)."""
+    return f"sum({selector(f'vllm:num_requests_{state}', **line_labels(line))})"
+
+
+def kv_cache_usage(line: BusinessLineConfig) -> str:
+    """GPU KV-cache usage per pod (0-1)."""
+    return f"max by (pod)({selector('vllm:kv_cache_usage_perc', **line_labels(line))})"
+
+
+def l1_used_bytes(line: BusinessLineConfig) -> str:
+    """Bytes in each pod's LMCache CPU tier (L1), all ranks of the pod."""
+    return f"sum by (pod)({selector('lmcache:local_cache_usage', **line_labels(line))})"
+
+
+def l2_traffic_bytes_rate(line: BusinessLineConfig, direction: str) -> str:
+    """L2 bytes per second, ``direction``: ``read`` | ``write`` (all ranks)."""
+    return rate_sum(f"lmcache:num_remote_{direction}_bytes", line_labels(line))
+
+
+def lmcache_speed(line: BusinessLineConfig, which: str, q: float = 0.5) -> str:
+    """Median (or ``q``) LMCache ``retrieve``/``store`` speed of the line, tokens/s per request."""
+    return quantile(q, f"lmcache:{which}_speed", line_labels(line))
+
+
+def l2_used_bytes(line: BusinessLineConfig) -> str:
+    """Bytes in the line's L2 directory (the janitor's last measurement)."""
+    return f"max({selector('kvcache_l2_janitor_used_bytes', job=targets.JOB_L2_JANITOR, line=line.name)})"
+
+
+def l2_size_bytes(line: BusinessLineConfig) -> float:
+    """The line's ``cache.l2_size`` in bytes."""
+    return quantity_bytes(line.cache.l2_size)
+
+
+def line_gpu_utilisation(line: BusinessLineConfig) -> str:
+    """Mean utilisation (%) of the GPUs the line's pods use (DCGM's pod attribution)."""
+    return f"avg({selector('DCGM_FI_DEV_GPU_UTIL', job=targets.JOB_DCGM, namespace=line.namespace)})"
+
+
+def unmutated_vllm_pods(lines: list[BusinessLineConfig]) -> str:
+    """vLLM pods of L2 lines whose pod carries no ``kvcache.io/l2-cache=curvine`` label.
+
+    ``up`` exists for every Running pod the vLLM job discovered; the ``l2_cache`` target label
+    comes from the pod label the Kyverno policy sets, so a pod it did not mutate lacks it.
+    """
+    regex = "|".join(l.name for l in lines)
+    up = selector("up", job=targets.JOB_VLLM, business_line=f"{regex}~",
+                  **{targets.L2_CACHE_TARGET_LABEL: f"!{names.L2_MUTATED_VALUE}"})
+    return f"count by (business_line, namespace, pod)({up})"
+
+
+# --- platform ------------------------------------------------------------------------------------
+
+
+def pool_used_ratio() -> str:
+    """Curvine pool use: bytes used / capacity, as the Primary reports them (0-1)."""
+    job = {"job": targets.JOB_CURVINE_MASTER}
+    return f"sum({selector('fs_used', **job)}) / sum({selector('capacity', **job)})"
+
+
+def pool_bytes(which: str) -> str:
+    """Curvine pool ``capacity`` | ``fs_used`` | ``available`` in bytes (Primary)."""
+    return f"sum({selector(which, job=targets.JOB_CURVINE_MASTER)})"
+
+
+def curvine_workers(tag: str) -> str:
+    """Number of Curvine Workers in state ``tag`` (``live``, ``lost``, ...) as the Primary sees them."""
+    return f"max({selector('worker_num', job=targets.JOB_CURVINE_MASTER, tag=tag)})"
+
+
+def targets_up(job: str) -> str:
+    """Targets of ``job`` whose last scrape succeeded."""
+    return f"sum({selector('up', job=job)})"
+
+
+def target_up_absent(job: str) -> str:
+    """Non-empty (1) when no target of ``job`` answered its last scrape, or none exists."""
+    return f"absent({selector('up', job=job)} == 1)"
+
+
+def worker_failed_disks() -> str:
+    """Failed storage directories over all Curvine Workers."""
+    return f"sum({selector('failed_disks', job=targets.JOB_CURVINE_WORKER)})"
+
+
+def admission_requests_by_outcome() -> str:
+    """Pod admission requests per second answered by Kyverno, by ``request_allowed``."""
+    return rate_sum("kyverno_admission_requests", {"job": targets.JOB_KYVERNO, "resource_kind": "Pod"},
+                    by="request_allowed")
+
+
+def admission_denied_in(lines: list[BusinessLineConfig]) -> str:
+    """Pod admission requests per second Kyverno refused in the namespaces of ``lines``, by namespace."""
+    namespaces = "|".join(l.namespace for l in lines)
+    return rate_sum("kyverno_admission_requests",
+                    {"job": targets.JOB_KYVERNO, "resource_kind": "Pod", "request_allowed": "false",
+                     "resource_namespace": f"{namespaces}~"}, by="resource_namespace")
+
+
+def l2_policy_failures(lines: list[BusinessLineConfig]) -> str:
+    """Failed or errored rule results per second of the lines' L2 policies, by policy."""
+    policies = "|".join(names.policy_name(l) for l in lines)
+    return rate_sum("kyverno_policy_results",
+                    {"job": targets.JOB_KYVERNO, "policy_name": f"{policies}~", "rule_result": "fail|error~"},
+                    by="policy_name, resource_namespace")
+
+
+def admission_latency(q: float = 0.99) -> str:
+    """Kyverno admission review latency quantile ``q``, seconds."""
+    return quantile(q, "kyverno_admission_review_duration_seconds", {"job": targets.JOB_KYVERNO})
+
+
+def gpu_utilisation_by_node() -> str:
+    """Mean GPU utilisation (%) per node."""
+    return f"avg by (Hostname)({selector('DCGM_FI_DEV_GPU_UTIL', job=targets.JOB_DCGM)})"
+
+
+def gpu_memory_used_ratio_by_node() -> str:
+    """GPU memory used / (used + free) per node (0-1)."""
+    used = f"sum by (Hostname)({selector('DCGM_FI_DEV_FB_USED', job=targets.JOB_DCGM)})"
+    free = f"sum by (Hostname)({selector('DCGM_FI_DEV_FB_FREE', job=targets.JOB_DCGM)})"
+    return f"{used} / ({used} + {free})"
+
+
+def l2_lines(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> list[BusinessLineConfig]:
+    """The lines that use L2 (only they get L2 panels and alerts)."""
+    return [l for l in lines if l.cache.l2_enabled and platform.curvine.enabled]

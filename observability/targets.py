@@ -1,0 +1,182 @@
+"""What the AMP managed scraper scrapes, and its scrape configuration (a Prometheus YAML).
+
+One job per kind of target, each found by Kubernetes pod discovery (``kubernetes_sd_configs``
+role ``pod``) and kept by namespace, pod label and container port, so nothing else in the
+cluster is scraped:
+
+========================  ==========================  ===========================================
+job                       pods                        port
+========================  ==========================  ===========================================
+``kvcache-vllm``          each line's endpoint pods   ``vllm.port`` (vLLM's ``/metrics``; LMCache's
+                          (``app=<line>``)            metrics are served there too, see README)
+``kvcache-curvine-master`` Curvine Primary            container port ``web`` (9001)
+``kvcache-curvine-worker`` Curvine Workers            container port ``web`` (9002)
+``kvcache-kyverno``       Kyverno admission pods      container port ``metrics-port`` (8000)
+``kvcache-dcgm``          DCGM exporter pods          container port ``metrics`` (9400)
+``kvcache-l2-janitor``    each line's L2 janitor      container port ``metrics`` (contract, README)
+========================  ==========================  ===========================================
+
+Target labels added by relabelling: ``business_line`` (vLLM, from the namespace), ``namespace``
+and ``pod`` (vLLM, Curvine, Kyverno), ``l2_cache`` (vLLM: the value of the pod label
+:data:`k8s.names.L2_MUTATED_LABEL` the Kyverno policy sets; absent on a pod it did not mutate),
+``node`` (all). The DCGM exporter and the janitor expose their own ``namespace``/``pod``/``line``
+labels (the pod *using* a GPU; the line measured), so those jobs add no target label of the same
+name (a clash would rename theirs to ``exported_*``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+import yaml
+
+from k8s import names
+from k8s.curvine_config import MASTER_WEB_PORT, WORKER_WEB_PORT
+from k8s.kyverno import KYVERNO_NAMESPACE
+from platform_config import BusinessLineConfig, PlatformConfig
+
+JOB_VLLM: Final = "kvcache-vllm"
+JOB_CURVINE_MASTER: Final = "kvcache-curvine-master"
+JOB_CURVINE_WORKER: Final = "kvcache-curvine-worker"
+JOB_KYVERNO: Final = "kvcache-kyverno"
+JOB_DCGM: Final = "kvcache-dcgm"
+JOB_L2_JANITOR: Final = "kvcache-l2-janitor"
+
+#: Pod labels of the Curvine chart (k8s/curvine_chart.py; a test checks they match).
+CURVINE_NAME_LABEL: Final = ("app.kubernetes.io/name", "curvine")
+CURVINE_COMPONENT_LABEL: Final = "app.kubernetes.io/component"
+CURVINE_WEB_PORT_NAME: Final = "web"
+#: Kyverno chart 3.5.2 (kyverno v1.15.2): admission-controller pod label and metrics port name
+#: (charts/kyverno/templates/admission-controller/deployment.yaml, _helpers.tpl).
+KYVERNO_COMPONENT: Final = ("app.kubernetes.io/component", "admission-controller")
+KYVERNO_METRICS_PORT_NAME: Final = "metrics-port"
+#: dcgm-exporter chart 4.8.2: pod label ``app.kubernetes.io/name`` and container port ``metrics``.
+DCGM_NAME_LABEL: Final = ("app.kubernetes.io/name", "dcgm-exporter")
+DCGM_METRICS_PORT_NAME: Final = "metrics"
+#: The L2 janitor's pods and port (contract with the janitor's chart; README, "Observability").
+L2_JANITOR_COMPONENT: Final = ("app.kubernetes.io/component", "l2-janitor")
+L2_JANITOR_METRICS_PORT_NAME: Final = "metrics"
+
+#: Target label holding the pod's :data:`k8s.names.L2_MUTATED_LABEL` value (vLLM job).
+L2_CACHE_TARGET_LABEL: Final = "l2_cache"
+
+
+def meta_label(label: str) -> str:
+    """Kubernetes SD meta label of a pod label: ``kvcache.io/l2-cache`` -> ``__meta_kubernetes_pod_label_kvcache_io_l2_cache``.
+
+    Prometheus replaces every character outside ``[a-zA-Z0-9_]`` with ``_``.
+    """
+    return "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", label)
+
+
+def _alternation(values: list[str]) -> str:
+    return "|".join(re.escape(v) for v in values)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One scrape job: which namespaces, which pods (label), which container port."""
+
+    name: str
+    namespaces: tuple[str, ...]
+    pod_label: tuple[str, str]
+    port_name: str | None = None
+    port_numbers: tuple[int, ...] = ()
+    #: Target labels: namespace and pod of the scraped pod (off where the target exposes its own).
+    pod_target_labels: bool = True
+
+    def scrape_config(self, extra_relabel: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The job's ``scrape_configs`` entry (Prometheus configuration format)."""
+        label, value = self.pod_label
+        relabel: list[dict[str, Any]] = [
+            {"source_labels": ["__meta_kubernetes_pod_phase"], "regex": "Running", "action": "keep"},
+            {"source_labels": [meta_label(label)], "regex": re.escape(value) if value else ".+", "action": "keep"},
+        ]
+        if self.port_name is not None:
+            relabel.append({"source_labels": ["__meta_kubernetes_pod_container_port_name"],
+                            "regex": re.escape(self.port_name), "action": "keep"})
+        if self.port_numbers:
+            relabel.append({"source_labels": ["__meta_kubernetes_pod_container_port_number"],
+                            "regex": _alternation([str(p) for p in self.port_numbers]), "action": "keep"})
+        if self.pod_target_labels:
+            relabel += [
+                {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
+                {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+            ]
+        relabel.append({"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"})
+        relabel += extra_relabel or []
+        return {
+            "job_name": self.name,
+            "metrics_path": "/metrics",
+            "scheme": "http",
+            "kubernetes_sd_configs": [{"role": "pod", "namespaces": {"names": list(self.namespaces)}}],
+            "relabel_configs": relabel,
+        }
+
+
+def vllm_job(lines: tuple[BusinessLineConfig, ...]) -> dict[str, Any]:
+    """The vLLM job: every line's endpoint pods, ``business_line`` from the namespace.
+
+    The operator labels the pods ``app=<endpoint name>`` (:data:`k8s.names.OPERATOR_POD_LABEL`);
+    the port is the line's ``vllm.port``. Each line's namespace maps to ``business_line=<name>``.
+    """
+    job = Job(name=JOB_VLLM, namespaces=tuple(l.namespace for l in lines),
+              pod_label=(names.OPERATOR_POD_LABEL, ""),
+              port_numbers=tuple(sorted({l.vllm.port for l in lines})))
+    extra: list[dict[str, Any]] = [
+        # Only the endpoint's own pods (app=<endpoint>), not other pods of the namespace.
+        {"source_labels": ["__meta_kubernetes_namespace", meta_label(names.OPERATOR_POD_LABEL)],
+         "separator": "/",
+         "regex": _alternation([f"{l.namespace}/{names.endpoint_name(l)}" for l in lines]),
+         "action": "keep"},
+    ]
+    extra += [{"source_labels": ["__meta_kubernetes_namespace"], "regex": re.escape(l.namespace),
+               "target_label": "business_line", "replacement": l.name} for l in lines]
+    extra.append({"source_labels": [meta_label(names.L2_MUTATED_LABEL)], "target_label": L2_CACHE_TARGET_LABEL})
+    return job.scrape_config(extra)
+
+
+def jobs(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> list[dict[str, Any]]:
+    """Every scrape job of the platform (vLLM only when there are lines, Curvine only when enabled)."""
+    obs = platform.observability
+    out: list[dict[str, Any]] = []
+    if lines:
+        out.append(vllm_job(lines))
+        l2_lines = [l for l in lines if l.cache.l2_enabled]
+        if l2_lines:
+            out.append(Job(name=JOB_L2_JANITOR, namespaces=tuple(l.namespace for l in l2_lines),
+                           pod_label=L2_JANITOR_COMPONENT, port_name=L2_JANITOR_METRICS_PORT_NAME,
+                           pod_target_labels=False).scrape_config())
+    if platform.curvine.enabled:
+        ns = (platform.curvine.namespace,)
+        for name, component, port in ((JOB_CURVINE_MASTER, "master", MASTER_WEB_PORT),
+                                      (JOB_CURVINE_WORKER, "worker", WORKER_WEB_PORT)):
+            out.append(Job(name=name, namespaces=ns, pod_label=(CURVINE_COMPONENT_LABEL, component),
+                           port_name=CURVINE_WEB_PORT_NAME, port_numbers=(port,)).scrape_config(
+                [{"source_labels": [meta_label(CURVINE_NAME_LABEL[0])], "regex": re.escape(CURVINE_NAME_LABEL[1]),
+                  "action": "keep"}]))
+        out.append(Job(name=JOB_KYVERNO, namespaces=(KYVERNO_NAMESPACE,), pod_label=KYVERNO_COMPONENT,
+                       port_name=KYVERNO_METRICS_PORT_NAME).scrape_config())
+    out.append(Job(name=JOB_DCGM, namespaces=(obs.namespace,) if obs.dcgm_exporter.install else (),
+                   pod_label=DCGM_NAME_LABEL, port_name=DCGM_METRICS_PORT_NAME,
+                   pod_target_labels=False).scrape_config())
+    if not obs.dcgm_exporter.install:
+        # An exporter installed by someone else: any namespace (empty list = all namespaces).
+        del out[-1]["kubernetes_sd_configs"][0]["namespaces"]
+    return out
+
+
+def scrape_configuration(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> dict[str, Any]:
+    """The scraper's whole configuration: global interval/timeout and :func:`jobs`."""
+    interval = platform.observability.scrape_interval_seconds
+    return {
+        "global": {"scrape_interval": f"{interval}s", "scrape_timeout": f"{min(10, interval)}s"},
+        "scrape_configs": jobs(platform, lines),
+    }
+
+
+def scrape_configuration_yaml(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> str:
+    """:func:`scrape_configuration` as YAML (what ``AWS::APS::Scraper`` ``ConfigurationBlob`` takes)."""
+    return yaml.safe_dump(scrape_configuration(platform, lines), sort_keys=False, width=1000)

@@ -1,0 +1,142 @@
+"""Metrics, alerts and the Grafana workspace of the platform (issue 11; README, "Observability").
+
+Contract used by ``stacks.build_platform``:
+    ObservabilityStack(scope, construct_id, *, platform: PlatformConfig,
+                       business_lines: tuple[BusinessLineConfig, ...], cluster: eks_v2.Cluster,
+                       subnets: list[ec2.ISubnet], security_group: ec2.ISecurityGroup, **stack_kwargs)
+
+Collection path: an Amazon Managed Service for Prometheus workspace, fed by an AMP managed
+scraper (``AWS::APS::Scraper``: agentless, AWS runs it outside the cluster, ENIs in our private
+subnets), which discovers and scrapes the targets of :mod:`observability.targets`. GPU metrics
+come from the NVIDIA DCGM exporter, installed from its pinned Helm chart on the HyperPod nodes.
+Rules and alert manager live in the workspace; alerts go to an encrypted SNS topic. Dashboards
+are generated as JSON beside the templates (``cdk.out/dashboards/``, written by ``app.py``) and
+imported into the Grafana workspace this stack creates (README: why not a custom resource).
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from aws_cdk import CfnOutput, Fn, Stack
+from aws_cdk import aws_aps as aps
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_grafana as grafana
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sns_subscriptions as subscriptions
+from constructs import Construct
+
+from observability import alerts, dashboards, targets
+from observability.cluster_objects import DCGM_RELEASE, dcgm_exporter_values
+from platform_config import BusinessLineConfig, PlatformConfig
+
+#: Prometheus query actions the Grafana workspace role needs on the workspace (AMP user guide,
+#: "Set up Amazon Managed Grafana for use with Amazon Managed Service for Prometheus").
+GRAFANA_QUERY_ACTIONS = ("aps:QueryMetrics", "aps:GetSeries", "aps:GetLabels", "aps:GetMetricMetadata",
+                         "aps:DescribeWorkspace")
+
+
+class ObservabilityStack(Stack):
+    """AMP workspace + managed scraper, rules, alert manager -> SNS, DCGM exporter, Grafana workspace.
+
+    Attributes:
+        key: KMS key (rotation on) encrypting the Prometheus workspace and the SNS topic.
+        workspace: ``aps.CfnWorkspace``; ``scraper``: ``aps.CfnScraper``; ``rules``:
+            ``aps.CfnRuleGroupsNamespace``.
+        topic: the alert ``sns.Topic``.
+        grafana_workspace: ``grafana.CfnWorkspace`` or None; ``grafana_role``: its IAM role or None.
+        dcgm_exporter: ``eks.HelmChart`` or None.
+        dashboards: the dashboard JSON models (dicts), for ``app.py`` to write after synthesis.
+        scrape_configuration: the scraper's configuration (dict, before base64).
+    """
+
+    def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig,
+                 business_lines: tuple[BusinessLineConfig, ...], cluster: eks.ICluster,
+                 subnets: list[ec2.ISubnet], security_group: ec2.ISecurityGroup, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        obs = platform.observability
+        name = f"{platform.project}-kv-cache"
+        self.platform = platform
+        self.business_lines = business_lines
+
+        self.key = kms.Key(self, "Key", enable_key_rotation=True,
+                           description=f"{name}: Prometheus workspace and alert topic")
+        # The alert manager publishes to the topic as the service principal; an SSE-KMS topic
+        # needs the service to use the key (AMP user guide, alert receiver permissions).
+        self.key.add_to_resource_policy(iam.PolicyStatement(
+            sid="PrometheusAlertManagerPublishesToEncryptedTopic",
+            principals=[iam.ServicePrincipal("aps.amazonaws.com")],
+            actions=["kms:GenerateDataKey*", "kms:Decrypt"], resources=["*"],
+            conditions={"StringEquals": {"aws:SourceAccount": self.account}}))
+
+        self.topic = sns.Topic(self, "AlertTopic", display_name=f"{name} alerts", master_key=self.key,
+                               enforce_ssl=True)
+        for address in obs.alerts.email_subscriptions:
+            self.topic.add_subscription(subscriptions.EmailSubscription(address))
+
+        self.workspace = aps.CfnWorkspace(
+            self, "Workspace", alias=name, kms_key_arn=self.key.key_arn,
+            alert_manager_definition=alerts.alert_manager_definition(self.topic.topic_arn, self.region))
+        self.topic.add_to_resource_policy(iam.PolicyStatement(
+            sid="PrometheusAlertManagerPublishes",
+            principals=[iam.ServicePrincipal("aps.amazonaws.com")],
+            actions=["sns:Publish", "sns:GetTopicAttributes"], resources=[self.topic.topic_arn],
+            conditions={"ArnEquals": {"aws:SourceArn": self.workspace.attr_arn},
+                        "StringEquals": {"aws:SourceAccount": self.account}}))
+
+        self.rules = aps.CfnRuleGroupsNamespace(
+            self, "Rules", workspace=self.workspace.attr_arn, name=alerts.RULES_NAMESPACE,
+            data=alerts.rule_groups_yaml(platform, business_lines))
+
+        self.scrape_configuration = targets.scrape_configuration(platform, business_lines)
+        blob = base64.b64encode(targets.scrape_configuration_yaml(platform, business_lines).encode()).decode()
+        self.scraper = aps.CfnScraper(
+            self, "Scraper", alias=name,
+            source=aps.CfnScraper.SourceProperty(eks_configuration=aps.CfnScraper.EksConfigurationProperty(
+                cluster_arn=cluster.cluster_arn, subnet_ids=[s.subnet_id for s in subnets],
+                security_group_ids=[security_group.security_group_id])),
+            destination=aps.CfnScraper.DestinationProperty(
+                amp_configuration=aps.CfnScraper.AmpConfigurationProperty(workspace_arn=self.workspace.attr_arn)),
+            scrape_configuration=aps.CfnScraper.ScrapeConfigurationProperty(configuration_blob=blob))
+
+        # No access entry or RBAC of ours: on an API/API_AND_CONFIG_MAP cluster AMP creates the
+        # scraper's access entry itself (a second one for the same role would fail the deploy).
+
+        self.dcgm_exporter: eks.HelmChart | None = None
+        if obs.dcgm_exporter.install:
+            pin = obs.dcgm_exporter.chart
+            self.dcgm_exporter = eks.HelmChart(
+                self, "DcgmExporter", cluster=cluster, chart=pin.chart, repository=pin.repository,
+                version=pin.version, release=DCGM_RELEASE, namespace=obs.namespace, create_namespace=True,
+                values=dcgm_exporter_values(platform))
+
+        self.grafana_role: iam.Role | None = None
+        self.grafana_workspace: grafana.CfnWorkspace | None = None
+        if obs.grafana.create_workspace:
+            self.grafana_role = iam.Role(
+                self, "GrafanaRole", description=f"{name}: Grafana reads this platform's Prometheus workspace",
+                assumed_by=iam.ServicePrincipal("grafana.amazonaws.com", conditions={
+                    "StringEquals": {"aws:SourceAccount": self.account}}))
+            self.grafana_role.add_to_policy(iam.PolicyStatement(
+                sid="QueryThisPrometheusWorkspace", actions=list(GRAFANA_QUERY_ACTIONS),
+                resources=[self.workspace.attr_arn]))
+            self.grafana_workspace = grafana.CfnWorkspace(
+                self, "Grafana", name=name, description=f"Dashboards of {platform.project}'s tiered KV cache",
+                account_access_type="CURRENT_ACCOUNT", authentication_providers=[obs.grafana.authentication],
+                permission_type="CUSTOMER_MANAGED", role_arn=self.grafana_role.role_arn,
+                data_sources=["PROMETHEUS"], grafana_version=obs.grafana.version)
+            CfnOutput(self, "GrafanaUrl", value=Fn.join("", ["https://", self.grafana_workspace.attr_endpoint]),
+                      description="Amazon Managed Grafana workspace (import cdk.out/dashboards/*.json)")
+            CfnOutput(self, "GrafanaWorkspaceId", value=self.grafana_workspace.attr_id)
+
+        self.dashboards = [dashboards.build_dashboard(platform, business_lines)]
+        CfnOutput(self, "PrometheusWorkspaceId", value=self.workspace.attr_workspace_id)
+        CfnOutput(self, "PrometheusEndpoint", value=self.workspace.attr_prometheus_endpoint,
+                  description="Prometheus-compatible query endpoint (SigV4) of the workspace")
+        CfnOutput(self, "AlertTopicArn", value=self.topic.topic_arn,
+                  description="SNS topic every alert is published to; subscribe on-call here")
+        CfnOutput(self, "ScraperId", value=self.scraper.attr_scraper_id)

@@ -1,0 +1,127 @@
+"""Alerts as code: the required alerts, their thresholds from config, the rule file and the SNS route."""
+
+from __future__ import annotations
+
+import yaml
+
+from k8s import names
+from observability import alerts, queries, targets
+from platform_config.models import quantity_bytes
+from tests.example_config import copy_example_config, edit_yaml
+from tests.observability.conftest import selectors
+
+
+def by_name(all_alerts) -> dict[str, list[alerts.Alert]]:
+    out: dict[str, list[alerts.Alert]] = {}
+    for alert in all_alerts:
+        out.setdefault(alert.name, []).append(alert)
+    return out
+
+
+def test_the_issue_alerts_are_all_there(all_alerts) -> None:
+    assert set(by_name(all_alerts)) == {
+        "KvCacheLineL2AboveHighWatermark", "KvCacheCurvinePoolAlmostFull", "KvCacheCurvinePrimaryDown",
+        "KvCacheAdmissionWebhookDown", "KvCacheAdmissionFailing", "KvCacheL2HitRateCollapsed",
+        "KvCacheTtftP90OverSlo", "KvCachePodWithoutL2", "KvCacheCurvineWorkersLost"}
+    for alert in all_alerts:
+        assert alert.severity in ("critical", "warning") and alert.meaning and alert.action
+
+
+def test_ttft_alert_per_line_uses_the_lines_slo_in_seconds(obs_project, all_alerts) -> None:
+    rules = {a.labels["business_line"]: a for a in by_name(all_alerts)["KvCacheTtftP90OverSlo"]}
+    assert set(rules) == {"rag-assistant", "research-reasoning", "legal-search", "ticket-triage"}  # L2 or not
+    assert rules["rag-assistant"].expr.endswith(" > 1")       # slo.ttft_p90_ms: 1000
+    assert rules["research-reasoning"].expr.endswith(" > 3")  # slo.ttft_p90_ms: 3000
+    assert rules["legal-search"].expr.endswith(" > 2")        # the default, 2000 ms
+    for line in obs_project.business_lines:
+        assert rules[line.name].expr.startswith("histogram_quantile(0.9, ")
+        assert {n for n, _ in selectors(rules[line.name].expr)} == {"vllm:time_to_first_token_seconds_bucket"}
+
+
+def test_watermark_alert_compares_the_janitors_bytes_with_high_watermark_times_l2_size(obs_project, all_alerts) -> None:
+    rules = {a.labels["business_line"]: a for a in by_name(all_alerts)["KvCacheLineL2AboveHighWatermark"]}
+    assert rules["rag-assistant"].expr == (
+        'max(kvcache_l2_janitor_used_bytes{job="kvcache-l2-janitor",line="rag-assistant"}) > 0.8 * 536870912000')
+    assert quantity_bytes("500Gi") == 536870912000
+    assert rules["research-reasoning"].expr.endswith(f"> 0.8 * {2 * 2**40}")
+
+
+def test_pool_alert_threshold_comes_from_config(obs_project, tmp_path) -> None:
+    (alert,) = by_name(alerts.all_alerts(obs_project.platform, obs_project.business_lines))["KvCacheCurvinePoolAlmostFull"]
+    assert alert.expr.endswith(" > 0.85")
+    copy = copy_example_config(tmp_path / "config")
+    edit_yaml(copy / "platform.yaml", lambda d: d["observability"]["alerts"].update(pool_usage_threshold=0.9))
+    from platform_config import load_project
+
+    edited = load_project(copy)
+    (alert,) = by_name(alerts.all_alerts(edited.platform, edited.business_lines))["KvCacheCurvinePoolAlmostFull"]
+    assert alert.expr.endswith(" > 0.9")
+
+
+def test_primary_and_webhook_down_fire_on_absence_of_a_healthy_target(all_alerts) -> None:
+    alerts_ = by_name(all_alerts)
+    assert alerts_["KvCacheCurvinePrimaryDown"][0].expr == f'absent(up{{job="{targets.JOB_CURVINE_MASTER}"}} == 1)'
+    assert alerts_["KvCacheAdmissionWebhookDown"][0].expr == f'absent(up{{job="{targets.JOB_KYVERNO}"}} == 1)'
+
+
+def test_admission_failing_watches_pod_denials_and_l2_policy_errors_in_l2_namespaces(all_alerts) -> None:
+    (alert,) = by_name(all_alerts)["KvCacheAdmissionFailing"]
+    found = dict(selectors(alert.expr))
+    assert found["kyverno_admission_requests_total"]["request_allowed"] == ("Equal", "false")
+    # The L2 lines only: legal-search (L2 off) has no policy to fail.
+    assert found["kyverno_admission_requests_total"]["resource_namespace"] == (
+        "Re", "rag-assistant|research-reasoning|ticket-triage")
+    assert found["kyverno_policy_results_total"]["policy_name"] == (
+        "Re", "rag-assistant-l2-cache|research-reasoning-l2-cache|ticket-triage-l2-cache")
+    assert found["kyverno_policy_results_total"]["rule_result"] == ("Re", "fail|error")
+
+
+def test_pod_without_l2_alert_reads_the_policys_label_through_the_target_label(all_alerts) -> None:
+    (alert,) = by_name(all_alerts)["KvCachePodWithoutL2"]
+    ((name, matchers),) = selectors(alert.expr)
+    assert name == "up"
+    assert matchers[targets.L2_CACHE_TARGET_LABEL] == ("NotEqual", names.L2_MUTATED_VALUE)
+    assert matchers["business_line"] == ("Re", "rag-assistant|research-reasoning|ticket-triage")  # not legal-search
+
+
+def test_hit_rate_collapse_compares_15_minutes_with_the_6_hours_before(obs_project, all_alerts) -> None:
+    rules = {a.labels["business_line"]: a for a in by_name(all_alerts)["KvCacheL2HitRateCollapsed"]}
+    line = obs_project.business_line("rag-assistant")
+    assert rules[line.name].expr.startswith(f"({queries.l2_hit_share(line, '15m')}) < 0.5 * (")
+    assert "[6h] offset 15m" in rules[line.name].expr and ") > 0.05 and " in rules[line.name].expr
+    assert f"* {line.cache.chunk_size_tokens})" in rules[line.name].expr
+
+
+def test_a_line_without_l2_gets_only_the_ttft_alert(tmp_path) -> None:
+    copy = copy_example_config(tmp_path / "config")
+    edit_yaml(copy / "business-lines" / "rag-assistant.yaml",
+              lambda d: d["cache"].update(l2_enabled=False, l2_size="500Gi"))
+    from platform_config import load_project
+
+    project = load_project(copy)
+    per_line = [a for a in alerts.all_alerts(project.platform, project.business_lines)
+                if a.labels.get("business_line") == "rag-assistant"]
+    assert [a.name for a in per_line] == ["KvCacheTtftP90OverSlo"]
+    (pods,) = by_name(alerts.all_alerts(project.platform, project.business_lines))["KvCachePodWithoutL2"]
+    assert "rag-assistant" not in pods.expr
+
+
+def test_rule_file_is_prometheus_rule_groups(obs_project) -> None:
+    data = yaml.safe_load(alerts.rule_groups_yaml(obs_project.platform, obs_project.business_lines))
+    assert [g["name"] for g in data["groups"]] == ["kvcache-platform", "kvcache-lines"]
+    for group in data["groups"]:
+        for rule in group["rules"]:
+            assert set(rule) == {"alert", "expr", "for", "labels", "annotations"}
+            assert rule["labels"]["severity"] in ("critical", "warning")
+            assert set(rule["annotations"]) == {"summary", "description", "runbook"}
+
+
+def test_alert_manager_sends_everything_to_the_sns_topic_with_sigv4_region() -> None:
+    definition = yaml.safe_load(alerts.alert_manager_definition("arn:aws:sns:us-west-2:111122223333:t", "us-west-2"))
+    config = yaml.safe_load(definition["alertmanager_config"])
+    assert config["route"]["receiver"] == "sns"
+    (receiver,) = config["receivers"]
+    (sns,) = receiver["sns_configs"]
+    assert sns["topic_arn"] == "arn:aws:sns:us-west-2:111122223333:t"
+    assert sns["sigv4"] == {"region": "us-west-2"}
+    assert "api_url" not in sns and "http_config" not in sns  # AMP refuses both

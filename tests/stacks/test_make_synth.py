@@ -1,0 +1,77 @@
+"""`make synth` swaps in a new cdk.out only after a successful synthesis (never half-written).
+
+The swap logic runs with a stand-in CDK CLI (fast, and able to fail after writing part of its
+output); one run with the real CLI and a bad config checks the whole path end to end.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+from tests.example_config import REPO, copy_example_config, edit_yaml
+
+#: A stand-in for node_modules/.bin/cdk: writes one template into --output, then fails when
+#: FAKE_CDK_FAIL is set (after writing, like a synthesis that dies half-way).
+FAKE_CDK = r"""#!/usr/bin/env bash
+out=""
+while [[ $# -gt 0 ]]; do [[ "$1" == "--output" ]] && out="$2"; shift; done
+echo '{"Resources": {}}' > "$out/new-stack.template.json"
+[[ -z "${FAKE_CDK_FAIL:-}" ]]
+"""
+
+
+def make_synth(tmp_path: Path, cdk: str | None = None, **env: str) -> subprocess.CompletedProcess:
+    args = ["make", "--no-print-directory", "-o", "setup", "synth", f"CDK_OUT={tmp_path / 'cdk.out'}"]
+    if cdk:
+        args.append(f"CDK={cdk}")
+    return subprocess.run(args, cwd=REPO, env={**os.environ, **env}, capture_output=True, text=True, timeout=600)
+
+
+def last_good(tmp_path: Path) -> Path:
+    good = tmp_path / "cdk.out"
+    good.mkdir()
+    (good / "old-stack.template.json").write_text('{"last": "good"}')
+    return good
+
+
+def fake_cdk(tmp_path: Path) -> str:
+    path = tmp_path / "fake-cdk"
+    path.write_text(FAKE_CDK)
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return str(path)
+
+
+def leftovers(tmp_path: Path) -> list[str]:
+    return sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("cdk.out."))
+
+
+def test_success_replaces_cdk_out_as_a_whole(tmp_path) -> None:
+    good = last_good(tmp_path)
+    result = make_synth(tmp_path, fake_cdk(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in good.iterdir()) == ["new-stack.template.json"]  # nothing of the old one
+    assert f"{good}/: 1 templates" in result.stdout
+    assert leftovers(tmp_path) == []
+
+
+def test_a_failed_synthesis_keeps_the_last_good_cdk_out(tmp_path) -> None:
+    good = last_good(tmp_path)
+    result = make_synth(tmp_path, fake_cdk(tmp_path), FAKE_CDK_FAIL="1")
+    assert result.returncode != 0
+    assert sorted(p.name for p in good.iterdir()) == ["old-stack.template.json"]
+    assert (good / "old-stack.template.json").read_text() == '{"last": "good"}'
+    assert leftovers(tmp_path) == []  # the half-written output is gone
+
+
+def test_a_bad_config_with_the_real_cdk_cli_keeps_the_last_good_cdk_out(tmp_path) -> None:
+    config = copy_example_config(tmp_path / "config")
+    edit_yaml(config / "business-lines" / "rag-assistant.yaml", lambda d: d.update(routing_strategy="fastest"))
+    good = last_good(tmp_path)
+    result = make_synth(tmp_path, KVCACHE_CONFIG_DIR=str(config))
+    assert result.returncode != 0
+    assert "rag-assistant.yaml: routing_strategy" in result.stderr
+    assert sorted(p.name for p in good.iterdir()) == ["old-stack.template.json"]
+    assert leftovers(tmp_path) == []

@@ -1,0 +1,202 @@
+"""The convention every operator tool follows (kv_tools/cli.py): help texts, exit codes and the
+README's one table of them, error lines, quiet broken pipes; and the permissions the docs list
+for each tool, recorded from the calls the code makes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from kv_tools import cli
+from kv_tools.preflight import run_preflight
+from platform_config import load_project
+from tests.example_config import FIXTURE_CONFIG
+from tests.tools.script_loader import REPO, load_script
+
+TOOLS = ("plan", "overlap", "bench_ttft", "verify", "preflight")
+README = (REPO / "README.md").read_text()
+OPERATOR_DOC = (REPO / "docs" / "operator-tools.md").read_text()
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_help_shows_real_defaults_only_and_the_exit_codes(tool: str, monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-from-env")
+    text = load_script(tool).build_parser().format_help()
+    flat = " ".join(text.split())  # argparse wraps lines
+    assert "default: None" not in flat and "default: False" not in flat
+    assert not re.search(r"\(default: [^)]*\)\s*\(default:", flat)
+    m = cli.EXIT_CODES[f"{tool}.py"]
+    assert f"exit status: 0 = {m.ok}; 1 = {m.no}; 2 = {m.error}." in flat
+    assert "sk-secret-from-env" not in text
+
+
+def test_api_key_default_is_shown_once_and_never_its_value(monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-from-env")
+    flat = " ".join(load_script("bench_ttft").build_parser().format_help().split())
+    options = flat[flat.index("options:"):]
+    api_key_help = options[options.index("--api-key API_KEY"):options.index("--endpoint {")]
+    assert api_key_help.count("default") == 1 and "$OPENAI_API_KEY" in api_key_help
+
+
+def test_the_readme_has_the_one_exit_code_table() -> None:
+    assert cli.exit_code_table() in README
+    assert set(cli.EXIT_CODES) == {f"{t}.py" for t in TOOLS}
+    # Nowhere else restates the codes tool by tool: the docs and the scripts point to the table.
+    for tool in TOOLS:
+        doc = load_script(tool).__doc__
+        assert not re.search(r"[Ee]xit code \d", doc) and "--help" in doc, tool
+
+
+def test_run_applies_the_convention(capsys) -> None:
+    def bad_input(argv: Any) -> int:
+        raise cli.ToolError("--thing: no such file: /x")
+
+    with pytest.raises(SystemExit) as exc:
+        cli.run(bad_input, [])
+    assert exc.value.code == cli.EXIT_ERROR
+    assert capsys.readouterr().err == "error: --thing: no such file: /x\n"
+    with pytest.raises(SystemExit) as exc:
+        cli.run(lambda argv: cli.EXIT_NO, [])
+    assert exc.value.code == cli.EXIT_NO
+
+
+def _run_into_a_closed_pipe(args: list[str]) -> subprocess.CompletedProcess:
+    """Run a script with stdout a pipe whose reader has already gone, as after ``| head -1``."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([sys.executable, *args], stdout=write_end, stderr=subprocess.PIPE, cwd=REPO,
+                              text=True, timeout=120)
+    finally:
+        os.close(write_end)
+
+
+def test_a_closed_pipe_ends_quietly_with_the_tools_answer(tmp_path: Path) -> None:
+    """``plan.py ... | head`` used to end with a BrokenPipeError traceback."""
+    planned = _run_into_a_closed_pipe(["scripts/plan.py", "--model", "Qwen2-7B", "--instance-type", "ml.g6e.12xlarge"])
+    assert planned.stderr == "" and planned.returncode == cli.EXIT_OK
+    too_big = _run_into_a_closed_pipe(["scripts/plan.py", "--model", "Qwen2.5-32B", "--instance-type",
+                                       "ml.g6e.xlarge", "--json"])
+    assert too_big.stderr == "" and too_big.returncode == cli.EXIT_NO
+    log = tmp_path / "r.jsonl"
+    log.write_text(json.dumps({"prompt": "x" * 5000}) + "\n")
+    overlap = _run_into_a_closed_pipe(["scripts/overlap.py", str(log)])
+    assert overlap.stderr == "" and overlap.returncode == cli.EXIT_NO
+
+
+@pytest.mark.parametrize("text, value", [("0.4", 0.4), ("40%", 0.4), ("0", 0.0), ("1", 1.0)])
+def test_fraction_flags_accept_a_fraction_or_a_percentage(text: str, value: float) -> None:
+    assert cli.fraction(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["40", "101%", "-1", "x"])
+def test_fraction_flags_refuse_anything_else(text: str) -> None:
+    with pytest.raises(Exception, match="0.4|40%"):
+        cli.fraction(text)
+
+
+# --- permissions each tool needs, recorded from the code's own calls ---------------------------------
+
+class _RecordingSession:
+    """A boto3 Session stand-in that answers every call with an empty response and records
+    it as the IAM action it needs (``ec2:DescribeAvailabilityZones``)."""
+
+    calls: list[str] = []
+
+    def __init__(self, region_name: str) -> None:
+        self.region_name = region_name
+
+    def client(self, service: str) -> Any:
+        calls = self.calls
+
+        def action(method: str) -> str:
+            return f"{service}:{''.join(w.capitalize() for w in method.split('_'))}"
+
+        class Paginator:
+            def __init__(self, method: str) -> None:
+                self.method = method
+
+            def paginate(self, **kwargs: Any) -> list[dict]:
+                calls.append(action(self.method))
+                return [{}]
+
+        class Client:
+            exceptions = type("Exceptions", (), {"ClientError": ClientError})
+
+            def get_paginator(self, method: str) -> Paginator:
+                return Paginator(method)
+
+            def __getattr__(self, method: str) -> Any:
+                def call(**kwargs: Any) -> dict:
+                    calls.append(action(method))
+                    return {}
+                return call
+
+        return Client()
+
+
+def _documented(tool: str) -> str:
+    """The row of ``tool`` in the docs' permissions table."""
+    section = OPERATOR_DOC[OPERATOR_DOC.index("### Permissions each tool needs"):]
+    section = section[:section.index("\n#")]
+    rows = [line for line in section.splitlines() if line.startswith(f"| `scripts/{tool}.py`")]
+    assert len(rows) == 1, f"one permissions row for {tool}"
+    return rows[0]
+
+
+def test_preflight_permissions_in_the_docs_are_the_calls_it_makes() -> None:
+    _RecordingSession.calls = []
+    run_preflight(load_project(FIXTURE_CONFIG).platform, session_factory=_RecordingSession)
+    called = set(_RecordingSession.calls)
+    assert "ec2:DescribeAvailabilityZones" in called  # the recorder sees the calls
+    row = _documented("preflight")
+    documented = set(re.findall(r"`([a-z0-9-]+:[A-Za-z]+)`", row))
+    assert called == documented, row
+
+
+def test_offline_tools_need_no_permissions() -> None:
+    for tool in ("plan", "overlap"):
+        assert "none" in _documented(tool)
+
+
+def test_l1_is_explained_the_same_way_in_readme_and_docs() -> None:
+    definition = ("LMCache's CPU buffer (`local_cpu`) in host memory inside each vLLM pod, sized per pod by "
+                  "`cache.l1_cpu_gib`")
+    for path in ("README.md", "docs/l2-cache.md", "docs/operator-tools.md"):
+        text = " ".join((REPO / path).read_text().split())
+        assert definition in text, path
+    for path in ("README.md", "docs/l2-cache.md"):
+        assert "LMCache's CPU offload (HyperPod Tiered Storage)" not in (REPO / path).read_text(), path
+
+
+def test_preflight_cli_exit_codes(capsys) -> None:
+    from botocore.exceptions import NoCredentialsError
+
+    preflight = load_script("preflight")
+
+    def no_credentials(region_name: str) -> Any:
+        class Session:
+            def client(self, service: str) -> Any:
+                class Client:
+                    def get_caller_identity(self) -> dict:
+                        raise NoCredentialsError()
+                return Client()
+        return Session()
+
+    assert preflight.main(["--config", str(FIXTURE_CONFIG)], session_factory=no_credentials) == cli.EXIT_ERROR
+    assert capsys.readouterr().err == "error: cannot query AWS in us-west-2: Unable to locate credentials\n"
+    _RecordingSession.calls = []
+    # Empty answers: wrong account, no zones, no add-on versions, no bootstrap stack -> checks fail.
+    assert preflight.main(["--config", str(FIXTURE_CONFIG), "--json"], session_factory=_RecordingSession) == cli.EXIT_NO
+    rows = json.loads(capsys.readouterr().out)
+    assert rows and not all(r["ok"] for r in rows)
+    assert preflight.main(["--config", str(FIXTURE_CONFIG / "nope")]) == cli.EXIT_ERROR
+    assert "platform.yaml" in capsys.readouterr().err

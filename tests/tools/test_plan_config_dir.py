@@ -1,0 +1,52 @@
+"""`plan.py --business-line FILE` run from any directory: its platform is found, or a clean exit 2.
+
+Rule (documented in README, "Add a business line"): ``--config DIR`` when given; else the
+directory the file sits in as ``<dir>/business-lines/<name>.yaml`` when ``<dir>/platform.yaml``
+exists; else ``./config``. No platform.yaml there: a config error naming the path, exit 2.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.example_config import REPO, copy_example_config
+
+PLAN = REPO / "scripts" / "plan.py"
+
+
+def plan(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(PLAN), *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def test_the_config_dir_is_inferred_from_the_line_file(tmp_path) -> None:
+    config = copy_example_config(tmp_path / "my-config")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = plan(["--business-line", str(config / "business-lines" / "rag-assistant.yaml"),
+                   "--prices", str(config / "prices.yaml")], elsewhere)
+    assert result.returncode == 0, result.stderr
+    assert "Qwen2-7B (bfloat16) on ml.g6e.12xlarge" in result.stdout
+
+
+def test_a_line_file_without_its_platform_exits_2_cleanly(tmp_path) -> None:
+    config = copy_example_config(tmp_path / "my-config")
+    lone = tmp_path / "rag-assistant.yaml"
+    lone.write_text((config / "business-lines" / "rag-assistant.yaml").read_text())
+    result = plan(["--business-line", str(lone)], tmp_path)
+    assert result.returncode == 2
+    assert "config/platform.yaml: <root>: file not found" in result.stderr and "pass --config DIR" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = plan(["--business-line", str(lone), "--config", str(config)], tmp_path)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_line_is_checked_against_the_inferred_platform(tmp_path) -> None:
+    """Cross-file rules still apply: a type no instance group of *that* platform has is refused."""
+    config = copy_example_config(tmp_path / "my-config")
+    line = config / "business-lines" / "rag-assistant.yaml"
+    line.write_text(line.read_text().replace("instance_type: ml.g6e.12xlarge", "instance_type: ml.g6e.48xlarge"))
+    result = plan(["--business-line", str(line)], tmp_path)
+    assert result.returncode == 2
+    assert f"{line}: instance_type: no HyperPod instance group has this type" in result.stderr
