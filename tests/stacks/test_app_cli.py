@@ -90,7 +90,8 @@ def test_warnings_are_printed_and_do_not_stop_synthesis(config_dir, monkeypatch,
     edit_yaml(line, lambda d: d["model"].update(name="Mistral-7B-Instruct"))
     built = []
     fake = types.SimpleNamespace(new_app=lambda: types.SimpleNamespace(synth=lambda: built.append("synth")),
-                                 build_platform=lambda app, project: built.append(project),
+                                 build_platform=lambda app, project: (
+                                     built.append(project), types.SimpleNamespace(observability=None))[1],
                                  add_nag_checks=lambda app: built.append("nag"))
     monkeypatch.setitem(sys.modules, "stacks", fake)  # the CDK side is tested elsewhere; this is app.main's flow
     monkeypatch.setenv("KVCACHE_CONFIG_DIR", str(config_dir))
