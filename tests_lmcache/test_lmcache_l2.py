@@ -68,6 +68,16 @@ MEANT = {
 @pytest.mark.parametrize("line", LINES)
 def test_rendered_env_is_read_back_field_by_field(tier, line):
     """LMCache's own loader, on the unmodified rendered env: every value parses to what we meant."""
+    _check_read_back(tier, line)
+
+
+def test_every_other_l2_line_of_the_fixture_reads_back(tier):
+    others = sorted(set(tier.doc["lines"]) - set(LINES))
+    for line in others:
+        _check_read_back(tier, line)
+
+
+def _check_read_back(tier: Tier, line: str) -> None:
     env = dict(tier.doc["lines"][line]["envs"][0])
     run = tier.run(line, [{"op": "read_back"}], env={"PATH": os.environ["PATH"], "HOME": str(tier.home), **env})
     (record,) = run.records
