@@ -11,7 +11,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 # jsii's end-of-life notice for Node 20 is silenced by the Python code itself
 # (platform_config/runtime.py), so commands run outside make are quiet too.
 
-.PHONY: setup synth test manifests bench docs clean
+.PHONY: setup synth test test-lmcache manifests bench docs clean
 
 # Set-up output goes to stderr, so `make bench` (JSON) keeps a clean stdout on a fresh machine too.
 $(VENV)/.installed: requirements.txt requirements-dev.txt
@@ -43,6 +43,23 @@ synth: setup
 ## make test: the whole test suite (config, stacks, charts, tools, cfn-lint, cdk-nag).
 test: setup
 	$(PY) -m pytest
+
+## make test-lmcache: the real-LMCache tier (tests_lmcache/): LMCache from PyPI on CPU, one process
+## per pod, configured from the rendered admission policy; then the fs:// throughput benchmark.
+## Own virtualenv .venv-lmcache (about 1.5 GB). torch goes in first and alone: installed after
+## lmcache it would come as PyPI's CUDA build. Where pip has no CPU build of torch at hand,
+## pass options that select one in TORCH_PIP_ARGS (e.g. PyTorch's CPU package index).
+LMCACHE_VENV := .venv-lmcache
+TORCH_PIP_ARGS ?=
+$(LMCACHE_VENV)/.installed: requirements-lmcache.txt constraints-lmcache.txt
+	$(PYTHON) -m venv $(LMCACHE_VENV)
+	$(LMCACHE_VENV)/bin/pip install --quiet $(TORCH_PIP_ARGS) "$$(grep -E '^torch==' requirements-lmcache.txt)"
+	$(LMCACHE_VENV)/bin/pip install --quiet -r requirements-lmcache.txt
+	touch $@
+
+test-lmcache: setup $(LMCACHE_VENV)/.installed
+	$(LMCACHE_VENV)/bin/python -m pytest tests_lmcache -p no:cacheprovider
+	$(LMCACHE_VENV)/bin/python -m tests_lmcache.bench_fs
 
 ## make manifests: the same cdk8s charts as plain YAML in dist/, for GitOps or kubectl users.
 ## The Curvine volume ID comes from CURVINE_VOLUME_ID or cdk-outputs.json (cdk deploy --outputs-file).

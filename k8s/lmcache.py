@@ -1,10 +1,12 @@
 """LMCache settings of a business line's vLLM pods: the typed allow-list and the env to set.
 
-LMCache (0.5.6, the version in the ``lmcache/vllm-openai`` images the example lines pin) reads
-every config key ``k`` from the environment variable ``LMCACHE_<K>`` and silently ignores any
-other ``LMCACHE_*`` name (docs/sources.md §5). A misspelled variable therefore does nothing and
-nobody notices; :data:`LMCACHE_CONFIG_KEYS` is the list of names LMCache really reads, and
-:func:`lmcache_env` refuses to emit anything else.
+LMCache (:data:`LMCACHE_VERSION`, the release inside the ``lmcache/vllm-openai`` image every
+line must pin; :class:`platform_config.models.VllmConfig` refuses any other) reads every config
+key ``k`` from the environment variable ``LMCACHE_<K>`` and silently ignores any other
+``LMCACHE_*`` name (docs/sources.md §8). A misspelled variable therefore does nothing and nobody
+notices; :data:`LMCACHE_CONFIG_KEYS` is the list of names that release really reads, and
+:func:`lmcache_env` refuses to emit anything else. ``make test-lmcache`` checks the list
+against the installed package and reads what we render back through LMCache's own loader.
 
 This module is the one source of truth for the env a line's inference pods must end up with.
 Both the Kyverno policy (:mod:`k8s.kyverno`) and the RFC 6902 fallback patch
@@ -13,13 +15,27 @@ Both the Kyverno policy (:mod:`k8s.kyverno`) and the RFC 6902 fallback patch
 
 from __future__ import annotations
 
+import hashlib
 import json
+from dataclasses import dataclass
 from typing import Final
 
 from platform_config import BusinessLineConfig, PlatformConfig
+from platform_config.models import LMCACHE_VERSION
 
-#: Keys of ``_CONFIG_DEFINITIONS`` in ``lmcache/v1/config.py`` of lmcache 0.5.6 (PyPI wheel
-#: lmcache-0.5.6-cp311, read 2026-11), in source order. ``LMCACHE_<KEY upper>`` is the env name.
+__all__ = [
+    "LMCACHE_CONFIG_KEYS",
+    "LMCACHE_VERSION",
+    "PINNED_SETTINGS",
+    "l2_cache_dir",
+    "lmcache_env",
+    "owned_env_names",
+]
+
+#: Keys of ``_CONFIG_DEFINITIONS`` in ``lmcache/v1/config.py`` of lmcache 0.5.5 (PyPI wheel
+#: lmcache-0.5.5-cp311, read 2026-11), in source order. ``LMCACHE_<KEY upper>`` is the env name.
+#: ``make test-lmcache`` compares it with the installed package and prints the right tuple on
+#: drift (0.5.6 adds ``run_script_api_enabled``).
 LMCACHE_CONFIG_KEYS: Final[frozenset[str]] = frozenset((
     "chunk_size", "local_cpu", "max_local_cpu_size", "local_cpu_use_hugepages",
     "reserve_local_cpu_size", "local_disk", "local_disk_path_sharding", "max_local_disk_size",
@@ -43,7 +59,7 @@ LMCACHE_CONFIG_KEYS: Final[frozenset[str]] = frozenset((
     "internal_api_server_socket_path_prefix", "runtime_plugin_locations", "storage_plugins",
     "remote_storage_plugins", "lookup_timeout_ms", "min_retrieve_tokens", "hit_miss_ratio",
     "lookup_server_worker_ids", "enable_scheduler_bypass_lookup", "script_allowed_imports",
-    "run_script_api_enabled", "enable_lazy_memory_allocator", "lazy_memory_initial_ratio",
+    "enable_lazy_memory_allocator", "lazy_memory_initial_ratio",
     "lazy_memory_expand_trigger_ratio", "lazy_memory_step_ratio", "lazy_memory_safe_size",
     "enable_chunk_statistics", "chunk_statistics_auto_start_statistics",
     "chunk_statistics_auto_exit_timeout_hours", "chunk_statistics_auto_exit_target_unique_chunks",
@@ -52,26 +68,40 @@ LMCACHE_CONFIG_KEYS: Final[frozenset[str]] = frozenset((
     "max_hidden_state_cpu_size", "hidden_state_layers", "hidden_states_retrieve_mode",
 ))
 
-#: ``LMCACHE_CONFIG_FILE`` is read by ``create_singleton_config`` in ``lmcache/v1/config_base.py``
-#: (a YAML file; env vars override it), not through ``_CONFIG_DEFINITIONS``.
+#: ``LMCACHE_CONFIG_FILE`` is read by ``lmcache_get_or_create_config`` in
+#: ``lmcache/integration/vllm/utils.py`` (a YAML file; env vars override it), not through
+#: ``_CONFIG_DEFINITIONS``.
 LMCACHE_CONFIG_FILE_ENV: Final = "LMCACHE_CONFIG_FILE"
+#: Usage-telemetry opt-outs, read by ``is_usage_tracking_enabled`` in
+#: ``lmcache/usage_telemetry/identity.py`` (0.5.5): tracking is off when ``LMCACHE_TRACK_USAGE``
+#: is exactly ``false`` or ``DO_NOT_TRACK`` is ``1``/``true``/``yes``. Neither is a config key.
+TRACK_USAGE_ENV: Final = "LMCACHE_TRACK_USAGE"
+DO_NOT_TRACK_ENV: Final = "DO_NOT_TRACK"
 
-#: ``extra_config`` keys the fs connector reads (``FSConnector.__init__``,
-#: ``lmcache/v1/storage_backend/connector/fs_connector.py``, lmcache 0.5.6).
+#: ``extra_config`` keys the fs connector reads: ``FSConnector.__init__``
+#: (``lmcache/v1/storage_backend/connector/fs_connector.py``) and ``save_chunk_meta`` in
+#: ``RemoteConnector.__init__`` (``.../connector/base_connector.py``), lmcache 0.5.5.
 FS_CONNECTOR_EXTRA_KEYS: Final[frozenset[str]] = frozenset((
     "fs_connector_relative_tmp_dir", "fs_connector_read_ahead_size", "fs_connector_use_odirect",
+    "save_chunk_meta",
 ))
 
-#: Prefix of the per-pod temporary directory (relative to the L2 mount). LMCache 0.5.6 writes a
-#: chunk to ``<base>/<relative_tmp_dir>/<chunk file>`` and then renames it into ``<base>``; the
-#: temp name is fixed per chunk key, so two pods storing the same chunk at once write the same
-#: temp file (LMCache issue #2517). One directory per pod makes each writer's temp file private;
-#: the rename stays atomic because source and target are on the same Curvine mount. The
-#: connector creates the directory with ``mkdir(parents=False)``, so it must be one level deep.
+#: Prefix of the per-pod temporary directory (relative to the line's L2 directory). LMCache
+#: writes a chunk to ``<base>/<relative_tmp_dir>/<chunk file>`` and then renames it into
+#: ``<base>``; without the setting the temp name is ``<chunk file>.tmp``, fixed per chunk key,
+#: so two pods storing the same chunk at once write the same temp file (LMCache issue #2517).
+#: One directory per pod makes each writer's temp file private; the rename stays atomic because
+#: source and target are on the same Curvine mount. The connector creates the directory with
+#: ``mkdir(parents=False)`` below its base path, so it must be one level deep.
 TMP_DIR_PREFIX: Final = ".tmp-"
 
-#: Hash seed every pod of a line shares: LMCache's chunk keys use Python's ``hash``, so pods
-#: with different seeds never hit each other's chunks (docs/sources.md §1).
+#: Hash seed every pod of a line shares. vLLM's ``init_none_hash``
+#: (``vllm/v1/core/kv_cache_utils.py``) sets the initial prefix hash ``NONE_HASH`` to
+#: ``hash_fn(PYTHONHASHSEED)``, or to 32 random bytes per process when the variable is unset,
+#: and LMCache 0.5.5 starts every chunk-key chain from vLLM's ``NONE_HASH``
+#: (``lmcache/v1/token_database.py``). Pods with different or unset seeds therefore never hit
+#: each other's chunks. LMCache on its own hashes ``(prefix hash, token ids, extra keys)``, a
+#: tuple of integers that the seed does not salt: measured by ``make test-lmcache``.
 PYTHONHASHSEED_ENV: Final = "PYTHONHASHSEED"
 
 #: Downward-API variable holding the pod name, used only by the Deployment patch (whose
@@ -80,18 +110,102 @@ PYTHONHASHSEED_ENV: Final = "PYTHONHASHSEED"
 POD_NAME_ENV: Final = "KVCACHE_POD_NAME"
 
 
+@dataclass(frozen=True)
+class PinnedSetting:
+    """An LMCache setting the platform sets explicitly instead of trusting the default.
+
+    Attributes:
+        key: config key (``LMCACHE_<KEY>``), or ``extra_config.<name>`` for a key of
+            ``LMCACHE_EXTRA_CONFIG``.
+        value: what we set (env text; a JSON value for extra_config keys).
+        default: the default in :data:`LMCACHE_VERSION` (source text).
+        reason: why the shared L2 needs this value.
+        source: where the default and the behaviour are (docs/sources.md §8).
+    """
+
+    key: str
+    value: str
+    default: str
+    reason: str
+    source: str
+
+
+#: Every LMCache setting whose default is unsafe for a shared L2, or that the meaning of the
+#: shared files depends on (so a default change in another release cannot change it silently).
+#: ``chunk_size`` and ``remote_url`` come from the line (:func:`lmcache_env`); the telemetry
+#: opt-outs are not config keys (:data:`TRACK_USAGE_ENV`). Listed with reasons in
+#: docs/l2-cache.md and docs/sources.md §8; ``make test-lmcache`` reads each back.
+PINNED_SETTINGS: Final[tuple[PinnedSetting, ...]] = (
+    PinnedSetting(
+        "remote_serde", "naive", '"naive"',
+        "the cachegen serde breaks under the fs connector (reference deployment); naive writes "
+        "the raw KV bytes that the tier test compares",
+        "lmcache/v1/config.py _CONFIG_DEFINITIONS; docs/sources.md §1"),
+    PinnedSetting(
+        "save_unfull_chunk", "false", "False (True up to 0.3.x, e.g. in the v0.3.7 image)",
+        "a stored partial last chunk that overlaps vLLM's own prefix cache is loaded over it and "
+        "corrupts outputs (LMCache issue #2206, fixed by turning the default off in PR #2207); "
+        "set so an image with the old default cannot bring it back",
+        "lmcache/v1/config.py; lmcache/v1/token_database.py ChunkedTokenDatabase._chunk_tokens"),
+    PinnedSetting(
+        "pre_caching_hash_algorithm", "builtin", '"builtin"',
+        "the chunk-key hash is part of every file name; pinned so a default change in another "
+        "release cannot silently re-key (orphan) the whole L2",
+        "lmcache/v1/token_database.py TokenDatabase._get_vllm_hash_func"),
+    PinnedSetting(
+        "extra_config.save_chunk_meta", "true", "True (when extra_config lacks the key)",
+        "each file starts with a header holding the chunk's shapes; with it a truncated file "
+        "fails its read ('Partial read data') instead of being reshaped into fewer tokens",
+        "lmcache/v1/storage_backend/connector/base_connector.py RemoteConnector.__init__, "
+        "fs_connector.py FSConnector.get"),
+)
+
+#: vLLM flags that do not change the content or layout of the KV cache of a token sequence, so a
+#: change of them keeps the line's L2 directory. Every other argument of ``vllm.args`` (model
+#: path, ``--dtype``, ``--kv-cache-dtype``, ``--tensor-parallel-size``, ``--quantization``,
+#: ``--revision``, ``--hf-overrides``, anything unknown...) is part of :func:`l2_cache_dir`.
+KV_NEUTRAL_VLLM_FLAGS: Final[frozenset[str]] = frozenset((
+    "--max-model-len", "--enable-prefix-caching", "--no-enable-prefix-caching",
+    "--gpu-memory-utilization", "--max-num-seqs", "--max-num-batched-tokens", "--port", "--host",
+    "--served-model-name", "--disable-log-requests", "--disable-log-stats", "--enable-chunked-prefill",
+    "--no-enable-chunked-prefill", "--uvicorn-log-level", "--max-log-len", "--swap-space",
+    "--block-size", "--enforce-eager", "--chat-template", "--response-role", "--tool-call-parser",
+    "--enable-auto-tool-choice",
+))
+
+
 def env_name(key: str) -> str:
-    """``LMCACHE_<KEY>`` for a config key; KeyError if LMCache 0.5.6 does not read ``key``."""
+    """``LMCACHE_<KEY>`` for a config key; KeyError if the pinned LMCache does not read ``key``."""
     if key not in LMCACHE_CONFIG_KEYS:
-        raise KeyError(f"{key!r} is not an LMCache 0.5.6 config key (lmcache/v1/config.py)")
+        raise KeyError(f"{key!r} is not an LMCache {LMCACHE_VERSION} config key (lmcache/v1/config.py)")
     return f"LMCACHE_{key.upper()}"
 
 
 def is_lmcache_env(name: str) -> bool:
-    """True when LMCache reads the variable ``name`` (a config key or ``LMCACHE_CONFIG_FILE``)."""
-    if name == LMCACHE_CONFIG_FILE_ENV:
+    """True when LMCache reads the ``LMCACHE_*`` variable ``name``.
+
+    A config key, ``LMCACHE_CONFIG_FILE`` or ``LMCACHE_TRACK_USAGE``; any other ``LMCACHE_*``
+    name is ignored by LMCache without a word.
+    """
+    if name in (LMCACHE_CONFIG_FILE_ENV, TRACK_USAGE_ENV):
         return True
     return name.startswith("LMCACHE_") and name[len("LMCACHE_"):].lower() in LMCACHE_CONFIG_KEYS
+
+
+def extra_config(tmp_dir_token: str) -> dict[str, object]:
+    """``LMCACHE_EXTRA_CONFIG`` of a pod: its private temp dir and the pinned extra keys.
+
+    Raises:
+        KeyError: a key the fs connector of :data:`LMCACHE_VERSION` does not read.
+    """
+    extra: dict[str, object] = {"fs_connector_relative_tmp_dir": f"{TMP_DIR_PREFIX}{tmp_dir_token}"}
+    for setting in PINNED_SETTINGS:
+        if setting.key.startswith("extra_config."):
+            extra[setting.key.removeprefix("extra_config.")] = json.loads(setting.value)
+    unknown = set(extra) - FS_CONNECTOR_EXTRA_KEYS
+    if unknown:
+        raise KeyError(f"extra_config keys not read by the fs connector: {sorted(unknown)}")
+    return extra
 
 
 def lmcache_env(platform: PlatformConfig, line: BusinessLineConfig, *, tmp_dir_token: str,
@@ -99,38 +213,41 @@ def lmcache_env(platform: PlatformConfig, line: BusinessLineConfig, *, tmp_dir_t
     """The cache env (name -> value) every inference pod of ``line`` must end up with.
 
     Args:
-        platform: the platform config (reserved for platform-wide LMCache settings).
-        line: the business line; gives the chunk size and the hash seed.
+        platform: the platform config (``lmcache.usage_telemetry``).
+        line: the business line; gives the chunk size, the hash seed and the L1 size.
         tmp_dir_token: what makes the temp directory unique per pod. The Kyverno policy passes
             a ``random()`` call evaluated at admission, the Deployment patch a ``$(VAR)``
             reference the kubelet expands to the pod name.
-        remote_url: the L2 URL (:data:`k8s.patch.L2_REMOTE_URL`).
+        remote_url: the line's L2 URL (:func:`k8s.patch.line_remote_url`: the fs connector on
+            the line's model-scoped directory, :func:`l2_cache_dir`).
 
     Returns:
-        Ordered mapping: ``LMCACHE_REMOTE_URL`` (the fs connector on the Curvine mount),
-        ``LMCACHE_REMOTE_SERDE=naive`` (cachegen serde breaks under the fs connector,
-        docs/sources.md §1), ``LMCACHE_CHUNK_SIZE`` (tokens, from ``cache.chunk_size_tokens``),
-        ``LMCACHE_EXTRA_CONFIG`` (JSON; only the per-pod temp dir: the operator's own extra
-        config carries ``sagemaker_hyperpod_bucket`` / ``sagemaker_hyperpod_shared_memory_name``,
-        which only the ``sagemaker-hyperpod://`` connector reads and which are meaningless once
-        the URL is ``fs://``), ``PYTHONHASHSEED``, and, only when ``cache.l1_cpu_gib`` is set,
-        ``LMCACHE_MAX_LOCAL_CPU_SIZE`` (:func:`max_local_cpu_size`).
+        Ordered mapping: ``LMCACHE_REMOTE_URL``; ``LMCACHE_CHUNK_SIZE`` (tokens, from
+        ``cache.chunk_size_tokens``); one ``LMCACHE_<KEY>`` per config key of
+        :data:`PINNED_SETTINGS` (``REMOTE_SERDE=naive``, ``SAVE_UNFULL_CHUNK=false``,
+        ``PRE_CACHING_HASH_ALGORITHM=builtin``); ``LMCACHE_EXTRA_CONFIG`` (JSON,
+        :func:`extra_config`: the per-pod temp dir and ``save_chunk_meta``; the operator's own
+        extra config carries ``sagemaker_hyperpod_*`` keys that only the ``sagemaker-hyperpod://``
+        connector reads, meaningless once the URL is ``fs://``); ``PYTHONHASHSEED``; unless
+        ``lmcache.usage_telemetry`` is on, ``LMCACHE_TRACK_USAGE=false`` and ``DO_NOT_TRACK=1``;
+        and, only when ``cache.l1_cpu_gib`` is set, ``LMCACHE_MAX_LOCAL_CPU_SIZE``
+        (:func:`max_local_cpu_size`).
 
     Raises:
         KeyError: a name that LMCache does not read (a programming error caught by tests).
     """
-    del platform  # no platform-wide LMCache setting yet; kept so callers need not change
-    extra = {"fs_connector_relative_tmp_dir": f"{TMP_DIR_PREFIX}{tmp_dir_token}"}
-    unknown = set(extra) - FS_CONNECTOR_EXTRA_KEYS
-    if unknown:
-        raise KeyError(f"extra_config keys not read by the fs connector: {sorted(unknown)}")
     env = {
         env_name("remote_url"): remote_url,
-        env_name("remote_serde"): "naive",
         env_name("chunk_size"): str(line.cache.chunk_size_tokens),
-        env_name("extra_config"): json.dumps(extra, separators=(", ", ": ")),
-        PYTHONHASHSEED_ENV: str(line.python_hash_seed),
     }
+    for setting in PINNED_SETTINGS:
+        if not setting.key.startswith("extra_config."):
+            env[env_name(setting.key)] = setting.value
+    env[env_name("extra_config")] = json.dumps(extra_config(tmp_dir_token), separators=(", ", ": "))
+    env[PYTHONHASHSEED_ENV] = str(line.python_hash_seed)
+    if not platform.lmcache.usage_telemetry:
+        env[TRACK_USAGE_ENV] = "false"
+        env[DO_NOT_TRACK_ENV] = "1"
     l1_size = max_local_cpu_size(line)
     if l1_size is not None:
         env[env_name("max_local_cpu_size")] = l1_size
@@ -157,38 +274,79 @@ def max_local_cpu_size(line: BusinessLineConfig) -> str | None:
 def owned_env_names(line: BusinessLineConfig) -> tuple[str, ...]:
     """Env names the L2 patch owns: any existing entry with one of these names is removed first.
 
-    ``LMCACHE_MAX_LOCAL_CPU_SIZE`` is owned only for a ``line`` that sets ``cache.l1_cpu_gib``;
-    otherwise the operator's own value (its L1 setting) is left alone.
+    The telemetry opt-outs are always owned, so ``lmcache.usage_telemetry`` alone decides (when
+    it is on, neither is set). ``LMCACHE_MAX_LOCAL_CPU_SIZE`` is owned only for a ``line`` that
+    sets ``cache.l1_cpu_gib``; otherwise the operator's own value (its L1 setting) is left alone.
     """
-    names = (env_name("remote_url"), env_name("remote_serde"), env_name("chunk_size"),
-             env_name("extra_config"), PYTHONHASHSEED_ENV, POD_NAME_ENV)
+    names = (env_name("remote_url"), env_name("chunk_size"),
+             *(env_name(s.key) for s in PINNED_SETTINGS if not s.key.startswith("extra_config.")),
+             env_name("extra_config"), PYTHONHASHSEED_ENV, TRACK_USAGE_ENV, DO_NOT_TRACK_ENV, POD_NAME_ENV)
     if line.cache.l1_cpu_gib is not None:
         names += (env_name("max_local_cpu_size"),)
     return names
 
 
+def kv_relevant_vllm_args(args: tuple[str, ...] | list[str]) -> list[list[str]]:
+    """``vllm.args`` without the flags of :data:`KV_NEUTRAL_VLLM_FLAGS`, grouped per option.
+
+    Each group is a positional argument (the model path) or a flag with the values that follow
+    it (``["--kv-cache-dtype", "fp8"]``; ``--flag=value`` is split the same way). Unknown flags
+    are kept: when in doubt, a change starts a new L2 directory rather than reuse old KV.
+    """
+    groups: list[list[str]] = []
+    for arg in args:
+        if arg.startswith("-"):
+            flag, sep, value = arg.partition("=")
+            groups.append([flag] + ([value] if sep else []))
+        elif groups and groups[-1][0].startswith("-"):
+            groups[-1].append(arg)
+        else:
+            groups.append([arg])
+    return [g for g in groups if g[0] not in KV_NEUTRAL_VLLM_FLAGS]
+
+
 def l2_cache_dir(platform: PlatformConfig, line: BusinessLineConfig) -> str:
     """Name of the line's model-scoped L2 directory, directly under the root of its PVC.
 
-    Contract (first version; issue 7 decides exactly which inputs make KV incompatible): one
-    path component, ``<model name, lowercased>-<12 hex digits>``, where the digest covers
-    everything that makes stored KV unusable by another configuration, so a change of any of
-    them starts a new, empty directory instead of serving the old model's chunks. LMCache
-    itself keys chunk files by the model *path*, not the model (docs/sources.md §5).
-    """
-    import hashlib
+    LMCache names a chunk file ``<model path>@<world size>@<worker id>@<chunk hash>@<dtype>.data``
+    (``CacheEngineKey.to_string``, ``lmcache/utils.py``; ``/`` becomes ``-SEP-``): the model
+    *path* inside the pod, not the model. A new model (or revision, or quantization) mounted at
+    the same path would get full lookup hits on the old model's files and silently load its KV.
+    So every line's URL points at this directory, whose name changes with anything that makes
+    stored KV unusable, and a change starts an empty directory instead.
 
+    Returns:
+        One path component, ``<model name, lowercased>-<12 hex digits>``: the first 12 hex
+        digits of the SHA-256 of a JSON document holding the model name; its source (bucket,
+        region and location; Hugging Face id and commit; FSx file system and location; without
+        ``prefetch`` and the token secret, which do not change the weights); the model mount
+        path; ``model.dtype``; the KV-relevant ``vllm.args`` (:func:`kv_relevant_vllm_args`:
+        model path, ``--kv-cache-dtype``, ``--quantization``, ...); the tensor-parallel size;
+        the chunk size; the image and its LMCache release; the values of
+        :data:`PINNED_SETTINGS` (serde, ``save_unfull_chunk``, hash algorithm, file header); and
+        ``python_hash_seed`` (a new seed re-keys every chunk, so the old directory is garbage).
+        Replicas, resources, routing, L1 size and KV-neutral flags do not enter it.
+
+    Contract: the L2 janitor treats this directory as the line's live one and everything else
+    under the PVC root (older model directories) as deletable. Adding an input to the digest
+    moves every line to a new, empty directory once (a cold L2, never a wrong one).
+    """
+    del platform  # no platform-wide input yet; part of the signature other code relies on
     src = line.model.source.model_dump(mode="json")
     src.pop("prefetch", None)
     src.pop("token_secret_name", None)
     identity = {
         "model": line.model.name,
         "source": src,
+        "model_path": line.vllm.model_mount_path,
         "dtype": line.model.dtype,
+        "vllm_args": kv_relevant_vllm_args(line.vllm.args),
         "tensor_parallel_size": line.tensor_parallel_size,
         "chunk_size": line.cache.chunk_size_tokens,
-        "serde": "naive",
         "image": line.vllm.image,
+        "lmcache_version": line.vllm.lmcache_release,
+        "settings": {s.key: s.value for s in PINNED_SETTINGS},
+        "python_hash_seed": line.python_hash_seed,
     }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
     return f"{line.model.name.lower()}-{digest}"

@@ -32,13 +32,15 @@ from pathlib import Path
 from typing import Any, Final
 
 from k8s import names
-from k8s.lmcache import POD_NAME_ENV, lmcache_env, owned_env_names
+from k8s.lmcache import POD_NAME_ENV, l2_cache_dir, lmcache_env, owned_env_names
 from platform_config import BusinessLineConfig, ConfigError, PlatformConfig, load_project
 
 #: Where the line's RWX PVC is mounted in the vLLM container (docs/sources.md §1).
 L2_MOUNT_PATH: Final = "/mnt/curvine/l2cache"
-#: LMCache remote URL of the fs connector on that mount. Host and port are required by
-#: LMCache's URL parser but ignored; ``fs:///path`` fails (docs/sources.md §5).
+#: LMCache remote URL of the fs connector at the root of that mount. Host and port are required
+#: by LMCache's URL parser (``parse_remote_url`` asserts both) but ignored by the fs connector;
+#: ``fs:///path`` and ``fs://localhost/path`` fail, and the failure only logs and disables L2
+#: (docs/sources.md §8). Each line's pods use :func:`line_remote_url`, one directory below.
 L2_REMOTE_URL: Final = "fs://localhost:0/mnt/curvine/l2cache/"
 
 #: Host directory of the HyperPod Tiered Storage shared memory. With ``l2CacheBackend:
@@ -63,8 +65,20 @@ __all__ = [
     "find_vllm_container",
     "is_hyperpod_shm_volume",
     "line_cache_env",
+    "line_remote_url",
     "pod_env_entries",
 ]
+
+
+def line_remote_url(platform: PlatformConfig, line: BusinessLineConfig) -> str:
+    """The line's ``LMCACHE_REMOTE_URL``: ``fs://localhost:0/mnt/curvine/l2cache/<l2_cache_dir>/``.
+
+    Chunks live in the line's model-scoped directory (:func:`k8s.lmcache.l2_cache_dir`) under
+    the root of its PVC, so a model, dtype, TP-size, chunk-size, serde or LMCache change starts
+    an empty directory. LMCache's fs connector creates the directory on start
+    (``path.mkdir(parents=True, exist_ok=True)`` in ``FSConnector.__init__``).
+    """
+    return f"{L2_REMOTE_URL}{l2_cache_dir(platform, line)}/"
 
 
 def line_cache_env(platform: PlatformConfig, line: BusinessLineConfig, *,
@@ -75,7 +89,7 @@ def line_cache_env(platform: PlatformConfig, line: BusinessLineConfig, *,
     :func:`k8s.lmcache.lmcache_env` for every value and why. ``tmp_dir_token`` makes the temp
     directory unique per pod (default: the kubelet-expanded pod name of the Deployment patch).
     """
-    return lmcache_env(platform, line, tmp_dir_token=tmp_dir_token, remote_url=L2_REMOTE_URL)
+    return lmcache_env(platform, line, tmp_dir_token=tmp_dir_token, remote_url=line_remote_url(platform, line))
 
 
 def pod_env_entries(platform: PlatformConfig, line: BusinessLineConfig, *,

@@ -12,8 +12,8 @@ platform
     many nodes as the node-plugin DaemonSet wants;
 business line (L2 enabled)
   * its RWX PVC is ``Bound``; its inference pods (label ``app=<line>``) are Ready;
-  * every pod's vLLM container has exactly one ``LMCACHE_REMOTE_URL``, equal to the fs://
-    URL of the Curvine mount (the operator injects its own ``sagemaker-hyperpod://`` one; two
+  * every pod's vLLM container has exactly one ``LMCACHE_REMOTE_URL``, equal to the line's fs://
+    URL (its model-scoped directory on the Curvine mount, :func:`k8s.patch.line_remote_url`; the operator injects its own ``sagemaker-hyperpod://`` one; two
     entries mean the patch appended without removing it), ``LMCACHE_REMOTE_SERDE=naive``,
     the L2 mount backed by the line's PVC, and the same ``PYTHONHASHSEED`` as its siblings
     (and as configured): with different seeds cross-pod hits are silently 0;
@@ -39,7 +39,7 @@ import uuid
 from typing import Any, Iterable, Protocol
 
 from k8s import names
-from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL, find_vllm_container
+from k8s.patch import L2_MOUNT_PATH, find_vllm_container, line_remote_url
 from kv_tools.preflight import CheckResult
 from platform_config import BusinessLineConfig, PlatformConfig, ProjectConfig
 
@@ -164,9 +164,14 @@ def _env_values(container: dict[str, Any], env_name: str) -> list[str | None]:
     return [e.get("value") for e in container.get("env") or [] if e.get("name") == env_name]
 
 
-def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]]) -> list[CheckResult]:
-    """Readiness, L2 env, mount and hash seed of a line's inference pods (see module docstring)."""
+def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]], *,
+                         platform: PlatformConfig) -> list[CheckResult]:
+    """Readiness, L2 env, mount and hash seed of a line's inference pods (see module docstring).
+
+    The URL must be the line's own (:func:`k8s.patch.line_remote_url`, its model-scoped directory).
+    """
     prefix = f"{line.name}: "
+    expected_url = line_remote_url(platform, line)
     if not pods:
         return [_fail(prefix + "inference pods", f"no pod labelled {names.OPERATOR_POD_LABEL}="
                                                  f"{names.endpoint_name(line)} in {line.namespace}")]
@@ -189,7 +194,7 @@ def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]]) -
         urls = _env_values(container, REMOTE_URL_ENV)
         if len(urls) != 1:
             url_problems.append(f"{pname}: {len(urls)} entries {urls}")
-        elif urls[0] != L2_REMOTE_URL:
+        elif urls[0] != expected_url:
             url_problems.append(f"{pname}: {urls[0]!r}")
         serdes = _env_values(container, REMOTE_SERDE_ENV)
         if serdes[-1:] != ["naive"]:
@@ -212,7 +217,7 @@ def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]]) -
          f"Kyverno policy was ready?): {', '.join(sorted(unmutated))}; delete them to have them recreated")
         if unmutated else f"{names.L2_MUTATED_LABEL}={names.L2_MUTATED_VALUE} on all {len(pods)} pod(s)"))
     results.append(CheckResult(prefix + REMOTE_URL_ENV, not url_problems,
-                               "; ".join(url_problems) or f"exactly one, {L2_REMOTE_URL}, in {len(pods)} pod(s)"))
+                               "; ".join(url_problems) or f"exactly one, {expected_url}, in {len(pods)} pod(s)"))
     results.append(CheckResult(prefix + "LMCACHE_REMOTE_SERDE naive", not serde_problems,
                                "; ".join(serde_problems) or f"naive in {len(pods)} pod(s)"))
     results.append(CheckResult(prefix + "L2 mount", not mount_problems,
@@ -316,7 +321,7 @@ def verify(reader: Reader, project: ProjectConfig, *, lines: Iterable[str] | Non
             continue
         results.append(check_pvc(line, reader.get("PersistentVolumeClaim", line.namespace, names.pvc_name(line))))
         pods = reader.list("Pod", line.namespace, f"{names.OPERATOR_POD_LABEL}={names.endpoint_name(line)}")
-        results += check_inference_pods(line, pods)
+        results += check_inference_pods(line, pods, platform=project.platform)
         if cross_pod:
             try:
                 results.append(cross_pod_probe(reader, line, pods))

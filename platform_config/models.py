@@ -102,6 +102,35 @@ def _check_image_pinned(image: str) -> str:
 
 PinnedImage = Annotated[str, AfterValidator(_check_image_pinned)]
 
+#: The one LMCache release this platform is built and checked against: the env allow-list and
+#: the table of unsafe defaults in ``k8s/lmcache.py`` are read from its source, and
+#: ``make test-lmcache`` installs exactly this version from PyPI and runs it. A business line's
+#: image must carry it (:attr:`VllmConfig.lmcache_release`); moving to another release means
+#: changing this value, the image tags, and re-running ``make test-lmcache`` (which reports any
+#: drift of the key list). Why 0.5.5: docs/l2-cache.md, "Which image and LMCache version".
+LMCACHE_VERSION = "0.5.5"
+
+#: Repository of LMCache's own vLLM images; their tag names the LMCache release inside
+#: (``v0.5.5``, optionally with a build suffix such as ``v0.5.5-cu129``; docs/sources.md §8).
+LMCACHE_IMAGE_REPOSITORY = "lmcache/vllm-openai"
+_LMCACHE_IMAGE_TAG = re.compile(r"^v([0-9]+\.[0-9]+\.[0-9]+(?:\.post[0-9]+)?)(?:-[0-9A-Za-z.-]+)?$")
+
+
+def lmcache_version_of_image(image: str) -> str | None:
+    """LMCache release named by the tag of an ``lmcache/vllm-openai`` image, else None.
+
+    ``lmcache/vllm-openai:v0.5.5`` and ``docker.io/lmcache/vllm-openai:v0.5.5-cu129`` -> ``"0.5.5"``;
+    any other repository, or a digest-only reference, -> None (the tag is the only evidence).
+    """
+    name = image.partition("@")[0]
+    repo, sep, tag = name.rpartition(":")
+    if not sep or "/" in tag:
+        return None
+    if repo.removeprefix("docker.io/").removeprefix("index.docker.io/") != LMCACHE_IMAGE_REPOSITORY:
+        return None
+    match = _LMCACHE_IMAGE_TAG.match(tag)
+    return match.group(1) if match else None
+
 AWS_ACCOUNT_PATTERN = r"^[0-9]{12}$"
 AWS_REGION_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$"
 AZ_NAME_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-[0-9][a-z]$"
@@ -674,6 +703,16 @@ class ObservabilityConfig(StrictModel):
     alerts: AlertsConfig = AlertsConfig()
 
 
+class LMCacheSettings(StrictModel):
+    """Platform-wide LMCache settings of every inference pod."""
+
+    #: LMCache's anonymous usage telemetry. LMCache reports usage to its maintainers' server and
+    #: writes a machine id under `$HOME/.config/lmcache` unless `LMCACHE_TRACK_USAGE=false` or
+    #: `DO_NOT_TRACK=1` (lmcache/usage_telemetry/identity.py, docs/sources.md §8). Off (both
+    #: set) unless this is true; a private inference cluster should not phone home.
+    usage_telemetry: bool = False
+
+
 class PlatformConfig(StrictModel):
     """``config/platform.yaml``: everything shared by all business lines."""
 
@@ -699,6 +738,7 @@ class PlatformConfig(StrictModel):
 
     observability: ObservabilityConfig = ObservabilityConfig()
     tags: dict[str, str] = Field(default_factory=dict)
+    lmcache: LMCacheSettings = LMCacheSettings()
 
     @model_validator(mode="after")
     def _kube_proxy_matches_kubernetes(self) -> "PlatformConfig":
@@ -790,9 +830,11 @@ ModelSource = Annotated[
 class ModelConfig(StrictModel):
     """The model a business line serves.
 
-    ``name`` is the ``modelName`` of the InferenceEndpointConfig and part of LMCache's chunk
-    key: pods share L2 entries only with the same model name, TP size, dtype and LMCache
-    version (docs/sources.md §5).
+    ``name`` is the ``modelName`` of the InferenceEndpointConfig. LMCache's chunk file names
+    carry the model *path* inside the pod (``vllm.model_mount_path``), not this name, so the
+    platform puts every line's chunks in a directory derived from the model identity (name,
+    source and revision), dtype, TP size, chunk size and the rest of what makes KV incompatible
+    (:func:`k8s.lmcache.l2_cache_dir`): any such change starts an empty directory.
     """
 
     name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$", max_length=63)]
@@ -811,6 +853,36 @@ class VllmConfig(StrictModel):
     port: Annotated[int, Field(ge=1024, le=65535)] = 8000
     #: Path the operator mounts model weights at (``worker.modelVolumeMount.mountPath``).
     model_mount_path: Annotated[str, StringConstraints(pattern=r"^/[A-Za-z0-9._/-]+$")] = "/opt/ml/model"
+    #: LMCache release inside `image`; leave null for `lmcache/vllm-openai:vX.Y.Z` images (the
+    #: tag names it), set it for any other image. Must be the release the platform is checked
+    #: against (`LMCACHE_VERSION`, 0.5.5): the env allow-list, the unsafe-default table and the
+    #: real-library tests (`make test-lmcache`) are all of that version.
+    lmcache_version: PinnedVersion | None = None
+
+    @model_validator(mode="after")
+    def _one_lmcache_version(self) -> "VllmConfig":
+        from_tag = lmcache_version_of_image(self.image)
+        if self.lmcache_version is not None and from_tag is not None and self.lmcache_version != from_tag:
+            raise ValueError(
+                f"lmcache_version {self.lmcache_version!r} contradicts image {self.image!r}, whose tag names "
+                f"LMCache {from_tag}; remove lmcache_version or fix the image")
+        version = self.lmcache_version or from_tag
+        if version is None:
+            raise ValueError(
+                f"cannot tell the LMCache release inside image {self.image!r} (not a "
+                f"{LMCACHE_IMAGE_REPOSITORY}:vX.Y.Z tag); set vllm.lmcache_version; allowed: {LMCACHE_VERSION}")
+        if version != LMCACHE_VERSION:
+            raise ValueError(
+                f"image {self.image!r} carries LMCache {version}, but the platform's env allow-list, unsafe-default "
+                f"table and real-library tests are of LMCache {LMCACHE_VERSION}; allowed: "
+                f"{LMCACHE_IMAGE_REPOSITORY}:v{LMCACHE_VERSION} (or an image with lmcache_version: "
+                f"{LMCACHE_VERSION}); to move to another release see docs/l2-cache.md")
+        return self
+
+    @property
+    def lmcache_release(self) -> str:
+        """The LMCache release inside ``image`` (validated equal to :data:`LMCACHE_VERSION`)."""
+        return self.lmcache_version or lmcache_version_of_image(self.image) or LMCACHE_VERSION
 
 
 class ResourcesConfig(StrictModel):
@@ -872,8 +944,10 @@ class BusinessLineConfig(StrictModel):
     vllm: VllmConfig
     resources: ResourcesConfig = ResourcesConfig()
     slo: SloConfig = SloConfig()
-    #: PYTHONHASHSEED shared by every pod of the line; without one shared seed each pod
-    #: computes different chunk keys and cross-pod hits are silently 0 (docs/sources.md §1).
+    #: PYTHONHASHSEED shared by every pod of the line. vLLM derives from it the initial prefix
+    #: hash (`NONE_HASH`, random per process when unset) from which LMCache chains its chunk
+    #: keys, so pods with different or unset seeds never hit each other's chunks. LMCache alone
+    #: hashes tuples of integers, which the seed does not salt (docs/sources.md §8).
     python_hash_seed: Annotated[int, Field(ge=0, le=4294967295)] = 0
     metrics_enabled: bool = True
     invocation_endpoint: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9._/-]+$")] = "v1/chat/completions"

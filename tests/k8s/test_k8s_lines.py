@@ -10,12 +10,12 @@ import pytest
 
 from k8s import names
 from k8s.kyverno import policy_manifest
-from k8s.lmcache import LMCACHE_CONFIG_KEYS, env_name, is_lmcache_env
-from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL, endpoint_json_patch, line_cache_env
+from k8s.lmcache import LMCACHE_CONFIG_KEYS, env_name, is_lmcache_env, l2_cache_dir
+from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL, endpoint_json_patch, line_cache_env, line_remote_url
 from k8s.patch import main as patch_main
 from k8s.render import render_manifests
 from platform_config import ConfigError, load_project
-from tests.example_config import edit_yaml
+from tests.example_config import FIXTURE_CONFIG, edit_yaml
 from tests.k8s.conftest import find
 from tests.k8s.kyverno_eval import apply_policy
 from tests.k8s.operator_render import OPERATOR_URL, deployment, pod
@@ -67,7 +67,7 @@ def test_endpoint_spec(manifests, k8s_project):
                                         "prefetchEnabled": False,
                                         "s3Storage": {"bucketName": "example-model-weights", "region": "us-west-2"}}
     w = rag["worker"]
-    assert w["image"] == "lmcache/vllm-openai:v0.3.7"
+    assert w["image"] == "lmcache/vllm-openai:v0.5.5"
     assert w["modelInvocationPort"] == {"containerPort": 8000, "name": "http"}
     assert w["modelVolumeMount"] == {"name": "model-weights", "mountPath": "/opt/ml/model"}
     assert w["resources"] == {"limits": {"nvidia.com/gpu": 1},
@@ -99,7 +99,7 @@ def test_egress_policy_blocks_exactly_the_curvine_ports(manifests):
 
 
 def test_every_lmcache_variable_is_one_lmcache_reads(manifests, k8s_project):
-    """Policy, CR env and Deployment patch set only variables LMCache 0.5.6 reads."""
+    """Policy, CR env and Deployment patch set only variables LMCache 0.5.5 reads."""
     names_set = set()
     for line in k8s_project.business_lines:
         for obj in manifests[names.line_chart_name(line)]:
@@ -109,9 +109,11 @@ def test_every_lmcache_variable_is_one_lmcache_reads(manifests, k8s_project):
                       if op["path"].endswith("/env/-")}
     lmcache = {n for n in names_set if n.startswith("LMCACHE_")}
     assert lmcache == {"LMCACHE_REMOTE_URL", "LMCACHE_REMOTE_SERDE", "LMCACHE_CHUNK_SIZE", "LMCACHE_EXTRA_CONFIG",
-                       "LMCACHE_MAX_LOCAL_CPU_SIZE"}
+                       "LMCACHE_MAX_LOCAL_CPU_SIZE", "LMCACHE_SAVE_UNFULL_CHUNK",
+                       "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "LMCACHE_TRACK_USAGE"}
     assert all(is_lmcache_env(n) for n in lmcache)
     assert not is_lmcache_env("LMCACHE_USE_EXPERIMENTAL")  # removed from LMCache (docs/sources.md §5)
+    assert not is_lmcache_env("LMCACHE_RUN_SCRIPT_API_ENABLED")  # a 0.5.6 key, not read by 0.5.5
     assert not is_lmcache_env("LMCACHE_MAX_LOCAL_CPU_SIZE_GB")  # a plausible typo LMCache would ignore
     assert {"chunk_size", "remote_url", "remote_serde", "extra_config", "max_local_cpu_size"} <= LMCACHE_CONFIG_KEYS
 
@@ -120,15 +122,21 @@ def test_cache_env_values(k8s_project):
     line = k8s_project.business_line("rag-assistant")
     env = line_cache_env(k8s_project.platform, line)
     assert env == {
-        "LMCACHE_REMOTE_URL": "fs://localhost:0/mnt/curvine/l2cache/",
-        "LMCACHE_REMOTE_SERDE": "naive",
+        # The line's model-scoped directory under the PVC root (k8s.lmcache.l2_cache_dir).
+        "LMCACHE_REMOTE_URL": f"fs://localhost:0/mnt/curvine/l2cache/{l2_cache_dir(k8s_project.platform, line)}/",
         "LMCACHE_CHUNK_SIZE": "256",
-        "LMCACHE_EXTRA_CONFIG": '{"fs_connector_relative_tmp_dir": ".tmp-$(KVCACHE_POD_NAME)"}',
+        "LMCACHE_REMOTE_SERDE": "naive",
+        "LMCACHE_SAVE_UNFULL_CHUNK": "false",  # LMCache #2206 / PR #2207
+        "LMCACHE_PRE_CACHING_HASH_ALGORITHM": "builtin",
+        "LMCACHE_EXTRA_CONFIG": '{"fs_connector_relative_tmp_dir": ".tmp-$(KVCACHE_POD_NAME)", "save_chunk_meta": true}',
         "PYTHONHASHSEED": "0",
+        "LMCACHE_TRACK_USAGE": "false",  # lmcache.usage_telemetry off by default
+        "DO_NOT_TRACK": "1",
         "LMCACHE_MAX_LOCAL_CPU_SIZE": "16",  # cache.l1_cpu_gib 16, one TP rank; LMCache reads GiB
     }
+    assert re.fullmatch(r"qwen2-7b-instruct-[0-9a-f]{12}", l2_cache_dir(k8s_project.platform, line))
     assert L2_REMOTE_URL.startswith("fs://") and L2_REMOTE_URL.removeprefix("fs://localhost:0").rstrip("/") == L2_MOUNT_PATH
-    with pytest.raises(KeyError, match="not an LMCache 0.5.6 config key"):
+    with pytest.raises(KeyError, match="not an LMCache 0.5.5 config key"):
         env_name("use_experimental")
 
 
@@ -162,8 +170,9 @@ def test_live_patch_leaves_exactly_one_of_each(k8s_project, variant, removed):
     counts = {n: sum(e["name"] == n for e in c["env"]) for n in line_cache_env(k8s_project.platform, line)}
     assert set(counts.values()) == {1}
     env = _kubelet_env(c["env"], "rag-assistant-5d8f7c9b4-abcde")
-    assert json.loads(env["LMCACHE_EXTRA_CONFIG"]) == {"fs_connector_relative_tmp_dir": ".tmp-rag-assistant-5d8f7c9b4-abcde"}
-    assert env["LMCACHE_REMOTE_URL"] == L2_REMOTE_URL and env["LMCACHE_LOCAL_CPU"] == "True"
+    assert json.loads(env["LMCACHE_EXTRA_CONFIG"]) == {"fs_connector_relative_tmp_dir": ".tmp-rag-assistant-5d8f7c9b4-abcde",
+                                                       "save_chunk_meta": True}
+    assert env["LMCACHE_REMOTE_URL"] == line_remote_url(k8s_project.platform, line) and env["LMCACHE_LOCAL_CPU"] == "True"
     assert env["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "16"  # ours, not the operator's "20"
     assert [m for m in c["volumeMounts"] if m["mountPath"] == L2_MOUNT_PATH] == [
         {"name": names.L2_VOLUME_NAME, "mountPath": L2_MOUNT_PATH}]
@@ -192,12 +201,13 @@ def test_static_patch_matches_the_reference_layout(k8s_project):
                       "value": {"name": "curvine-l2-cache", "mountPath": "/mnt/curvine/l2cache"}}
     env_ops = ops[2:]
     assert [op["value"]["name"] for op in env_ops] == [
-        "KVCACHE_POD_NAME", "LMCACHE_REMOTE_URL", "LMCACHE_REMOTE_SERDE", "LMCACHE_CHUNK_SIZE",
-        "LMCACHE_EXTRA_CONFIG", "PYTHONHASHSEED", "LMCACHE_MAX_LOCAL_CPU_SIZE"]
+        "KVCACHE_POD_NAME", "LMCACHE_REMOTE_URL", "LMCACHE_CHUNK_SIZE", "LMCACHE_REMOTE_SERDE",
+        "LMCACHE_SAVE_UNFULL_CHUNK", "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "LMCACHE_EXTRA_CONFIG", "PYTHONHASHSEED",
+        "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK", "LMCACHE_MAX_LOCAL_CPU_SIZE"]
     patched = jsonpatch.apply_patch(deployment(line), ops)
     env_list = patched["spec"]["template"]["spec"]["containers"][0]["env"]
     env = _kubelet_env(env_list, "p-1")
-    assert env["LMCACHE_REMOTE_URL"] == L2_REMOTE_URL  # last duplicate wins in the kubelet
+    assert env["LMCACHE_REMOTE_URL"] == line_remote_url(k8s_project.platform, line)  # last duplicate wins
     # ...but the operator's entry is still there: why dist/ marks this variant reference-only.
     assert [e.get("value") for e in env_list if e["name"] == "LMCACHE_REMOTE_URL"][0] == OPERATOR_URL
 
@@ -239,7 +249,10 @@ def test_policy_for_a_custom_port_and_seed(config_copy):
     after = apply_policy(policy_manifest(project.platform, line), p, seed=5)
     env = {e["name"]: e.get("value") for e in after["spec"]["containers"][0]["env"]}
     assert env["PYTHONHASHSEED"] == "42" and env["LMCACHE_CHUNK_SIZE"] == "512"
-    assert env["LMCACHE_REMOTE_URL"] == L2_REMOTE_URL
+    assert env["LMCACHE_REMOTE_URL"] == line_remote_url(project.platform, line)
+    # Chunk size and seed are part of the L2 directory: the edited line starts an empty one.
+    assert line_remote_url(project.platform, line) != line_remote_url(
+        load_project(FIXTURE_CONFIG).platform, load_project(FIXTURE_CONFIG).business_line("rag-assistant"))
 
 
 def test_without_l1_size_the_operators_value_is_kept(config_copy):

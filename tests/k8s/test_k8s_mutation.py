@@ -18,7 +18,7 @@ from tests.k8s.operator_render import OPERATOR_URL, deployment, pod, pod_from_de
 from k8s import names
 from k8s.kube import KUBERNETES_VERSION
 from k8s.lmcache import TMP_DIR_PREFIX, owned_env_names
-from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL, endpoint_json_patch, line_cache_env
+from k8s.patch import L2_MOUNT_PATH, endpoint_json_patch, line_cache_env, line_remote_url
 import jsonpatch
 
 
@@ -40,12 +40,14 @@ def _check_end_state(p, line, k8s_project):
     assert env["LMCACHE_MAX_LOCAL_CPU_SIZE"] == expected["LMCACHE_MAX_LOCAL_CPU_SIZE"] == {
         "rag-assistant": "16", "research-reasoning": "20"}[line.name]
     assert float(env["LMCACHE_MAX_LOCAL_CPU_SIZE"]) * line.gpus_per_replica == line.cache.l1_cpu_gib
-    assert env["LMCACHE_REMOTE_URL"] == L2_REMOTE_URL == "fs://localhost:0/mnt/curvine/l2cache/"
-    assert env["LMCACHE_REMOTE_SERDE"] == "naive"
+    assert env["LMCACHE_REMOTE_URL"] == line_remote_url(k8s_project.platform, line) == expected["LMCACHE_REMOTE_URL"]
+    assert env["LMCACHE_REMOTE_URL"].startswith("fs://localhost:0/mnt/curvine/l2cache/")
+    assert env["LMCACHE_REMOTE_SERDE"] == "naive" and env["LMCACHE_SAVE_UNFULL_CHUNK"] == "false"
+    assert env["LMCACHE_TRACK_USAGE"] == "false" and env["DO_NOT_TRACK"] == "1"
     assert env["LMCACHE_CHUNK_SIZE"] == str(line.cache.chunk_size_tokens) == expected["LMCACHE_CHUNK_SIZE"]
     assert env["PYTHONHASHSEED"] == str(line.python_hash_seed)
     extra = json.loads(env["LMCACHE_EXTRA_CONFIG"])
-    assert set(extra) == {"fs_connector_relative_tmp_dir"}
+    assert set(extra) == {"fs_connector_relative_tmp_dir", "save_chunk_meta"} and extra["save_chunk_meta"] is True
     assert re.fullmatch(re.escape(TMP_DIR_PREFIX) + r"[a-z0-9]{12}", extra["fs_connector_relative_tmp_dir"])
     # Settings the patch does not own survive (the operator's L1 settings, NODE_IP).
     assert env["LMCACHE_LOCAL_CPU"] == "True" and "NODE_IP" in env
@@ -95,7 +97,8 @@ def test_container_without_env_or_mounts(policy, line, k8s_project):
     after = apply_policy(policy, p, seed=4)
     env = {e["name"] for e in _vllm(after, line)["env"]}
     assert env == {"LMCACHE_REMOTE_URL", "LMCACHE_REMOTE_SERDE", "LMCACHE_CHUNK_SIZE", "LMCACHE_EXTRA_CONFIG",
-                   "PYTHONHASHSEED", "LMCACHE_MAX_LOCAL_CPU_SIZE"}
+                   "PYTHONHASHSEED", "LMCACHE_MAX_LOCAL_CPU_SIZE", "LMCACHE_SAVE_UNFULL_CHUNK",
+                   "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK"}
     assert _vllm(after, line)["volumeMounts"] == [{"name": names.L2_VOLUME_NAME, "mountPath": L2_MOUNT_PATH}]
 
 

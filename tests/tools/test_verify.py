@@ -20,7 +20,7 @@ import pytest
 
 from tests.tools.script_loader import load_script
 from k8s import names
-from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL, endpoint_json_patch
+from k8s.patch import L2_MOUNT_PATH, endpoint_json_patch, line_remote_url
 from k8s.render import CURVINE_CHART, render_manifests
 from kv_tools.verify import (
     check_cross_pod_hit,
@@ -199,7 +199,7 @@ def test_the_synthesized_deployment_passes_every_check(cluster: FakeReader) -> N
             "CSI driver registered", "rag-assistant: PVC Bound", "rag-assistant: LMCACHE_REMOTE_URL",
             "rag-assistant: L2 mount", "rag-assistant: PYTHONHASHSEED shared",
             "research-reasoning: PVC Bound"} <= set(by_name)
-    assert by_name["rag-assistant: LMCACHE_REMOTE_URL"].detail == f"exactly one, {L2_REMOTE_URL}, in 2 pod(s)"
+    assert by_name["rag-assistant: LMCACHE_REMOTE_URL"].detail == f"exactly one, {line_remote_url(PLATFORM, RAG)}, in 2 pod(s)"
     assert by_name["rag-assistant: PYTHONHASHSEED shared"].detail == "0 in all 2 pod(s)"
 
 
@@ -261,7 +261,7 @@ def test_each_breakage_fails_exactly_its_check(cluster: FakeReader, breakage: st
 
 def test_the_unpatched_operator_deployment_fails_url_and_mount(synthesized) -> None:
     iec = find(synthesized[names.line_chart_name(RAG)], "InferenceEndpointConfig")
-    results = check_inference_pods(RAG, pods_of(operator_deployment(iec)))
+    results = check_inference_pods(RAG, pods_of(operator_deployment(iec)), platform=PLATFORM)
     # Never mutated: no L2 mutation label either (issue 8: verify reports such pods).
     assert failed(results) == ["rag-assistant: L2 mutation", "rag-assistant: LMCACHE_REMOTE_URL",
                                "rag-assistant: L2 mount"]
@@ -273,7 +273,7 @@ def test_a_patch_that_only_appends_leaves_a_duplicate_url(synthesized) -> None:
     iec = find(synthesized[names.line_chart_name(RAG)], "InferenceEndpointConfig")
     deployment = operator_deployment(iec)
     appended = jsonpatch.apply_patch(deployment, endpoint_json_patch(PLATFORM, RAG))  # no live Deployment given
-    results = check_inference_pods(RAG, pods_of(appended))
+    results = check_inference_pods(RAG, pods_of(appended), platform=PLATFORM)
     # The reference-only variant does not label the pods either.
     assert failed(results) == ["rag-assistant: L2 mutation", "rag-assistant: LMCACHE_REMOTE_URL"]
     assert "2 entries" in next(r.detail for r in results if r.name.endswith("LMCACHE_REMOTE_URL"))

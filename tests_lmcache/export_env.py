@@ -1,0 +1,117 @@
+"""Export what the tier needs from the rendered manifests, as JSON (runs in the project's .venv).
+
+For every business line of the scenario config (``tests/fixtures/config``), and for a copy in
+which ``rag-assistant`` serves a fine-tuned model (the issue's input: new ``model.name`` and
+``source.location``, same ``/opt/ml/model`` path), this renders the charts exactly as
+``make manifests`` does, takes the line's Kyverno ``Policy`` and ``InferenceEndpointConfig`` from
+them, applies the Policy (``tests.k8s.kyverno_eval``) to the Pod the operator renders
+(``tests.k8s.operator_render``) once per simulated pod, and writes the vLLM container's env.
+Nothing LMCache reads is typed here: every value comes from the rendered objects.
+
+Usage::
+
+    .venv/bin/python -m tests_lmcache.export_env --out build/lmcache-tier/env.json [--pods 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from k8s import names
+from k8s.lmcache import LMCACHE_CONFIG_KEYS, LMCACHE_VERSION
+from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL
+from k8s.render import render_manifests
+from platform_config import ProjectConfig, load_project
+from tests.example_config import FIXTURE_CONFIG, copy_example_config, edit_yaml
+from tests.k8s.kyverno_eval import apply_policy
+from tests.k8s.operator_render import pod
+
+#: Name under which the changed-model variant of rag-assistant is exported.
+CHANGED_MODEL_LINE = "rag-assistant@fine-tuned"
+VOLUME_ID = "vol-0a1b2c3d4e5f60718"
+ZONE = "us-west-2a"
+
+
+def _one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (obj,) = [o for o in objects if o["kind"] == kind]
+    return obj
+
+
+def _tp_size(args: list[str]) -> int:
+    """``--tensor-parallel-size``/``-tp`` of the rendered worker args (vLLM's default is 1)."""
+    for i, arg in enumerate(args):
+        flag, sep, value = arg.partition("=")
+        if flag in ("--tensor-parallel-size", "-tp"):
+            return int(value if sep else args[i + 1])
+    return 1
+
+
+def export_project(project: ProjectConfig, pods: int, seed_base: int) -> dict[str, Any]:
+    """Per line: the env of ``pods`` admitted Pods and the engine facts of its rendered endpoint."""
+    manifests = render_manifests(project, volume_id=VOLUME_ID, availability_zone=ZONE)
+    out: dict[str, Any] = {}
+    for line in project.business_lines:
+        if not line.cache.l2_enabled:
+            continue
+        objects = manifests[names.line_chart_name(line)]
+        policy = _one(objects, "Policy")
+        worker = _one(objects, "InferenceEndpointConfig")["spec"]["worker"]
+        envs = []
+        for k in range(pods):
+            admitted = apply_policy(policy, pod(line), seed=seed_base + k)
+            (vllm,) = [c for c in admitted["spec"]["containers"]
+                       if any(p.get("containerPort") == worker["modelInvocationPort"]["containerPort"]
+                              for p in c.get("ports") or [])]
+            envs.append({e["name"]: e["value"] for e in vllm["env"] if "value" in e})
+        out[line.name] = {
+            "envs": envs,
+            # What vLLM puts in LMCache's engine metadata: the model *path* it was started with
+            # (first worker arg), the world size, the model dtype (docs/l2-cache.md).
+            "engine": {"model_name": worker["args"][0], "world_size": _tp_size(worker["args"]),
+                       "dtype": line.model.dtype},
+            "lmcache_release": line.vllm.lmcache_release,
+            "model": line.model.name,
+        }
+    return out
+
+
+def export(pods: int = 4) -> dict[str, Any]:
+    """The whole document written by :func:`main`."""
+    project = load_project(FIXTURE_CONFIG)
+    lines = export_project(project, pods, seed_base=100)
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = copy_example_config(Path(tmp) / "config")
+
+        def fine_tune(d: dict[str, Any]) -> None:
+            d["model"]["name"] = "Qwen2-7B-Instruct-ft-v2"
+            d["model"]["source"]["location"] = "qwen2-7b-instruct-ft-v2"
+
+        edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", fine_tune)
+        changed = export_project(load_project(cfg), pods, seed_base=200)
+    lines[CHANGED_MODEL_LINE] = changed["rag-assistant"]
+    return {
+        "lmcache_version": LMCACHE_VERSION,
+        "config_keys": sorted(LMCACHE_CONFIG_KEYS),
+        "l2_mount_path": L2_MOUNT_PATH,
+        "l2_root_url": L2_REMOTE_URL,
+        "lines": lines,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests_lmcache.export_env", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--pods", type=int, default=4, help="admitted Pods per line (distinct temp dirs)")
+    args = parser.parse_args(argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(export(args.pods), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

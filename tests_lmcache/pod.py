@@ -1,0 +1,230 @@
+"""One simulated inference pod: a real ``LMCacheEngine`` built only from this process's environment.
+
+Run as ``python -m tests_lmcache.pod <spec.json>`` by :mod:`tests_lmcache.conftest` and
+:mod:`tests_lmcache.bench_fs`, with an environment that holds nothing but the env the line's
+admission policy gave the vLLM container (plus PATH and a private HOME, and the two test
+overrides the caller documents: the L2 mount re-pointed at a temporary directory and a small L1
+buffer, because LMCache really allocates it).
+
+The configuration is read exactly as the vLLM integration reads it,
+``lmcache.integration.vllm.utils.lmcache_get_or_create_config()``. What vLLM would add, the
+engine metadata (model path, world size, dtype, KV shape) and the GPU KV cache, comes from the
+spec: vLLM is not installable here, so :class:`CPUConnector` stands in for LMCache's GPU
+connector (its mock connector copies nothing). It copies between a CPU tensor shaped like
+LMCache's ``KV_2LTD`` memory objects ``[2, layers, tokens, kv_heads * head_dim]`` and those
+objects, which is all the fs:// path needs. The KV values of every chunk are a deterministic
+function of the token prefix that ends the chunk, so another process can regenerate and compare.
+
+Spec (JSON): ``geometry`` {layers, kv_heads, head_dim}; ``engine`` {model_name, world_size,
+dtype}; ``result`` (path of the JSON result); ``actions``: list of
+``{"op": "store"|"lookup"|"retrieve"|"files"|"wait_for"|"touch", "prompt": [[seed, tokens], ...]}``
+(``wait_for`` and ``touch`` take ``"path"``, to line up concurrent pods; ``store`` takes ``"fsync_evict": true`` to push the files out of
+the page cache afterwards). Each action appends a record (with ``seconds``) to the result. With
+``"read_back": true`` instead, no engine is built: :func:`read_back` reports the loaded config.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lmcache.integration.vllm.utils import lmcache_get_or_create_config
+from lmcache.v1.cache_engine import LMCacheEngineBuilder
+from lmcache.v1.gpu_connector import GPUConnectorInterface
+from lmcache.v1.metadata import LMCacheMetadata
+from lmcache.v1.storage_backend.connector import parse_remote_url
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+INSTANCE = "tier-pod"
+#: How long a store may take to appear on disk (LMCache writes remote chunks asynchronously).
+STORE_TIMEOUT_S = 120.0
+
+
+class CPUConnector(GPUConnectorInterface):
+    """LMCache's GPU-connector interface over a CPU tensor ``kvcaches`` [2, L, tokens, H*D]."""
+
+    def __init__(self, layers: int, hidden: int):
+        self.layers, self.hidden = layers, hidden
+
+    def get_shape(self, num_tokens: int) -> torch.Size:
+        return torch.Size([2, self.layers, num_tokens, self.hidden])
+
+    def from_gpu(self, memory_obj, start: int, end: int, **kwargs) -> None:
+        memory_obj.tensor.copy_(kwargs["kvcaches"][:, :, start:end])
+
+    def to_gpu(self, memory_obj, start: int, end: int, **kwargs) -> None:
+        kwargs["kvcaches"][:, :, start:end].copy_(memory_obj.tensor)
+
+    def batched_from_gpu(self, memory_objs, starts, ends, **kwargs) -> None:
+        for obj, start, end in zip(memory_objs, starts, ends):
+            self.from_gpu(obj, start, end, **kwargs)
+
+    def batched_to_gpu(self, memory_objs, starts, ends, **kwargs) -> None:
+        for obj, start, end in zip(memory_objs, starts, ends):
+            self.to_gpu(obj, start, end, **kwargs)
+
+
+def prompt_tokens(prompt: list[list[int]]) -> torch.Tensor:
+    """Token ids of a prompt given as segments ``[[seed, n_tokens], ...]`` (ids < 150,000)."""
+    parts = [torch.randint(0, 150_000, (n,), generator=torch.Generator().manual_seed(seed)) for seed, n in prompt]
+    return torch.cat(parts)
+
+
+def expected_kv(tokens: torch.Tensor, chunk: int, shape: tuple[int, int, int], dtype: torch.dtype) -> torch.Tensor:
+    """KV [2, L, tokens, hidden]; each chunk seeded by the CRC of the token prefix it ends."""
+    layers, hidden = shape[0], shape[1] * shape[2]
+    kv = torch.empty(2, layers, len(tokens), hidden, dtype=dtype)
+    for start in range(0, len(tokens), chunk):
+        end = min(start + chunk, len(tokens))
+        gen = torch.Generator().manual_seed(zlib.crc32(tokens[:end].numpy().tobytes()))
+        kv[:, :, start:end] = torch.randn(2, layers, end - start, hidden, generator=gen).to(dtype)
+    return kv
+
+
+def chunk_files(engine, tokens: torch.Tensor) -> list[str]:
+    """File names LMCache's fs connector uses for the full chunks of ``tokens``, in order.
+
+    ``FSConnector._get_file_name``: ``key.to_string()`` with ``/`` replaced by ``-SEP-``, plus
+    ``.data`` (lmcache/v1/storage_backend/connector/fs_connector.py).
+    """
+    return [key.to_string().replace("/", "-SEP-") + ".data"
+            for _, _, key in engine.token_database.process_tokens(tokens=tokens)]
+
+
+def wait_for_remote_puts(engine, timeout_s: float = STORE_TIMEOUT_S) -> None:
+    """Block until no remote put is in flight (``RemoteBackend.put_tasks`` empty).
+
+    LMCache writes L2 chunks from its event-loop thread after ``store`` returns; a file appears
+    at the rename, before the put task releases its memory object. Tearing the engine down in
+    between frees the L1 buffer under the writer (seen here as a segfault in ``destroy`` when two
+    pods stored at once), so a pod waits for its puts before it exits.
+    """
+    backends = [b for b in engine.storage_manager.storage_backends.values() if hasattr(b, "put_tasks")]
+    deadline = time.monotonic() + timeout_s
+    while any(b.put_tasks for b in backends) and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
+def _evict(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def run(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    geometry, meta = spec["geometry"], spec["engine"]
+    config = lmcache_get_or_create_config()
+    base = Path(parse_remote_url(config.remote_url).path)
+    dtype = DTYPES[meta["dtype"]]
+    shape = (geometry["layers"], geometry["kv_heads"], geometry["head_dim"])
+    metadata = LMCacheMetadata(
+        model_name=meta["model_name"], world_size=meta["world_size"], local_world_size=meta["world_size"],
+        worker_id=0, local_worker_id=0, kv_dtype=dtype,
+        kv_shape=(shape[0], 2, config.chunk_size, shape[1], shape[2]), chunk_size=config.chunk_size)
+    engine = LMCacheEngineBuilder.get_or_create(INSTANCE, config, metadata, CPUConnector(shape[0], shape[1] * shape[2]),
+                                                None, None)
+    engine.post_init()
+    records: list[dict[str, Any]] = []
+    try:
+        for action in spec["actions"]:
+            op = action["op"]
+            record: dict[str, Any] = {"op": op}
+            if op == "wait_for":
+                deadline = time.monotonic() + STORE_TIMEOUT_S
+                while not Path(action["path"]).exists() and time.monotonic() < deadline:
+                    time.sleep(0.002)
+                records.append(record)
+                continue
+            if op == "touch":
+                Path(action["path"]).touch()
+                records.append(record)
+                continue
+            tokens = prompt_tokens(action["prompt"])
+            kv = expected_kv(tokens, config.chunk_size, shape, dtype)
+            files = chunk_files(engine, tokens)
+            t0 = time.perf_counter()
+            record["started_at"] = time.time()
+            if op == "store":
+                engine.store(tokens, kvcaches=kv)
+                deadline = time.monotonic() + STORE_TIMEOUT_S
+                while not all((base / f).exists() for f in files) and time.monotonic() < deadline:
+                    time.sleep(0.001)
+                record["seconds"] = time.perf_counter() - t0
+                record["ended_at"] = time.time()
+                wait_for_remote_puts(engine)
+                record["stored_files"] = sum((base / f).exists() for f in files)
+                record["bytes"] = sum((base / f).stat().st_size for f in files if (base / f).exists())
+                if action.get("fsync_evict"):
+                    for f in files:
+                        _evict(base / f)
+            elif op == "lookup":
+                record["hit_tokens"] = int(engine.lookup(tokens))
+                record["seconds"] = time.perf_counter() - t0
+            elif op == "retrieve":
+                out = torch.zeros_like(kv)
+                mask = engine.retrieve(tokens, kvcaches=out)
+                record["seconds"] = time.perf_counter() - t0
+                record["retrieved_tokens"] = int(mask.sum())
+                chunk = config.chunk_size
+                starts = range(0, len(tokens) - len(tokens) % chunk, chunk)
+                record["chunks_retrieved"] = [bool(mask[s:s + chunk].all()) for s in starts]
+                record["chunks_identical"] = [torch.equal(out[:, :, s:s + chunk], kv[:, :, s:s + chunk]) for s in starts]
+                record["bytes"] = int(mask.sum()) * kv[:, :, :1].numel() * kv.element_size()
+            elif op == "files":
+                record["files"] = files
+            else:
+                raise ValueError(f"unknown op {op!r}")
+            record["tokens"] = len(tokens)
+            records.append(record)
+    finally:
+        LMCacheEngineBuilder.destroy(INSTANCE)
+    return records
+
+
+def read_back() -> list[dict[str, Any]]:
+    """What LMCache's own loader made of this process's env, field by field (no engine built).
+
+    Every config field (``str()`` of values that are not JSON), the fs path that
+    ``parse_remote_url`` extracts from the remote URL (or its error), and whether usage telemetry
+    is enabled (``lmcache/usage_telemetry/identity.py``).
+    """
+    from lmcache.usage_telemetry.identity import is_usage_tracking_enabled
+    from lmcache.v1.config import _CONFIG_DEFINITIONS
+
+    config = lmcache_get_or_create_config()
+    fields = {}
+    for key in _CONFIG_DEFINITIONS:
+        value = getattr(config, key, None)
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            value = str(value)
+        fields[key] = value
+    try:
+        url_path: str | None = parse_remote_url(config.remote_url).path if config.remote_url else None
+        url_error = None
+    except (AssertionError, ValueError) as exc:
+        url_path, url_error = None, str(exc)
+    return [{"op": "read_back", "fields": fields, "url_path": url_path, "url_error": url_error,
+             "telemetry": is_usage_tracking_enabled()}]
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    records = read_back() if spec.get("read_back") else run(spec)
+    Path(spec["result"]).write_text(json.dumps(records), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
