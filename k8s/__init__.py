@@ -8,7 +8,7 @@ Modules:
     curvine_chart  the Curvine chart (Primary, Workers, CSI driver, StorageClass, NetworkPolicy).
     kyverno        the per-line Kyverno Policy and the Kyverno Helm values.
     line_chart     one chart per business line (namespace, RWX PVC, policy, endpoint).
-    janitor        the per-line L2 janitor CronJob (its logic: kv_tools/l2_janitor.py).
+    janitor        the per-line L2 janitor Deployment (its logic: kv_tools/l2_janitor.py).
     render         builds every chart; the one code path shared by the CDK app and
                    ``scripts/manifests.py``.
 

@@ -7,8 +7,19 @@ Objects, all in the line's namespace (the PVC is namespaced, so the janitor must
 * ServiceAccount, Role and RoleBinding ``l2-janitor``: ``list`` on ``pods`` in this namespace,
   nothing else (the janitor reads the live Pods' ``LMCACHE_REMOTE_URL`` and temp directory so it
   never deletes a directory a running Pod writes to);
-* CronJob ``l2-janitor``: every :data:`SCHEDULE`, one run at a time, mounting the line's PVC at
-  the same path as the vLLM Pods.
+* Deployment ``l2-janitor``: one replica, strategy ``Recreate`` (the old Pod is gone before the
+  new one starts, so two janitors do not prune one directory at once), mounting the line's PVC at
+  the same path as the vLLM Pods. Its container runs ``l2_janitor.py --serve``: a pass every
+  :data:`PERIOD_S`, one at a time, and the last pass's gauges on ``GET /metrics`` (container
+  port :data:`k8s.names.L2_JANITOR_METRICS_PORT_NAME`, Pod label
+  :data:`k8s.names.L2_JANITOR_COMPONENT_LABEL`: what the observability stack scrapes). A
+  liveness probe restarts a container whose pass has run longer than :data:`PASS_DEADLINE_S`;
+  a readiness probe shows a janitor whose last pass failed as not ready. A pod-template
+  annotation carries a hash of the ConfigMap, so a new script or setting rolls the Pod.
+
+Why a Deployment and not a CronJob: a CronJob's Pod lives for one pass, too briefly to be
+scraped, and Curvine's CSI driver (v0.3.2-alpha) reports no volume stats, so the janitor is the
+only source of a line's L2 use.
 
 Why each number (docs/l2-cache.md, "Day two"):
 
@@ -18,14 +29,15 @@ Why each number (docs/l2-cache.md, "Day two"):
   could not load (``get_block_ids_with_load_errors``) so vLLM recomputes them. The age guard
   keeps the chunks written in the last ten minutes (those a sibling Pod or the next turn of a
   conversation most likely looks up next) out of reach, which makes that recompute path rare;
-  it is also longer than one janitor period, so a file is always seen by one run before it can
+  it is also at least one janitor period, so a file is always seen by one pass before it can
   be deleted by the next.
-* :data:`SCHEDULE` every 10 minutes: the pool must absorb what lines write between two runs,
+* :data:`PERIOD_S` 10 minutes: the pool must absorb what lines write between two passes,
   which is what ``curvine.l2_pool_reserve_fraction`` reserves.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Final
@@ -41,21 +53,31 @@ from kv_tools import l2_janitor
 from platform_config import BusinessLineConfig, PlatformConfig
 from platform_config.models import quantity_bytes
 
-NAME: Final = "l2-janitor"
+NAME: Final = names.L2_JANITOR
 CONFIG_FILE: Final = "janitor.json"
 SCRIPT_FILE: Final = "l2_janitor.py"
 CONFIG_DIR: Final = "/opt/kvcache-janitor"
-#: Cron schedule of the janitor (every 10 minutes).
-SCHEDULE: Final = "*/10 * * * *"
-#: Nothing younger than this is deleted (module docstring).
+#: Seconds from the start of one pass to the start of the next (every 10 minutes).
+PERIOD_S: Final = l2_janitor.PERIOD_S
+#: Nothing younger than this is deleted (module docstring); at least one period.
 MIN_DELETE_AGE_S: Final = 600
-#: A run that has not finished after this is killed; the next run starts over.
-ACTIVE_DEADLINE_S: Final = 1800
+#: A pass that has not finished after this fails the liveness probe; the restarted container
+#: starts over with a new pass.
+PASS_DEADLINE_S: Final = l2_janitor.PASS_DEADLINE_S
+#: Liveness probe: every minute, restart after 3 failures in a row (a pass stuck for about
+#: PASS_DEADLINE_S + 3 minutes). Readiness: every 30 s, not ready at the first failed pass.
+LIVENESS_PERIOD_S: Final = 60
+LIVENESS_FAILURES: Final = 3
+READINESS_PERIOD_S: Final = 30
+PROBE_TIMEOUT_S: Final = 5
+#: Pod-template annotation holding the SHA-256 of the ConfigMap's data (rolls the Pod on a change).
+CONFIG_HASH_ANNOTATION: Final = "kvcache.io/l2-janitor-config-sha256"
 #: Label of the HyperPod nodes: only they run the Curvine CSI node plugin that mounts the PVC.
 HYPERPOD_NODE_LABEL: Final = "sagemaker.amazonaws.com/compute-type"
 RESOURCES: Final = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
-#: Pod labels of the janitor; deliberately not the operator's ``app=<line>``.
-LABELS: Final = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/component": "l2-janitor"}
+#: Pod labels of the janitor; deliberately not the operator's ``app=<line>``. The component label
+#: is what the observability stack's scrape job selects on.
+LABELS: Final = {"app.kubernetes.io/name": NAME, names.L2_JANITOR_COMPONENT_LABEL[0]: names.L2_JANITOR_COMPONENT_LABEL[1]}
 
 
 def janitor_config(platform: PlatformConfig, line: BusinessLineConfig) -> dict[str, Any]:
@@ -85,11 +107,16 @@ def _q(value: str) -> k8s.Quantity:
     return k8s.Quantity.from_string(value)
 
 
+def config_hash(data: dict[str, str]) -> str:
+    """SHA-256 (hex) of the ConfigMap's data, keys sorted: the pod-template annotation."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()
+
+
 class L2Janitor(Construct):
-    """The janitor's ConfigMap, RBAC and CronJob for one line (see the module docstring).
+    """The janitor's ConfigMap, RBAC and Deployment for one line (see the module docstring).
 
     Attributes:
-        objects: every ApiObject, for dependency wiring; ``cron_job``: the CronJob.
+        objects: every ApiObject, for dependency wiring; ``deployment``: the Deployment.
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig,
@@ -98,9 +125,9 @@ class L2Janitor(Construct):
         ns = line.namespace
         meta = k8s.ObjectMeta(name=NAME, namespace=ns, labels=LABELS)
         script = Path(l2_janitor.__file__).read_text(encoding="utf-8")
-        self.config_map = k8s.KubeConfigMap(self, "Config", metadata=meta, data={
-            CONFIG_FILE: json.dumps(janitor_config(platform, line), indent=2, sort_keys=True) + "\n",
-            SCRIPT_FILE: script})
+        data = {CONFIG_FILE: json.dumps(janitor_config(platform, line), indent=2, sort_keys=True) + "\n",
+                SCRIPT_FILE: script}
+        self.config_map = k8s.KubeConfigMap(self, "Config", metadata=meta, data=data)
         self.service_account = k8s.KubeServiceAccount(self, "ServiceAccount", metadata=meta)
         self.role = k8s.KubeRole(self, "Role", metadata=meta, rules=[
             k8s.PolicyRule(api_groups=[""], resources=["pods"], verbs=["list"])])
@@ -109,11 +136,24 @@ class L2Janitor(Construct):
             role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=NAME),
             subjects=[k8s.Subject(kind="ServiceAccount", name=NAME, namespace=ns)])
         self.role_binding.add_dependency(self.role, self.service_account)
+        port = k8s.IntOrString.from_string(names.L2_JANITOR_METRICS_PORT_NAME)
         container = k8s.Container(
             name="janitor", image=platform.versions.images.l2_janitor,
             command=["python3", f"{CONFIG_DIR}/{SCRIPT_FILE}", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}",
-                     "--root", L2_MOUNT_PATH, "--termination-log", "/dev/termination-log"],
-            env=[k8s.EnvVar(name="PYTHONDONTWRITEBYTECODE", value="1")],
+                     "--root", L2_MOUNT_PATH, "--serve", "--port", str(l2_janitor.METRICS_PORT),
+                     "--period-s", str(PERIOD_S), "--pass-deadline-s", str(PASS_DEADLINE_S),
+                     "--termination-log", "/dev/termination-log"],
+            env=[k8s.EnvVar(name="PYTHONDONTWRITEBYTECODE", value="1"),
+                 k8s.EnvVar(name="PYTHONUNBUFFERED", value="1")],
+            ports=[k8s.ContainerPort(name=names.L2_JANITOR_METRICS_PORT_NAME,
+                                     container_port=l2_janitor.METRICS_PORT, protocol="TCP")],
+            liveness_probe=k8s.Probe(
+                http_get=k8s.HttpGetAction(path=l2_janitor.LIVENESS_PATH, port=port),
+                period_seconds=LIVENESS_PERIOD_S, failure_threshold=LIVENESS_FAILURES,
+                timeout_seconds=PROBE_TIMEOUT_S),
+            readiness_probe=k8s.Probe(
+                http_get=k8s.HttpGetAction(path=l2_janitor.READINESS_PATH, port=port),
+                period_seconds=READINESS_PERIOD_S, failure_threshold=1, timeout_seconds=PROBE_TIMEOUT_S),
             resources=k8s.ResourceRequirements(
                 requests={k: _q(v) for k, v in RESOURCES["requests"].items()},
                 limits={k: _q(v) for k, v in RESOURCES["limits"].items()}),
@@ -127,7 +167,7 @@ class L2Janitor(Construct):
                 seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault")),
             termination_message_policy="FallbackToLogsOnError")
         pod_spec = k8s.PodSpec(
-            service_account_name=NAME, restart_policy="Never", containers=[container],
+            service_account_name=NAME, containers=[container],
             affinity=k8s.Affinity(node_affinity=k8s.NodeAffinity(
                 required_during_scheduling_ignored_during_execution=k8s.NodeSelector(node_selector_terms=[
                     k8s.NodeSelectorTerm(match_expressions=[k8s.NodeSelectorRequirement(
@@ -137,12 +177,12 @@ class L2Janitor(Construct):
             volumes=[k8s.Volume(name="config", config_map=k8s.ConfigMapVolumeSource(name=NAME)),
                      k8s.Volume(name=names.L2_VOLUME_NAME, persistent_volume_claim=k8s.PersistentVolumeClaimVolumeSource(
                          claim_name=names.pvc_name(line)))])
-        self.cron_job = k8s.KubeCronJob(self, "CronJob", metadata=meta, spec=k8s.CronJobSpec(
-            schedule=SCHEDULE, concurrency_policy="Forbid", starting_deadline_seconds=300,
-            successful_jobs_history_limit=1, failed_jobs_history_limit=3,
-            job_template=k8s.JobTemplateSpec(spec=k8s.JobSpec(
-                backoff_limit=0, active_deadline_seconds=ACTIVE_DEADLINE_S,
-                template=k8s.PodTemplateSpec(metadata=k8s.ObjectMeta(labels=LABELS), spec=pod_spec)))))
-        self.cron_job.add_dependency(self.config_map, self.role_binding)
+        self.deployment = k8s.KubeDeployment(self, "Deployment", metadata=meta, spec=k8s.DeploymentSpec(
+            replicas=1, strategy=k8s.DeploymentStrategy(type="Recreate"), revision_history_limit=3,
+            selector=k8s.LabelSelector(match_labels=LABELS),
+            template=k8s.PodTemplateSpec(
+                metadata=k8s.ObjectMeta(labels=LABELS, annotations={CONFIG_HASH_ANNOTATION: config_hash(data)}),
+                spec=pod_spec)))
+        self.deployment.add_dependency(self.config_map, self.role_binding)
         self.objects: list[cdk8s.ApiObject] = [self.config_map, self.service_account, self.role, self.role_binding,
-                                               self.cron_job]
+                                               self.deployment]

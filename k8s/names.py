@@ -64,3 +64,10 @@ def line_chart_name(line: BusinessLineConfig) -> str:
 #: for pods of a line that lack it.
 L2_MUTATED_LABEL: Final = "kvcache.io/l2-cache"
 L2_MUTATED_VALUE: Final = "curvine"
+
+#: The per-line L2 janitor (k8s/janitor.py): object name, the pod label the observability stack's
+#: scrape job selects on (observability/targets.py) and the name of its container port serving
+#: ``/metrics`` (the port number is :data:`kv_tools.l2_janitor.METRICS_PORT`).
+L2_JANITOR: Final = "l2-janitor"
+L2_JANITOR_COMPONENT_LABEL: Final = ("app.kubernetes.io/component", L2_JANITOR)
+L2_JANITOR_METRICS_PORT_NAME: Final = "metrics"

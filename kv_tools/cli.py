@@ -1,5 +1,5 @@
-"""One command-line convention for the five operator tools (``scripts/plan.py``, ``overlap.py``,
-``bench_ttft.py``, ``verify.py``, ``preflight.py``).
+"""One command-line convention for the six operator tools (``scripts/plan.py``, ``overlap.py``,
+``bench_ttft.py``, ``verify.py``, ``preflight.py``, ``orphans.py``).
 
 * **Exit codes** (:data:`EXIT_CODES`, the README's one table is generated from it and a test
   keeps them equal): ``0`` fine, ``1`` the tool answered and the answer is "no", ``2`` bad
@@ -51,6 +51,10 @@ EXIT_CODES: dict[str, ExitMeaning] = {
     "verify.py": ExitMeaning("every check passes", "a check fails",
                              "bad input or config, or the cluster or AWS unreachable"),
     "preflight.py": ExitMeaning("every check passes", "a check fails", "bad input or config, or AWS unreachable"),
+    "orphans.py": ExitMeaning("no orphaned line stack, or every one deleted",
+                              "orphaned line stacks remain (listed; deletion declined, refused or failed)",
+                              "bad input or config, credentials of another account, AWS unreachable, or "
+                              "--destroy without a terminal and without --yes"),
 }
 
 

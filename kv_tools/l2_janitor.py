@@ -5,7 +5,8 @@ v0.3.2-alpha's quota eviction deletes nothing (``execute_eviction`` counts a fil
 after ``execute_by_id`` returned early because its TTL had not expired); ``CreateVolume`` sets
 no quota, so a PVC's size bounds nothing; and a Curvine client TTL also lands on directories
 (``MkdirOptsBuilder::with_conf``) and deletes them recursively. So each line runs this module
-as a CronJob that mounts the line's PVC and, on chunk *files* only:
+in a single-replica Deployment that mounts the line's PVC and, every :data:`PERIOD_S`, makes one
+*pass* (:func:`run`) over it, on chunk *files* only:
 
 1. removes per-pod temp directories (``.tmp-<token>``, LMCache ``fs_connector_relative_tmp_dir``)
    that no live Pod uses, and stray ``*.tmp`` files of the layout without a temp directory;
@@ -25,15 +26,25 @@ Chunk files are ``<model path, '/' as -SEP->@<world size>@<worker id>@<chunk has
 (``FSConnector._get_file_name``, lmcache 0.5.6). Curvine updates a file's atime only on an
 explicit ``set_attr`` (reads do not), so "oldest" is by mtime: the time the chunk was stored.
 
-Output: one JSON line per run on stdout (``"event": "kvcache_l2_janitor"``, see
-:class:`RunSummary`), the same JSON as the container's termination message, and optionally the
-Prometheus text format (``--metrics-file``). Exit status: 0 done and usage at or below the high
-watermark; 2 still above it (everything left is younger than the minimum age); 1 an error
-(a deletion failed, or the Pods could not be listed).
+Output of every pass: one JSON line on stdout (``"event": "kvcache_l2_janitor"``, see
+:class:`RunSummary`), the same JSON as the container's termination message, and its status as
+the exit code of a one-shot run: 0 done and usage at or below the high watermark; 2 still above
+it (everything left is younger than the minimum age); 1 an error (a deletion failed, the Pods
+could not be listed, the PVC is not mounted).
+
+``--serve`` (what the chart runs) keeps the process up: one pass every ``--period-s``, one at a
+time, and an HTTP server (standard library ``http.server``, :func:`make_server`) on ``--port``:
+
+* ``GET /metrics``: the last finished pass in the Prometheus text format (:func:`prometheus_text`;
+  empty until the first pass finishes), scraped by the observability stack;
+* ``GET /healthz`` (liveness): 200 unless the running pass has taken longer than
+  ``--pass-deadline-s`` (a pass stuck on the FUSE mount), so the kubelet restarts the container;
+* ``GET /readyz`` (readiness): 200 once a pass finished and the last one had no errors (status 0
+  or 2), else 503: a failing janitor shows as not ready in ``kubectl get pods``.
 
 Standard library only: the chart ships this file in a ConfigMap and runs it with a pinned
-``python`` image, so no image has to be built. Run locally with ``--dry-run`` to see what it
-would do::
+``python`` image, so no image has to be built. Run locally with ``--dry-run`` to see what one
+pass would do::
 
     python kv_tools/l2_janitor.py --config janitor.json --root /mnt/curvine/l2cache --dry-run
 """
@@ -44,12 +55,15 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import ssl
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -66,6 +80,23 @@ TMP_DIR_KEY = "fs_connector_relative_tmp_dir"
 #: expanded by the kubelet); the janitor expands it the same way.
 POD_NAME_REFERENCE = "$(KVCACHE_POD_NAME)"
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+#: Seconds from the start of one pass to the start of the next (``--serve``). The pool must
+#: absorb what lines write in one period (``curvine.l2_pool_reserve_fraction``); the minimum
+#: deletable age (``k8s.janitor.MIN_DELETE_AGE_S``) is at least one period.
+PERIOD_S = 600
+#: A pass running longer than this fails the liveness check (the container is restarted).
+PASS_DEADLINE_S = 1800
+#: Port of the HTTP server (``--serve``) and its paths.
+METRICS_PORT = 9100
+METRICS_PATH = "/metrics"
+LIVENESS_PATH = "/healthz"
+READINESS_PATH = "/readyz"
+#: Gauges the dashboards and alerts read (observability/metrics.py imports these names).
+METRIC_PREFIX = "kvcache_l2_janitor_"
+USED_BYTES_METRIC = METRIC_PREFIX + "used_bytes"
+LAST_RUN_METRIC = METRIC_PREFIX + "last_run_timestamp_seconds"
+ERRORS_METRIC = METRIC_PREFIX + "errors"
 
 
 @dataclass(frozen=True)
@@ -139,6 +170,8 @@ class RunSummary:
     above_high_watermark_after: bool = False
     errors: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+    #: When the pass finished, seconds since the epoch.
+    finished_at: float = 0.0
 
     @property
     def exit_code(self) -> int:
@@ -278,6 +311,10 @@ def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[
                    capacity_bytes=config.capacity_bytes,
                    high_watermark_bytes=int(config.high_watermark * config.capacity_bytes),
                    low_watermark_bytes=int(config.low_watermark * config.capacity_bytes))
+    if not root.is_dir():
+        s.errors.append(f"{root} is not a directory (PVC not mounted?)")
+        s.finished_at = round(now + time.monotonic() - started, 3)
+        return s
     files = _scan(root)
     s.files_before = len(files)
     s.used_bytes_before = sum(f.size for f in files)
@@ -390,60 +427,219 @@ def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[
     s.oldest_chunk_age_s_after = round(now - left[0].mtime, 1) if left else None
     s.above_high_watermark_after = used > s.high_watermark_bytes
     s.duration_s = round(time.monotonic() - started, 3)
+    s.finished_at = round(now + s.duration_s, 3)
     return s
 
 
+#: Gauges of :func:`prometheus_text`: name (after :data:`METRIC_PREFIX`), help text, value.
+_GAUGES: tuple[tuple[str, str, Callable[[RunSummary], float]], ...] = (
+    ("capacity_bytes", "the line's l2_size in bytes", lambda s: s.capacity_bytes),
+    ("high_watermark_bytes", "high watermark in bytes", lambda s: s.high_watermark_bytes),
+    ("used_bytes", "bytes in the line's L2 directory after the last pass", lambda s: s.used_bytes_after),
+    ("bytes_freed", "bytes the last pass deleted", lambda s: s.bytes_freed),
+    ("chunk_files", "chunk files left after the last pass", lambda s: s.chunk_files_after),
+    ("deleted_tmp_dirs", "temp directories the last pass deleted", lambda s: s.tmp_dirs_deleted),
+    ("deleted_stale_model_dirs", "directories of unconfigured models the last pass deleted",
+     lambda s: s.stale_model_dirs_deleted),
+    ("deleted_expired_chunks", "chunks past the age limit the last pass deleted", lambda s: s.expired_chunks_deleted),
+    ("deleted_evicted_chunks", "oldest chunks the last pass deleted above the high watermark",
+     lambda s: s.evicted_chunks_deleted),
+    ("above_high_watermark", "1 if still above the high watermark after the last pass",
+     lambda s: int(s.above_high_watermark_after)),
+    ("errors", "errors of the last pass (deletions that failed, Pods not listed, PVC not mounted)",
+     lambda s: len(s.errors)),
+    ("pods_listed", "1 if the last pass could list the line's Pods", lambda s: int(s.pods_listed)),
+    ("status", "status of the last pass: 0 ok, 2 still above the high watermark, 1 errors",
+     lambda s: s.exit_code),
+    ("duration_seconds", "how long the last pass took", lambda s: s.duration_s),
+    ("last_run_timestamp_seconds", "when the last pass finished (seconds since the epoch)",
+     lambda s: s.finished_at),
+)
+
+
 def prometheus_text(s: RunSummary) -> str:
-    """The summary in the Prometheus text format (gauges labelled by line and namespace)."""
+    """The pass ``s`` in the Prometheus text format: one gauge per :data:`_GAUGES` entry, labelled
+    ``line`` and ``namespace``. ``last_run_timestamp_seconds`` is when the pass finished, so a
+    server that keeps serving an old pass shows its age."""
     labels = f'line="{s.line}",namespace="{s.namespace}"'
-    gauges = {
-        "capacity_bytes": s.capacity_bytes, "high_watermark_bytes": s.high_watermark_bytes,
-        "used_bytes": s.used_bytes_after, "bytes_freed": s.bytes_freed, "chunk_files": s.chunk_files_after,
-        "deleted_tmp_dirs": s.tmp_dirs_deleted, "deleted_stale_model_dirs": s.stale_model_dirs_deleted,
-        "deleted_expired_chunks": s.expired_chunks_deleted, "deleted_evicted_chunks": s.evicted_chunks_deleted,
-        "above_high_watermark": int(s.above_high_watermark_after), "errors": len(s.errors),
-        "pods_listed": int(s.pods_listed), "last_run_timestamp_seconds": int(time.time()),
-    }
     out = []
-    for name, value in gauges.items():
-        out += [f"# TYPE kvcache_l2_janitor_{name} gauge", f"kvcache_l2_janitor_{name}{{{labels}}} {value}"]
+    for name, text, value in _GAUGES:
+        metric = METRIC_PREFIX + name
+        number = value(s)
+        shown = str(number) if isinstance(number, int) else repr(float(number))  # no rounding of bytes
+        out += [f"# HELP {metric} {text}", f"# TYPE {metric} gauge", f"{metric}{{{labels}}} {shown}"]
     return "\n".join(out) + "\n"
 
 
+def _failed_pass(config: JanitorConfig, message: str, started_at: float) -> RunSummary:
+    """A summary for a pass that raised (a bug, not a filesystem or API problem)."""
+    return RunSummary(line=config.line, namespace=config.namespace, live_dir=config.live_dir,
+                      capacity_bytes=config.capacity_bytes, errors=[message],
+                      duration_s=round(time.time() - started_at, 3), finished_at=round(time.time(), 3))
+
+
+class JanitorService:
+    """Passes every ``period_s``, one at a time, and what the HTTP endpoints report about them.
+
+    Args:
+        config: the rendered configuration.
+        root: the line's PVC mount point.
+        list_pods: as for :func:`run`.
+        period_s: seconds from the start of one pass to the start of the next (a pass longer than
+            that is followed at once by the next).
+        pass_deadline_s: a pass running longer than this makes :meth:`liveness` fail.
+        dry_run: passes delete nothing.
+        termination_log: file that gets each pass's JSON (the container's termination message).
+        log: where each pass's JSON line goes (stdout).
+    """
+
+    def __init__(self, config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[str, Any]]] | None,
+                 period_s: float = PERIOD_S, pass_deadline_s: float = PASS_DEADLINE_S, dry_run: bool = False,
+                 termination_log: Path | None = None, log: Callable[[str], None] | None = None) -> None:
+        if period_s <= 0 or pass_deadline_s <= 0:
+            raise ValueError("period_s and pass_deadline_s must be > 0")
+        self.config, self.root, self.list_pods = config, root, list_pods
+        self.period_s, self.pass_deadline_s, self.dry_run = period_s, pass_deadline_s, dry_run
+        self.termination_log = termination_log
+        self.log = log or (lambda line: print(line, flush=True))
+        self._lock = threading.Lock()
+        self._last: RunSummary | None = None
+        self._running_since: float | None = None  # time.monotonic() at the start of the running pass
+        self.passes = 0
+
+    @property
+    def last(self) -> RunSummary | None:
+        """The last finished pass (None before the first)."""
+        with self._lock:
+            return self._last
+
+    def run_pass(self) -> RunSummary:
+        """One pass; never raises (an unexpected exception becomes a pass with that error)."""
+        started_at = time.time()
+        with self._lock:
+            self._running_since = time.monotonic()
+        try:
+            summary = run(self.config, self.root, list_pods=self.list_pods, dry_run=self.dry_run)
+        except Exception as exc:  # a bug must not stop the service: report it as a failed pass
+            summary = _failed_pass(self.config, f"unexpected {type(exc).__name__}: {exc}", started_at)
+        with self._lock:
+            self._running_since = None
+            self._last = summary
+            self.passes += 1
+        line = json.dumps(asdict(summary), separators=(",", ":"))
+        self.log(line)
+        if self.termination_log is not None:
+            try:
+                self.termination_log.write_text(line[:4000], encoding="utf-8")
+            except OSError:
+                pass
+        return summary
+
+    def loop(self, stop: threading.Event) -> None:
+        """Pass after pass until ``stop`` is set (checked between passes)."""
+        while not stop.is_set():
+            began = time.monotonic()
+            self.run_pass()
+            stop.wait(max(0.0, self.period_s - (time.monotonic() - began)))
+
+    def liveness(self) -> tuple[bool, str]:
+        """False while the running pass is older than ``pass_deadline_s`` (stuck), else True."""
+        with self._lock:
+            since = self._running_since
+        if since is not None and time.monotonic() - since > self.pass_deadline_s:
+            return False, (f"a pass has been running for {time.monotonic() - since:.0f} s, longer than "
+                           f"{self.pass_deadline_s:g} s")
+        return True, "ok"
+
+    def readiness(self) -> tuple[bool, str]:
+        """True once a pass finished and the last one had no errors."""
+        last = self.last
+        if last is None:
+            return False, "no pass has finished yet"
+        if last.errors:
+            return False, f"the last pass failed: {'; '.join(last.errors)[:500]}"
+        return True, "ok" + (" (still above the high watermark)" if last.above_high_watermark_after else "")
+
+    def metrics(self) -> str:
+        """:func:`prometheus_text` of the last finished pass ("" before the first)."""
+        last = self.last
+        return "" if last is None else prometheus_text(last)
+
+
+def make_server(service: JanitorService, port: int, host: str = "") -> ThreadingHTTPServer:
+    """An HTTP server for ``service``: :data:`METRICS_PATH`, :data:`LIVENESS_PATH`,
+    :data:`READINESS_PATH` (GET only; anything else 404). ``port`` 0 picks a free port
+    (``server.server_address[1]``). Call ``serve_forever()`` in a thread; requests are not logged."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            path = self.path.split("?", 1)[0]
+            if path == METRICS_PATH:
+                status, body, kind = 200, service.metrics(), "text/plain; version=0.0.4; charset=utf-8"
+            elif path in (LIVENESS_PATH, READINESS_PATH):
+                ok, text = service.liveness() if path == LIVENESS_PATH else service.readiness()
+                status, body, kind = (200 if ok else 503), text + "\n", "text/plain; charset=utf-8"
+            else:
+                status, body, kind = 404, "not found\n", "text/plain; charset=utf-8"
+            data = body.encode("utf-8")
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's signature)
+            pass  # a scrape every 30 s and two probes: not worth a log line each
+
+    return ThreadingHTTPServer((host, port), Handler)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command line: ``--config FILE --root DIR [--dry-run] [--no-pods] [--metrics-file F]
-    [--termination-log F]``; returns the exit status of :attr:`RunSummary.exit_code`."""
+    """Command line: ``--config FILE --root DIR [--dry-run] [--no-pods] [--termination-log F]`` and
+    either one pass (exit status :attr:`RunSummary.exit_code`; ``--metrics-file F`` also writes
+    the Prometheus text) or ``--serve [--port N] [--period-s S] [--pass-deadline-s S]`` (passes
+    until SIGTERM, then exit 0)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--config", required=True, type=Path, help="janitor.json rendered by the line chart")
     parser.add_argument("--root", required=True, type=Path, help="mount point of the line's L2 PVC")
     parser.add_argument("--dry-run", action="store_true", help="report, delete nothing")
     parser.add_argument("--no-pods", action="store_true",
                         help="do not list Pods (skips temp-directory and stale-directory cleanup)")
-    parser.add_argument("--metrics-file", type=Path, help="also write the Prometheus text format here")
+    parser.add_argument("--metrics-file", type=Path, help="one pass: also write the Prometheus text format here")
     parser.add_argument("--termination-log", type=Path, default=None,
-                        help="also write the JSON summary here (the container's termination message)")
+                        help="also write each pass's JSON summary here (the container's termination message)")
+    parser.add_argument("--serve", action="store_true",
+                        help="stay up: a pass every --period-s, metrics and health checks over HTTP on --port")
+    parser.add_argument("--port", type=int, default=METRICS_PORT, help="--serve: HTTP port (default: %(default)s)")
+    parser.add_argument("--period-s", type=float, default=PERIOD_S,
+                        help="--serve: seconds between the starts of two passes (default: %(default)s)")
+    parser.add_argument("--pass-deadline-s", type=float, default=PASS_DEADLINE_S,
+                        help="--serve: a longer pass fails the liveness check (default: %(default)s)")
     args = parser.parse_args(argv)
     try:
         config = config_from_dict(json.loads(args.config.read_text(encoding="utf-8")))
     except (OSError, ValueError) as exc:
         print(json.dumps({"event": "kvcache_l2_janitor", "errors": [f"config: {exc}"]}))
         return 1
-    if not args.root.is_dir():
-        print(json.dumps({"event": "kvcache_l2_janitor", "line": config.line,
-                          "errors": [f"{args.root} is not a directory (PVC not mounted?)"]}))
-        return 1
     lister = None if args.no_pods else (lambda: list_pods_in_cluster(config.namespace))
-    summary = run(config, args.root, list_pods=lister, dry_run=args.dry_run)
-    line = json.dumps(asdict(summary), separators=(",", ":"))
-    print(line, flush=True)
-    if args.termination_log is not None:
-        try:
-            args.termination_log.write_text(line[:4000], encoding="utf-8")
-        except OSError:
-            pass
-    if args.metrics_file is not None:
-        args.metrics_file.write_text(prometheus_text(summary), encoding="utf-8")
-    return summary.exit_code
+    service = JanitorService(config, args.root, list_pods=lister, period_s=args.period_s,
+                             pass_deadline_s=args.pass_deadline_s, dry_run=args.dry_run,
+                             termination_log=args.termination_log)
+    if not args.serve:
+        summary = service.run_pass()
+        if args.metrics_file is not None:
+            args.metrics_file.write_text(prometheus_text(summary), encoding="utf-8")
+        return summary.exit_code
+    server = make_server(service, args.port)
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        service.loop(stop)
+    except KeyboardInterrupt:
+        pass
+    server.shutdown()
+    return 0
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ to the SNS topic.
 
 Severity ``critical``: users are hurt now or will be within minutes (TTFT over SLO, no
 admission webhook, Primary down, pool nearly full). ``warning``: the cache works worse than it
-should (hit rate collapsed, a line over its watermark, a pod without L2).
+should (hit rate collapsed, a line over its watermark, a pod without L2, a line's L2 janitor stale
+or failing).
 """
 
 from __future__ import annotations
@@ -19,11 +20,19 @@ from typing import Any, Final
 import yaml
 
 from k8s import names
+from kv_tools import l2_janitor
 from observability import queries, targets
 from platform_config import BusinessLineConfig, PlatformConfig
 
 #: Namespace name of the rule groups in the workspace.
 RULES_NAMESPACE: Final = "kvcache-tiers"
+#: A line's janitor is stale when its last finished pass is older than this many periods
+#: (:data:`kv_tools.l2_janitor.PERIOD_S`): three passes missed, not one late pass.
+JANITOR_STALE_PERIODS: Final = 3
+#: How far back the stale alert still sees a janitor that stopped being scraped.
+JANITOR_STALE_LOOKBACK: Final = "1d"
+#: Failing passes in a row before the janitor's failure alert fires.
+JANITOR_FAILED_PASSES: Final = 3
 
 
 @dataclass(frozen=True)
@@ -85,9 +94,35 @@ def line_alerts(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...])
         meaning="After the janitor's runs of the last 30 minutes the line's L2 directory is still above "
                 "curvine.eviction.high_watermark x cache.l2_size: the janitor could not prune enough (all "
                 "chunks younger than its minimum age) or is failing.",
-        action="Read the janitor's last runs (kubectl -n <namespace> logs job/<latest l2-janitor job>); "
+        action=f"Read the janitor's last passes (kubectl -n <namespace> logs deploy/{names.L2_JANITOR}); "
                "if chunks are all young, the line writes faster than l2_size allows: raise cache.l2_size "
                "(and the pool) or lower the L2 share of this line."))
+    stale_after_s = JANITOR_STALE_PERIODS * l2_janitor.PERIOD_S
+    out += _per_line(l2_lines, lambda line: Alert(
+        name="KvCacheL2JanitorStale",
+        expr=f"{queries.janitor_seconds_since_last_pass(line, JANITOR_STALE_LOOKBACK)} > {stale_after_s}",
+        for_="5m", severity="warning", labels={"business_line": line.name},
+        summary=f"{line.name}: the L2 janitor's last pass finished {{{{ $value | humanizeDuration }}}} ago",
+        meaning=f"The line's L2 janitor has not finished a pass for more than {JANITOR_STALE_PERIODS} periods "
+                f"({stale_after_s // 60} minutes), or stopped being scraped (seen up to "
+                f"{JANITOR_STALE_LOOKBACK} later): nothing bounds the line's L2 directory, which grows until "
+                "the pool is full.",
+        action=f"kubectl -n <namespace> get pods -l app.kubernetes.io/name={names.L2_JANITOR} -o wide (Pending: "
+               "no HyperPod node can mount the PVC; restarts: a pass stuck past its deadline, often the "
+               f"Curvine FUSE mount); kubectl -n <namespace> logs deploy/{names.L2_JANITOR} --previous; check "
+               "KvCacheCurvinePrimaryDown and the CSI node plugin on the janitor's node."))
+    out += _per_line(l2_lines, lambda line: Alert(
+        name="KvCacheL2JanitorFailing",
+        expr=f"{queries.janitor_errors(line)} > 0",
+        for_=f"{(JANITOR_FAILED_PASSES - 1) * l2_janitor.PERIOD_S // 60}m", severity="warning",
+        labels={"business_line": line.name},
+        summary=f"{line.name}: the L2 janitor's passes fail ({{{{ $value }}}} error(s) in the last one)",
+        meaning=f"{JANITOR_FAILED_PASSES} passes in a row of the line's L2 janitor ended with errors (its Pod "
+                "is also not ready): deletions fail, or it cannot list the line's Pods, in which case it "
+                "still expires and evicts chunks but leaves temp and old-model directories.",
+        action=f"kubectl -n <namespace> logs deploy/{names.L2_JANITOR} | tail -1 (the 'errors' field); "
+               f"'listing Pods' errors: check the Role and RoleBinding {names.L2_JANITOR}; 'not a directory': "
+               "the PVC is not mounted; unlink/rmtree errors: Curvine's health."))
     for line in l2_lines:
         current = queries.l2_hit_share(line, "15m")
         baseline = queries.l2_hit_share(line, "6h", offset="15m")

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, Literal
 
+from kv_tools import l2_janitor
+
 Kind = Literal["counter", "gauge", "histogram"]
 
 
@@ -125,9 +127,9 @@ SCRAPER: Final = Source(
     path="docs/configuration: 'up' per target", versions=("any",), naming=Naming.SCRAPER,
     read_from="Prometheus data model: every scrape writes up{job, instance, <target labels>}")
 L2_JANITOR: Final = Source(
-    component="L2 janitor (issue 8)", repository="this project", path="kv_tools/l2_janitor.py",
+    component="L2 janitor (k8s/janitor.py Deployment)", repository="this project", path="kv_tools/l2_janitor.py",
     versions=("this repository",), naming=Naming.PROJECT,
-    read_from="prometheus_text() of the janitor; scraped once it is served on HTTP (README, 'Observability')")
+    read_from="prometheus_text() of the janitor, served on GET /metrics by its --serve HTTP server")
 
 _VLLM_LABELS = ("model_name", "engine")
 _LMCACHE_LABELS = ("model_name", "worker_id")
@@ -199,10 +201,12 @@ METRICS: Final[dict[str, Metric]] = {m.name: m for m in (
     # Scrape health.
     _m("up", "gauge", "1/0", ("job", "instance"), "1 if the last scrape of the target succeeded", SCRAPER),
     # L2 janitor (per-line L2 use: Curvine's CSI driver reports no volume stats).
-    _m("kvcache_l2_janitor_used_bytes", "gauge", "bytes", ("line", "namespace"),
-       "bytes in the line's L2 directory after the janitor's last run", L2_JANITOR),
-    _m("kvcache_l2_janitor_last_run_timestamp_seconds", "gauge", "unix seconds", ("line", "namespace"),
-       "when the janitor last ran for the line", L2_JANITOR),
+    _m(l2_janitor.USED_BYTES_METRIC, "gauge", "bytes", ("line", "namespace"),
+       "bytes in the line's L2 directory after the janitor's last pass", L2_JANITOR),
+    _m(l2_janitor.LAST_RUN_METRIC, "gauge", "unix seconds", ("line", "namespace"),
+       "when the janitor's last pass for the line finished", L2_JANITOR),
+    _m(l2_janitor.ERRORS_METRIC, "gauge", "count", ("line", "namespace"),
+       "errors of the janitor's last pass (0 = it succeeded)", L2_JANITOR),
 )}
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Final
 
 from k8s import names
+from kv_tools import l2_janitor
 from observability import targets
 from observability.metrics import series
 from platform_config import BusinessLineConfig, PlatformConfig
@@ -158,9 +159,29 @@ def lmcache_speed(line: BusinessLineConfig, which: str, q: float = 0.5) -> str:
     return quantile(q, f"lmcache:{which}_speed", line_labels(line))
 
 
+def janitor_selector(name: str, line: BusinessLineConfig) -> str:
+    """Selector of the line's L2 janitor gauge ``name`` (job and ``line`` label)."""
+    return selector(name, job=targets.JOB_L2_JANITOR, line=line.name)
+
+
 def l2_used_bytes(line: BusinessLineConfig) -> str:
     """Bytes in the line's L2 directory (the janitor's last measurement)."""
-    return f"max({selector('kvcache_l2_janitor_used_bytes', job=targets.JOB_L2_JANITOR, line=line.name)})"
+    return f"max({janitor_selector(l2_janitor.USED_BYTES_METRIC, line)})"
+
+
+def janitor_seconds_since_last_pass(line: BusinessLineConfig, lookback: str) -> str:
+    """Seconds since the line's janitor last finished a pass, over the last ``lookback``.
+
+    ``max_over_time`` keeps the last value seen within ``lookback`` after the janitor stops being
+    scraped (its Pod gone or unschedulable), so a vanished janitor still counts as stale; a line
+    whose janitor never reported (not deployed yet) yields nothing.
+    """
+    return f"time() - max(max_over_time({janitor_selector(l2_janitor.LAST_RUN_METRIC, line)}[{lookback}]))"
+
+
+def janitor_errors(line: BusinessLineConfig) -> str:
+    """Errors of the line's janitor's last pass."""
+    return f"max({janitor_selector(l2_janitor.ERRORS_METRIC, line)})"
 
 
 def l2_size_bytes(line: BusinessLineConfig) -> float:

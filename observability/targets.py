@@ -13,7 +13,7 @@ job                       pods                        port
 ``kvcache-curvine-worker`` Curvine Workers            container port ``web`` (9002)
 ``kvcache-kyverno``       Kyverno admission pods      container port ``metrics-port`` (8000)
 ``kvcache-dcgm``          DCGM exporter pods          container port ``metrics`` (9400)
-``kvcache-l2-janitor``    each line's L2 janitor      container port ``metrics`` (contract, README)
+``kvcache-l2-janitor``    each line's L2 janitor      container port ``metrics`` (9100, k8s/janitor.py)
 ========================  ==========================  ===========================================
 
 Target labels added by relabelling: ``business_line`` (vLLM, from the namespace), ``namespace``
@@ -35,6 +35,7 @@ import yaml
 from k8s import names
 from k8s.curvine_config import MASTER_WEB_PORT, WORKER_WEB_PORT
 from k8s.kyverno import KYVERNO_NAMESPACE
+from kv_tools import l2_janitor
 from platform_config import BusinessLineConfig, PlatformConfig
 
 JOB_VLLM: Final = "kvcache-vllm"
@@ -55,9 +56,11 @@ KYVERNO_METRICS_PORT_NAME: Final = "metrics-port"
 #: dcgm-exporter chart 4.8.2: pod label ``app.kubernetes.io/name`` and container port ``metrics``.
 DCGM_NAME_LABEL: Final = ("app.kubernetes.io/name", "dcgm-exporter")
 DCGM_METRICS_PORT_NAME: Final = "metrics"
-#: The L2 janitor's pods and port (contract with the janitor's chart; README, "Observability").
-L2_JANITOR_COMPONENT: Final = ("app.kubernetes.io/component", "l2-janitor")
-L2_JANITOR_METRICS_PORT_NAME: Final = "metrics"
+#: The L2 janitor's pods and port: the names its Deployment uses (k8s/names.py, k8s/janitor.py)
+#: and the port its HTTP server listens on (kv_tools/l2_janitor.py).
+L2_JANITOR_COMPONENT: Final = names.L2_JANITOR_COMPONENT_LABEL
+L2_JANITOR_METRICS_PORT_NAME: Final = names.L2_JANITOR_METRICS_PORT_NAME
+L2_JANITOR_METRICS_PORT: Final = l2_janitor.METRICS_PORT
 
 #: Target label holding the pod's :data:`k8s.names.L2_MUTATED_LABEL` value (vLLM job).
 L2_CACHE_TARGET_LABEL: Final = "l2_cache"
@@ -148,7 +151,7 @@ def jobs(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> lis
         if l2_lines:
             out.append(Job(name=JOB_L2_JANITOR, namespaces=tuple(l.namespace for l in l2_lines),
                            pod_label=L2_JANITOR_COMPONENT, port_name=L2_JANITOR_METRICS_PORT_NAME,
-                           pod_target_labels=False).scrape_config())
+                           port_numbers=(L2_JANITOR_METRICS_PORT,), pod_target_labels=False).scrape_config())
     if platform.curvine.enabled:
         ns = (platform.curvine.namespace,)
         for name, component, port in ((JOB_CURVINE_MASTER, "master", MASTER_WEB_PORT),

@@ -470,17 +470,25 @@ class CurvinePrimaryVolumeConfig(StrictModel):
 class CurvineEvictionConfig(StrictModel):
     """Keeps the L2 pool from filling the NVMe: LMCache's fs connector never deletes files.
 
-    ``ttl_hours``: every KV file gets a TTL (Curvine client ``ttl_ms``) and is removed after it;
-    0 disables TTL, which the loader refuses while L2 is on (the pool would fill).
-    Quota eviction (LRU/LFU between the watermarks) acts only on files that carry a TTL
-    (docs/sources.md §4); Curvine's defaults are high 0.8 / low 0.6.
+    Each L2 line's janitor (k8s/janitor.py) applies ``ttl_hours`` and the watermarks to the line's
+    chunk files. No TTL is set inside Curvine: v0.3.2-alpha would also stamp it on directories
+    and delete them (docs/l2-cache.md, "Day two"). ``ttl_action``, ``quota_eviction`` and
+    ``policy`` only fill Curvine's ``[master]`` quota-eviction keys, which act on files whose TTL
+    expired, so with no TTL they delete nothing (docs/sources.md §9).
     """
 
+    #: The janitor deletes chunk files stored (mtime) longer ago than this; 0 = no age limit
+    #: (refused while a line has L2 on).
     ttl_hours: Annotated[float, Field(ge=0, le=24 * 365)] = 24
+    #: Curvine's quota_eviction_mode; no effect (no file carries a Curvine TTL).
     ttl_action: Literal["delete", "free"] = "delete"
+    #: Curvine's enable_quota_eviction; no effect (it evicts only files whose TTL expired).
     quota_eviction: bool = True
+    #: Curvine's quota_eviction_policy; no effect. The janitor evicts the oldest-stored chunks first.
     policy: Literal["lru", "lfu"] = "lru"
+    #: Share of a line's l2_size above which the janitor deletes the oldest chunk files ...
     high_watermark: Annotated[float, Field(gt=0, le=1)] = 0.8
+    #: ... until the line's directory is at most this share of l2_size.
     low_watermark: Annotated[float, Field(gt=0, le=1)] = 0.6
 
     @model_validator(mode="after")

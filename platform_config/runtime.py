@@ -1,7 +1,8 @@
 """Environment defaults for the jsii runtime: the Node.js process behind aws-cdk-lib and cdk8s.
 
 jsii prints a boxed end-of-life notice on every start under Node.js 20 (unsupported by jsii
-since 2026-10-30; its own ``NodeRelease`` table in the jsii runtime, ``@jsii/check-node``).
+since 2026-10-30; its own ``NodeRelease`` table in the jsii runtime, ``@jsii/check-node``:
+docs/sources.md §7).
 Through the Python bindings that box reaches stderr as ``b'!!  ...'`` byte-string lines.
 This project documents Node.js 22 LTS or newer and still works on 20 (synthesis and the test
 suite checked on 20.20), so the notice is silenced for Node 20 only: jsii reads

@@ -278,9 +278,11 @@ def test_line_namespaces_enforce_baseline_and_curvine_stays_privileged(manifests
 
 def test_everything_we_put_in_a_line_namespace_passes_baseline(manifests, k8s_project):
     for line in k8s_project.business_lines:
-        for obj in manifests[names.line_chart_name(line)]:
-            if obj["kind"] == "CronJob":
-                assert baseline_violations(obj["spec"]["jobTemplate"]["spec"]["template"]["spec"]) == []
+        workloads = [o for o in manifests[names.line_chart_name(line)] if o["kind"] in ("Deployment", "CronJob")]
+        assert [o["kind"] for o in workloads] == (["Deployment"] if line.cache.l2_enabled else [])  # the janitor
+        for obj in workloads:
+            template = obj["spec"]["template"]
+            assert baseline_violations(template["spec"], template["metadata"]) == []
         rendered = operator_render.pod(line)
         if not line.cache.l2_enabled:  # no L2 backend volume, no policy: the pod as rendered
             assert baseline_violations(rendered["spec"]) == []

@@ -30,8 +30,8 @@ def test_each_line_gets_its_own_namespace_pvc_and_endpoint(manifests, k8s_projec
             assert kinds[0] == "Namespace" and kinds[-2:] == ["Policy", "InferenceEndpointConfig"]
             assert sorted(kinds[1:-2]) == sorted(["NetworkPolicy", "PersistentVolumeClaim", "ConfigMap",
                                                   "ServiceAccount", "Role", "RoleBinding",
-                                                  "CronJob"])  # janitor: k8s/janitor.py
-            assert kinds.index("PersistentVolumeClaim") < kinds.index("CronJob")
+                                                  "Deployment"])  # janitor: k8s/janitor.py
+            assert kinds.index("PersistentVolumeClaim") < kinds.index("Deployment")
         else:  # no L2: no PVC, no mutation, no janitor
             assert kinds == ["Namespace", "NetworkPolicy", "InferenceEndpointConfig"]
         assert objs[0]["metadata"]["name"] == line.namespace
@@ -96,6 +96,19 @@ def test_egress_policy_blocks_exactly_the_curvine_ports(manifests):
     blocked = set(range(1, 65536)) - allowed
     assert blocked == {8995, 8996, 8997, 9001, 9002, 9003}
     assert {"protocol": "UDP"} in pol["egress"][0]["ports"]  # DNS keeps working
+
+
+def test_network_policies_let_the_janitor_reach_the_api_server_and_be_scraped(manifests, k8s_project):
+    """The janitor lists Pods through the API server (TCP 443) and is scraped on its ``metrics``
+    port by the AMP collector, which runs outside the cluster: no policy of a line namespace may
+    restrict ingress, and its egress allows 443."""
+    for line in k8s_project.business_lines:
+        policies = [o["spec"] for o in manifests[names.line_chart_name(line)] if o["kind"] == "NetworkPolicy"]
+        assert policies and all("Ingress" not in p["policyTypes"] for p in policies)
+        for p in policies:
+            tcp = [(q["port"], q.get("endPort", q["port"])) for rule in p["egress"] for q in rule["ports"]
+                   if q["protocol"] == "TCP"]
+            assert any(lo <= 443 <= hi for lo, hi in tcp)
 
 
 def test_every_lmcache_variable_is_one_lmcache_reads(manifests, k8s_project):

@@ -97,9 +97,12 @@ def test_line_objects_in_dependency_order(templates, project, name):
     storage = _by_kind(manifests, "Policy")
     endpoint = _by_kind(manifests, "InferenceEndpointConfig")
     assert _kinds(manifests[ns]) == ["Namespace"]
-    assert sorted(_kinds(manifests[storage])) == ["ConfigMap", "CronJob", "NetworkPolicy", "PersistentVolumeClaim",
+    assert sorted(_kinds(manifests[storage])) == ["ConfigMap", "Deployment", "NetworkPolicy", "PersistentVolumeClaim",
                                                   "Policy", "Role", "RoleBinding", "ServiceAccount"]
     assert _kinds(manifests[endpoint]) == ["InferenceEndpointConfig"]
+    # Objects dropped from a manifest are deleted on update (kubectl apply --prune with this label),
+    # e.g. the janitor's former CronJob (docs/l2-cache.md, "Upgrading from the CronJob").
+    assert manifests[storage]["Properties"]["PruneLabel"].startswith("aws.cdk.eks/prune-")
     assert ns in manifests[storage]["DependsOn"]
     assert {ns, storage} <= set(manifests[endpoint]["DependsOn"])
     # The endpoint also waits for Kyverno to report the Policy Ready (issue 8, case 4).

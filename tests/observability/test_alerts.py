@@ -22,7 +22,8 @@ def test_the_issue_alerts_are_all_there(all_alerts) -> None:
     assert set(by_name(all_alerts)) == {
         "KvCacheLineL2AboveHighWatermark", "KvCacheCurvinePoolAlmostFull", "KvCacheCurvinePrimaryDown",
         "KvCacheAdmissionWebhookDown", "KvCacheAdmissionFailing", "KvCacheL2HitRateCollapsed",
-        "KvCacheTtftP90OverSlo", "KvCachePodWithoutL2", "KvCacheCurvineWorkersLost"}
+        "KvCacheTtftP90OverSlo", "KvCachePodWithoutL2", "KvCacheCurvineWorkersLost",
+        "KvCacheL2JanitorStale", "KvCacheL2JanitorFailing"}
     for alert in all_alerts:
         assert alert.severity in ("critical", "warning") and alert.meaning and alert.action
 
@@ -44,6 +45,27 @@ def test_watermark_alert_compares_the_janitors_bytes_with_high_watermark_times_l
         'max(kvcache_l2_janitor_used_bytes{job="kvcache-l2-janitor",line="rag-assistant"}) > 0.8 * 536870912000')
     assert quantity_bytes("500Gi") == 536870912000
     assert rules["research-reasoning"].expr.endswith(f"> 0.8 * {2 * 2**40}")
+
+
+def test_janitor_stale_alert_fires_after_three_periods_without_a_pass(obs_project, all_alerts) -> None:
+    rules = {a.labels["business_line"]: a for a in by_name(all_alerts)["KvCacheL2JanitorStale"]}
+    assert set(rules) == {"rag-assistant", "research-reasoning", "ticket-triage"}  # the L2 lines
+    assert rules["rag-assistant"].expr == (
+        'time() - max(max_over_time(kvcache_l2_janitor_last_run_timestamp_seconds{job="kvcache-l2-janitor",'
+        'line="rag-assistant"}[1d])) > 1800')
+    assert 1800 == 3 * 600  # three janitor periods (kv_tools.l2_janitor.PERIOD_S)
+    from kv_tools.l2_janitor import PERIOD_S
+
+    assert PERIOD_S == 600 and rules["rag-assistant"].for_ == "5m"
+
+
+def test_janitor_failing_alert_waits_for_three_failed_passes(all_alerts) -> None:
+    rules = {a.labels["business_line"]: a for a in by_name(all_alerts)["KvCacheL2JanitorFailing"]}
+    assert rules["research-reasoning"].expr == (
+        'max(kvcache_l2_janitor_errors{job="kvcache-l2-janitor",line="research-reasoning"}) > 0')
+    # The gauge holds a pass's result for one period: true at the end of failed pass 1, still true
+    # 20 minutes later only if passes 2 and 3 failed too.
+    assert rules["research-reasoning"].for_ == "20m"
 
 
 def test_pool_alert_threshold_comes_from_config(obs_project, tmp_path) -> None:
@@ -101,7 +123,7 @@ def test_a_line_without_l2_gets_only_the_ttft_alert(tmp_path) -> None:
     project = load_project(copy)
     per_line = [a for a in alerts.all_alerts(project.platform, project.business_lines)
                 if a.labels.get("business_line") == "rag-assistant"]
-    assert [a.name for a in per_line] == ["KvCacheTtftP90OverSlo"]
+    assert [a.name for a in per_line] == ["KvCacheTtftP90OverSlo"]  # no janitor alerts either
     (pods,) = by_name(alerts.all_alerts(project.platform, project.business_lines))["KvCachePodWithoutL2"]
     assert "rag-assistant" not in pods.expr
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import threading
+import urllib.request
 from importlib import metadata
 from pathlib import Path
 
@@ -87,15 +89,31 @@ def test_lmcache_metrics_exist_in_the_installed_lmcache_when_there_is_one() -> N
             assert registered.get(name) == metric.kind, name
 
 
-def test_l2_janitor_writes_the_metrics_the_dashboards_read_when_it_is_present() -> None:
-    """The janitor (issue 8) prints these gauges; once merged, this test binds the two."""
+def test_l2_janitor_serves_the_metrics_the_dashboards_and_alerts_read(tmp_path: Path) -> None:
+    """What the janitor's HTTP server answers on GET /metrics after a pass (the scraped text), parsed
+    with prometheus_client's parser: every janitor metric of the table, as a gauge, with its labels."""
+    from kv_tools import l2_janitor
+
+    config = l2_janitor.JanitorConfig(line="rag-assistant", namespace="rag-assistant", live_dir="m",
+                                      capacity_bytes=2**30, high_watermark=0.8, low_watermark=0.6, max_age_s=None,
+                                      min_delete_age_s=600, mount_path="/mnt/curvine/l2cache")
+    service = l2_janitor.JanitorService(config, tmp_path, list_pods=None, log=lambda line: None)
+    service.run_pass()
+    server = l2_janitor.make_server(service, 0, host="127.0.0.1")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
     try:
-        from kv_tools import l2_janitor
-    except ImportError:
-        pytest.skip("kv_tools.l2_janitor is not in this tree yet (issue 8)")
-    text = l2_janitor.prometheus_text(l2_janitor.RunSummary(line="l", namespace="n"))  # type: ignore[call-arg]
+        url = f"http://127.0.0.1:{server.server_address[1]}{l2_janitor.METRICS_PATH}"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+    finally:
+        server.shutdown()
     families = {f.name: f for f in text_string_to_metric_families(text)}
-    for name, metric in METRICS.items():
-        if metric.source is metrics.L2_JANITOR:
-            assert name in families and families[name].type == "gauge", name
-            assert set(families[name].samples[0].labels) == set(metric.labels)
+    janitor_metrics = [m for m in METRICS.values() if m.source is metrics.L2_JANITOR]
+    assert {m.name for m in janitor_metrics} == {
+        "kvcache_l2_janitor_used_bytes", "kvcache_l2_janitor_last_run_timestamp_seconds", "kvcache_l2_janitor_errors"}
+    for metric in janitor_metrics:
+        assert metric.name in families and families[metric.name].type == "gauge", metric.name
+        (sample,) = families[metric.name].samples
+        assert sample.labels == {"line": "rag-assistant", "namespace": "rag-assistant"}
+        assert set(sample.labels) == set(metric.labels)

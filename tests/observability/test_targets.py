@@ -133,6 +133,33 @@ def test_kyverno_dcgm_and_janitor_jobs(obs_project, scrape_config) -> None:
                    janitor["relabel_configs"]) == {"node": "hyperpod-i-0abc"}
 
 
+def test_janitor_job_keeps_the_pods_the_line_chart_renders(obs_project, scrape_config) -> None:
+    """The janitor's Deployment (k8s/janitor.py) as rendered: pod labels and the ``metrics`` port,
+    in each L2 line's namespace; a line without L2 has no janitor and is not in the job."""
+    rendered = render_manifests(obs_project, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a")
+    rules = job(scrape_config, targets.JOB_L2_JANITOR)["relabel_configs"]
+    scraped = 0
+    for line in obs_project.business_lines:
+        objects = rendered[names.line_chart_name(line)]
+        janitors = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == names.L2_JANITOR]
+        if not line.cache.l2_enabled:
+            assert janitors == []
+            continue
+        template = _pod_template(objects, "Deployment", names.L2_JANITOR)
+        (container,) = template["spec"]["containers"]
+        (port,) = container["ports"]
+        assert (port["name"], port["containerPort"]) == ("metrics", 9100)
+        meta = pod_meta(line.namespace, "l2-janitor-5c9-x", template["metadata"]["labels"], port["containerPort"],
+                        port["name"])
+        assert relabel(meta, rules) == {"node": "hyperpod-i-0abc"}  # line/namespace come from the janitor itself
+        scraped += 1
+        # Another port of the pod, or the vLLM pods of the namespace, are not this job's.
+        assert relabel({**meta, "__meta_kubernetes_pod_container_port_name": "http"}, rules) is None
+        vllm = pod_meta(line.namespace, "v", {names.OPERATOR_POD_LABEL: line.name}, line.vllm.port)
+        assert relabel(vllm, rules) is None
+    assert scraped == 3  # rag-assistant, research-reasoning, ticket-triage (legal-search: L2 off)
+
+
 def test_scrape_configuration_is_the_yaml_the_stack_encodes(obs_project, scrape_config, templates) -> None:
     stack = templates[f"{obs_project.platform.project}-observability"]
     scraper = next(iter(stack.find_resources("AWS::APS::Scraper").values()))

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import botocore.session
 import pytest
 from botocore.exceptions import ClientError
 
@@ -21,7 +22,7 @@ from platform_config import load_project
 from tests.example_config import FIXTURE_CONFIG
 from tests.tools.script_loader import REPO, load_script
 
-TOOLS = ("plan", "overlap", "bench_ttft", "verify", "preflight")
+TOOLS = ("plan", "overlap", "bench_ttft", "verify", "preflight", "orphans")
 README = (REPO / "README.md").read_text()
 OPERATOR_DOC = (REPO / "docs" / "operator-tools.md").read_text()
 
@@ -106,10 +107,13 @@ def test_fraction_flags_refuse_anything_else(text: str) -> None:
 # --- permissions each tool needs, recorded from the code's own calls ---------------------------------
 
 class _RecordingSession:
-    """A boto3 Session stand-in that answers every call with an empty response and records
-    it as the IAM action it needs (``ec2:DescribeAvailabilityZones``)."""
+    """A boto3 Session stand-in that answers every call with an empty response (or the one in
+    ``responses``, keyed by IAM action) and records it as the IAM action it needs
+    (``ec2:DescribeAvailabilityZones``). A waiter records the operation botocore's own waiter
+    model polls (``stack_delete_complete`` -> ``cloudformation:DescribeStacks``)."""
 
     calls: list[str] = []
+    responses: dict[str, dict] = {}
 
     def __init__(self, region_name: str) -> None:
         self.region_name = region_name
@@ -120,13 +124,23 @@ class _RecordingSession:
         def action(method: str) -> str:
             return f"{service}:{''.join(w.capitalize() for w in method.split('_'))}"
 
+        responses = self.responses
+
         class Paginator:
             def __init__(self, method: str) -> None:
                 self.method = method
 
             def paginate(self, **kwargs: Any) -> list[dict]:
                 calls.append(action(self.method))
-                return [{}]
+                return [responses.get(action(self.method), {})]
+
+        class Waiter:
+            def __init__(self, name: str) -> None:
+                model = botocore.session.get_session().get_waiter_model(service)
+                self.operation = model.get_waiter("".join(w.capitalize() for w in name.split("_"))).operation
+
+            def wait(self, **kwargs: Any) -> None:
+                calls.append(f"{service}:{self.operation}")
 
         class Client:
             exceptions = type("Exceptions", (), {"ClientError": ClientError})
@@ -134,10 +148,13 @@ class _RecordingSession:
             def get_paginator(self, method: str) -> Paginator:
                 return Paginator(method)
 
+            def get_waiter(self, name: str) -> Waiter:
+                return Waiter(name)
+
             def __getattr__(self, method: str) -> Any:
                 def call(**kwargs: Any) -> dict:
                     calls.append(action(method))
-                    return {}
+                    return responses.get(action(method), {})
                 return call
 
         return Client()
@@ -160,6 +177,43 @@ def test_preflight_permissions_in_the_docs_are_the_calls_it_makes() -> None:
     row = _documented("preflight")
     documented = set(re.findall(r"`([a-z0-9-]+:[A-Za-z]+)`", row))
     assert called == documented, row
+
+
+def test_orphans_permissions_in_the_docs_are_the_calls_it_makes() -> None:
+    """Listing and ``--destroy --yes`` with one orphan: every call the script makes, as IAM actions."""
+    project = load_project(FIXTURE_CONFIG)
+    orphan = {"StackName": f"{project.platform.project}-line-gone", "StackStatus": "CREATE_COMPLETE",
+              "StackId": "arn:aws:cloudformation:us-west-2:111122223333:stack/kvcache-line-gone/1",
+              "Tags": [{"Key": "kvcache.io/project", "Value": project.platform.project}]}
+    _RecordingSession.responses = {"sts:GetCallerIdentity": {"Account": project.platform.account},
+                                   "cloudformation:DescribeStacks": {"Stacks": [orphan]}}
+    orphans = load_script("orphans")
+    try:
+        _RecordingSession.calls = []
+        assert orphans.main(["--config", str(FIXTURE_CONFIG)], session_factory=_RecordingSession) == cli.EXIT_NO
+        listing = set(_RecordingSession.calls)
+        _RecordingSession.calls = []
+        assert orphans.main(["--config", str(FIXTURE_CONFIG), "--destroy", "--yes"],
+                            session_factory=_RecordingSession) == cli.EXIT_OK
+        destroying = set(_RecordingSession.calls)
+    finally:
+        _RecordingSession.responses = {}
+    assert listing == {"sts:GetCallerIdentity", "cloudformation:DescribeStacks"}
+    assert destroying == listing | {"cloudformation:DeleteStack"}
+    row = _documented("orphans")
+    assert set(re.findall(r"`([a-z0-9-]+:[A-Za-z]+)`", row)) == destroying, row
+
+
+def test_orphans_cli_follows_the_convention(capsys) -> None:
+    orphans = load_script("orphans")
+    assert orphans.main(["--config", str(FIXTURE_CONFIG / "nope")]) == cli.EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "platform.yaml" in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as exc:
+        orphans.main(["--config", str(FIXTURE_CONFIG), "--yes"])
+    assert exc.value.code == cli.EXIT_ERROR and "--yes only applies to --destroy" in capsys.readouterr().err
+    closed = _run_into_a_closed_pipe(["scripts/orphans.py", "--help"])
+    assert closed.stderr == "" and closed.returncode == cli.EXIT_OK
 
 
 def test_offline_tools_need_no_permissions() -> None:

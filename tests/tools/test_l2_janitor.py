@@ -7,14 +7,21 @@ File names follow lmcache 0.5.6's fs connector: ``<model path with '/' as -SEP->
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from k8s import janitor as janitor_chart
 from k8s import names
@@ -184,7 +191,174 @@ def test_json_summary_and_prometheus_text(tmp_path):
     assert json.loads((tmp_path / "term").read_text()) == summary
     text = (tmp_path / "m.prom").read_text()
     assert 'kvcache_l2_janitor_used_bytes{line="rag-assistant",namespace="rag-assistant"} 62914560' in text
-    assert prometheus_text(run(config(), root, list_pods=None, now=NOW)).count("# TYPE") == 13
+    again = run(config(), root, list_pods=None, now=NOW)
+    assert prometheus_text(again).count("# TYPE") == 15
+    # The timestamp is when the pass finished, not when the text was made.
+    assert f'kvcache_l2_janitor_last_run_timestamp_seconds{{line="rag-assistant",namespace="rag-assistant"}} ' \
+           f'{again.finished_at!r}' in prometheus_text(again)
+    assert NOW - 1 < again.finished_at < NOW + 60
+
+
+def test_an_unmounted_pvc_is_an_error_not_an_empty_directory(tmp_path):
+    s = run(config(), tmp_path / "not-mounted", list_pods=lambda: [], now=NOW)
+    assert s.exit_code == 1 and s.errors == [f"{tmp_path / 'not-mounted'} is not a directory (PVC not mounted?)"]
+    assert abs(s.finished_at - NOW) < 1
+
+
+# --- the long-lived service (--serve) ----------------------------------------------------------
+
+def quiet_service(root: Path, **kw) -> l2_janitor.JanitorService:
+    return l2_janitor.JanitorService(config(), root, log=lambda line: None, **{"list_pods": lambda: [], **kw})
+
+
+def test_readiness_shows_a_failing_janitor_and_recovers(tmp_path):
+    pods: list = []
+
+    def list_pods():
+        if not pods:
+            raise OSError("403 Forbidden: pods is forbidden")
+        return []
+
+    service = quiet_service(tmp_path, list_pods=list_pods)
+    assert service.readiness() == (False, "no pass has finished yet") and service.metrics() == ""
+    assert service.run_pass().exit_code == 1
+    ready, why = service.readiness()
+    assert not ready and "403 Forbidden" in why and service.liveness() == (True, "ok")
+    assert 'kvcache_l2_janitor_errors{line="rag-assistant",namespace="rag-assistant"} 1' in service.metrics()
+    assert 'kvcache_l2_janitor_status{line="rag-assistant",namespace="rag-assistant"} 1' in service.metrics()
+    pods.append("fixed")
+    service.run_pass()
+    assert service.readiness() == (True, "ok")
+    assert 'kvcache_l2_janitor_errors{line="rag-assistant",namespace="rag-assistant"} 0' in service.metrics()
+
+
+def test_above_the_high_watermark_is_ready_but_reported(tmp_path):
+    for i in range(95):
+        put(tmp_path, f"{LIVE}/{chunk_name(i)}", MIB, age_s=60)  # all too young to delete
+    service = quiet_service(tmp_path)
+    assert service.run_pass().exit_code == 2
+    assert service.readiness() == (True, "ok (still above the high watermark)")
+    assert 'kvcache_l2_janitor_status{line="rag-assistant",namespace="rag-assistant"} 2' in service.metrics()
+
+
+def test_liveness_fails_only_while_a_pass_runs_past_its_deadline(tmp_path):
+    release = threading.Event()
+    entered = threading.Event()
+
+    def stuck_listing():  # stands in for a pass stuck on the FUSE mount
+        entered.set()
+        release.wait(10)
+        return []
+
+    service = quiet_service(tmp_path, list_pods=stuck_listing, pass_deadline_s=0.2)
+    worker = threading.Thread(target=service.run_pass)
+    worker.start()
+    assert entered.wait(5)
+    assert service.liveness() == (True, "ok")  # running, within the deadline
+    time.sleep(0.3)
+    alive, why = service.liveness()
+    assert not alive and "longer than 0.2 s" in why
+    release.set()
+    worker.join(5)
+    assert service.liveness() == (True, "ok") and service.passes == 1
+
+
+def test_an_unexpected_exception_is_a_failed_pass_and_the_service_goes_on(tmp_path, monkeypatch):
+    service = quiet_service(tmp_path)
+
+    def boom(*args, **kwargs):
+        raise ZeroDivisionError("bug")
+
+    monkeypatch.setattr(l2_janitor, "run", boom)
+    s = service.run_pass()
+    assert s.errors == ["unexpected ZeroDivisionError: bug"] and s.exit_code == 1 and s.finished_at > 0
+    assert not service.readiness()[0]
+    monkeypatch.undo()
+    assert service.run_pass().exit_code == 0 and service.readiness()[0]
+
+
+def test_the_loop_runs_one_pass_at_a_time_every_period(tmp_path):
+    active, most, starts = [0], [0], []
+    lock = threading.Lock()
+
+    def list_pods():
+        with lock:
+            active[0] += 1
+            most[0] = max(most[0], active[0])
+            starts.append(time.monotonic())
+        time.sleep(0.05)
+        with lock:
+            active[0] -= 1
+        return []
+
+    service = quiet_service(tmp_path, list_pods=list_pods, period_s=0.2)
+    stop = threading.Event()
+    loop = threading.Thread(target=service.loop, args=(stop,))
+    loop.start()
+    time.sleep(0.9)
+    stop.set()
+    loop.join(5)
+    assert not loop.is_alive() and most[0] == 1
+    assert 4 <= service.passes <= 6
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert all(g >= 0.19 for g in gaps), gaps  # a period from start to start, not back to back
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_serve_runs_passes_and_serves_metrics_and_health_until_sigterm(tmp_path):
+    """The command the Deployment runs, as a process: HTTP on its port, a pass every period,
+    exit 0 on SIGTERM (the kubelet's stop)."""
+    for i in range(90):
+        put(tmp_path / "pvc", f"{LIVE}/{chunk_name(i)}", MIB, age_s=7200)
+    (tmp_path / "janitor.json").write_text(json.dumps(config().__dict__))
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, l2_janitor.__file__, "--config", str(tmp_path / "janitor.json"),
+                             "--root", str(tmp_path / "pvc"), "--no-pods", "--serve", "--port", str(port),
+                             "--period-s", "1", "--termination-log", str(tmp_path / "term")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                status, _ = _get(base + "/readyz")
+                if status == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
+            time.sleep(0.1)
+        status, text = _get(base + "/metrics")
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        assert status == 200 and families["kvcache_l2_janitor_used_bytes"].samples[0].value == 60 * MIB
+        first = families["kvcache_l2_janitor_last_run_timestamp_seconds"].samples[0].value
+        assert abs(first - time.time()) < 30
+        assert _get(base + "/healthz") == (200, "ok\n") and _get(base + "/nothing")[0] == 404
+        time.sleep(2.5)  # two more periods: two more passes
+        _, text = _get(base + "/metrics")
+        later = {f.name: f for f in text_string_to_metric_families(text)}
+        assert later["kvcache_l2_janitor_last_run_timestamp_seconds"].samples[0].value >= first + 1
+        assert later["kvcache_l2_janitor_deleted_evicted_chunks"].samples[0].value == 0  # nothing left to evict
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    passes = [json.loads(line) for line in out.splitlines()]
+    assert len(passes) >= 3 and passes[0]["evicted_chunks_deleted"] == 30 and passes[0]["used_bytes_after"] == 60 * MIB
+    assert json.loads((tmp_path / "term").read_text()) == passes[-1]
 
 
 # --- the chart objects --------------------------------------------------------------------------
@@ -207,6 +381,7 @@ def test_janitor_chart_objects(manifests):
         if not line.cache.l2_enabled:  # nothing to bound: no janitor
             assert not [o for o in objs if o["metadata"]["name"] == janitor_chart.NAME]
             continue
+        assert not [o for o in objs if o["kind"] in ("CronJob", "Job")], "one long-lived janitor, no CronJob"
         cm = _one(objs, "ConfigMap")
         conf = config_from_dict(json.loads(cm["data"]["janitor.json"]))
         assert conf.live_dir == l2_cache_dir(project.platform, line), "the live directory comes from the contract"
@@ -214,15 +389,40 @@ def test_janitor_chart_objects(manifests):
         assert cm["data"]["l2_janitor.py"] == Path(l2_janitor.__file__).read_text()
         role = _one(objs, "Role")
         assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
-        cron = _one(objs, "CronJob")["spec"]
-        assert cron["schedule"] == "*/10 * * * *" and cron["concurrencyPolicy"] == "Forbid"
-        pod = cron["jobTemplate"]["spec"]["template"]["spec"]
+        deployment = _one(objs, "Deployment")["spec"]
+        assert deployment["replicas"] == 1 and deployment["strategy"] == {"type": "Recreate"}
+        template = deployment["template"]
+        assert deployment["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+        assert template["metadata"]["labels"]["app.kubernetes.io/component"] == "l2-janitor"
+        # A new script or config rolls the Pod: the template carries the ConfigMap's hash.
+        digest = hashlib.sha256(json.dumps(cm["data"], sort_keys=True).encode()).hexdigest()
+        assert template["metadata"]["annotations"] == {"kvcache.io/l2-janitor-config-sha256": digest}
+        pod = template["spec"]
+        assert pod.get("restartPolicy", "Always") == "Always"
         (c,) = pod["containers"]
         assert c["image"] == project.platform.versions.images.l2_janitor and ":" in c["image"]
+        command = c["command"]
+        assert command[:2] == ["python3", "/opt/kvcache-janitor/l2_janitor.py"] and "--serve" in command
+        flags = dict(zip(command[2::1], command[3::1]))
+        assert (flags["--port"], flags["--period-s"], flags["--pass-deadline-s"]) == ("9100", "600", "1800")
+        assert c["ports"] == [{"name": "metrics", "containerPort": 9100, "protocol": "TCP"}]
+        assert c["livenessProbe"] == {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 60,
+                                      "failureThreshold": 3, "timeoutSeconds": 5}
+        assert c["readinessProbe"] == {"httpGet": {"path": "/readyz", "port": "metrics"}, "periodSeconds": 30,
+                                       "failureThreshold": 1, "timeoutSeconds": 5}
         assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
         assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
         claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v]
         assert claims == [names.pvc_name(line)]
         assert {m["mountPath"] for m in c["volumeMounts"]} >= {MOUNT}
         # Not the operator's label: the L2 policy must never match the janitor.
-        assert names.OPERATOR_POD_LABEL not in cron["jobTemplate"]["spec"]["template"]["metadata"]["labels"]
+        assert names.OPERATOR_POD_LABEL not in template["metadata"]["labels"]
+
+
+def test_the_minimum_age_covers_a_period_and_a_stuck_pass_is_restarted():
+    """Every file is seen by one pass before a later pass may delete it; a pass stuck past its
+    deadline fails liveness 3 times (a minute apart) and the container restarts."""
+    assert janitor_chart.MIN_DELETE_AGE_S >= janitor_chart.PERIOD_S == l2_janitor.PERIOD_S == 600
+    assert janitor_chart.PASS_DEADLINE_S == 1800 > janitor_chart.PERIOD_S
+    assert janitor_chart.LIVENESS_PERIOD_S * janitor_chart.LIVENESS_FAILURES == 180
