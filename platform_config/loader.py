@@ -206,11 +206,6 @@ def cross_check(
                 f"L1 uses HyperPod Tiered Storage, which is disabled in {platform_path}; allowed: false", True))
     problems.extend(_gpu_capacity_problems(platform, platform_path, lines))
     problems.extend(_l2_pool_problems(platform, platform_path, lines))
-    if any(l.cache.l2_enabled for _, l in lines) and platform.curvine.enabled \
-            and platform.curvine.eviction.ttl_hours == 0:
-        problems.append(ConfigProblem(
-            str(platform_path), "curvine.eviction.ttl_hours",
-            "0 disables eviction and LMCache never deletes, so L2 would fill the NVMe; allowed: > 0", 0))
     return problems
 
 

@@ -478,7 +478,7 @@ class CurvineEvictionConfig(StrictModel):
     """
 
     #: The janitor deletes chunk files stored (mtime) longer ago than this; 0 = no age limit
-    #: (refused while a line has L2 on).
+    #: (the watermarks still bound each line's size).
     ttl_hours: Annotated[float, Field(ge=0, le=24 * 365)] = 24
     #: Curvine's quota_eviction_mode; no effect (no file carries a Curvine TTL).
     ttl_action: Literal["delete", "free"] = "delete"

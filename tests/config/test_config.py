@@ -293,10 +293,15 @@ def test_curvine_off_is_fine_when_no_line_uses_l2(config_dir: Path) -> None:
     assert load_project(config_dir).platform.curvine.enabled is False
 
 
-def test_l2_without_eviction_would_fill_nvme(config_dir: Path) -> None:
-    path = config_dir / "platform.yaml"
-    edit_yaml(path, lambda d: d["curvine"]["eviction"].update(ttl_hours=0))
-    assert f"{path}: curvine.eviction.ttl_hours: 0 disables eviction" in only_problem(config_dir)
+def test_no_age_limit_still_leaves_the_watermarks(config_dir: Path) -> None:
+    """ttl_hours 0: the janitor deletes by size only (LMCache never deletes; the watermarks bound it)."""
+    from k8s.janitor import janitor_config
+
+    edit_yaml(config_dir / "platform.yaml", lambda d: d["curvine"]["eviction"].update(ttl_hours=0))
+    project = load_project(config_dir)
+    conf = janitor_config(project.platform, project.business_line("rag-assistant"))
+    assert conf["max_age_s"] is None
+    assert (conf["capacity_bytes"], conf["high_watermark"]) == (500 * 2**30, 0.8)
 
 
 def test_watermarks_must_be_ordered(config_dir: Path) -> None:
