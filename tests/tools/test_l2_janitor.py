@@ -92,7 +92,7 @@ def test_young_chunks_are_never_deleted_and_the_run_reports_it(tmp_path):
     for i in range(95):
         put(tmp_path, f"{LIVE}/{chunk_name(i)}", MIB, age_s=60)  # all younger than 10 minutes
     s = run(config(), tmp_path, list_pods=lambda: [], now=NOW)
-    assert s.evicted_chunks_deleted == 0 and s.above_high_watermark_after and s.exit_code == 2
+    assert s.evicted_chunks_deleted == 0 and s.above_high_watermark_after and s.exit_code == 1
 
 
 def test_chunks_older_than_the_ttl_expire_but_directories_stay(tmp_path):
@@ -149,7 +149,7 @@ def test_without_the_pod_list_nothing_but_chunks_is_touched(tmp_path):
         raise OSError("403 Forbidden")
 
     s = run(config(), tmp_path, list_pods=broken, now=NOW)
-    assert not s.pods_listed and s.exit_code == 1 and "403" in s.errors[0]
+    assert not s.pods_listed and s.exit_code == l2_janitor.EXIT_ERROR == 2 and "403" in s.errors[0]
     assert (tmp_path / LIVE / ".tmp-unknown").is_dir() and (tmp_path / "other-model-cccccccccccc").is_dir()
 
 
@@ -201,7 +201,7 @@ def test_json_summary_and_prometheus_text(tmp_path):
 
 def test_an_unmounted_pvc_is_an_error_not_an_empty_directory(tmp_path):
     s = run(config(), tmp_path / "not-mounted", list_pods=lambda: [], now=NOW)
-    assert s.exit_code == 1 and s.errors == [f"{tmp_path / 'not-mounted'} is not a directory (PVC not mounted?)"]
+    assert s.exit_code == 2 and s.errors == [f"{tmp_path / 'not-mounted'} is not a directory (PVC not mounted?)"]
     assert abs(s.finished_at - NOW) < 1
 
 
@@ -221,11 +221,11 @@ def test_readiness_shows_a_failing_janitor_and_recovers(tmp_path):
 
     service = quiet_service(tmp_path, list_pods=list_pods)
     assert service.readiness() == (False, "no pass has finished yet") and service.metrics() == ""
-    assert service.run_pass().exit_code == 1
+    assert service.run_pass().exit_code == 2  # an error: 2, as for every tool (kv_tools/cli.py)
     ready, why = service.readiness()
     assert not ready and "403 Forbidden" in why and service.liveness() == (True, "ok")
     assert 'kvcache_l2_janitor_errors{line="rag-assistant",namespace="rag-assistant"} 1' in service.metrics()
-    assert 'kvcache_l2_janitor_status{line="rag-assistant",namespace="rag-assistant"} 1' in service.metrics()
+    assert 'kvcache_l2_janitor_status{line="rag-assistant",namespace="rag-assistant"} 2' in service.metrics()
     pods.append("fixed")
     service.run_pass()
     assert service.readiness() == (True, "ok")
@@ -236,9 +236,9 @@ def test_above_the_high_watermark_is_ready_but_reported(tmp_path):
     for i in range(95):
         put(tmp_path, f"{LIVE}/{chunk_name(i)}", MIB, age_s=60)  # all too young to delete
     service = quiet_service(tmp_path)
-    assert service.run_pass().exit_code == 2
+    assert service.run_pass().exit_code == l2_janitor.EXIT_ABOVE_HIGH_WATERMARK == 1  # "the answer is no"
     assert service.readiness() == (True, "ok (still above the high watermark)")
-    assert 'kvcache_l2_janitor_status{line="rag-assistant",namespace="rag-assistant"} 2' in service.metrics()
+    assert 'kvcache_l2_janitor_status{line="rag-assistant",namespace="rag-assistant"} 1' in service.metrics()
 
 
 def test_liveness_fails_only_while_a_pass_runs_past_its_deadline(tmp_path):
@@ -271,7 +271,7 @@ def test_an_unexpected_exception_is_a_failed_pass_and_the_service_goes_on(tmp_pa
 
     monkeypatch.setattr(l2_janitor, "run", boom)
     s = service.run_pass()
-    assert s.errors == ["unexpected ZeroDivisionError: bug"] and s.exit_code == 1 and s.finished_at > 0
+    assert s.errors == ["unexpected ZeroDivisionError: bug"] and s.exit_code == 2 and s.finished_at > 0
     assert not service.readiness()[0]
     monkeypatch.undo()
     assert service.run_pass().exit_code == 0 and service.readiness()[0]
@@ -426,3 +426,39 @@ def test_the_minimum_age_covers_a_period_and_a_stuck_pass_is_restarted():
     assert janitor_chart.MIN_DELETE_AGE_S >= janitor_chart.PERIOD_S == l2_janitor.PERIOD_S == 600
     assert janitor_chart.PASS_DEADLINE_S == 1800 > janitor_chart.PERIOD_S
     assert janitor_chart.LIVENESS_PERIOD_S * janitor_chart.LIVENESS_FAILURES == 180
+
+
+# --- exit codes of a run by hand (docs/l2-cache.md): the operator tools' convention --------------
+
+def _one_shot(tmp_path: Path, *args: str, cfg: dict | None = None) -> subprocess.CompletedProcess:
+    conf = tmp_path / "janitor.json"
+    conf.write_text(json.dumps(cfg if cfg is not None else config().__dict__))
+    return subprocess.run([sys.executable, l2_janitor.__file__, "--config", str(conf), *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_one_shot_exit_codes_follow_the_tools_convention(tmp_path):
+    """0 fine, 1 "the answer is no" (still above the high watermark), 2 an error: never 1 for an
+    error (kv_tools/cli.py), whether the pass, the config, a flag or the metrics file fails."""
+    from kv_tools import cli
+
+    root = tmp_path / "pvc"
+    for i in range(95):
+        put(root, f"{LIVE}/{chunk_name(i)}", MIB, age_s=60)  # all younger than the minimum age
+    assert _one_shot(tmp_path, "--root", str(root), "--no-pods").returncode == cli.EXIT_NO == 1
+    assert _one_shot(tmp_path, "--root", str(tmp_path / "missing"), "--no-pods").returncode == cli.EXIT_ERROR
+    assert _one_shot(tmp_path, "--root", str(root), cfg={"line": "x"}).returncode == cli.EXIT_ERROR
+    assert _one_shot(tmp_path, "--root", str(root), "--frobnicate").returncode == cli.EXIT_ERROR
+    unwritable = _one_shot(tmp_path, "--root", str(root), "--no-pods", "--metrics-file", str(tmp_path / "no" / "m"))
+    assert unwritable.returncode == cli.EXIT_ERROR and "Traceback" not in unwritable.stderr
+    assert "error: cannot write" in unwritable.stderr
+
+
+def test_help_states_the_exit_codes_of_the_readme_table():
+    from kv_tools import cli
+
+    assert l2_janitor.EXIT_EPILOG == cli.exit_epilog("kv_tools/l2_janitor.py")
+    assert (l2_janitor.EXIT_OK, l2_janitor.EXIT_ABOVE_HIGH_WATERMARK, l2_janitor.EXIT_ERROR) == (
+        cli.EXIT_OK, cli.EXIT_NO, cli.EXIT_ERROR)
+    out = subprocess.run([sys.executable, l2_janitor.__file__, "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and l2_janitor.EXIT_EPILOG in " ".join(out.stdout.split())
