@@ -466,9 +466,14 @@ class CurvineChart(cdk8s.Chart):
                         tolerations=self._group_tolerations(c.worker_instance_groups),
                         termination_grace_period_seconds=60,
                         init_containers=[init], containers=[worker],
+                        # type Directory, never DirectoryOrCreate: lifecycle/on_create.sh creates
+                        # the directory on the instance storage; at a boot where the NVMe mounts
+                        # after kubelet, the volume is refused and the Worker waits (FailedMount,
+                        # retried) instead of creating the directory on the root volume and
+                        # filling it with KV blocks.
                         volumes=[self._config_volume(),
                                  k8s.Volume(name="data", host_path=k8s.HostPathVolumeSource(
-                                     path=c.worker_data_dir, type="DirectoryOrCreate"))])))))
+                                     path=c.worker_data_dir, type="Directory"))])))))
         self.workers.add_dependency(self.config_map, self.master_service)
 
     # --- CSI ----------------------------------------------------------------------------------
@@ -630,6 +635,9 @@ class CurvineChart(cdk8s.Chart):
                         tolerations=[k8s.Toleration(operator="Exists")],
                         containers=[node_plugin, registrar, liveness_sidecar("plugin-dir")],
                         volumes=[
+                            # The driver's own socket directory under the kubelet root (which
+                            # stays on the root volume, lifecycle/on_create.sh): created here, as
+                            # every CSI node plugin does; the kubelet does not create it.
                             k8s.Volume(name="plugin-dir", host_path=k8s.HostPathVolumeSource(
                                 path=CSI_PLUGIN_DIR, type="DirectoryOrCreate")),
                             k8s.Volume(name="kubelet-dir", host_path=k8s.HostPathVolumeSource(

@@ -212,7 +212,8 @@ def test_workers_on_hyperpod_nvme(curvine, k8s_project):
     ds = find(curvine, "DaemonSet", names.CURVINE_WORKER)
     pod = _pod(ds)
     (data,) = [v for v in pod["volumes"] if "hostPath" in v]
-    assert data["hostPath"] == {"path": "/opt/dlami/nvme/curvine-data", "type": "DirectoryOrCreate"}
+    # Directory, not DirectoryOrCreate: never created on the root volume when the NVMe is late.
+    assert data["hostPath"] == {"path": "/opt/dlami/nvme/curvine-data", "type": "Directory"}
     worker = _container(ds, "worker")
     assert {"name": "data", "mountPath": "/opt/dlami/nvme/curvine-data"} in worker["volumeMounts"]
     assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
@@ -302,3 +303,32 @@ def test_master_network_policy(curvine, k8s_project):
     assert {"ipBlock": {"cidr": k8s_project.platform.network.cidr}} in peers
 
 
+
+
+def _host_paths(obj, where: str = ""):
+    """Every ``hostPath`` volume source anywhere in a manifest: ``(where, hostPath)``."""
+    if isinstance(obj, dict):
+        if isinstance(obj.get("hostPath"), dict):
+            yield where, obj["hostPath"]
+        for key, value in obj.items():
+            yield from _host_paths(value, f"{where}/{key}")
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            yield from _host_paths(value, f"{where}/{i}")
+
+
+def test_no_host_path_of_ours_is_created_on_a_late_mount(manifests):
+    """Every hostPath in every chart: under the instance-store mounts (where lifecycle/on_create.sh
+    prepares the directory), type Directory, so a pod started before the mount waits instead of
+    creating the directory on the root volume; a creating type only under the kubelet root, which
+    stays on the root volume by design (lifecycle/on_create.sh, step 3)."""
+    from stacks.hyperpod_stack import INSTANCE_STORE_MOUNTS
+
+    found = [(f"{o['kind']}/{o['metadata']['name']}{w}", hp) for objs in manifests.values() for o in objs
+             for w, hp in _host_paths(o)]
+    assert any(hp["path"] == "/opt/dlami/nvme/curvine-data" for _, hp in found)  # the check sees the Worker
+    for where, hp in found:
+        if any(hp["path"] == m or hp["path"].startswith(m + "/") for m in INSTANCE_STORE_MOUNTS):
+            assert hp.get("type") == "Directory", (where, hp)
+        elif hp.get("type") in (None, "", "DirectoryOrCreate", "FileOrCreate"):
+            assert hp["path"].startswith("/var/lib/kubelet/"), (where, hp)
