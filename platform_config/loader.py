@@ -111,7 +111,7 @@ def _problems_from_validation(path: Path, exc: ValidationError) -> list[ConfigPr
             message = f"not allowed; allowed: {described} (pattern {pattern})" if described \
                 else f"not allowed; allowed: strings matching {pattern}"
         elif err["type"] == "extra_forbidden":
-            message = "unknown key (typo?); see the config reference in README.md"
+            message = models.REMOVED_KEYS.get(field, "unknown key (typo?); see the config reference in README.md")
         elif err["type"] == "missing":
             message = "required field is missing; see the config reference in README.md"
         elif err["type"] == "union_tag_invalid":
