@@ -50,6 +50,7 @@ from typing import Any, Iterable, Protocol
 from k8s import names
 from k8s.lmcache import POD_NAME_ENV, PYTHONHASHSEED_ENV, TMP_DIR_PREFIX, env_name, owned_env_names
 from k8s.patch import DEPLOYMENT_TMP_TOKEN, L2_MOUNT_PATH, find_vllm_container, line_cache_env
+from kv_tools.l2_janitor import TMP_DIR_KEY  # the LMCACHE_EXTRA_CONFIG key of the temp dir (tested equal)
 from kv_tools.preflight import CheckResult
 from platform_config import BusinessLineConfig, PlatformConfig, ProjectConfig
 
@@ -58,8 +59,6 @@ AI_TOOLKIT = "ai-toolkit"
 REMOTE_URL_ENV = env_name("remote_url")
 EXTRA_CONFIG_ENV = env_name("extra_config")
 HASH_SEED_ENV = PYTHONHASHSEED_ENV
-#: ``LMCACHE_EXTRA_CONFIG`` key of the per-pod temp directory (:func:`k8s.lmcache.extra_config`).
-TMP_DIR_KEY = "fs_connector_relative_tmp_dir"
 #: Entries of :func:`k8s.patch.line_cache_env` that have a check row of their own; the
 #: "LMCache env" row compares every other entry.
 OWN_ROWS = frozenset((REMOTE_URL_ENV, HASH_SEED_ENV))

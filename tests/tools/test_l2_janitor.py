@@ -160,12 +160,6 @@ def test_dry_run_deletes_nothing(tmp_path):
     assert s.evicted_chunks_deleted == 30 and len(list((tmp_path / LIVE).iterdir())) == 90
 
 
-def test_live_pods_expand_the_deployment_patch_token():
-    pod = vllm_pod("rag-7d9-x", LIVE, ".tmp-$(KVCACHE_POD_NAME)")
-    live = live_pods_from_objects([pod], MOUNT)
-    assert live.bases == {LIVE} and live.tmp_dirs == {f"{LIVE}/.tmp-rag-7d9-x"}
-
-
 def test_config_is_validated():
     with pytest.raises(ValueError, match="watermarks"):
         config(low_watermark=0.9)
@@ -462,3 +456,87 @@ def test_help_states_the_exit_codes_of_the_readme_table():
         cli.EXIT_OK, cli.EXIT_NO, cli.EXIT_ERROR)
     out = subprocess.run([sys.executable, l2_janitor.__file__, "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and l2_janitor.EXIT_EPILOG in " ".join(out.stdout.split())
+
+
+# --- the contract with the charts: copied names (the janitor runs alone), checked here ----------
+
+def test_copied_names_equal_the_charts():
+    """l2_janitor.py is standard-library only (it ships in a ConfigMap), so it repeats a few names
+    of k8s/lmcache.py and k8s/patch.py; each copy must equal its source."""
+    from k8s import janitor as janitor_chart
+    from k8s.lmcache import FS_CONNECTOR_EXTRA_KEYS, TMP_DIR_PREFIX, env_name, extra_config
+    from k8s.patch import DEPLOYMENT_TMP_TOKEN, L2_MOUNT_PATH
+
+    assert l2_janitor.TMP_DIR_PREFIX == TMP_DIR_PREFIX
+    assert l2_janitor.REMOTE_URL_ENV == env_name("remote_url")
+    assert l2_janitor.EXTRA_CONFIG_ENV == env_name("extra_config")
+    # The key k8s.lmcache.extra_config puts the per-pod temp directory under, and the fs
+    # connector reads.
+    assert extra_config("tok")[l2_janitor.TMP_DIR_KEY] == f"{TMP_DIR_PREFIX}tok"
+    assert l2_janitor.TMP_DIR_KEY in FS_CONNECTOR_EXTRA_KEYS
+    assert l2_janitor.POD_NAME_REFERENCE == DEPLOYMENT_TMP_TOKEN
+    assert janitor_chart.PERIOD_S == l2_janitor.PERIOD_S and MOUNT == L2_MOUNT_PATH
+
+
+def _running(pod: dict, name: str) -> dict:
+    pod = json.loads(json.dumps(pod))
+    pod["metadata"]["name"] = name
+    pod["status"] = {"phase": "Running"}
+    return pod
+
+
+def _l2_lines():
+    project = load_project(FIXTURE_CONFIG)
+    return [pytest.param(project, line, id=line.name) for line in project.business_lines if line.cache.l2_enabled]
+
+
+@pytest.mark.parametrize("project, line", _l2_lines())
+def test_live_pods_of_the_rendered_policy(project, line, tmp_path):
+    """Pods mutated by the real rendered Kyverno policy (tests.k8s.kyverno_eval on the operator's
+    pods, tests.k8s.operator_render): the janitor finds the line's live directory and each pod's
+    random temp directory, and a pass keeps those while it removes a stale one."""
+    from k8s.kyverno import policy_manifest
+    from k8s.patch import line_cache_env
+    from tests.k8s import operator_render
+    from tests.k8s.kyverno_eval import apply_policy
+
+    policy = policy_manifest(project.platform, line)
+    pods = [_running(apply_policy(policy, operator_render.pod(line), seed=i), f"{line.name}-5d8f7c9b4-{i}")
+            for i in range(3)]
+    conf = config_from_dict(janitor_chart.janitor_config(project.platform, line))
+    live = live_pods_from_objects(pods, conf.mount_path)
+    tokens = sorted(json.loads(e["value"])[l2_janitor.TMP_DIR_KEY] for p in pods for c in p["spec"]["containers"]
+                    for e in c.get("env") or [] if e["name"] == "LMCACHE_EXTRA_CONFIG")
+    assert len(set(tokens)) == 3 and all(t.startswith(".tmp-") for t in tokens)
+    assert live.count == 3 and live.bases == {conf.live_dir}
+    assert live.tmp_dirs == {f"{conf.live_dir}/{t}" for t in tokens}
+    # The directory the janitor protects is the one in the pods' URL.
+    assert line_cache_env(project.platform, line)["LMCACHE_REMOTE_URL"].endswith(f"/{conf.live_dir}/")
+    # A pass keeps the live temp directories and removes the one no pod uses.
+    for t in [*tokens, ".tmp-gone"]:
+        put(tmp_path, f"{conf.live_dir}/{t}/{chunk_name(1)}", MIB, age_s=7200)
+        age_dir(tmp_path, f"{conf.live_dir}/{t}", 7200)
+    s = run(conf, tmp_path, list_pods=lambda: pods, now=NOW)
+    assert s.errors == [] and s.tmp_dirs_deleted == 1
+    assert sorted(p.name for p in (tmp_path / conf.live_dir).iterdir()) == tokens
+
+
+@pytest.mark.parametrize("project, line", _l2_lines())
+def test_live_pods_of_the_deployment_patch(project, line):
+    """Pods of the operator's Deployment patched by k8s.patch.endpoint_json_patch: the temp
+    directory is ``.tmp-$(KVCACHE_POD_NAME)``, which the janitor expands to each pod's name."""
+    import jsonpatch
+
+    from k8s.patch import endpoint_json_patch
+    from tests.k8s import operator_render
+
+    dep = operator_render.deployment(line)
+    patched = jsonpatch.apply_patch(dep, endpoint_json_patch(project.platform, line, deployment=dep))
+    names_ = [f"{line.name}-5d8f7c9b4-{s}" for s in ("abcde", "fghij")]
+    pods = [_running(operator_render.pod_from_deployment(patched), n) for n in names_]
+    pods.append({**_running(operator_render.pod_from_deployment(patched), f"{line.name}-old"),
+                 "status": {"phase": "Succeeded"}})  # a finished pod protects nothing
+    conf = config_from_dict(janitor_chart.janitor_config(project.platform, line))
+    live = live_pods_from_objects(pods, conf.mount_path)
+    assert live.count == 2 and live.bases == {conf.live_dir}
+    assert live.tmp_dirs == {f"{conf.live_dir}/.tmp-{n}" for n in names_}
