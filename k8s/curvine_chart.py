@@ -32,6 +32,7 @@ from k8s.curvine_config import (
     INIT_MARKER, JOURNAL_DIR, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT, META_DIR, PRIMARY_MOUNT, PRIMARY_ROOT,
     ROCKSDB_DATA_SUBDIR, WORKER_RPC_PORT, WORKER_WEB_PORT, fuse_mount_parameters, master_addrs, render_cluster_toml,
 )
+from k8s.nodes import HYPERPOD_GROUP_LABEL, HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, instance_group_tolerations
 from platform_config import PlatformConfig
 from platform_config.models import AZ_NAME_PATTERN, ExistingVpcConfig
 
@@ -40,11 +41,6 @@ from platform_config.models import AZ_NAME_PATTERN, ExistingVpcConfig
 #: a static PV's nodeAffinity against node labels, and the CSI-specific key exists only on nodes
 #: where the EBS CSI node plugin has registered, so the PV would fit no node if it had not.
 ZONE_LABEL: Final = "topology.kubernetes.io/zone"
-#: Label HyperPod puts on its nodes (the reference deployment selects them with it).
-HYPERPOD_NODE_LABEL: Final = "sagemaker.amazonaws.com/compute-type"
-HYPERPOD_NODE_VALUE: Final = "hyperpod"
-#: Label with the HyperPod instance group name of a node.
-HYPERPOD_GROUP_LABEL: Final = "sagemaker.amazonaws.com/instance-group-name"
 #: Filesystem of the Primary's EBS volume; explicit so the CSI driver formats a blank volume
 #: the same way every time, and never guesses on an existing one.
 PRIMARY_FS_TYPE: Final = "ext4"
@@ -329,14 +325,7 @@ class CurvineChart(cdk8s.Chart):
                 node_selector_terms=[k8s.NodeSelectorTerm(match_expressions=exprs)])))
 
     def _group_tolerations(self, groups: tuple[str, ...]) -> list[k8s.Toleration]:
-        seen: dict[tuple[str, str, str], k8s.Toleration] = {}
-        for g in self.platform.hyperpod.instance_groups:
-            if groups and g.name not in groups:
-                continue
-            for t in g.taints:
-                seen.setdefault((t.key, t.value, t.effect),
-                                k8s.Toleration(key=t.key, operator="Equal", value=t.value, effect=t.effect))
-        return list(seen.values())
+        return [k8s.Toleration(**t) for t in instance_group_tolerations(self.platform, groups)]
 
     # --- Primary ------------------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ from constructs import Construct
 
 from k8s import names
 from k8s.lmcache import l2_cache_dir
+from k8s.nodes import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, instance_group_tolerations
 from k8s.patch import L2_MOUNT_PATH
 from kv_tools import l2_janitor
 from platform_config import BusinessLineConfig, PlatformConfig
@@ -72,8 +73,6 @@ READINESS_PERIOD_S: Final = 30
 PROBE_TIMEOUT_S: Final = 5
 #: Pod-template annotation holding the SHA-256 of the ConfigMap's data (rolls the Pod on a change).
 CONFIG_HASH_ANNOTATION: Final = "kvcache.io/l2-janitor-config-sha256"
-#: Label of the HyperPod nodes: only they run the Curvine CSI node plugin that mounts the PVC.
-HYPERPOD_NODE_LABEL: Final = "sagemaker.amazonaws.com/compute-type"
 RESOURCES: Final = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
 #: Pod labels of the janitor; deliberately not the operator's ``app=<line>``. The component label
 #: is what the observability stack's scrape job selects on.
@@ -168,12 +167,12 @@ class L2Janitor(Construct):
             termination_message_policy="FallbackToLogsOnError")
         pod_spec = k8s.PodSpec(
             service_account_name=NAME, containers=[container],
+            # HyperPod nodes only: only they run the Curvine CSI node plugin that mounts the PVC.
             affinity=k8s.Affinity(node_affinity=k8s.NodeAffinity(
                 required_during_scheduling_ignored_during_execution=k8s.NodeSelector(node_selector_terms=[
                     k8s.NodeSelectorTerm(match_expressions=[k8s.NodeSelectorRequirement(
-                        key=HYPERPOD_NODE_LABEL, operator="In", values=["hyperpod"])])]))),
-            tolerations=[k8s.Toleration(key=t.key, operator="Equal", value=t.value, effect=t.effect)
-                         for g in platform.hyperpod.instance_groups for t in g.taints],
+                        key=HYPERPOD_NODE_LABEL, operator="In", values=[HYPERPOD_NODE_VALUE])])]))),
+            tolerations=[k8s.Toleration(**t) for t in instance_group_tolerations(platform)],
             volumes=[k8s.Volume(name="config", config_map=k8s.ConfigMapVolumeSource(name=NAME)),
                      k8s.Volume(name=names.L2_VOLUME_NAME, persistent_volume_claim=k8s.PersistentVolumeClaimVolumeSource(
                          claim_name=names.pvc_name(line)))])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from k8s.curvine_chart import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE
+from k8s.nodes import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, instance_group_tolerations
 from platform_config import PlatformConfig
 
 #: Helm release name of the DCGM exporter.
@@ -27,12 +27,7 @@ def dcgm_exporter_values(platform: PlatformConfig) -> dict[str, Any]:
     * ``securityContext`` is the chart's (root, ``SYS_ADMIN`` added for DCGM profiling fields,
       all else dropped, no privilege escalation); no ``privileged``.
     """
-    tolerations = []
-    for group in platform.hyperpod.instance_groups:
-        for taint in group.taints:
-            entry = {"key": taint.key, "operator": "Exists", "effect": taint.effect}
-            if entry not in tolerations:
-                tolerations.append(entry)
+    tolerations = instance_group_tolerations(platform)
     return {
         "serviceMonitor": {"enabled": False},
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [

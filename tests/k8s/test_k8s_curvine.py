@@ -332,3 +332,48 @@ def test_no_host_path_of_ours_is_created_on_a_late_mount(manifests):
             assert hp.get("type") == "Directory", (where, hp)
         elif hp.get("type") in (None, "", "DirectoryOrCreate", "FileOrCreate"):
             assert hp["path"].startswith("/var/lib/kubelet/"), (where, hp)
+
+
+def test_instance_group_tolerations_are_one_rule_for_every_consumer(manifests, k8s_project, tmp_path):
+    """k8s.nodes.instance_group_tolerations: each configured taint once (Equal, with its value),
+    filtered by group; the Curvine Workers, each line's L2 janitor and the DCGM exporter's Helm
+    values all use it (they were three hand-written copies that disagreed)."""
+    from k8s import janitor as janitor_chart
+    from k8s.nodes import instance_group_tolerations
+    from observability.cluster_objects import dcgm_exporter_values
+    from platform_config import load_project
+    from tests.example_config import copy_example_config, edit_yaml
+
+    cfg = copy_example_config(tmp_path / "cfg")
+    taint = {"key": "kvcache.io/large-model", "value": "true", "effect": "PreferNoSchedule"}
+    other = {"key": "example.com/gpu", "value": "", "effect": "PreferNoSchedule"}  # a taint without value
+
+    def taint_all(d):
+        for group in d["hyperpod"]["instance_groups"]:
+            group["taints"] = [taint, other]
+            group.pop("deep_health_checks", None)  # HyperPod: no taints with deep health checks
+
+    edit_yaml(cfg / "platform.yaml", taint_all)
+    platform = load_project(cfg).platform
+    groups = [g.name for g in platform.hyperpod.instance_groups]
+    assert len(groups) >= 2
+    expected = [{**taint, "operator": "Equal"}, {**other, "operator": "Equal"}]
+    assert instance_group_tolerations(platform) == expected  # the same taint on two groups: once
+    assert instance_group_tolerations(platform, (groups[0],)) == expected
+    assert instance_group_tolerations(platform, ("no-such-group",)) == []
+    # Every consumer renders exactly the helper's list (the fixture config: p5's one taint).
+    rule = instance_group_tolerations(k8s_project.platform)
+    assert rule == [{"key": "kvcache.io/large-model", "operator": "Equal", "value": "true",
+                     "effect": "PreferNoSchedule"}]
+    workers = _pod(find(manifests["curvine"], "DaemonSet", names.CURVINE_WORKER))["tolerations"]
+    assert workers == rule  # worker_instance_groups is empty: every group
+    for line in k8s_project.business_lines:
+        for obj in manifests[names.line_chart_name(line)]:
+            if obj["kind"] == "Deployment" and obj["metadata"]["name"] == janitor_chart.NAME:
+                pod = _pod(obj)
+                assert pod["tolerations"] == rule
+                (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+                    "nodeSelectorTerms"]
+                assert term["matchExpressions"] == [
+                    {"key": "sagemaker.amazonaws.com/compute-type", "operator": "In", "values": ["hyperpod"]}]
+    assert dcgm_exporter_values(k8s_project.platform)["tolerations"] == rule
