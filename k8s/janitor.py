@@ -24,7 +24,8 @@ only source of a line's L2 use.
 Why each number (docs/l2-cache.md, "Day two"):
 
 * :data:`MIN_DELETE_AGE_S` = 600 s: a chunk deleted between LMCache's lookup and its retrieve
-  is not an error in lmcache 0.5.6: ``FSConnector.get`` returns None on ``FileNotFoundError``,
+  is not an error in lmcache 0.5.5 (the pinned release, :data:`k8s.lmcache.LMCACHE_VERSION`; read in
+  its wheel): ``FSConnector.get`` returns None on ``FileNotFoundError``,
   ``retrieve`` stops at the first missing chunk, and the vLLM adapter reports the blocks it
   could not load (``get_block_ids_with_load_errors``) so vLLM recomputes them. The age guard
   keeps the chunks written in the last ten minutes (those a sibling Pod or the next turn of a

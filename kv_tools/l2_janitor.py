@@ -22,8 +22,10 @@ Nothing younger than ``min_delete_age_s`` is ever deleted (docs/l2-cache.md expl
 and steps 1 and 2 run only when the live Pods could be listed (without that list the janitor
 cannot tell a live temp directory or an old model's still-serving directory from garbage).
 
-Chunk files are ``<model path, '/' as -SEP->@<world size>@<worker id>@<chunk hash>@<dtype>.data``
-(``FSConnector._get_file_name``, lmcache 0.5.6). Curvine updates a file's atime only on an
+Chunk files are ``<model path, '/' as -SEP->@<world size>@<worker id>@<chunk hash>@<dtype>.data``,
+with ``@<tag>%<value>`` before ``.data`` for each request tag if any (``FSConnector._get_file_name``
+and ``CacheEngineKey.to_string``, lmcache 0.5.5, the pinned release); the janitor relies only on the
+``.data`` suffix. Curvine updates a file's atime only on an
 explicit ``set_attr`` (reads do not), so "oldest" is by mtime: the time the chunk was stored.
 
 Output of every pass: one JSON line on stdout (``"event": "kvcache_l2_janitor"``, see
@@ -70,7 +72,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 #: Suffix of LMCache's chunk files and of its temp files without a temp directory
-#: (``file_path.with_suffix(".tmp")``), lmcache 0.5.6 ``fs_connector.py``.
+#: (``file_path.with_suffix(".tmp")``), lmcache 0.5.5 ``fs_connector.py``.
 CHUNK_SUFFIX = ".data"
 LEGACY_TMP_SUFFIX = ".tmp"
 #: Prefix of the per-pod temp directories (``k8s.lmcache.TMP_DIR_PREFIX``).

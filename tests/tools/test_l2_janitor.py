@@ -1,6 +1,6 @@
 """The per-line L2 janitor (kv_tools/l2_janitor.py) on a real directory tree, and its chart objects.
 
-File names follow lmcache 0.5.6's fs connector: ``<model path with '/' as -SEP->@<world size>@
+File names follow lmcache 0.5.5's fs connector (the pinned release): ``<model path with '/' as -SEP->@<world size>@
 <worker id>@<chunk hash hex>@<dtype>.data`` in the base directory, temp files in
 ``<base>/<fs_connector_relative_tmp_dir>/`` (FSConnector._get_file_name / _get_file_and_tmp_path).
 """
