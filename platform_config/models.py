@@ -751,8 +751,6 @@ class PlatformConfig(StrictModel):
     versions: VersionsConfig
     #: The inference operator add-on: load-balancer scheme, inference gateway.
     inference_operator: InferenceOperatorConfig = InferenceOperatorConfig()
-
-
     observability: ObservabilityConfig = ObservabilityConfig()
     tags: dict[str, str] = Field(default_factory=dict)
     lmcache: LMCacheSettings = LMCacheSettings()
