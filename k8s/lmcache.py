@@ -292,7 +292,8 @@ def owned_env_names(line: BusinessLineConfig) -> tuple[str, ...]:
 
     Every name :func:`lmcache_env` can emit, plus :data:`POD_NAME_ENV` (a test holds the two
     together). ``PROMETHEUS_MULTIPROC_DIR`` is owned, so a value from the CR or the operator that
-    names a missing directory (vLLM's ``/metrics`` would fail) is replaced by the mounted one.
+    names a missing directory (vLLM's API server would fail to start: ``MultiProcessCollector``
+    refuses it) is replaced by the mounted one.
     The telemetry opt-outs are always owned, so ``lmcache.usage_telemetry`` alone decides (when
     it is on, neither is set). ``LMCACHE_MAX_LOCAL_CPU_SIZE`` is owned only for a ``line`` that
     sets ``cache.l1_cpu_gib``; otherwise the operator's own value (its L1 setting) is left alone.

@@ -57,9 +57,9 @@ HYPERPOD_SHM_HOST_PATH: Final = "/dev/shm"
 #: (``counter_<pid>.db``, ``histogram_<pid>.db``, ``gauge_<mode>_<pid>.db``), each created at
 #: 64 KiB and doubled when full (``mmap_dict.py``, prometheus_client 0.24.1); a pod runs the API
 #: server, the engine core and one worker per TP rank (up to 10 processes at TP 8). One LMCache
-#: pod process leaves about 0.3 MiB (``make test-lmcache`` prints it), so 64 MiB leaves room for
-#: files of processes that died in container restarts (the directory outlives them, see
-#: docs/l2-cache.md). Disk-backed on purpose: exceeding the limit makes the kubelet evict the Pod
+#: pod process left 256 KiB (four 64 KiB files; ``make test-lmcache`` holds it under 1 MiB), so
+#: 64 MiB leaves room for the files of processes that died in container restarts (the directory
+#: outlives them, see docs/l2-cache.md). Disk-backed on purpose: exceeding the limit makes the kubelet evict the Pod
 #: (its replacement starts with an empty directory), whereas a full memory-backed ``emptyDir``
 #: (a tmpfs capped at ``sizeLimit``) would fail ``prometheus_client``'s file growth inside vLLM's
 #: and LMCache's metric updates.
