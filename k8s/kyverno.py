@@ -22,10 +22,10 @@ order, each on the result of the previous one):
    (``LMCACHE_REMOTE_URL`` the operator injects, ``LMCACHE_EXTRA_CONFIG`` with its
    shared-memory setting, the CR's ``LMCACHE_REMOTE_SERDE`` and ``PYTHONHASHSEED``, any
    ``PROMETHEUS_MULTIPROC_DIR``, the operator's ``LMCACHE_MAX_LOCAL_CPU_SIZE`` when the line
-   sets ``cache.l1_cpu_gib``, any duplicates). It also removes what only the replaced Tiered Storage backend needed: every
-   ``hostPath`` volume of ``/dev/shm`` or a path under it (the ai-toolkit shared memory,
-   :func:`k8s.patch.is_hyperpod_shm_volume`, whatever its name) and every mount of such a
-   volume in any container or init container. Pod Security admission runs after the mutating
+   sets ``cache.l1_cpu_gib``, any duplicates). It also removes what only the replaced Tiered
+   Storage backend needed: every ``hostPath`` volume of ``/dev/shm`` or a path under it (the
+   ai-toolkit shared memory, :func:`k8s.patch.is_hyperpod_shm_volume`, whatever its name) and
+   every mount of such a volume in any container or init container. Pod Security admission runs after the mutating
    webhooks, so the Pod it sees has no ``hostPath`` and passes the namespace's ``baseline``;
    anything else baseline forbids is left in place and refused with the PSA error.
    ``foreach`` in ``Descending`` order, so removing entry *i* never shifts an index still to be

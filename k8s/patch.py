@@ -59,10 +59,10 @@ HYPERPOD_SHM_HOST_PATH: Final = "/dev/shm"
 #: server, the engine core and one worker per TP rank (up to 10 processes at TP 8). One LMCache
 #: pod process left 256 KiB (four 64 KiB files; ``make test-lmcache`` holds it under 1 MiB), so
 #: 64 MiB leaves room for the files of processes that died in container restarts (the directory
-#: outlives them, see docs/l2-cache.md). Disk-backed on purpose: exceeding the limit makes the kubelet evict the Pod
-#: (its replacement starts with an empty directory), whereas a full memory-backed ``emptyDir``
-#: (a tmpfs capped at ``sizeLimit``) would fail ``prometheus_client``'s file growth inside vLLM's
-#: and LMCache's metric updates.
+#: outlives them, see docs/l2-cache.md). Disk-backed on purpose: exceeding the limit makes the
+#: kubelet evict the Pod (its replacement starts with an empty directory), whereas a full
+#: memory-backed ``emptyDir`` (a tmpfs capped at ``sizeLimit``) would fail ``prometheus_client``'s
+#: file growth inside vLLM's and LMCache's metric updates (docs/sources.md §13).
 METRICS_DIR_SIZE_LIMIT: Final = "64Mi"
 
 #: Per-pod token of the Deployment patch: the kubelet expands ``$(KVCACHE_POD_NAME)`` in env

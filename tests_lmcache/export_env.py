@@ -29,8 +29,8 @@ from k8s import names
 from k8s.lmcache import LMCACHE_CONFIG_KEYS, LMCACHE_VERSION
 from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL
 from k8s.render import render_manifests
-from platform_config import ProjectConfig, load_project
 from observability import alerts, dashboards
+from platform_config import ProjectConfig, load_project
 from tests.example_config import FIXTURE_CONFIG, copy_example_config, edit_yaml
 from tests.k8s.kyverno_eval import apply_policy
 from tests.k8s.operator_render import pod
