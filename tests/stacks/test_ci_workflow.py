@@ -171,3 +171,46 @@ def test_ci_uses_the_documented_node_version() -> None:
     assert "**Node.js 22 LTS or newer**" in (REPO / "README.md").read_text()
     versions = {s["with"]["node-version"] for job in jobs().values() for s in steps_using(job, "actions/setup-node")}
     assert versions and all(int(v) >= 22 and int(v) % 2 == 0 for v in versions)  # even majors are the LTS lines
+
+
+def _step_index(job: dict, text: str) -> int:
+    (index,) = [i for i, s in enumerate(job["steps"]) if text in s.get("run", "")]
+    return index
+
+
+def test_platform_deploy_runs_the_preflight_before_any_stack_changes() -> None:
+    """A key the add-on does not know (or any failed check) stops the pipeline before `cdk deploy`,
+    not at CreateAddon after the network, eks and hyperpod stacks are up."""
+    job = jobs()["deploy-platform"]
+    preflight = _step_index(job, "scripts/preflight.py")
+    step = job["steps"][preflight]
+    assert ".venv/bin/python scripts/preflight.py --config config" in step["run"]
+    assert "continue-on-error" not in step and "if" not in step
+    assert _step_index(job, "aws sts get-caller-identity") < preflight < _step_index(job, "cdk deploy")
+    assert _step_index(job, "pip install --quiet -r requirements.txt") < preflight
+    # The line jobs and the orphan removal come after the platform job, so they are stopped too.
+    assert "deploy-platform" in needs(jobs()["deploy-line"]) and "deploy-platform" in needs(jobs()["remove-orphans"])
+
+
+@pytest.mark.parametrize("rc, step_ok", [(0, True), (1, False), (2, False)])
+def test_preflight_step_fails_on_any_failed_check_and_shows_the_table(tmp_path, rc, step_ok) -> None:
+    """The step's shell, with preflight.py replaced by a stub exiting ``rc``."""
+    step = jobs()["deploy-platform"]["steps"][_step_index(jobs()["deploy-platform"], "scripts/preflight.py")]
+    stub = tmp_path / "stub.py"
+    stub.write_text(f"import sys\nprint('FAIL  add-on x configuration  schema lacks y')\nsys.exit({rc})\n")
+    script = step["run"].replace(".venv/bin/python scripts/preflight.py", f"{sys.executable} {stub}")
+    summary = tmp_path / "summary"
+    result = subprocess.run(["bash", "-eo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "GITHUB_STEP_SUMMARY": str(summary)})
+    assert (result.returncode == 0) is step_ok
+    assert "schema lacks y" in summary.read_text()
+
+
+def test_header_names_the_permissions_the_preflight_needs() -> None:
+    """The deploy role runs the preflight: the header lists the calls docs/operator-tools.md lists
+    for it (which tests/tools/test_cli.py records from the code)."""
+    header = " ".join(WORKFLOW.read_text().split("\nname:", 1)[0].replace("#", " ").split())
+    doc = (REPO / "docs" / "operator-tools.md").read_text()
+    (row,) = [line for line in doc.splitlines() if line.startswith("| `scripts/preflight.py` | `sts:")]
+    actions = set(re.findall(r"`([a-z0-9]+:[A-Za-z]+)`", row)) - {"sts:GetCallerIdentity"}  # allowed to all
+    assert actions and all(action in header for action in actions), actions
