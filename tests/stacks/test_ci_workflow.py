@@ -214,3 +214,44 @@ def test_header_names_the_permissions_the_preflight_needs() -> None:
     (row,) = [line for line in doc.splitlines() if line.startswith("| `scripts/preflight.py` | `sts:")]
     actions = set(re.findall(r"`([a-z0-9]+:[A-Za-z]+)`", row)) - {"sts:GetCallerIdentity"}  # allowed to all
     assert actions and all(action in header for action in actions), actions
+
+
+def _snapshot_step() -> dict:
+    job = jobs()["test"]
+    return job["steps"][_step_index(job, "scripts/stateful_snapshot.py")]
+
+
+def test_test_job_checks_your_config_against_your_committed_snapshot() -> None:
+    """`make test` guards the fixture config; the pipeline also guards config/ with the committed
+    stateful-resources.json, the script's own defaults, before any deploy job (they need `test`)."""
+    from tests.tools.script_loader import load_script
+
+    defaults = load_script("stateful_snapshot").build_parser().parse_args([])
+    run = _snapshot_step()["run"]
+    assert f"scripts/stateful_snapshot.py --config {defaults.config} --snapshot {defaults.snapshot}" in run
+    assert f"[ ! -f {defaults.snapshot} ]" in run
+    job = jobs()["test"]
+    assert _step_index(job, "make test") < _step_index(job, "scripts/stateful_snapshot.py")
+    assert all("test" in needs(jobs()[name]) for name in DEPLOY_JOBS)
+
+
+@pytest.mark.parametrize("committed, rc, step_ok", [(False, None, True), (True, 0, True), (True, 1, False),
+                                                    (True, 2, False)])
+def test_snapshot_step_runs_whenever_the_snapshot_is_committed(tmp_path, committed, rc, step_ok) -> None:
+    """The step's shell, with the script replaced by a stub exiting ``rc``."""
+    stub = tmp_path / "stub.py"
+    stub.write_text(f"import sys\nprint('EKS cluster kvcache-eks/EksCluster: Name changes')\nsys.exit({rc})\n")
+    if committed:
+        (tmp_path / "stateful-resources.json").write_text("{}")
+    script = _snapshot_step()["run"].replace(".venv/bin/python scripts/stateful_snapshot.py --config",
+                                             f"{sys.executable} {stub} --config")
+    summary = tmp_path / "summary"
+    result = subprocess.run(["bash", "-eo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "GITHUB_STEP_SUMMARY": str(summary)})
+    assert (result.returncode == 0) is step_ok
+    text = summary.read_text()
+    if committed:
+        assert "Name changes" in text
+    else:  # said out loud: the job summary and a warning annotation name the command that records it
+        assert "not committed" in text and "scripts/stateful_snapshot.py --write" in text
+        assert result.stdout.startswith("::warning::")
