@@ -255,3 +255,108 @@ def test_snapshot_step_runs_whenever_the_snapshot_is_committed(tmp_path, committ
     else:  # said out loud: the job summary and a warning annotation name the command that records it
         assert "not committed" in text and "scripts/stateful_snapshot.py --write" in text
         assert result.stdout.startswith("::warning::")
+
+
+# --- The real-LMCache tier in the fork's pipeline ------------------------------------------------
+
+
+def _relevant_pattern() -> str:
+    job = jobs()["lmcache"]
+    (step,) = [s for s in job["steps"] if s.get("id") == "changes"]
+    return re.search(r"relevant='([^']+)'", step["run"]).group(1)
+
+
+def _first_party_closure(start: list) -> set[str]:
+    """Repository files (posix, relative) that ``start``'s modules import, transitively (AST, no import)."""
+    import ast
+
+    seen: set[str] = set()
+    todo = list(start)
+    while todo:
+        path = todo.pop()
+        rel = path.relative_to(REPO).as_posix()
+        if rel in seen:
+            continue
+        seen.add(rel)
+        package = path.parent.relative_to(REPO).parts
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = list(package[:len(package) - node.level + 1]) if node.level else []
+                module = base + (node.module.split(".") if node.module else [])
+                names = [".".join(module)] + [".".join(module + [alias.name]) for alias in node.names]
+            else:
+                continue
+            for name in filter(None, names):
+                parts = name.split(".")
+                for i in range(1, len(parts) + 1):
+                    target = REPO.joinpath(*parts[:i])
+                    for candidate in (target / "__init__.py", target.with_suffix(".py")):
+                        if candidate.is_file():
+                            todo.append(candidate)
+    return seen
+
+
+def test_lmcache_tier_runs_on_pull_requests_that_touch_what_it_reads() -> None:
+    """Every repository file the tier's modules import (transitively), and its non-Python inputs,
+    match the workflow's pattern: a pull request that changes any of them runs the tier."""
+    pattern = re.compile(_relevant_pattern())
+    closure = _first_party_closure(sorted((REPO / "tests_lmcache").glob("*.py")))
+    assert {"k8s/render.py", "platform_config/models.py", "tests/k8s/kyverno_eval.py"} <= closure  # the walk works
+    inputs = {"requirements-lmcache.txt", "constraints-lmcache.txt", "requirements.txt", "Makefile",
+              "package-lock.json", "tests/fixtures/config/platform.yaml",
+              "tests/fixtures/config/business-lines/rag-assistant.yaml"}
+    missed = sorted(path for path in closure | inputs if not pattern.match(path))
+    assert not missed, f"a change to these would not run the real-LMCache tier: {missed}"
+    assert not pattern.match("README.md") and not pattern.match("stacks/network_stack.py")
+
+
+@pytest.mark.parametrize("event, changed, run", [
+    ("pull_request", "README.md", "false"),
+    ("pull_request", "requirements-lmcache.txt", "true"),
+    ("pull_request", "k8s/lmcache.py", "true"),
+    ("push", "README.md", "true"),
+    ("workflow_dispatch", "README.md", "true"),
+])
+def test_lmcache_change_detection_step(tmp_path, event, changed, run) -> None:
+    """The step's shell in a scratch repository whose last commit changes ``changed``."""
+    (step,) = [s for s in jobs()["lmcache"]["steps"] if s.get("id") == "changes"]
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "base.txt").write_text("base")
+    subprocess.run([*git, "add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], cwd=tmp_path, check=True)
+    (tmp_path / changed).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / changed).write_text("changed")
+    subprocess.run([*git, "add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "change"], cwd=tmp_path, check=True)
+    out, summary = tmp_path / "out", tmp_path / "summary"
+    result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=tmp_path,
+                            capture_output=True, text=True,
+                            env={**os.environ, "EVENT": event, "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary)})
+    assert result.returncode == 0, result.stderr
+    assert out.read_text() == f"run={run}\n"
+    assert ("run" if run == "true" else "skipped") in summary.read_text()
+
+
+def test_lmcache_job_caches_its_venv_and_runs_make_test_lmcache() -> None:
+    job = jobs()["lmcache"]
+    gated = "steps.changes.outputs.run == 'true'"
+    heavy = [s for s in job["steps"] if s.get("id") != "changes" and "actions/checkout" not in s.get("uses", "")]
+    assert heavy and all(s.get("if", "").startswith(gated) for s in heavy)
+    (cache,) = steps_using(job, "actions/cache")
+    assert cache["with"]["path"] == ".venv-lmcache"
+    key = cache["with"]["key"]
+    assert "hashFiles('requirements-lmcache.txt', 'constraints-lmcache.txt')" in key
+    assert "steps.python.outputs.python-version" in key  # a venv's interpreter link is version-exact
+    (touch,) = [s for s in job["steps"] if "touch .venv-lmcache/.installed" in s.get("run", "")]
+    assert "steps.venv.outputs.cache-hit == 'true'" in touch["if"]
+    # The Makefile's marker rule, which the touch satisfies: same target, same prerequisites as the key.
+    makefile = (REPO / "Makefile").read_text()
+    assert "$(LMCACHE_VENV)/.installed: requirements-lmcache.txt constraints-lmcache.txt" in makefile
+    assert job["steps"][-1]["run"] == "make test-lmcache"
+    assert "download.pytorch.org/whl/cpu" in job["env"]["TORCH_PIP_ARGS"]
+    assert job["steps"][0]["with"]["fetch-depth"] == 2
+    # Deploys wait for it: a broken L2 env is not deployed.
+    assert "lmcache" in needs(jobs()["deploy-platform"])
