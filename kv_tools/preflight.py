@@ -287,7 +287,7 @@ def check_left_out_keys(name: str, version: str, configuration: dict[str, Any],
     label = f"add-on {name} keys left out"
     raw = response.get("configurationSchema") or ""
     schema = json.loads(raw) if raw else {}
-    sent = {path for path in (k.path for k in INFERENCE_ADDON_KEYS) if _dig(configuration, path.split(".")) is not _MISSING}
+    sent = {k.path for k in INFERENCE_ADDON_KEYS if _dig(configuration, k.path.split(".")) is not _MISSING}
     problems, available = [], []
     for path, (needed, switch) in OMITTED_KEYS_WITH_REQUIRED_DEFAULT.items():
         if path in sent or keys_missing_from_schema(schema, _nested(path)):

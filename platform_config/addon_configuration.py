@@ -63,6 +63,8 @@ class AddonKey:
 
 #: The AWS sources that name the verified keys (docs/sources.md §1, §11).
 _ADDON_SOURCES = "AWS's add-on guide, `helm_to_addon.sh`, awsome-distributed-ai (docs/sources.md §11)"
+#: The gateway keys: named only by issue 9.
+_ISSUE_ONLY = "unverified: issue 9 only, no AWS source found"
 
 #: Every key of the inference add-on's configuration: what is sent, why, and on whose word.
 #: Unverified keys are opt-in (default off) so that the default configuration holds only keys a
@@ -88,11 +90,11 @@ INFERENCE_ADDON_KEYS: Final[tuple[AddonKey, ...]] = (
              "Ingress of the controller's class", "unverified: only the bundled controller chart's values "
              "(1.13.2); the add-on's schema is its own", opt_in="`inference_operator.set_scheme_in_addon`"),
     AddonKey("inferenceGateway.enabled", "`inference_operator.gateway.enabled`; `false` sent only on request "
-             "(v2.0.0 is said to turn the gateway on unless told otherwise)", "unverified: issue 9 only, no AWS source found",
+             "(v2.0.0 is said to turn the gateway on unless told otherwise)", _ISSUE_ONLY,
              opt_in="`inference_operator.gateway.set_in_addon` or `gateway.enabled`"),
     AddonKey("inferenceGateway.serviceAccount.roleArn", "an IRSA role with "
              "`AmazonSageMakerHyperPodInferenceGatewayAccess`, created before the add-on, trusted by "
-             "`gateway.service_account`", "unverified: issue 9 only, no AWS source found", opt_in="`inference_operator.gateway.enabled`"),
+             "`gateway.service_account`", _ISSUE_ONLY, opt_in="`inference_operator.gateway.enabled`"),
     AddonKey("jumpstartGatedModelDownloadRoleArn", "lines deploy `InferenceEndpointConfig`, never "
              "gated JumpStart models, so no download role is created", _ADDON_SOURCES, never_sent=True),
 )

@@ -334,7 +334,8 @@ def test_lmcache_change_detection_step(tmp_path, event, changed, run) -> None:
     out, summary = tmp_path / "out", tmp_path / "summary"
     result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=tmp_path,
                             capture_output=True, text=True,
-                            env={**os.environ, "EVENT": event, "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary)})
+                            env={**os.environ, "EVENT": event, "GITHUB_OUTPUT": str(out),
+                                 "GITHUB_STEP_SUMMARY": str(summary)})
     assert result.returncode == 0, result.stderr
     assert out.read_text() == f"run={run}\n"
     assert ("run" if run == "true" else "skipped") in summary.read_text()
