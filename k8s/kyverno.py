@@ -15,24 +15,27 @@ mutates it again: the two fight forever. With ``autogen-controllers: none`` and 
 What the policy does, in three rules applied in order (Kyverno processes rules in declaration
 order, each on the result of the previous one):
 
-1. ``remove-owned-entries``: removes every existing volume named ``curvine-l2-cache``, every
-   mount of it or at ``/mnt/curvine/l2cache`` in the vLLM container, and every env entry the
-   patch owns (``LMCACHE_REMOTE_URL`` the operator injects, ``LMCACHE_EXTRA_CONFIG`` with its
-   shared-memory setting, the CR's ``LMCACHE_REMOTE_SERDE`` and ``PYTHONHASHSEED``, the
-   operator's ``LMCACHE_MAX_LOCAL_CPU_SIZE`` when the line sets ``cache.l1_cpu_gib``, any
-   duplicates). It also removes what only the replaced Tiered Storage backend needed: every
-   ``hostPath`` volume of ``/dev/shm`` or a path under it (the ai-toolkit shared memory,
-   :func:`k8s.patch.is_hyperpod_shm_volume`, whatever its name) and every mount of such a
-   volume in any container or init container. Pod Security admission runs after the mutating
+1. ``remove-owned-entries``: removes every existing volume the patch owns
+   (:func:`k8s.patch.owned_volumes`: ``curvine-l2-cache``, ``prometheus-multiproc``), every
+   mount of one of them or at one of their paths (``/mnt/curvine/l2cache``,
+   ``/tmp/prometheus-multiproc``) in the vLLM container, and every env entry the patch owns
+   (``LMCACHE_REMOTE_URL`` the operator injects, ``LMCACHE_EXTRA_CONFIG`` with its
+   shared-memory setting, the CR's ``LMCACHE_REMOTE_SERDE`` and ``PYTHONHASHSEED``, any
+   ``PROMETHEUS_MULTIPROC_DIR``, the operator's ``LMCACHE_MAX_LOCAL_CPU_SIZE`` when the line
+   sets ``cache.l1_cpu_gib``, any duplicates). It also removes what only the replaced Tiered
+   Storage backend needed: every ``hostPath`` volume of ``/dev/shm`` or a path under it (the
+   ai-toolkit shared memory, :func:`k8s.patch.is_hyperpod_shm_volume`, whatever its name) and
+   every mount of such a volume in any container or init container. Pod Security admission runs after the mutating
    webhooks, so the Pod it sees has no ``hostPath`` and passes the namespace's ``baseline``;
    anything else baseline forbids is left in place and refused with the PSA error.
    ``foreach`` in ``Descending`` order, so removing entry *i* never shifts an index still to be
    visited; each list is walked by exactly one ``foreach`` (mounts before volumes, so the
    volume names are still there to match).
 2. ``append-l2-settings``: appends exactly one of each owned env entry (values from
-   :func:`k8s.patch.line_cache_env`) and the mount, to the vLLM container only (the one exposing
-   the model invocation port, or named after the endpoint).
-3. ``ensure-volumes`` / ``add-l2-volume``: adds the PVC volume.
+   :func:`k8s.patch.line_cache_env`) and one mount of each owned volume, to the vLLM container
+   only (the one exposing the model invocation port, or named after the endpoint).
+3. ``ensure-volumes`` / ``add-l2-volume``: adds the owned volumes (the PVC and the metrics
+   ``emptyDir``) and the mutation label.
 
 The patches use only index-free appends (``/-``) or indices of the list being iterated, so the
 result does not depend on whether Kyverno re-reads ``request.object`` between rules.
@@ -45,7 +48,7 @@ from typing import Any, Final
 
 from k8s import names
 from k8s.lmcache import owned_env_names
-from k8s.patch import HYPERPOD_SHM_HOST_PATH, L2_MOUNT_PATH, l2_volume, l2_volume_mount, line_cache_env, pod_env_entries
+from k8s.patch import HYPERPOD_SHM_HOST_PATH, line_cache_env, owned_volumes, pod_env_entries
 from platform_config import BusinessLineConfig, PlatformConfig
 
 KYVERNO_API_VERSION: Final = "kyverno.io/v1"
@@ -115,7 +118,8 @@ def shm_volume_jmespath(volume: str = "") -> str:
 
 def _mount_removals(line: BusinessLineConfig) -> list[dict[str, Any]]:
     """``foreach`` entries of ``remove-owned-entries`` over every container's and init container's
-    mounts: the HyperPod shared-memory mounts anywhere, the L2 mount in the vLLM container.
+    mounts: the HyperPod shared-memory mounts anywhere, the owned mounts (:func:`k8s.patch.owned_volumes`,
+    by volume name or path) in the vLLM container.
 
     One pass per list (containers, then init containers), so the result does not depend on
     whether Kyverno re-reads ``request.object`` between entries. ``element0`` is the container
@@ -126,10 +130,12 @@ def _mount_removals(line: BusinessLineConfig) -> list[dict[str, Any]]:
     shm_mount = {"key": f"{{{{ contains({shm_names}, element.name) }}}}", "operator": "Equals", "value": True}
     is_vllm = (f"(element0.name == '{names.endpoint_name(line)}' || "
                f"contains(element0.ports[].containerPort || `[]`, `{line.vllm.port}`))")
-    l2_mount = (f"(element.name == '{names.L2_VOLUME_NAME}' || element.mountPath == '{L2_MOUNT_PATH}')")
+    owned = owned_volumes(line)
+    owned_mount = "(" + " || ".join([f"element.name == '{v['name']}'" for v, _ in owned]
+                                    + [f"element.mountPath == '{m['mountPath']}'" for _, m in owned]) + ")"
     entries = []
     for kind, conditions in (
-            ("containers", [shm_mount, {"key": f"{{{{ {is_vllm} && {l2_mount} }}}}", "operator": "Equals",
+            ("containers", [shm_mount, {"key": f"{{{{ {is_vllm} && {owned_mount} }}}}", "operator": "Equals",
                                         "value": True}]),
             ("initContainers", [shm_mount])):
         entries.append({
@@ -169,6 +175,7 @@ def policy_spec(platform: PlatformConfig, line: BusinessLineConfig) -> dict[str,
     """``spec`` of the line's Kyverno Policy (see the module docstring for the rules)."""
     vllm = _vllm_preconditions(line)
     owned = list(owned_env_names(line))
+    volumes = owned_volumes(line)
     match = _match(line)
     has_vllm = _has_vllm_container(line)
     remove_rule = {
@@ -193,7 +200,7 @@ def policy_spec(platform: PlatformConfig, line: BusinessLineConfig) -> dict[str,
                 "list": "request.object.spec.volumes || `[]`",
                 "order": "Descending",
                 "preconditions": {"any": [
-                    {"key": "{{ element.name }}", "operator": "Equals", "value": names.L2_VOLUME_NAME},
+                    {"key": "{{ element.name }}", "operator": "AnyIn", "value": [v["name"] for v, _ in volumes]},
                     {"key": f"{{{{ {shm_volume_jmespath('element')} }}}}", "operator": "Equals", "value": True},
                 ]},
                 "patchesJson6902": _yaml_patch([{"op": "remove", "path": "/spec/volumes/{{ elementIndex }}"}]),
@@ -203,7 +210,7 @@ def policy_spec(platform: PlatformConfig, line: BusinessLineConfig) -> dict[str,
     container = "/spec/containers/{{ elementIndex }}"
     appends = [{"op": "add", "path": f"{container}/env/-", "value": e}
                for e in pod_env_entries(platform, line, tmp_dir_token=POLICY_TMP_TOKEN)]
-    appends.append({"op": "add", "path": f"{container}/volumeMounts/-", "value": l2_volume_mount()})
+    appends += [{"op": "add", "path": f"{container}/volumeMounts/-", "value": m} for _, m in volumes]
     append_rule = {
         "name": "append-l2-settings",
         "match": match,
@@ -243,7 +250,7 @@ def policy_spec(platform: PlatformConfig, line: BusinessLineConfig) -> dict[str,
         # The label tells verify.py and the alerts that this Pod went through the mutation
         # (a Pod created while the policy was not ready never gets it).
         "mutate": {"patchesJson6902": _yaml_patch([
-            {"op": "add", "path": "/spec/volumes/-", "value": l2_volume(line)},
+            *({"op": "add", "path": "/spec/volumes/-", "value": v} for v, _ in volumes),
             {"op": "add", "path": "/metadata/labels/" + names.L2_MUTATED_LABEL.replace("~", "~0").replace("/", "~1"),
              "value": names.L2_MUTATED_VALUE},
         ])},
@@ -278,7 +285,8 @@ def policy_manifest(platform: PlatformConfig, line: BusinessLineConfig) -> dict[
                 "policies.kyverno.io/description": (
                     "Mutates the vLLM Pods of this line at CREATE only: exactly one each of "
                     + ", ".join(line_cache_env(platform, line))
-                    + "; the line's RWX PVC and its mount at /mnt/curvine/l2cache; removes the operator's "
+                    + "; the line's RWX PVC and its mount at /mnt/curvine/l2cache; an emptyDir for "
+                    "PROMETHEUS_MULTIPROC_DIR (LMCache's metrics on vLLM's /metrics); removes the operator's "
                     "/dev/shm hostPath (only the replaced sagemaker-hyperpod:// backend used it)."),
             },
         },

@@ -104,6 +104,20 @@ TMP_DIR_PREFIX: Final = ".tmp-"
 #: tuple of integers that the seed does not salt: measured by ``make test-lmcache``.
 PYTHONHASHSEED_ENV: Final = "PYTHONHASHSEED"
 
+#: Prometheus multiprocess directory of the vLLM container. Not an LMCache setting (so not an
+#: ``LMCACHE_*`` name and not in :data:`LMCACHE_CONFIG_KEYS`), but part of the env the L2 patch
+#: owns: LMCache registers its metrics with ``prometheus_client`` in vLLM's engine-core/worker
+#: processes, and vLLM's API server serves them on ``/metrics`` only when this variable names one
+#: existing, writable directory for the whole container (vLLM 0.29.0
+#: ``vllm/v1/metrics/prometheus.py`` ``get_prometheus_registry``; ``prometheus_client`` picks its
+#: multiprocess value class when it is imported, ``values.py``). LMCache 0.5.5's own fallback
+#: (``PrometheusLogger._ensure_multiprocess_dir``) sets it inside the worker process only, after
+#: ``prometheus_client`` was imported, so it has no effect. docs/sources.md §13.
+PROMETHEUS_MULTIPROC_DIR_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
+#: Where the pod's ``emptyDir`` for it is mounted in the vLLM container (:func:`k8s.patch.metrics_volume`).
+#: A real directory in every image (``/var/run`` is a symlink in some), private to the container.
+METRICS_DIR: Final = "/tmp/prometheus-multiproc"
+
 #: Downward-API variable holding the pod name, used only by the Deployment patch (whose
 #: template is shared by all pods, so the per-pod token must be expanded by the kubelet from
 #: ``$(KVCACHE_POD_NAME)``). Not an ``LMCACHE_*`` name, so LMCache ignores it.
@@ -230,8 +244,9 @@ def lmcache_env(platform: PlatformConfig, line: BusinessLineConfig, *, tmp_dir_t
         extra config carries ``sagemaker_hyperpod_*`` keys that only the ``sagemaker-hyperpod://``
         connector reads, meaningless once the URL is ``fs://``); ``PYTHONHASHSEED``; unless
         ``lmcache.usage_telemetry`` is on, ``LMCACHE_TRACK_USAGE=false`` and ``DO_NOT_TRACK=1``;
-        and, only when ``cache.l1_cpu_gib`` is set, ``LMCACHE_MAX_LOCAL_CPU_SIZE``
-        (:func:`max_local_cpu_size`).
+        ``PROMETHEUS_MULTIPROC_DIR`` = :data:`METRICS_DIR` (so LMCache's metrics reach vLLM's
+        ``/metrics``; the patch mounts an ``emptyDir`` there); and, only when
+        ``cache.l1_cpu_gib`` is set, ``LMCACHE_MAX_LOCAL_CPU_SIZE`` (:func:`max_local_cpu_size`).
 
     Raises:
         KeyError: a name that LMCache does not read (a programming error caught by tests).
@@ -248,6 +263,7 @@ def lmcache_env(platform: PlatformConfig, line: BusinessLineConfig, *, tmp_dir_t
     if not platform.lmcache.usage_telemetry:
         env[TRACK_USAGE_ENV] = "false"
         env[DO_NOT_TRACK_ENV] = "1"
+    env[PROMETHEUS_MULTIPROC_DIR_ENV] = METRICS_DIR
     l1_size = max_local_cpu_size(line)
     if l1_size is not None:
         env[env_name("max_local_cpu_size")] = l1_size
@@ -274,13 +290,18 @@ def max_local_cpu_size(line: BusinessLineConfig) -> str | None:
 def owned_env_names(line: BusinessLineConfig) -> tuple[str, ...]:
     """Env names the L2 patch owns: any existing entry with one of these names is removed first.
 
+    Every name :func:`lmcache_env` can emit, plus :data:`POD_NAME_ENV` (a test holds the two
+    together). ``PROMETHEUS_MULTIPROC_DIR`` is owned, so a value from the CR or the operator that
+    names a missing directory (vLLM's API server would fail to start: ``MultiProcessCollector``
+    refuses it) is replaced by the mounted one.
     The telemetry opt-outs are always owned, so ``lmcache.usage_telemetry`` alone decides (when
     it is on, neither is set). ``LMCACHE_MAX_LOCAL_CPU_SIZE`` is owned only for a ``line`` that
     sets ``cache.l1_cpu_gib``; otherwise the operator's own value (its L1 setting) is left alone.
     """
     names = (env_name("remote_url"), env_name("chunk_size"),
              *(env_name(s.key) for s in PINNED_SETTINGS if not s.key.startswith("extra_config.")),
-             env_name("extra_config"), PYTHONHASHSEED_ENV, TRACK_USAGE_ENV, DO_NOT_TRACK_ENV, POD_NAME_ENV)
+             env_name("extra_config"), PYTHONHASHSEED_ENV, TRACK_USAGE_ENV, DO_NOT_TRACK_ENV,
+             PROMETHEUS_MULTIPROC_DIR_ENV, POD_NAME_ENV)
     if line.cache.l1_cpu_gib is not None:
         names += (env_name("max_local_cpu_size"),)
     return names

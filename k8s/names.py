@@ -31,6 +31,9 @@ OPERATOR_POD_LABEL: Final = "app"
 
 #: Pod-level volume name of the line's L2 PVC in the inference pods.
 L2_VOLUME_NAME: Final = "curvine-l2-cache"
+#: Pod-level volume name of the ``emptyDir`` that holds Prometheus' multiprocess files in the
+#: inference pods (``PROMETHEUS_MULTIPROC_DIR``, :data:`k8s.lmcache.PROMETHEUS_MULTIPROC_DIR_ENV`).
+METRICS_VOLUME_NAME: Final = "prometheus-multiproc"
 
 
 def cluster_domain_host(platform: PlatformConfig) -> str:

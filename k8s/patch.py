@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from k8s import names
-from k8s.lmcache import POD_NAME_ENV, l2_cache_dir, lmcache_env, owned_env_names
+from k8s.lmcache import METRICS_DIR, POD_NAME_ENV, l2_cache_dir, lmcache_env, owned_env_names
 from platform_config import BusinessLineConfig, ConfigError, PlatformConfig, load_project
 
 #: Where the line's RWX PVC is mounted in the vLLM container (docs/sources.md §1).
@@ -52,6 +52,19 @@ L2_REMOTE_URL: Final = "fs://localhost:0/mnt/curvine/l2cache/"
 #: ``hostPath`` volume, so the L2 patch removes it.
 HYPERPOD_SHM_HOST_PATH: Final = "/dev/shm"
 
+#: ``sizeLimit`` of the vLLM container's Prometheus multiprocess ``emptyDir``
+#: (:func:`metrics_volume`). ``prometheus_client`` keeps one mmap file per process and kind
+#: (``counter_<pid>.db``, ``histogram_<pid>.db``, ``gauge_<mode>_<pid>.db``), each created at
+#: 64 KiB and doubled when full (``mmap_dict.py``, prometheus_client 0.24.1); a pod runs the API
+#: server, the engine core and one worker per TP rank (up to 10 processes at TP 8). One LMCache
+#: pod process left 256 KiB (four 64 KiB files; ``make test-lmcache`` holds it under 1 MiB), so
+#: 64 MiB leaves room for the files of processes that died in container restarts (the directory
+#: outlives them, see docs/l2-cache.md). Disk-backed on purpose: exceeding the limit makes the
+#: kubelet evict the Pod (its replacement starts with an empty directory), whereas a full
+#: memory-backed ``emptyDir`` (a tmpfs capped at ``sizeLimit``) would fail ``prometheus_client``'s
+#: file growth inside vLLM's and LMCache's metric updates (docs/sources.md §13).
+METRICS_DIR_SIZE_LIMIT: Final = "64Mi"
+
 #: Per-pod token of the Deployment patch: the kubelet expands ``$(KVCACHE_POD_NAME)`` in env
 #: values to the pod's name (the variable is defined earlier in the same env list).
 DEPLOYMENT_TMP_TOKEN: Final = f"$({POD_NAME_ENV})"
@@ -66,6 +79,9 @@ __all__ = [
     "is_hyperpod_shm_volume",
     "line_cache_env",
     "line_remote_url",
+    "metrics_volume",
+    "metrics_volume_mount",
+    "owned_volumes",
     "pod_env_entries",
 ]
 
@@ -114,6 +130,28 @@ def l2_volume(line: BusinessLineConfig) -> dict[str, Any]:
 def l2_volume_mount() -> dict[str, Any]:
     """The mount of that volume in the vLLM container."""
     return {"name": names.L2_VOLUME_NAME, "mountPath": L2_MOUNT_PATH}
+
+
+def metrics_volume() -> dict[str, Any]:
+    """The pod volume of ``PROMETHEUS_MULTIPROC_DIR``: an ``emptyDir`` (disk-backed, at most
+    :data:`METRICS_DIR_SIZE_LIMIT`), allowed by every Pod Security level."""
+    return {"name": names.METRICS_VOLUME_NAME, "emptyDir": {"sizeLimit": METRICS_DIR_SIZE_LIMIT}}
+
+
+def metrics_volume_mount() -> dict[str, Any]:
+    """Its mount in the vLLM container, at :data:`k8s.lmcache.METRICS_DIR` (the env's value)."""
+    return {"name": names.METRICS_VOLUME_NAME, "mountPath": METRICS_DIR}
+
+
+def owned_volumes(line: BusinessLineConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Every (pod volume, vLLM container mount) pair the L2 patch owns, in the order it adds them.
+
+    The line's L2 PVC at :data:`L2_MOUNT_PATH`, and the ``emptyDir`` of
+    ``PROMETHEUS_MULTIPROC_DIR``. The Kyverno policy and :func:`endpoint_json_patch` both remove
+    any volume with one of these names, and any vLLM mount of one of these names or at one of
+    these paths, before adding exactly one of each.
+    """
+    return [(l2_volume(line), l2_volume_mount()), (metrics_volume(), metrics_volume_mount())]
 
 
 def is_hyperpod_shm_volume(volume: dict[str, Any]) -> bool:
@@ -168,8 +206,9 @@ def endpoint_json_patch(platform: PlatformConfig, line: BusinessLineConfig, *,
         platform: the platform config.
         line: the business line (its Deployment is named :func:`k8s.names.endpoint_name`).
         deployment: the live Deployment (``kubectl get deploy -o json``). When given, the patch
-            first removes every volume named ``curvine-l2-cache``, every mount of it or at
-            :data:`L2_MOUNT_PATH`, and every env entry the patch owns
+            first removes every volume of :func:`owned_volumes` (by name: ``curvine-l2-cache``,
+            ``prometheus-multiproc``), every vLLM mount of one of them or at one of their paths,
+            and every env entry the patch owns
             (:func:`k8s.lmcache.owned_env_names`: the operator may inject its own
             ``LMCACHE_REMOTE_URL`` / ``LMCACHE_EXTRA_CONFIG`` / ``LMCACHE_MAX_LOCAL_CPU_SIZE``,
             the CR adds ``LMCACHE_REMOTE_SERDE`` / ``PYTHONHASHSEED``), and every HyperPod
@@ -203,13 +242,15 @@ def endpoint_json_patch(platform: PlatformConfig, line: BusinessLineConfig, *,
         mounts = container.get("volumeMounts") or []
         env = container.get("env") or []
         owned = set(owned_env_names(line))
+        owned_volume_names = {v["name"] for v, _ in owned_volumes(line)}
+        owned_paths = {m["mountPath"] for _, m in owned_volumes(line)}
         # Only the replaced Tiered Storage backend used the shared-memory hostPath: drop it and
         # every mount of it (a mount of a missing volume would make the Pod invalid).
         shm_names = {v.get("name") for v in volumes if is_hyperpod_shm_volume(v)}
         ops += _removals(f"{spec_path}/volumes", volumes, "name",
-                         lambda v: v.get("name") == names.L2_VOLUME_NAME or is_hyperpod_shm_volume(v))
+                         lambda v: v.get("name") in owned_volume_names or is_hyperpod_shm_volume(v))
         ops += _removals(f"{cpath}/volumeMounts", mounts, "name",
-                         lambda m: m.get("name") == names.L2_VOLUME_NAME or m.get("mountPath") == L2_MOUNT_PATH
+                         lambda m: m.get("name") in owned_volume_names or m.get("mountPath") in owned_paths
                          or m.get("name") in shm_names)
         for kind in ("containers", "initContainers"):
             for i, other in enumerate(pod_spec.get(kind) or []):
@@ -228,8 +269,9 @@ def endpoint_json_patch(platform: PlatformConfig, line: BusinessLineConfig, *,
         # The label of the L2 mutation, as the Kyverno policy sets it (verify.py checks it).
         label = names.L2_MUTATED_LABEL.replace("~", "~0").replace("/", "~1")
         ops.append({"op": "add", "path": f"/spec/template/metadata/labels/{label}", "value": names.L2_MUTATED_VALUE})
-    ops.append({"op": "add", "path": f"{spec_path}/volumes/-", "value": l2_volume(line)})
-    ops.append({"op": "add", "path": f"{cpath}/volumeMounts/-", "value": l2_volume_mount()})
+    for volume, mount in owned_volumes(line):
+        ops.append({"op": "add", "path": f"{spec_path}/volumes/-", "value": volume})
+        ops.append({"op": "add", "path": f"{cpath}/volumeMounts/-", "value": mount})
     for entry in pod_env_entries(platform, line):
         ops.append({"op": "add", "path": f"{cpath}/env/-", "value": entry})
     return ops

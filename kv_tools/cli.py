@@ -1,6 +1,7 @@
 """One command-line convention for the six operator tools (``scripts/plan.py``, ``overlap.py``,
-``bench_ttft.py``, ``verify.py``, ``preflight.py``, ``orphans.py``); the exit codes also hold for
-``scripts/patch_endpoint.sh`` and the L2 janitor (``kv_tools/l2_janitor.py``) run by hand.
+``bench_ttft.py``, ``verify.py``, ``preflight.py``, ``orphans.py``) and the stateful-resource guard
+(``scripts/stateful_snapshot.py``); the exit codes also hold for ``scripts/patch_endpoint.sh`` and
+the L2 janitor (``kv_tools/l2_janitor.py``) run by hand.
 
 * **Exit codes** (:data:`EXIT_CODES`, the README's one table is generated from it and a test
   keeps them equal): ``0`` fine, ``1`` the tool answered and the answer is "no", ``2`` bad
@@ -56,6 +57,11 @@ EXIT_CODES: dict[str, ExitMeaning] = {
                               "orphaned line stacks remain (listed; deletion declined, refused or failed)",
                               "bad input or config, credentials of another account, AWS unreachable, or "
                               "--destroy without a terminal and without --yes"),
+    "stateful_snapshot.py": ExitMeaning("no stateful resource would be replaced, or the snapshot was written",
+                                        "a deploy would replace or delete a stateful resource (one line each, "
+                                        "naming the config field)",
+                                        "bad input or config, or no readable snapshot to check against "
+                                        "(record one with --write)"),
     # Two more tools an operator runs by hand, on the same codes; neither can import this module
     # (a shell script; a standard-library file shipped in a ConfigMap), so their --help texts are
     # kept equal to exit_epilog() by tests.

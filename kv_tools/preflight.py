@@ -18,7 +18,12 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from platform_config import PlatformConfig
-from platform_config.addon_configuration import configured_addons
+from platform_config.addon_configuration import (
+    INFERENCE_ADDON,
+    INFERENCE_ADDON_KEYS,
+    OMITTED_KEYS_WITH_REQUIRED_DEFAULT,
+    configured_addons,
+)
 from platform_config.models import HYPERPOD_KUBERNETES_VERSIONS
 
 #: Minimum add-on versions the inference add-on depends on (docs/sources.md §1, from the
@@ -221,6 +226,87 @@ def check_addon_configuration(name: str, version: str, configuration: dict[str, 
     return CheckResult(label, True, f"{version} schema has every key set")
 
 
+_MISSING = object()
+
+
+def _nested(path: str, leaf: Any = "?") -> dict[str, Any]:
+    """``a.b.c`` -> ``{"a": {"b": {"c": leaf}}}``."""
+    node: Any = leaf
+    for part in reversed(path.split(".")):
+        node = {part: node}
+    return node
+
+
+def _dig(values: Any, parts: list[str]) -> Any:
+    for part in parts:
+        if not isinstance(values, dict) or part not in values:
+            return _MISSING
+        values = values[part]
+    return values
+
+
+def schema_default(schema: dict[str, Any], path: str) -> Any:
+    """The default ``schema`` states for the dotted ``path`` when the key is left out.
+
+    The outermost statement wins: an enclosing object's ``default`` that contains the path (it
+    applies when the whole object is absent), else the ``default`` of the key itself.
+
+    Returns:
+        The default, or :data:`_MISSING` when the schema does not declare the path or states none.
+    """
+    parts = path.split(".")
+    nodes: list[Any] = [schema]
+    for depth, part in enumerate(parts):
+        children = _children(schema, {"anyOf": nodes}, part)
+        if children is None:
+            return _MISSING
+        for child in children:
+            for branch in _branches(schema, child):
+                if "default" in branch:
+                    value = branch["default"] if depth == len(parts) - 1 else _dig(branch["default"], parts[depth + 1:])
+                    if value is not _MISSING:
+                        return value
+        nodes = children
+    return _MISSING
+
+
+def check_left_out_keys(name: str, version: str, configuration: dict[str, Any],
+                        response: dict[str, Any]) -> CheckResult:
+    """What the add-on's schema says about the unverified keys the platform leaves out.
+
+    Fails when a key of :data:`~platform_config.addon_configuration.OMITTED_KEYS_WITH_REQUIRED_DEFAULT`
+    is left out while the schema declares it without the default the platform needs (today:
+    ``inferenceGateway.enabled``, which issue 9 says v2.0.0 turns on); the detail names the config
+    switch that sends the key. Opt-in keys the schema does have are listed, so their switch can be
+    turned on with evidence.
+
+    Args:
+        configuration: what the stacks pass for add-on ``name``.
+        response: ``eks:DescribeAddonConfiguration`` of the pinned version (schema as a string).
+    """
+    label = f"add-on {name} keys left out"
+    raw = response.get("configurationSchema") or ""
+    schema = json.loads(raw) if raw else {}
+    sent = {k.path for k in INFERENCE_ADDON_KEYS if _dig(configuration, k.path.split(".")) is not _MISSING}
+    problems, available = [], []
+    for path, (needed, switch) in OMITTED_KEYS_WITH_REQUIRED_DEFAULT.items():
+        if path in sent or keys_missing_from_schema(schema, _nested(path)):
+            continue
+        default = schema_default(schema, path)
+        if default != needed:
+            stated = "states no default" if default is _MISSING else f"defaults to {json.dumps(default)}"
+            problems.append(f"{version} schema has {path} and {stated}; the platform needs {json.dumps(needed)} "
+                            f"and leaves it out: set {switch}")
+    for key in INFERENCE_ADDON_KEYS:
+        if not key.verified and key.path not in sent and not keys_missing_from_schema(schema, _nested(key.path)):
+            available.append(f"{key.path} (opt in: {key.opt_in.replace('`', '')})")
+    if problems:
+        return CheckResult(label, False, "; ".join(problems))
+    if available:
+        return CheckResult(label, True, f"{version} schema also has {', '.join(available)}")
+    return CheckResult(label, True, f"{version}: nothing left out that the schema declares")
+
+
 def check_bootstrap(stacks_response: dict[str, Any] | None) -> CheckResult:
     """The CDK bootstrap stack exists (``cloudformation:DescribeStacks``); None if absent."""
     if not stacks_response or not stacks_response.get("Stacks"):
@@ -262,6 +348,8 @@ def run_preflight(platform: PlatformConfig, session_factory: Callable[..., Any] 
             results.append(CheckResult(f"add-on {name} configuration", False, f"schema not readable: {exc}"))
             continue
         results.append(check_addon_configuration(name, pinned[name], configuration, response))
+        if name == INFERENCE_ADDON and response.get("configurationSchema"):
+            results.append(check_left_out_keys(name, pinned[name], configuration, response))
 
     try:
         cluster = eks.describe_cluster(name=platform.eks.cluster_name)

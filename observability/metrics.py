@@ -94,14 +94,21 @@ class Metric:
 
 # --- sources ------------------------------------------------------------------------------------
 
+#: vLLM 0.29.0 is the release lmcache/vllm-openai:v0.5.5 (the pinned image) installs: its
+#: Dockerfile installs the newest vLLM at build time, and the image was built at LMCache's 0.5.5
+#: release, between vLLM 0.29.0 and 0.30.0 (docs/sources.md §13). Both read, same names and types.
 VLLM: Final = Source(
     component="vLLM", repository="vllm-project/vllm", path="vllm/v1/metrics/loggers.py",
-    versions=("v0.10.2", "v0.11.0"), naming=Naming.PYTHON_CLIENT,
-    read_from="the PyPI wheels vllm==0.10.2 and vllm==0.11.0 (the file as released at those tags)")
+    versions=("v0.29.0", "v0.30.0"), naming=Naming.PYTHON_CLIENT,
+    read_from="the PyPI wheels vllm==0.29.0 and vllm==0.30.0 (the file as released at those tags)")
+#: The LMCache release of the pinned image (``platform_config.models.LMCACHE_VERSION``; a light
+#: test holds the two together). ``make test-lmcache`` runs that release, scrapes its metrics the
+#: way vLLM's ``/metrics`` does, and checks every LMCache row of :data:`METRICS` (name, type,
+#: labels) against what it exposes.
 LMCACHE: Final = Source(
     component="LMCache", repository="LMCache/LMCache", path="lmcache/observability.py",
-    versions=("v0.3.7", "v0.5.6"), naming=Naming.PYTHON_CLIENT,
-    read_from="the PyPI wheels lmcache==0.3.7 and lmcache==0.5.6")
+    versions=("v0.5.5",), naming=Naming.PYTHON_CLIENT,
+    read_from="the PyPI sdist and wheel lmcache==0.5.5; exposition checked by make test-lmcache")
 CURVINE_MASTER: Final = Source(
     component="Curvine Primary (master)", repository="CurvineIO/curvine",
     path="curvine-server/src/master/master_metrics.rs", versions=("v0.3.2-alpha",),
@@ -132,7 +139,10 @@ L2_JANITOR: Final = Source(
     read_from="prometheus_text() of the janitor, served on GET /metrics by its --serve HTTP server")
 
 _VLLM_LABELS = ("model_name", "engine")
-_LMCACHE_LABELS = ("model_name", "worker_id")
+#: ``PrometheusLogger._metadata_to_labels`` (lmcache 0.5.5). ``role`` is ``worker`` or
+#: ``scheduler`` in vLLM; only worker engines log these metrics (the scheduler builds no engine
+#: unless ``enable_scheduler_bypass_lookup``, left off), ``worker_id`` is the TP rank.
+_LMCACHE_LABELS = ("model_name", "worker_id", "role", "served_model_name")
 
 
 def _m(name: str, kind: Kind, unit: str, labels: tuple[str, ...], meaning: str, source: Source) -> Metric:

@@ -8,6 +8,7 @@ cannot disagree. Pure: no AWS or CDK imports; ARNs and bucket names come in as a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Final
 
 from platform_config.models import PlatformConfig
@@ -24,31 +25,87 @@ CORE_ADDON_CONFIGURATION: Final[dict[str, dict[str, str]]] = {
     "vpc-cni": {"enableNetworkPolicy": "true"},
 }
 
-#: Every key of the inference add-on's configuration and why it is set (or deliberately left
-#: out). Sources: docs/sources.md §1 (keys of the add-on guide and the operator's
-#: ``helm_to_addon.sh``) and §11 (v2 gateway, release notes, load-balancer scheme).
-INFERENCE_ADDON_KEYS: Final[dict[str, str]] = {
-    "executionRoleArn": "the operator's execution role (IRSA of hyperpod-inference-controller-manager and "
-                        "sagemaker.amazonaws.com); its name starts with SageMakerHyperPodInference, which the "
-                        "add-on requires of it",
-    "tlsCertificateS3Bucket": "the platform's hyperpod-tls-* bucket for the endpoints' TLS certificates",
-    "hyperpodClusterArn": "the HyperPod cluster whose nodes run the endpoints",
-    "alb.enabled": "true: each endpoint gets a load balancer from the add-on's own AWS Load Balancer "
-                   "Controller (the platform installs no other)",
-    "alb.serviceAccount.create": "true: the add-on creates the controller's ServiceAccount, annotated with roleArn",
-    "alb.serviceAccount.roleArn": "IRSA role with the controller's IAM policy, narrowed to this account and region",
-    "alb.ingressClassParams.spec.scheme": "inference_operator.load_balancer_scheme, forced on every Ingress of "
-                                          "the controller's class (only with inference_operator.set_scheme_in_addon)",
-    "keda.enabled": "true: endpoint autoscaling",
-    "keda.auth.aws.irsa.enabled": "true: KEDA reads CloudWatch / Prometheus metrics with its own IRSA role",
-    "keda.auth.aws.irsa.roleArn": "IRSA role that may only read metrics",
-    "inferenceGateway.enabled": "inference_operator.gateway.enabled; false by default (v2.0.0 turns the gateway "
-                                "on, with TLS auto-issue, unless told otherwise)",
-    "inferenceGateway.serviceAccount.roleArn": "only with the gateway on: IRSA role with "
-                                               "AmazonSageMakerHyperPodInferenceGatewayAccess, created before the add-on",
-    "jumpstartGatedModelDownloadRoleArn": "not set: business lines deploy InferenceEndpointConfig, never gated "
-                                          "JumpStart models, so no download role is created",
-}
+
+@dataclass(frozen=True)
+class AddonKey:
+    """One key of the inference add-on's ``configurationValues`` and why it is sent (or not).
+
+    Attributes:
+        path: dotted path in the configuration (``alb.serviceAccount.roleArn``).
+        value: what the platform sends and why.
+        source: where the key is documented for the add-on (never only a Helm chart's values:
+            the add-on's schema is its own, e.g. its ``keda.auth.aws.irsa`` is the chart's
+            ``keda.podIdentity.aws.irsa``); docs/sources.md §1 and §11.
+        opt_in: the config field(s) that must be set for the key to be sent (Markdown), for keys
+            no source read for this project shows in the add-on's configuration; ``None`` for
+            verified keys.
+        never_sent: a verified key the platform deliberately does not send.
+    """
+
+    path: str
+    value: str
+    source: str
+    opt_in: str | None = None
+    never_sent: bool = False
+
+    @property
+    def verified(self) -> bool:
+        """A source shows the key in the add-on's configuration (unverified keys are opt-in)."""
+        return self.opt_in is None
+
+    @property
+    def sent(self) -> str:
+        """When the key is sent: ``always``, ``never`` or ``only with <switch>``."""
+        if self.never_sent:
+            return "never"
+        return "always" if self.verified else f"only with {self.opt_in}"
+
+
+#: The AWS sources that name the verified keys (docs/sources.md §1, §11).
+_ADDON_SOURCES = "AWS's add-on guide, `helm_to_addon.sh`, awsome-distributed-ai (docs/sources.md §11)"
+#: The gateway keys: named only by issue 9.
+_ISSUE_ONLY = "unverified: issue 9 only, no AWS source found"
+
+#: Every key of the inference add-on's configuration: what is sent, why, and on whose word.
+#: Unverified keys are opt-in (default off) so that the default configuration holds only keys a
+#: source shows; ``scripts/preflight.py`` checks every key sent against the pinned version's
+#: schema and reports a schema key left out whose default matters (the gateway).
+INFERENCE_ADDON_KEYS: Final[tuple[AddonKey, ...]] = (
+    AddonKey("executionRoleArn", "the operator's execution role (IRSA of hyperpod-inference-controller-manager "
+             "and sagemaker.amazonaws.com), named `SageMakerHyperPodInference-<project>-<region>`: installed as "
+             "an add-on, the operator refuses a role name without that prefix", _ADDON_SOURCES),
+    AddonKey("tlsCertificateS3Bucket", "the `hyperpod-tls-<project>-<account>-<region>` bucket of the endpoints' "
+             "TLS certificates", _ADDON_SOURCES),
+    AddonKey("hyperpodClusterArn", "the HyperPod cluster of this platform", _ADDON_SOURCES),
+    AddonKey("alb.enabled", "`true`: each endpoint's load balancer comes from the add-on's own AWS Load "
+             "Balancer Controller (the platform installs no other)", _ADDON_SOURCES),
+    AddonKey("alb.serviceAccount.create", "`true`: the add-on creates the controller's ServiceAccount, "
+             "annotated with `roleArn`", _ADDON_SOURCES),
+    AddonKey("alb.serviceAccount.roleArn", "the controller's IRSA role (official policy, narrowed to this "
+             "account and region)", _ADDON_SOURCES),
+    AddonKey("keda.enabled", "`true`: endpoint autoscaling", _ADDON_SOURCES),
+    AddonKey("keda.auth.aws.irsa.enabled", "`true`: KEDA reads metrics with its own IRSA role", _ADDON_SOURCES),
+    AddonKey("keda.auth.aws.irsa.roleArn", "KEDA's IRSA role, which may only read metrics", _ADDON_SOURCES),
+    AddonKey("alb.ingressClassParams.spec.scheme", "`inference_operator.load_balancer_scheme`, forced on every "
+             "Ingress of the controller's class", "unverified: only the bundled controller chart's values "
+             "(1.13.2); the add-on's schema is its own", opt_in="`inference_operator.set_scheme_in_addon`"),
+    AddonKey("inferenceGateway.enabled", "`inference_operator.gateway.enabled`; `false` sent only on request "
+             "(v2.0.0 is said to turn the gateway on unless told otherwise)", _ISSUE_ONLY,
+             opt_in="`inference_operator.gateway.set_in_addon` or `gateway.enabled`"),
+    AddonKey("inferenceGateway.serviceAccount.roleArn", "an IRSA role with "
+             "`AmazonSageMakerHyperPodInferenceGatewayAccess`, created before the add-on, trusted by "
+             "`gateway.service_account`", _ISSUE_ONLY, opt_in="`inference_operator.gateway.enabled`"),
+    AddonKey("jumpstartGatedModelDownloadRoleArn", "lines deploy `InferenceEndpointConfig`, never "
+             "gated JumpStart models, so no download role is created", _ADDON_SOURCES, never_sent=True),
+)
+
+
+def inference_addon_key_table() -> str:
+    """The README's table of the inference add-on's keys (Markdown), from :data:`INFERENCE_ADDON_KEYS`."""
+    rows = ["| key | sent | value and reason | documented by |", "|---|---|---|---|"]
+    for key in INFERENCE_ADDON_KEYS:
+        rows.append(f"| `{key.path}` | {key.sent} | {key.value} | {key.source} |")
+    return "\n".join(rows)
 
 
 def inference_addon_configuration(
@@ -62,6 +119,11 @@ def inference_addon_configuration(
     gateway_role_arn: str | None = None,
 ) -> dict[str, Any]:
     """``configurationValues`` of ``amazon-sagemaker-hyperpod-inference`` (keys: :data:`INFERENCE_ADDON_KEYS`).
+
+    By default only verified keys are sent. ``alb.ingressClassParams`` is added with
+    ``inference_operator.set_scheme_in_addon``; ``inferenceGateway`` with
+    ``inference_operator.gateway.set_in_addon`` (``enabled: false``) or ``gateway.enabled``
+    (``enabled: true`` and the gateway's role).
 
     Args:
         platform: validated platform config (``inference_operator.*``).
@@ -80,19 +142,29 @@ def inference_addon_configuration(
     alb: dict[str, Any] = {"enabled": True, "serviceAccount": {"create": True, "roleArn": alb_role_arn}}
     if operator.set_scheme_in_addon:
         alb["ingressClassParams"] = {"spec": {"scheme": operator.load_balancer_scheme}}
-    gateway: dict[str, Any] = {"enabled": operator.gateway.enabled}
-    if operator.gateway.enabled:
-        if gateway_role_arn is None:
-            raise ValueError("inference gateway enabled: gateway_role_arn is required")
-        gateway["serviceAccount"] = {"roleArn": gateway_role_arn}
-    return {
+    configuration: dict[str, Any] = {
         "executionRoleArn": execution_role_arn,
         "tlsCertificateS3Bucket": tls_bucket,
         "hyperpodClusterArn": hyperpod_cluster_arn,
         "alb": alb,
         "keda": {"enabled": True, "auth": {"aws": {"irsa": {"enabled": True, "roleArn": keda_role_arn}}}},
-        "inferenceGateway": gateway,
     }
+    gateway = operator.gateway
+    if gateway.enabled:
+        if gateway_role_arn is None:
+            raise ValueError("inference gateway enabled: gateway_role_arn is required")
+        configuration["inferenceGateway"] = {"enabled": True, "serviceAccount": {"roleArn": gateway_role_arn}}
+    elif gateway.set_in_addon:
+        configuration["inferenceGateway"] = {"enabled": False}
+    return configuration
+
+
+#: Schema keys the platform leaves out by default whose absence is only safe when the add-on's
+#: own default agrees: dotted path of the key -> (the value the platform needs, the config switch
+#: that sends it). Checked by ``scripts/preflight.py`` against the pinned version's schema.
+OMITTED_KEYS_WITH_REQUIRED_DEFAULT: Final[dict[str, tuple[Any, str]]] = {
+    "inferenceGateway.enabled": (False, "inference_operator.gateway.set_in_addon: true"),
+}
 
 
 def configured_addons(platform: PlatformConfig) -> dict[str, dict[str, Any]]:

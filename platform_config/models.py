@@ -612,16 +612,24 @@ class VersionsConfig(StrictModel):
 class InferenceGatewayConfig(StrictModel):
     """The inference gateway of the ``amazon-sagemaker-hyperpod-inference`` add-on (v2.0.0 and later).
 
-    The add-on turns the gateway on by default, with TLS certificates auto-issued, and then needs
-    ``inferenceGateway.serviceAccount.roleArn``: a role with the AWS managed policy
-    ``AmazonSageMakerHyperPodInferenceGatewayAccess`` that exists before the add-on
-    (docs/sources.md §11). The platform does not route through it (each business line's endpoint
-    has the operator's own load balancer and intelligent routing), so it is off unless enabled.
+    Issue 9 says the add-on turns the gateway on by default, with TLS certificates auto-issued,
+    and then needs ``inferenceGateway.serviceAccount.roleArn``: a role with the AWS managed policy
+    ``AmazonSageMakerHyperPodInferenceGatewayAccess`` that exists before the add-on. No AWS source
+    read for this project shows the ``inferenceGateway`` key in the add-on's configuration
+    (docs/sources.md §11), so by default the platform sends no ``inferenceGateway`` key at all;
+    ``scripts/preflight.py`` fails when the pinned version's schema has the key and does not
+    default ``enabled`` to false, naming ``set_in_addon``. The platform does not route through the
+    gateway (each business line's endpoint has the operator's own load balancer and intelligent
+    routing).
     """
 
-    #: false: ``inferenceGateway.enabled: false`` is set explicitly (no gateway, no role).
-    #: true: the platform creates the gateway's IRSA role and passes its ARN.
+    #: false: no gateway. true: the platform creates the gateway's IRSA role and sends
+    #: ``inferenceGateway: {enabled: true, serviceAccount: {roleArn}}``.
     enabled: bool = False
+    #: With ``enabled: false``: true sends ``inferenceGateway.enabled: false`` explicitly; false
+    #: (default) leaves the unverified ``inferenceGateway`` key out of the add-on's configuration.
+    #: Set true when scripts/preflight.py reports that the pinned add-on version has the key.
+    set_in_addon: bool = False
     #: Kubernetes ServiceAccount of the gateway in ``hyperpod-inference-system``, which the role
     #: trusts. Required when enabled: take it from the add-on's documentation for the pinned
     #: version (not defaulted, because no source read for this project names it).
@@ -642,18 +650,23 @@ class InferenceOperatorConfig(StrictModel):
     (default) puts the operator's load balancers in the private subnets only, reachable inside the
     VPC (and peered networks); ``internet-facing`` puts them in the public subnets. The network
     stack tags subnets to match (``kubernetes.io/role/internal-elb`` on private subnets;
-    ``kubernetes.io/role/elb`` on public subnets only when internet-facing), so the AWS Load
-    Balancer Controller finds no subnet for the other scheme; with ``set_scheme_in_addon`` the
-    scheme is also forced on the controller's IngressClass (docs/sources.md §11).
+    ``kubernetes.io/role/elb`` on public subnets only when internet-facing; with ``internal`` the
+    public subnets also carry a cluster tag of another cluster, which takes them out of the load
+    balancer controllers' subnet discovery). So with ``internal`` no subnet can take an
+    internet-facing load balancer: one asked for is not created (it does not become internal).
+    The tags do not choose the scheme of what is asked for (README "Load-balancer scheme";
+    docs/sources.md §11). With ``set_scheme_in_addon`` the scheme is also forced on the
+    controller's IngressClass.
     """
 
     #: internal: endpoints reachable only from inside the VPC (no public endpoint);
     #: internet-facing: load balancers in the public subnets (needs network.mode create).
     load_balancer_scheme: Literal["internal", "internet-facing"] = "internal"
     #: Also pass the scheme as ``alb.ingressClassParams.spec.scheme`` in the add-on's
-    #: configuration (forces it on every Ingress of the controller's class). Set false only if
-    #: scripts/preflight.py reports that the pinned add-on version's schema lacks that key.
-    set_scheme_in_addon: bool = True
+    #: configuration (forces it on every Ingress of the controller's class). Off by default: no
+    #: AWS source shows that key in the add-on's configuration (only in the bundled controller
+    #: chart's values). Set true once scripts/preflight.py shows the pinned version's schema has it.
+    set_scheme_in_addon: bool = False
     gateway: InferenceGatewayConfig = InferenceGatewayConfig()
 
 

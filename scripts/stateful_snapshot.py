@@ -1,49 +1,53 @@
 #!/usr/bin/env python3
-"""Check, or rewrite, the snapshot of the stateful resources' logical IDs and replacing properties.
+"""Check, or record, the stateful resources' logical IDs and replacing properties against a snapshot.
 
 Synthesizes the platform from ``--config`` (offline, like ``make synth``) and compares the EKS
 cluster, the HyperPod cluster and the Curvine volume, with every resource their create-only
 properties refer to, against ``--snapshot`` (see ``stacks/stateful.py``). A difference means a
-deploy would replace (or delete) one of them; each message names the config field that caused it.
+deploy would replace (or delete) one of them; each line names the config field that caused it.
 
 Usage::
 
-    # the scenario config of the tests (what `make test` checks; the defaults)
-    .venv/bin/python scripts/stateful_snapshot.py            # check: exit 1 and one line per change
-    .venv/bin/python scripts/stateful_snapshot.py --write    # record the current state
+    # your deployment (the defaults: config/ against stateful-resources.json at the repo root)
+    .venv/bin/python scripts/stateful_snapshot.py --write    # once; commit the file
+    .venv/bin/python scripts/stateful_snapshot.py            # before each deploy (the fork's CI does)
 
-    # your own deployment: record once, check before every deploy (e.g. in CI)
-    .venv/bin/python scripts/stateful_snapshot.py --config config --snapshot stateful-resources.json --write
-    .venv/bin/python scripts/stateful_snapshot.py --config config --snapshot stateful-resources.json
+    # the tests' scenario config (what `make test` checks)
+    .venv/bin/python scripts/stateful_snapshot.py --config tests/fixtures/config \\
+        --snapshot tests/fixtures/stateful-resources.json [--write]
 
-Exit status: 0 no change (or written), 1 a stateful resource would be replaced or the snapshot is
-missing, 2 invalid config.
+Exit codes: see --help (the README's "Operator tools" table).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
-DEFAULT_CONFIG = "tests/fixtures/config"
-DEFAULT_SNAPSHOT = "tests/fixtures/stateful-resources.json"
+from kv_tools import cli  # noqa: E402
+
+TOOL = "stateful_snapshot.py"
+#: Your deployment's config and its committed snapshot (the fork's workflow checks this pair).
+DEFAULT_CONFIG = "config"
+DEFAULT_SNAPSHOT = "stateful-resources.json"
+#: The scenario config of the tests and its snapshot (tests/stacks/test_stateful_snapshot.py).
+FIXTURE_CONFIG = "tests/fixtures/config"
+FIXTURE_SNAPSHOT = "tests/fixtures/stateful-resources.json"
 
 
 def current_snapshot(config_dir: str) -> dict:
-    """Synthesize ``config_dir`` in a temporary directory and return its snapshot.
+    """Synthesize ``config_dir`` (relative to the repository root unless absolute) in a temporary
+    directory and return its snapshot.
 
     Raises:
         ConfigError: the config is invalid.
     """
-    import stacks
+    import stacks  # starts jsii; importing ``stacks`` quiets Node's end-of-life notice first
     from platform_config import load_project
     from stacks.stateful import snapshot
 
@@ -56,39 +60,51 @@ def current_snapshot(config_dir: str) -> dict:
     return snapshot(templates, project.platform, stack_names=stacks.stack_ids(project), config_dir=config_dir)
 
 
+def build_parser():
+    parser = cli.make_parser(TOOL, __doc__.splitlines()[0])
+    parser.add_argument("--config", default=DEFAULT_CONFIG, help="config directory")
+    parser.add_argument("--snapshot", default=DEFAULT_SNAPSHOT, help="snapshot file (JSON), relative to the repo root")
+    parser.add_argument("--write", action="store_true", help="record the current state instead of checking it")
+    return parser
+
+
+def command(args, *, write: bool) -> str:
+    """The command line that repeats this run (with ``--write``), for the messages."""
+    flags = (f" --config {args.config}" if args.config != DEFAULT_CONFIG else "") + (
+        f" --snapshot {args.snapshot}" if args.snapshot != DEFAULT_SNAPSHOT else "")
+    return f".venv/bin/python scripts/{TOOL}{flags}{' --write' if write else ''}"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default=DEFAULT_CONFIG, help=f"config directory (default {DEFAULT_CONFIG})")
-    parser.add_argument("--snapshot", default=DEFAULT_SNAPSHOT, help=f"snapshot file (default {DEFAULT_SNAPSHOT})")
-    parser.add_argument("--write", action="store_true", help="rewrite the snapshot instead of checking it")
-    args = parser.parse_args(argv)
-
+    args = build_parser().parse_args(argv)
     from platform_config import ConfigError
-    from stacks.stateful import compare
 
+    path = Path(args.snapshot) if Path(args.snapshot).is_absolute() else REPO_ROOT / args.snapshot
+    shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+    if not args.write and not path.is_file():
+        return cli.fail(f"{shown}: no snapshot to check against; record one (once, then commit it): "
+                        f"{command(args, write=True)}")
     try:
         current = current_snapshot(args.config)
     except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    path = Path(args.snapshot) if Path(args.snapshot).is_absolute() else REPO_ROOT / args.snapshot
+        return cli.fail(exc)
     if args.write:
         path.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        print(f"wrote {path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path}")
-        return 0
-    if not path.exists():
-        print(f"{path}: no snapshot yet; record one with --write", file=sys.stderr)
-        return 1
-    regenerate = ".venv/bin/python scripts/stateful_snapshot.py --write" + (
-        f" --config {args.config}" if args.config != DEFAULT_CONFIG else "") + (
-        f" --snapshot {args.snapshot}" if args.snapshot != DEFAULT_SNAPSHOT else "")
-    problems = compare(json.loads(path.read_text(encoding="utf-8")), current, regenerate=regenerate)
-    for problem in problems:
-        print(problem)
-    if not problems:
-        print(f"no stateful resource would be replaced ({args.config} vs {args.snapshot})")
-    return 1 if problems else 0
+        cli.emit(f"wrote {shown}")
+        return cli.EXIT_OK
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return cli.fail(f"{shown}: not a readable snapshot ({exc}); record it again: {command(args, write=True)}")
+    from stacks.stateful import compare
+
+    problems = compare(saved, current, regenerate=command(args, write=True))
+    if problems:
+        cli.emit("\n".join(problems))
+        return cli.EXIT_NO
+    cli.emit(f"no stateful resource would be replaced ({args.config} vs {args.snapshot})")
+    return cli.EXIT_OK
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(main)

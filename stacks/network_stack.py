@@ -27,28 +27,51 @@ INTERNAL_ELB_TAG = "kubernetes.io/role/internal-elb"
 #: Above the default tag priority (100) at which aws_eks_v2 tags public subnets ``elb`` and
 #: private subnets ``internal-elb``: this stack's choice wins.
 ELB_TAG_PRIORITY = 200
+#: Prefix of the cluster tag (``kubernetes.io/cluster/<cluster name>``). A subnet that carries
+#: only tags for *other* clusters is not eligible for this cluster's load balancers: the AWS Load
+#: Balancer Controller filters it out (``SubnetsClusterTagCheck``, on by default) and the
+#: cloud-controller-manager's Service load balancers skip it (docs/sources.md §11).
+CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
 
 
-def load_balancer_subnet_tags(scheme: str) -> dict[str, dict[str, bool]]:
-    """Which load-balancer tag each subnet type carries for ``scheme``.
+def excluded_cluster_tag(cluster_name: str) -> str:
+    """The tag that makes public subnets ineligible for load balancers of ``cluster_name``: a cluster
+    tag naming a cluster that is not this one (``<cluster name>-no-load-balancers``)."""
+    return f"{CLUSTER_TAG_PREFIX}{cluster_name}-no-load-balancers"
+
+
+def load_balancer_subnet_tags(scheme: str, cluster_name: str) -> dict[str, dict[str, str | None]]:
+    """The load-balancer tags each subnet type carries for ``scheme`` (value ``None``: removed).
+
+    Why tags are not enough by themselves: the AWS Load Balancer Controller the inference add-on
+    bundles (v2.13.2) looks for subnets with the role tag of the scheme asked for, and when none
+    has it, falls back to every subnet whose reachability matches (a route to an internet gateway
+    for internet-facing; ``SubnetDiscoveryByReachability``, on by default since v2.12.1). So an
+    internal platform that only left ``elb`` off its public subnets would still get an
+    internet-facing load balancer there if one were asked for. The cluster tag of another cluster
+    (:func:`excluded_cluster_tag`) takes the public subnets out of that fallback (docs/sources.md §11).
 
     Args:
         scheme: ``inference_operator.load_balancer_scheme``, ``internal`` or ``internet-facing``.
+        cluster_name: ``eks.cluster_name``.
 
     Returns:
-        ``{"private": {tag: present}, "public": {tag: present}}``: private subnets always carry
+        ``{"private": {tag: value or None}, "public": {...}}``: private subnets always carry
         ``internal-elb`` and never ``elb`` (an internet-facing load balancer there would have no
-        route from the internet); public subnets carry ``elb`` only for ``internet-facing``, so an
-        internal platform offers the controller no subnet for a public load balancer at all.
+        route from the internet). Internet-facing: public subnets carry ``elb``. Internal: public
+        subnets carry no role tag and the excluded cluster tag, so no subnet can take an
+        internet-facing load balancer and one asked for is not created.
 
     Raises:
         ValueError: unknown scheme.
     """
     if scheme not in ("internal", "internet-facing"):
         raise ValueError(f"unknown load balancer scheme {scheme!r}; allowed: internal, internet-facing")
+    internal = scheme == "internal"
     return {
-        "private": {INTERNAL_ELB_TAG: True, ELB_TAG: False},
-        "public": {ELB_TAG: scheme == "internet-facing", INTERNAL_ELB_TAG: False},
+        "private": {INTERNAL_ELB_TAG: "1", ELB_TAG: None},
+        "public": {ELB_TAG: None if internal else "1", INTERNAL_ELB_TAG: None,
+                   excluded_cluster_tag(cluster_name): "shared" if internal else None},
     }
 
 
@@ -62,9 +85,12 @@ class NetworkStack(Stack):
 
     Load-balancer subnet tags follow ``inference_operator.load_balancer_scheme``
     (:func:`load_balancer_subnet_tags`): ``kubernetes.io/role/internal-elb=1`` on the private
-    subnets; ``kubernetes.io/role/elb=1`` on the public subnets only for ``internet-facing``.
-    With the default ``internal`` no subnet is offered to an internet-facing load balancer, so
-    none can be created by any controller (the "no public endpoints unless configured" rule).
+    subnets; ``kubernetes.io/role/elb=1`` on the public subnets only for ``internet-facing``;
+    with ``internal`` the public subnets carry :func:`excluded_cluster_tag` instead. With the
+    default ``internal`` no subnet is eligible for an internet-facing load balancer, neither
+    through the role tag nor through the controller's fallback to reachable subnets, so one asked
+    for is not created (the "no public endpoints unless configured" rule). The tags do not decide
+    the scheme a load balancer is asked with.
 
     Imported VPC (``network.mode: existing``): ``ec2.Vpc.from_vpc_attributes`` with the given
     IDs (no lookup). Endpoints, flow logs and subnet tags are then the VPC owner's job; the
@@ -88,7 +114,8 @@ class NetworkStack(Stack):
         network = platform.network
         zones = list(platform.availability_zones)
         if isinstance(network, CreateVpcConfig):
-            self.vpc = self._create_vpc(network, zones, platform.inference_operator.load_balancer_scheme)
+            self.vpc = self._create_vpc(network, zones, platform.inference_operator.load_balancer_scheme,
+                                        platform.eks.cluster_name)
             private = self.vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnets
         else:
             self.vpc = self._import_vpc(network, zones)
@@ -119,7 +146,7 @@ class NetworkStack(Stack):
         """
         return list(self._configured_zones)
 
-    def _create_vpc(self, network: CreateVpcConfig, zones: list[str], scheme: str) -> ec2.Vpc:
+    def _create_vpc(self, network: CreateVpcConfig, zones: list[str], scheme: str, cluster_name: str) -> ec2.Vpc:
         flow_log_group = logs.LogGroup(
             self,
             "FlowLogs",
@@ -173,12 +200,12 @@ class NetworkStack(Stack):
                 open=False,
             )
         # aws_eks_v2.Cluster tags subnets too (priority 100); these win at ELB_TAG_PRIORITY.
-        wanted = load_balancer_subnet_tags(scheme)
+        wanted = load_balancer_subnet_tags(scheme, cluster_name)
         for kind, subnets in (("private", vpc.private_subnets), ("public", vpc.public_subnets)):
             for subnet in subnets:
-                for tag, present in wanted[kind].items():
-                    if present:
-                        Tags.of(subnet).add(tag, "1", priority=ELB_TAG_PRIORITY)
+                for tag, value in wanted[kind].items():
+                    if value is not None:
+                        Tags.of(subnet).add(tag, value, priority=ELB_TAG_PRIORITY)
                     else:
                         Tags.of(subnet).remove(tag, priority=ELB_TAG_PRIORITY)
         return vpc

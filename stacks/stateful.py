@@ -5,7 +5,8 @@ then delete the old. For the EKS cluster and the HyperPod cluster, both custom-n
 fails ("cannot update a stack when a custom-named resource requires replacing"); where it goes
 through, nodes, their NVMe L2 pool and the Curvine metadata are lost (aws-cdk issue 30107 asks
 for a guard against exactly this). So the logical IDs and these properties are recorded in a
-snapshot (``tests/fixtures/stateful-resources.json`` for the scenario config), and
+snapshot (``tests/fixtures/stateful-resources.json`` for the scenario config,
+``stateful-resources.json`` at the repository root for a deployment's own ``config/``), and
 :func:`compare` names what changed and which config field did it.
 
 Create-only properties: from the resource schemas cfn-lint 1.58.0 ships (``createOnlyProperties``
@@ -43,8 +44,10 @@ from typing import Any, Mapping
 
 from platform_config import PlatformConfig
 
-#: How the script is run to rewrite a snapshot (shown in every failure message).
-REGENERATE = ".venv/bin/python scripts/stateful_snapshot.py --write"
+#: How the script rewrites the scenario config's snapshot (the default of :func:`compare`; the
+#: script passes the command of the pair it checks).
+REGENERATE = (".venv/bin/python scripts/stateful_snapshot.py --config tests/fixtures/config "
+              "--snapshot tests/fixtures/stateful-resources.json --write")
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,9 @@ def export_env(out: Path) -> dict[str, Any]:
     """Run :mod:`tests_lmcache.export_env` with the project's interpreter; return the document."""
     if not PROJECT_PYTHON.exists():
         pytest.exit(f"{PROJECT_PYTHON} not found: run `make setup` (or set KVCACHE_PROJECT_PYTHON)", returncode=2)
-    env = {**os.environ, "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": "20"}
-    subprocess.run([str(PROJECT_PYTHON), "-m", "tests_lmcache.export_env", "--out", str(out)], cwd=REPO, env=env,
+    # No jsii setting here: export_env's first import, ``k8s``, calls quiet_node_notices() in the
+    # project's interpreter before cdk8s starts Node (and leaves a user's own value alone).
+    subprocess.run([str(PROJECT_PYTHON), "-m", "tests_lmcache.export_env", "--out", str(out)], cwd=REPO,
                    check=True, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text(encoding="utf-8"))
 
@@ -59,7 +60,9 @@ class Tier:
 
     def pod_env(self, line: str, pod: int = 0, *, l1_gib: str = TEST_L1_GIB,
                 overrides: dict[str, str | None] | None = None) -> dict[str, str]:
-        """The admitted Pod's env with the two test overrides (L2 root, L1 size), nothing else.
+        """The admitted Pod's env with the three test overrides (L2 root, L1 size, and the
+        Prometheus multiprocess directory re-pointed from the Pod's ``emptyDir`` mount to
+        :meth:`metrics_dir`), nothing else.
 
         ``overrides`` may set or (with None) remove further variables, for controls only.
         """
@@ -69,12 +72,21 @@ class Tier:
         assert url.startswith(root_url), url
         env["LMCACHE_REMOTE_URL"] = f"fs://localhost:0{self.root}/{url[len(root_url):]}"
         env["LMCACHE_MAX_LOCAL_CPU_SIZE"] = l1_gib
+        assert env["PROMETHEUS_MULTIPROC_DIR"] == self.doc["lines"][line]["metrics_dir"]["mount_path"], env
+        env["PROMETHEUS_MULTIPROC_DIR"] = str(self.metrics_dir(line, pod))
         for name, value in (overrides or {}).items():
             if value is None:
                 env.pop(name, None)
             else:
                 env[name] = value
         return {"PATH": os.environ["PATH"], "HOME": str(self.home), **env}
+
+    def metrics_dir(self, line: str, pod: int = 0) -> Path:
+        """The test's stand-in for pod ``pod``'s metrics ``emptyDir`` (created, like the kubelet
+        creates the volume before the container starts)."""
+        path = self.work / "metrics" / f"{line}-{pod}"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
 
     def line_dir(self, line: str) -> Path:
         """The line's model-scoped L2 directory under the test root."""
@@ -112,9 +124,14 @@ def exported(tmp_path_factory) -> dict[str, Any]:
     return export_env(tmp_path_factory.mktemp("export") / "env.json")
 
 
-@pytest.fixture
-def tier(exported, tmp_path) -> Tier:
-    root, home, work = tmp_path / "l2cache", tmp_path / "home", tmp_path / "work"
+def make_tier(exported: dict[str, Any], base: Path) -> Tier:
+    """A :class:`Tier` with its L2 root, HOME and work directory under ``base``."""
+    root, home, work = base / "l2cache", base / "home", base / "work"
     for d in (root, home, work):
         d.mkdir()
     return Tier(exported, root, home, work)
+
+
+@pytest.fixture
+def tier(exported, tmp_path) -> Tier:
+    return make_tier(exported, tmp_path)

@@ -5,8 +5,11 @@ which ``rag-assistant`` serves a fine-tuned model (the issue's input: new ``mode
 ``source.location``, same ``/opt/ml/model`` path), this renders the charts exactly as
 ``make manifests`` does, takes the line's Kyverno ``Policy`` and ``InferenceEndpointConfig`` from
 them, applies the Policy (``tests.k8s.kyverno_eval``) to the Pod the operator renders
-(``tests.k8s.operator_render``) once per simulated pod, and writes the vLLM container's env.
-Nothing LMCache reads is typed here: every value comes from the rendered objects.
+(``tests.k8s.operator_render``) once per simulated pod, and writes the vLLM container's env and
+the volume mounted at its ``PROMETHEUS_MULTIPROC_DIR``. Nothing LMCache reads is typed here:
+every value comes from the rendered objects. It also writes, for every LMCache series the
+dashboards and alerts of the same config select, the label matchers they select it with (the
+scrape's own target labels left out), so the tier can check LMCache's exposition against them.
 
 Usage::
 
@@ -26,10 +29,13 @@ from k8s import names
 from k8s.lmcache import LMCACHE_CONFIG_KEYS, LMCACHE_VERSION
 from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL
 from k8s.render import render_manifests
+from observability import alerts, dashboards
 from platform_config import ProjectConfig, load_project
 from tests.example_config import FIXTURE_CONFIG, copy_example_config, edit_yaml
 from tests.k8s.kyverno_eval import apply_policy
 from tests.k8s.operator_render import pod
+from tests.observability.conftest import panel_targets, selectors
+from tests.observability.test_promql import TARGET_LABELS
 
 #: Name under which the changed-model variant of rag-assistant is exported.
 CHANGED_MODEL_LINE = "rag-assistant@fine-tuned"
@@ -51,6 +57,31 @@ def _tp_size(args: list[str]) -> int:
     return 1
 
 
+def _metrics_dir(admitted: dict[str, Any], vllm: dict[str, Any]) -> dict[str, Any] | None:
+    """The vLLM container's ``PROMETHEUS_MULTIPROC_DIR`` and the pod volume mounted there (None if either is missing)."""
+    path = next((e.get("value") for e in vllm.get("env") or [] if e["name"] == "PROMETHEUS_MULTIPROC_DIR"), None)
+    mounts = [m for m in vllm.get("volumeMounts") or [] if m["mountPath"] == path]
+    if path is None or len(mounts) != 1:
+        return None
+    volumes = [v for v in admitted["spec"].get("volumes") or [] if v["name"] == mounts[0]["name"]]
+    return {"mount_path": path, "volume": volumes[0] if len(volumes) == 1 else None}
+
+
+def lmcache_selections(project: ProjectConfig) -> dict[str, list[dict[str, list[str]]]]:
+    """Series name -> the label matchers ({label: [op, value]}) of every selector of it in the
+    dashboard and the alerts of ``project``, without the scrape's target labels (job, pod...)."""
+    exprs = [e for _, e in panel_targets(dashboards.build_dashboard(project.platform, project.business_lines))]
+    exprs += [a.expr for a in alerts.all_alerts(project.platform, project.business_lines)]
+    out: dict[str, list[dict[str, list[str]]]] = {}
+    for expr in exprs:
+        for name, matchers in selectors(expr):
+            if name.startswith("lmcache:"):
+                own = {k: list(v) for k, v in matchers.items() if k not in TARGET_LABELS}
+                if own not in out.setdefault(name, []):
+                    out[name].append(own)
+    return out
+
+
 def export_project(project: ProjectConfig, pods: int, seed_base: int) -> dict[str, Any]:
     """Per line: the env of ``pods`` admitted Pods and the engine facts of its rendered endpoint."""
     manifests = render_manifests(project, volume_id=VOLUME_ID, availability_zone=ZONE)
@@ -61,15 +92,19 @@ def export_project(project: ProjectConfig, pods: int, seed_base: int) -> dict[st
         objects = manifests[names.line_chart_name(line)]
         policy = _one(objects, "Policy")
         worker = _one(objects, "InferenceEndpointConfig")["spec"]["worker"]
-        envs = []
+        envs, metrics_dirs = [], []
         for k in range(pods):
             admitted = apply_policy(policy, pod(line), seed=seed_base + k)
             (vllm,) = [c for c in admitted["spec"]["containers"]
                        if any(p.get("containerPort") == worker["modelInvocationPort"]["containerPort"]
                               for p in c.get("ports") or [])]
             envs.append({e["name"]: e["value"] for e in vllm["env"] if "value" in e})
+            metrics_dirs.append(_metrics_dir(admitted, vllm))
+        if any(m != metrics_dirs[0] for m in metrics_dirs):
+            raise AssertionError(f"{line.name}: the metrics directory differs between admitted pods: {metrics_dirs}")
         out[line.name] = {
             "envs": envs,
+            "metrics_dir": metrics_dirs[0],
             # What vLLM puts in LMCache's engine metadata: the model *path* it was started with
             # (first worker arg), the world size, the model dtype (docs/l2-cache.md).
             "engine": {"model_name": worker["args"][0], "world_size": _tp_size(worker["args"]),
@@ -100,6 +135,7 @@ def export(pods: int = 4) -> dict[str, Any]:
         "l2_mount_path": L2_MOUNT_PATH,
         "l2_root_url": L2_REMOTE_URL,
         "lines": lines,
+        "lmcache_selections": lmcache_selections(project),
     }
 
 

@@ -17,10 +17,12 @@ function of the token prefix that ends the chunk, so another process can regener
 
 Spec (JSON): ``geometry`` {layers, kv_heads, head_dim}; ``engine`` {model_name, world_size,
 dtype}; ``result`` (path of the JSON result); ``actions``: list of
-``{"op": "store"|"lookup"|"retrieve"|"files"|"wait_for"|"touch", "prompt": [[seed, tokens], ...]}``
-(``wait_for`` and ``touch`` take ``"path"``, to line up concurrent pods; ``store`` takes ``"fsync_evict": true`` to push the files out of
-the page cache afterwards). Each action appends a record (with ``seconds``) to the result. With
-``"read_back": true`` instead, no engine is built: :func:`read_back` reports the loaded config.
+``{"op": "store"|"lookup"|"retrieve"|"files"|"wait_for"|"touch"|"flush_metrics"|"metrics_state",
+"prompt": [[seed, tokens], ...]}`` (``wait_for`` and ``touch`` take ``"path"``, to line up
+concurrent pods; ``store`` takes ``"fsync_evict": true`` to push the files out of the page cache
+afterwards; ``flush_metrics`` and ``metrics_state``: see :func:`flush_metrics`). Each action
+appends a record (with ``seconds``) to the result. With ``"read_back": true`` instead, no engine
+is built: :func:`read_back` reports the loaded config.
 """
 
 from __future__ import annotations
@@ -112,6 +114,32 @@ def wait_for_remote_puts(engine, timeout_s: float = STORE_TIMEOUT_S) -> None:
         time.sleep(0.005)
 
 
+def flush_metrics() -> None:
+    """Log LMCache's statistics to its Prometheus metrics now, as its stats thread does.
+
+    ``LMCacheEngineBuilder.get_or_create`` starts one ``LMCacheStatsLogger`` per engine
+    (``lmcache/v1/cache_engine.py``, ``log_interval=10`` s, no config switch); its thread runs
+    ``prometheus_logger.log_prometheus(monitor.get_stats_and_clear())`` and then sleeps
+    (``LMCacheStatsLogger.log_worker``, ``lmcache/observability.py``, lmcache 0.5.5). This runs
+    that same step once, so a pod need not wait for the next interval (the stats of the last
+    interval are dropped at shutdown: ``shutdown`` stops the thread without a last log). The
+    usage-telemetry step of the loop is left out (off in every rendered env).
+    """
+    for stat_logger in LMCacheEngineBuilder._stat_loggers.values():
+        stat_logger.prometheus_logger.log_prometheus(stat_logger.monitor.get_stats_and_clear())
+
+
+def metrics_state() -> dict[str, Any]:
+    """Where this process's metrics go: ``PROMETHEUS_MULTIPROC_DIR`` as the process sees it now
+    (LMCache sets a fallback of its own when it is unset), and the value class
+    ``prometheus_client`` chose when it was imported (``MmapedValue``: multiprocess files;
+    ``MutexValue``: process memory only)."""
+    from prometheus_client import values
+
+    return {"env": os.environ.get("PROMETHEUS_MULTIPROC_DIR"), "value_class": values.ValueClass.__name__,
+            "pid": os.getpid()}
+
+
 def _evict(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -148,6 +176,13 @@ def run(spec: dict[str, Any]) -> list[dict[str, Any]]:
             if op == "touch":
                 Path(action["path"]).touch()
                 records.append(record)
+                continue
+            if op == "flush_metrics":
+                flush_metrics()
+                records.append(record)
+                continue
+            if op == "metrics_state":
+                records.append({**record, **metrics_state()})
                 continue
             tokens = prompt_tokens(action["prompt"])
             kv = expected_kv(tokens, config.chunk_size, shape, dtype)

@@ -10,7 +10,7 @@ import pytest
 
 from k8s import names
 from k8s.kyverno import policy_manifest
-from k8s.lmcache import LMCACHE_CONFIG_KEYS, env_name, is_lmcache_env, l2_cache_dir
+from k8s.lmcache import LMCACHE_CONFIG_KEYS, POD_NAME_ENV, env_name, is_lmcache_env, l2_cache_dir, owned_env_names
 from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL, endpoint_json_patch, line_cache_env, line_remote_url
 from k8s.patch import main as patch_main
 from k8s.render import render_manifests
@@ -131,6 +131,28 @@ def test_every_lmcache_variable_is_one_lmcache_reads(manifests, k8s_project):
     assert {"chunk_size", "remote_url", "remote_serde", "extra_config", "max_local_cpu_size"} <= LMCACHE_CONFIG_KEYS
 
 
+def test_owned_env_is_exactly_what_the_patch_sets(k8s_project, config_copy):
+    """One source of truth: every name the policy or patch appends is owned (removed first), and
+    nothing else is, for every L2 line, with telemetry on and off and with or without an L1 size."""
+    cfg = config_copy()
+    edit_yaml(cfg / "platform.yaml", lambda d: d.setdefault("lmcache", {}).update(usage_telemetry=True))
+    edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", lambda d: d["cache"].pop("l1_cpu_gib"))
+    edited = load_project(cfg)
+    assert edited.platform.lmcache.usage_telemetry and edited.business_line("rag-assistant").cache.l1_cpu_gib is None
+    for project in (k8s_project, edited):
+        for line in project.business_lines:
+            if not line.cache.l2_enabled:
+                continue
+            emitted = set(line_cache_env(project.platform, line))
+            assert "PROMETHEUS_MULTIPROC_DIR" in emitted
+            owned = set(owned_env_names(line))
+            # The telemetry opt-outs stay owned when telemetry is on, so turning it on removes them.
+            assert owned - emitted <= {POD_NAME_ENV, "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK"}
+            assert emitted <= owned
+    # Not an LMCache setting: outside the LMCACHE_* allow-list.
+    assert not is_lmcache_env("PROMETHEUS_MULTIPROC_DIR")
+
+
 def test_cache_env_values(k8s_project):
     line = k8s_project.business_line("rag-assistant")
     env = line_cache_env(k8s_project.platform, line)
@@ -145,6 +167,8 @@ def test_cache_env_values(k8s_project):
         "PYTHONHASHSEED": "0",
         "LMCACHE_TRACK_USAGE": "false",  # lmcache.usage_telemetry off by default
         "DO_NOT_TRACK": "1",
+        # Not LMCache's: where prometheus_client's multiprocess files go (the mounted emptyDir).
+        "PROMETHEUS_MULTIPROC_DIR": "/tmp/prometheus-multiproc",
         "LMCACHE_MAX_LOCAL_CPU_SIZE": "16",  # cache.l1_cpu_gib 16, one TP rank; LMCache reads GiB
     }
     assert re.fullmatch(r"qwen2-7b-instruct-[0-9a-f]{12}", l2_cache_dir(k8s_project.platform, line))
@@ -212,11 +236,15 @@ def test_static_patch_matches_the_reference_layout(k8s_project):
                       "value": {"name": "curvine-l2-cache", "persistentVolumeClaim": {"claimName": "rag-assistant-l2-cache"}}}
     assert ops[1] == {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
                       "value": {"name": "curvine-l2-cache", "mountPath": "/mnt/curvine/l2cache"}}
-    env_ops = ops[2:]
+    assert ops[2] == {"op": "add", "path": "/spec/template/spec/volumes/-",
+                      "value": {"name": "prometheus-multiproc", "emptyDir": {"sizeLimit": "64Mi"}}}
+    assert ops[3] == {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
+                      "value": {"name": "prometheus-multiproc", "mountPath": "/tmp/prometheus-multiproc"}}
+    env_ops = ops[4:]
     assert [op["value"]["name"] for op in env_ops] == [
         "KVCACHE_POD_NAME", "LMCACHE_REMOTE_URL", "LMCACHE_CHUNK_SIZE", "LMCACHE_REMOTE_SERDE",
         "LMCACHE_SAVE_UNFULL_CHUNK", "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "LMCACHE_EXTRA_CONFIG", "PYTHONHASHSEED",
-        "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK", "LMCACHE_MAX_LOCAL_CPU_SIZE"]
+        "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK", "PROMETHEUS_MULTIPROC_DIR", "LMCACHE_MAX_LOCAL_CPU_SIZE"]
     patched = jsonpatch.apply_patch(deployment(line), ops)
     env_list = patched["spec"]["template"]["spec"]["containers"][0]["env"]
     env = _kubelet_env(env_list, "p-1")

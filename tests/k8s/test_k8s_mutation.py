@@ -17,8 +17,8 @@ from tests.k8s.operator_render import OPERATOR_URL, deployment, pod, pod_from_de
 
 from k8s import names
 from k8s.kube import KUBERNETES_VERSION
-from k8s.lmcache import TMP_DIR_PREFIX, owned_env_names
-from k8s.patch import L2_MOUNT_PATH, endpoint_json_patch, line_cache_env, line_remote_url
+from k8s.lmcache import METRICS_DIR, TMP_DIR_PREFIX, owned_env_names
+from k8s.patch import L2_MOUNT_PATH, endpoint_json_patch, line_cache_env, line_remote_url, pod_env_entries
 import jsonpatch
 
 
@@ -55,9 +55,18 @@ def _check_end_state(p, line, k8s_project):
     assert mounts == [{"name": names.L2_VOLUME_NAME, "mountPath": L2_MOUNT_PATH}]
     vols = [v for v in p["spec"]["volumes"] if v["name"] == names.L2_VOLUME_NAME]
     assert vols == [{"name": names.L2_VOLUME_NAME, "persistentVolumeClaim": {"claimName": names.pvc_name(line)}}]
+    # PROMETHEUS_MULTIPROC_DIR names the one mount of the one disk-backed emptyDir (exists, writable,
+    # private to the vLLM container), so LMCache's worker metrics reach vLLM's /metrics.
+    assert env["PROMETHEUS_MULTIPROC_DIR"] == METRICS_DIR
+    assert [m for m in c["volumeMounts"] if m["mountPath"] == METRICS_DIR or m["name"] == names.METRICS_VOLUME_NAME] == [
+        {"name": names.METRICS_VOLUME_NAME, "mountPath": METRICS_DIR}]
+    assert [v for v in p["spec"]["volumes"] if v["name"] == names.METRICS_VOLUME_NAME] == [
+        {"name": names.METRICS_VOLUME_NAME, "emptyDir": {"sizeLimit": "64Mi"}}]
     # Sidecars are not touched.
     proxy = [c for c in p["spec"]["containers"] if c["name"] == "reverse-proxy"][0]
     assert proxy["env"] == [{"name": "LMCACHE_REMOTE_URL", "value": "untouched-sidecar"}]
+    assert all(m["name"] != names.METRICS_VOLUME_NAME for other in p["spec"]["containers"] if other is not c
+               for m in other.get("volumeMounts") or [])
     # The result is still a valid Pod.
     kubernetes_validate.validate({**p, "metadata": {**p["metadata"], "name": "x"}}, KUBERNETES_VERSION, strict=True)
     return extra["fs_connector_relative_tmp_dir"]
@@ -98,8 +107,49 @@ def test_container_without_env_or_mounts(policy, line, k8s_project):
     env = {e["name"] for e in _vllm(after, line)["env"]}
     assert env == {"LMCACHE_REMOTE_URL", "LMCACHE_REMOTE_SERDE", "LMCACHE_CHUNK_SIZE", "LMCACHE_EXTRA_CONFIG",
                    "PYTHONHASHSEED", "LMCACHE_MAX_LOCAL_CPU_SIZE", "LMCACHE_SAVE_UNFULL_CHUNK",
-                   "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK"}
-    assert _vllm(after, line)["volumeMounts"] == [{"name": names.L2_VOLUME_NAME, "mountPath": L2_MOUNT_PATH}]
+                   "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK",
+                   "PROMETHEUS_MULTIPROC_DIR"}
+    assert _vllm(after, line)["volumeMounts"] == [{"name": names.L2_VOLUME_NAME, "mountPath": L2_MOUNT_PATH},
+                                                  {"name": names.METRICS_VOLUME_NAME, "mountPath": METRICS_DIR}]
+
+
+def _with_stale_metrics_dir(spec: dict, line) -> None:
+    """A pod spec that already names a metrics directory its own way (a CR env, an older patch): a
+    PROMETHEUS_MULTIPROC_DIR to a path nothing mounts, a memory-backed volume of our name mounted
+    elsewhere, and another volume mounted at our path."""
+    (c,) = [c for c in spec["containers"] if c["name"] == names.endpoint_name(line)]
+    c["env"].insert(0, {"name": "PROMETHEUS_MULTIPROC_DIR", "value": "/nonexistent"})
+    c["volumeMounts"] += [{"name": names.METRICS_VOLUME_NAME, "mountPath": "/elsewhere"},
+                          {"name": "scratch", "mountPath": METRICS_DIR}]
+    spec["volumes"] += [{"name": names.METRICS_VOLUME_NAME, "emptyDir": {"medium": "Memory"}},
+                        {"name": "scratch", "emptyDir": {}}]
+
+
+@pytest.mark.parametrize("refresh", [True, False], ids=["refresh-context", "stale-context"])
+def test_a_metrics_dir_set_elsewhere_is_replaced(policy, line, k8s_project, refresh):
+    before = pod(line)
+    _with_stale_metrics_dir(before["spec"], line)
+    after = apply_policy(policy, before, refresh_context=refresh, seed=11)
+    _check_end_state(after, line, k8s_project)
+    # The foreign volume loses only its mount at our path; it stays in the Pod (unmounted is valid).
+    assert {"name": "scratch", "emptyDir": {}} in after["spec"]["volumes"]
+
+
+def test_deployment_patch_replaces_a_metrics_dir_set_elsewhere(policy, line, k8s_project):
+    dep = deployment(line)
+    _with_stale_metrics_dir(dep["spec"]["template"]["spec"], line)
+    patched = jsonpatch.apply_patch(dep, endpoint_json_patch(k8s_project.platform, line, deployment=dep))
+    tpl = patched["spec"]["template"]["spec"]
+    (c,) = [c for c in tpl["containers"] if c["name"] == names.endpoint_name(line)]
+    assert [e for e in c["env"] if e["name"] == "PROMETHEUS_MULTIPROC_DIR"] == [
+        e for e in pod_env_entries(k8s_project.platform, line) if e["name"] == "PROMETHEUS_MULTIPROC_DIR"] == [
+        {"name": "PROMETHEUS_MULTIPROC_DIR", "value": METRICS_DIR}]
+    assert [m for m in c["volumeMounts"] if m["mountPath"] == METRICS_DIR or m["name"] == names.METRICS_VOLUME_NAME] == [
+        {"name": names.METRICS_VOLUME_NAME, "mountPath": METRICS_DIR}]
+    assert [v for v in tpl["volumes"] if v["name"] == names.METRICS_VOLUME_NAME] == [
+        {"name": names.METRICS_VOLUME_NAME, "emptyDir": {"sizeLimit": "64Mi"}}]
+    # And the Pods of that Deployment, mutated by the policy as well, still hold one of each.
+    _check_end_state(apply_policy(policy, pod_from_deployment(patched), seed=12), line, k8s_project)
 
 
 def test_policy_ignores_other_pods_and_updates(policy, line, k8s_project):

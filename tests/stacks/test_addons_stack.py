@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from platform_config.addon_configuration import INFERENCE_ADDON_KEYS, inference_addon_configuration
+from platform_config.addon_configuration import (
+    INFERENCE_ADDON_KEYS,
+    inference_addon_configuration,
+    inference_addon_key_table,
+)
 from stacks.addons_stack import inference_execution_role_name, tls_bucket_name
 from tests.stacks.bucket_assertions import assert_secure_bucket
 
@@ -103,8 +107,8 @@ def configuration_values(addon: dict) -> dict:
 
 def test_inference_addon_configuration_values(templates, addons, project) -> None:
     config = configuration_values(addons["amazon-sagemaker-hyperpod-inference"])
-    assert set(config) == {"executionRoleArn", "tlsCertificateS3Bucket", "hyperpodClusterArn", "alb", "keda",
-                           "inferenceGateway"}
+    # Only keys an AWS source shows in the add-on's configuration: no unverified key by default.
+    assert set(config) == {"executionRoleArn", "tlsCertificateS3Bucket", "hyperpodClusterArn", "alb", "keda"}
     execution_id, _ = role_by_subject(
         templates, "system:serviceaccount:hyperpod-inference-system:hyperpod-inference-controller-manager")
     alb_id, _ = role_by_subject(templates, "system:serviceaccount:hyperpod-inference-system:aws-load-balancer-controller")
@@ -115,13 +119,56 @@ def test_inference_addon_configuration_values(templates, addons, project) -> Non
     assert config["tlsCertificateS3Bucket"] == {"Ref": tls_bucket_id}
     # The HyperPod cluster's real ARN (cluster/<id>), imported from the HyperPod stack.
     assert "HyperPodClusterClusterArn" in config["hyperpodClusterArn"]["Fn::ImportValue"]
-    assert config["alb"] == {"enabled": True, "serviceAccount": {"create": True, "roleArn": {"Fn::GetAtt": [alb_id, "Arn"]}},
-                             "ingressClassParams": {"spec": {"scheme": "internal"}}}
+    assert config["alb"] == {"enabled": True, "serviceAccount": {"create": True, "roleArn": {"Fn::GetAtt": [alb_id, "Arn"]}}}
     assert config["keda"] == {"enabled": True, "auth": {"aws": {"irsa": {
         "enabled": True, "roleArn": {"Fn::GetAtt": [keda_id, "Arn"]}}}}}
-    # v2's gateway (on by default in the add-on, TLS auto-issue) is turned off explicitly.
-    assert config["inferenceGateway"] == {"enabled": False}
     assert "jumpstartGatedModelDownloadRoleArn" not in config
+
+
+def with_operator(platform, *, scheme_in_addon: bool = False, gateway: bool = False, gateway_in_addon: bool = False):
+    """``platform`` with the inference operator's opt-in switches set."""
+    operator = platform.inference_operator
+    return platform.model_copy(update={"inference_operator": operator.model_copy(update={
+        "set_scheme_in_addon": scheme_in_addon,
+        "gateway": operator.gateway.model_copy(update={
+            "enabled": gateway, "set_in_addon": gateway_in_addon,
+            "service_account": "gateway-sa" if gateway else None})})})
+
+
+def configuration_of(platform) -> dict:
+    return inference_addon_configuration(platform, execution_role_arn="e", tls_bucket="b", hyperpod_cluster_arn="h",
+                                         alb_role_arn="a", keda_role_arn="k",
+                                         gateway_role_arn="g" if platform.inference_operator.gateway.enabled else None)
+
+
+def test_the_default_configuration_sends_no_unverified_key(project) -> None:
+    """By default only verified keys are sent (an unverified one could fail CreateAddon after the
+    network, eks and hyperpod stacks are deployed); the scenario config keeps the defaults."""
+    verified = {k.path for k in INFERENCE_ADDON_KEYS if k.verified}
+    defaults = type(project.platform.inference_operator)()
+    assert (defaults.set_scheme_in_addon, defaults.gateway.enabled, defaults.gateway.set_in_addon) == (False,) * 3
+    assert project.platform.inference_operator == defaults.model_copy(
+        update={"load_balancer_scheme": project.platform.inference_operator.load_balancer_scheme})
+    assert leaf_keys(configuration_of(project.platform)) == {
+        k.path for k in INFERENCE_ADDON_KEYS if k.verified and not k.never_sent}
+    assert not verified & {"alb.ingressClassParams.spec.scheme", "inferenceGateway.enabled"}
+
+
+@pytest.mark.parametrize("switches, sent", [
+    ({"scheme_in_addon": True}, {"alb": {"ingressClassParams": {"spec": {"scheme": "internal"}}}}),
+    ({"gateway_in_addon": True}, {"inferenceGateway": {"enabled": False}}),
+    ({"gateway": True}, {"inferenceGateway": {"enabled": True, "serviceAccount": {"roleArn": "g"}}}),
+])
+def test_each_unverified_key_is_sent_only_when_its_switch_is_on(project, switches, sent) -> None:
+    base = configuration_of(with_operator(project.platform))
+    config = configuration_of(with_operator(project.platform, **switches))
+    added = leaf_keys(config) - leaf_keys(base)
+    assert added == leaf_keys(sent)
+    assert all(not k.verified for k in INFERENCE_ADDON_KEYS if k.path in added)
+    if "alb" in sent:
+        assert config["alb"] == {**base["alb"], **sent["alb"]}
+    else:
+        assert config["inferenceGateway"] == sent["inferenceGateway"]
 
 
 def leaf_keys(config: dict, prefix: str = "") -> set[str]:
@@ -133,23 +180,22 @@ def leaf_keys(config: dict, prefix: str = "") -> set[str]:
 
 
 @pytest.mark.parametrize("gateway", [False, True])
+@pytest.mark.parametrize("gateway_in_addon", [False, True])
 @pytest.mark.parametrize("in_addon", [True, False])
-def test_every_inference_addon_key_is_documented(project, gateway: bool, in_addon: bool) -> None:
-    """Every key the platform sets has a recorded reason (README and INFERENCE_ADDON_KEYS)."""
-    operator = project.platform.inference_operator.model_copy(update={
-        "set_scheme_in_addon": in_addon,
-        "gateway": project.platform.inference_operator.gateway.model_copy(
-            update={"enabled": gateway, "service_account": "gateway-sa" if gateway else None})})
-    platform = project.platform.model_copy(update={"inference_operator": operator})
-    config = inference_addon_configuration(platform, execution_role_arn="e", tls_bucket="b",
-                                           hyperpod_cluster_arn="h", alb_role_arn="a", keda_role_arn="k",
-                                           gateway_role_arn="g" if gateway else None)
-    keys = leaf_keys(config)
-    assert keys <= set(INFERENCE_ADDON_KEYS)
+def test_every_inference_addon_key_is_documented(project, gateway: bool, gateway_in_addon: bool,
+                                                 in_addon: bool) -> None:
+    """Every key the platform sets has a recorded reason and source (INFERENCE_ADDON_KEYS, and the
+    README's table generated from it)."""
+    platform = with_operator(project.platform, scheme_in_addon=in_addon, gateway=gateway,
+                             gateway_in_addon=gateway_in_addon)
+    keys = leaf_keys(configuration_of(platform))
+    assert keys <= {k.path for k in INFERENCE_ADDON_KEYS if not k.never_sent}
     assert ("inferenceGateway.serviceAccount.roleArn" in keys) is gateway
+    assert ("inferenceGateway.enabled" in keys) is (gateway or gateway_in_addon)
     assert ("alb.ingressClassParams.spec.scheme" in keys) is in_addon
+    assert all(key.source and key.value for key in INFERENCE_ADDON_KEYS)
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert all(f"`{key}`" in readme for key in INFERENCE_ADDON_KEYS)
+    assert inference_addon_key_table() in readme
     if gateway:
         with pytest.raises(ValueError, match="gateway_role_arn is required"):
             inference_addon_configuration(platform, execution_role_arn="e", tls_bucket="b", hyperpod_cluster_arn="h",
@@ -285,6 +331,7 @@ def gateway_addons(project, tmp_path_factory):
 
     operator = project.platform.inference_operator.model_copy(update={
         "load_balancer_scheme": "internet-facing",
+        "set_scheme_in_addon": True,
         "gateway": project.platform.inference_operator.gateway.model_copy(
             update={"enabled": True, "service_account": "inference-gateway"})})
     platform = project.platform.model_copy(update={"inference_operator": operator})

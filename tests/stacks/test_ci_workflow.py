@@ -171,3 +171,193 @@ def test_ci_uses_the_documented_node_version() -> None:
     assert "**Node.js 22 LTS or newer**" in (REPO / "README.md").read_text()
     versions = {s["with"]["node-version"] for job in jobs().values() for s in steps_using(job, "actions/setup-node")}
     assert versions and all(int(v) >= 22 and int(v) % 2 == 0 for v in versions)  # even majors are the LTS lines
+
+
+def _step_index(job: dict, text: str) -> int:
+    (index,) = [i for i, s in enumerate(job["steps"]) if text in s.get("run", "")]
+    return index
+
+
+def test_platform_deploy_runs_the_preflight_before_any_stack_changes() -> None:
+    """A key the add-on does not know (or any failed check) stops the pipeline before `cdk deploy`,
+    not at CreateAddon after the network, eks and hyperpod stacks are up."""
+    job = jobs()["deploy-platform"]
+    preflight = _step_index(job, "scripts/preflight.py")
+    step = job["steps"][preflight]
+    assert ".venv/bin/python scripts/preflight.py --config config" in step["run"]
+    assert "continue-on-error" not in step and "if" not in step
+    assert _step_index(job, "aws sts get-caller-identity") < preflight < _step_index(job, "cdk deploy")
+    assert _step_index(job, "pip install --quiet -r requirements.txt") < preflight
+    # The line jobs and the orphan removal come after the platform job, so they are stopped too.
+    assert "deploy-platform" in needs(jobs()["deploy-line"]) and "deploy-platform" in needs(jobs()["remove-orphans"])
+
+
+@pytest.mark.parametrize("rc, step_ok", [(0, True), (1, False), (2, False)])
+def test_preflight_step_fails_on_any_failed_check_and_shows_the_table(tmp_path, rc, step_ok) -> None:
+    """The step's shell, with preflight.py replaced by a stub exiting ``rc``."""
+    step = jobs()["deploy-platform"]["steps"][_step_index(jobs()["deploy-platform"], "scripts/preflight.py")]
+    stub = tmp_path / "stub.py"
+    stub.write_text(f"import sys\nprint('FAIL  add-on x configuration  schema lacks y')\nsys.exit({rc})\n")
+    script = step["run"].replace(".venv/bin/python scripts/preflight.py", f"{sys.executable} {stub}")
+    summary = tmp_path / "summary"
+    result = subprocess.run(["bash", "-eo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "GITHUB_STEP_SUMMARY": str(summary)})
+    assert (result.returncode == 0) is step_ok
+    assert "schema lacks y" in summary.read_text()
+
+
+def test_header_names_the_permissions_the_preflight_needs() -> None:
+    """The deploy role runs the preflight: the header lists the calls docs/operator-tools.md lists
+    for it (which tests/tools/test_cli.py records from the code)."""
+    header = " ".join(WORKFLOW.read_text().split("\nname:", 1)[0].replace("#", " ").split())
+    doc = (REPO / "docs" / "operator-tools.md").read_text()
+    (row,) = [line for line in doc.splitlines() if line.startswith("| `scripts/preflight.py` | `sts:")]
+    actions = set(re.findall(r"`([a-z0-9]+:[A-Za-z]+)`", row)) - {"sts:GetCallerIdentity"}  # allowed to all
+    assert actions and all(action in header for action in actions), actions
+
+
+def _snapshot_step() -> dict:
+    job = jobs()["test"]
+    return job["steps"][_step_index(job, "scripts/stateful_snapshot.py")]
+
+
+def test_test_job_checks_your_config_against_your_committed_snapshot() -> None:
+    """`make test` guards the fixture config; the pipeline also guards config/ with the committed
+    stateful-resources.json, the script's own defaults, before any deploy job (they need `test`)."""
+    from tests.tools.script_loader import load_script
+
+    defaults = load_script("stateful_snapshot").build_parser().parse_args([])
+    run = _snapshot_step()["run"]
+    assert f"scripts/stateful_snapshot.py --config {defaults.config} --snapshot {defaults.snapshot}" in run
+    assert f"[ ! -f {defaults.snapshot} ]" in run
+    job = jobs()["test"]
+    assert _step_index(job, "make test") < _step_index(job, "scripts/stateful_snapshot.py")
+    assert all("test" in needs(jobs()[name]) for name in DEPLOY_JOBS)
+
+
+@pytest.mark.parametrize("committed, rc, step_ok", [(False, None, True), (True, 0, True), (True, 1, False),
+                                                    (True, 2, False)])
+def test_snapshot_step_runs_whenever_the_snapshot_is_committed(tmp_path, committed, rc, step_ok) -> None:
+    """The step's shell, with the script replaced by a stub exiting ``rc``."""
+    stub = tmp_path / "stub.py"
+    stub.write_text(f"import sys\nprint('EKS cluster kvcache-eks/EksCluster: Name changes')\nsys.exit({rc})\n")
+    if committed:
+        (tmp_path / "stateful-resources.json").write_text("{}")
+    script = _snapshot_step()["run"].replace(".venv/bin/python scripts/stateful_snapshot.py --config",
+                                             f"{sys.executable} {stub} --config")
+    summary = tmp_path / "summary"
+    result = subprocess.run(["bash", "-eo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "GITHUB_STEP_SUMMARY": str(summary)})
+    assert (result.returncode == 0) is step_ok
+    text = summary.read_text()
+    if committed:
+        assert "Name changes" in text
+    else:  # said out loud: the job summary and a warning annotation name the command that records it
+        assert "not committed" in text and "scripts/stateful_snapshot.py --write" in text
+        assert result.stdout.startswith("::warning::")
+
+
+# --- The real-LMCache tier in the fork's pipeline ------------------------------------------------
+
+
+def _relevant_pattern() -> str:
+    job = jobs()["lmcache"]
+    (step,) = [s for s in job["steps"] if s.get("id") == "changes"]
+    return re.search(r"relevant='([^']+)'", step["run"]).group(1)
+
+
+def _first_party_closure(start: list) -> set[str]:
+    """Repository files (posix, relative) that ``start``'s modules import, transitively (AST, no import)."""
+    import ast
+
+    seen: set[str] = set()
+    todo = list(start)
+    while todo:
+        path = todo.pop()
+        rel = path.relative_to(REPO).as_posix()
+        if rel in seen:
+            continue
+        seen.add(rel)
+        package = path.parent.relative_to(REPO).parts
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = list(package[:len(package) - node.level + 1]) if node.level else []
+                module = base + (node.module.split(".") if node.module else [])
+                names = [".".join(module)] + [".".join(module + [alias.name]) for alias in node.names]
+            else:
+                continue
+            for name in filter(None, names):
+                parts = name.split(".")
+                for i in range(1, len(parts) + 1):
+                    target = REPO.joinpath(*parts[:i])
+                    for candidate in (target / "__init__.py", target.with_suffix(".py")):
+                        if candidate.is_file():
+                            todo.append(candidate)
+    return seen
+
+
+def test_lmcache_tier_runs_on_pull_requests_that_touch_what_it_reads() -> None:
+    """Every repository file the tier's modules import (transitively), and its non-Python inputs,
+    match the workflow's pattern: a pull request that changes any of them runs the tier."""
+    pattern = re.compile(_relevant_pattern())
+    closure = _first_party_closure(sorted((REPO / "tests_lmcache").glob("*.py")))
+    assert {"k8s/render.py", "platform_config/models.py", "tests/k8s/kyverno_eval.py"} <= closure  # the walk works
+    inputs = {"requirements-lmcache.txt", "constraints-lmcache.txt", "requirements.txt", "Makefile",
+              "package-lock.json", "tests/fixtures/config/platform.yaml",
+              "tests/fixtures/config/business-lines/rag-assistant.yaml"}
+    missed = sorted(path for path in closure | inputs if not pattern.match(path))
+    assert not missed, f"a change to these would not run the real-LMCache tier: {missed}"
+    assert not pattern.match("README.md") and not pattern.match("stacks/network_stack.py")
+
+
+@pytest.mark.parametrize("event, changed, run", [
+    ("pull_request", "README.md", "false"),
+    ("pull_request", "requirements-lmcache.txt", "true"),
+    ("pull_request", "k8s/lmcache.py", "true"),
+    ("push", "README.md", "true"),
+    ("workflow_dispatch", "README.md", "true"),
+])
+def test_lmcache_change_detection_step(tmp_path, event, changed, run) -> None:
+    """The step's shell in a scratch repository whose last commit changes ``changed``."""
+    (step,) = [s for s in jobs()["lmcache"]["steps"] if s.get("id") == "changes"]
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    (tmp_path / "base.txt").write_text("base")
+    subprocess.run([*git, "add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], cwd=tmp_path, check=True)
+    (tmp_path / changed).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / changed).write_text("changed")
+    subprocess.run([*git, "add", "-A"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "change"], cwd=tmp_path, check=True)
+    out, summary = tmp_path / "out", tmp_path / "summary"
+    result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=tmp_path,
+                            capture_output=True, text=True,
+                            env={**os.environ, "EVENT": event, "GITHUB_OUTPUT": str(out),
+                                 "GITHUB_STEP_SUMMARY": str(summary)})
+    assert result.returncode == 0, result.stderr
+    assert out.read_text() == f"run={run}\n"
+    assert ("run" if run == "true" else "skipped") in summary.read_text()
+
+
+def test_lmcache_job_caches_its_venv_and_runs_make_test_lmcache() -> None:
+    job = jobs()["lmcache"]
+    gated = "steps.changes.outputs.run == 'true'"
+    heavy = [s for s in job["steps"] if s.get("id") != "changes" and "actions/checkout" not in s.get("uses", "")]
+    assert heavy and all(s.get("if", "").startswith(gated) for s in heavy)
+    (cache,) = steps_using(job, "actions/cache")
+    assert cache["with"]["path"] == ".venv-lmcache"
+    key = cache["with"]["key"]
+    assert "hashFiles('requirements-lmcache.txt', 'constraints-lmcache.txt')" in key
+    assert "steps.python.outputs.python-version" in key  # a venv's interpreter link is version-exact
+    (touch,) = [s for s in job["steps"] if "touch .venv-lmcache/.installed" in s.get("run", "")]
+    assert "steps.venv.outputs.cache-hit == 'true'" in touch["if"]
+    # The Makefile's marker rule, which the touch satisfies: same target, same prerequisites as the key.
+    makefile = (REPO / "Makefile").read_text()
+    assert "$(LMCACHE_VENV)/.installed: requirements-lmcache.txt constraints-lmcache.txt" in makefile
+    assert job["steps"][-1]["run"] == "make test-lmcache"
+    assert "download.pytorch.org/whl/cpu" in job["env"]["TORCH_PIP_ARGS"]
+    assert job["steps"][0]["with"]["fetch-depth"] == 2
+    # Deploys wait for it: a broken L2 env is not deployed.
+    assert "lmcache" in needs(jobs()["deploy-platform"])

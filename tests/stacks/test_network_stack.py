@@ -37,11 +37,51 @@ def test_internal_scheme_tags_private_subnets_for_internal_load_balancers_only(t
         assert "kubernetes.io/role/elb" not in tags(subnet)
 
 
-def test_internal_scheme_offers_no_subnet_to_internet_facing_load_balancers(templates) -> None:
-    """aws_eks_v2 tags public subnets kubernetes.io/role/elb; the network stack's removal wins."""
+def test_internal_scheme_offers_no_subnet_to_internet_facing_load_balancers(templates, project) -> None:
+    """aws_eks_v2 tags public subnets kubernetes.io/role/elb; the network stack's removal wins. And
+    since the bundled controller falls back to every internet-routed subnet when no subnet has the
+    role tag, the public subnets carry a cluster tag of another cluster and none of this one's."""
+    cluster = project.platform.eks.cluster_name
     for subnet in subnets_of(templates[NETWORK], "Public"):
         assert not {"kubernetes.io/role/elb", "kubernetes.io/role/internal-elb"} & set(tags(subnet))
         assert subnet["Properties"]["MapPublicIpOnLaunch"] is False
+        cluster_tags = {k: v for k, v in tags(subnet).items() if k.startswith("kubernetes.io/cluster/")}
+        assert cluster_tags == {f"kubernetes.io/cluster/{cluster}-no-load-balancers": "shared"}
+    for subnet in subnets_of(templates[NETWORK], "Private"):
+        assert not [k for k in tags(subnet) if k.startswith("kubernetes.io/cluster/")]
+
+
+# The two subnet filters of the bundled AWS Load Balancer Controller (v2.13.2,
+# pkg/networking/subnet_resolver.go: ResolveViaDiscovery, isSubnetContainsEligibleClusterTag),
+# restated over tags so the tests can run the discovery on the synthesized subnets; the source
+# lines are cited in docs/sources.md §11. Reachability is read from CDK's subnet type (a PUBLIC
+# subnet's route table has the internet gateway route, a PRIVATE_WITH_EGRESS one a NAT route).
+# Not modelled: the free-IP filter, the one-subnet-per-zone choice, the two-zone minimum, subnet
+# tag filters set on an IngressClassParams, and the feature gates other than their defaults.
+def lbc_candidates(subnets: list[dict], scheme: str, cluster: str) -> list[dict]:
+    """Subnets the controller may use for a load balancer of ``scheme`` with its default feature gates."""
+    role = "kubernetes.io/role/elb" if scheme == "internet-facing" else "kubernetes.io/role/internal-elb"
+    found = [s for s in subnets if tags(s).get(role) in ("", "1")]
+    if not found:  # SubnetDiscoveryByReachability: public = routes to an internet gateway
+        found = [s for s in subnets if (tags(s)["aws-cdk:subnet-type"] == "Public") == (scheme == "internet-facing")]
+
+    def eligible(subnet: dict) -> bool:  # SubnetsClusterTagCheck
+        keys = [k for k in tags(subnet) if k.startswith("kubernetes.io/cluster")]
+        return f"kubernetes.io/cluster/{cluster}" in keys or not keys
+    return [s for s in found if eligible(s)]
+
+
+def test_no_subnet_can_take_a_load_balancer_of_the_other_scheme(templates, internet_facing_network, project) -> None:
+    cluster = project.platform.eks.cluster_name
+    internal = list(subnets(templates[NETWORK]).values())
+    assert lbc_candidates(internal, "internet-facing", cluster) == []  # asked for: not created, not made internal
+    assert {tags(s)["aws-cdk:subnet-type"] for s in lbc_candidates(internal, "internal", cluster)} == {"Private"}
+    # Control: without the excluded cluster tag the fallback would place it in the public subnets.
+    stripped = [{**s, "Properties": {**s["Properties"], "Tags": [
+        t for t in s["Properties"]["Tags"] if not t["Key"].startswith("kubernetes.io/cluster/")]}} for s in internal]
+    assert {tags(s)["aws-cdk:subnet-type"] for s in lbc_candidates(stripped, "internet-facing", cluster)} == {"Public"}
+    public = list(subnets(internet_facing_network).values())
+    assert {tags(s)["aws-cdk:subnet-type"] for s in lbc_candidates(public, "internet-facing", cluster)} == {"Public"}
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +104,7 @@ def test_internet_facing_scheme_tags_the_public_subnets(internet_facing_network)
     for subnet in subnets_of(internet_facing_network, "Public"):
         assert tags(subnet)["kubernetes.io/role/elb"] == "1"
         assert "kubernetes.io/role/internal-elb" not in tags(subnet)
+        assert not [k for k in tags(subnet) if k.startswith("kubernetes.io/cluster/")]
     for subnet in subnets_of(internet_facing_network, "Private"):
         assert tags(subnet)["kubernetes.io/role/internal-elb"] == "1"
         assert "kubernetes.io/role/elb" not in tags(subnet)
@@ -72,12 +113,15 @@ def test_internet_facing_scheme_tags_the_public_subnets(internet_facing_network)
 def test_subnet_tags_per_scheme() -> None:
     from stacks.network_stack import load_balancer_subnet_tags
 
-    assert load_balancer_subnet_tags("internal") == {
-        "private": {"kubernetes.io/role/internal-elb": True, "kubernetes.io/role/elb": False},
-        "public": {"kubernetes.io/role/elb": False, "kubernetes.io/role/internal-elb": False}}
-    assert load_balancer_subnet_tags("internet-facing")["public"]["kubernetes.io/role/elb"] is True
+    assert load_balancer_subnet_tags("internal", "c") == {
+        "private": {"kubernetes.io/role/internal-elb": "1", "kubernetes.io/role/elb": None},
+        "public": {"kubernetes.io/role/elb": None, "kubernetes.io/role/internal-elb": None,
+                   "kubernetes.io/cluster/c-no-load-balancers": "shared"}}
+    assert load_balancer_subnet_tags("internet-facing", "c")["public"] == {
+        "kubernetes.io/role/elb": "1", "kubernetes.io/role/internal-elb": None,
+        "kubernetes.io/cluster/c-no-load-balancers": None}
     with pytest.raises(ValueError, match="allowed: internal, internet-facing"):
-        load_balancer_subnet_tags("public")
+        load_balancer_subnet_tags("public", "c")
 
 
 def test_internet_facing_needs_a_created_vpc(tmp_path) -> None:

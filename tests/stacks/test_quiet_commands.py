@@ -47,6 +47,16 @@ def test_make_manifests_script_prints_no_node_notice(tmp_path) -> None:
     assert NOTICE not in result.stderr and "b'" not in result.stderr, result.stderr[:600]
 
 
+def test_the_lmcache_tiers_env_export_is_quiet_without_being_told(tmp_path) -> None:
+    """tests_lmcache/conftest.py runs ``tests_lmcache.export_env`` with the project's interpreter and
+    sets no jsii variable (its first import, ``k8s``, quiets the notice), so a user's own setting wins."""
+    result = run_python(["-m", "tests_lmcache.export_env", "--out", str(tmp_path / "env.json")])
+    assert result.returncode == 0, result.stderr
+    assert NOTICE not in result.stderr and "b'" not in result.stderr, result.stderr[:600]
+    conftest = (REPO / "tests_lmcache" / "conftest.py").read_text()
+    assert "JSII_SILENCE" not in conftest and END_OF_LIFE_NOTICE_VARIABLE not in conftest
+
+
 @pytest.mark.skipif(node_major() != 20, reason="the notice exists only on Node 20")
 def test_the_check_can_fail_an_explicit_empty_setting_shows_the_notice() -> None:
     """The default never overrides the user's own value; an empty one lets jsii warn."""

@@ -3,13 +3,16 @@ match the committed snapshot, and a change names the config field that caused it
 
 The snapshot (``tests/fixtures/stateful-resources.json``) is of the scenario config. After a change
 that is meant to replace a resource (README "Replacing a stateful resource"), rewrite it with
-``.venv/bin/python scripts/stateful_snapshot.py --write``.
+``.venv/bin/python scripts/stateful_snapshot.py --config tests/fixtures/config --snapshot
+tests/fixtures/stateful-resources.json --write`` (the script's defaults are a deployment's own
+``config/`` and ``stateful-resources.json`` at the repository root).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 
@@ -17,7 +20,7 @@ import pytest
 
 import stacks
 from stacks.stateful import REGENERATE, STATEFUL_RESOURCES, _create_only, compare, snapshot
-from tests.example_config import REPO
+from tests.example_config import FIXTURE_CONFIG, REPO
 
 SNAPSHOT = REPO / "tests" / "fixtures" / "stateful-resources.json"
 SCRIPT = REPO / "scripts" / "stateful_snapshot.py"
@@ -138,24 +141,66 @@ def test_turning_curvine_off_reports_the_volume_deletion(saved) -> None:
 
 
 def test_the_documented_command_checks_the_scenario() -> None:
-    """`scripts/stateful_snapshot.py` with its defaults: the fixture config against the committed file."""
-    result = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=600, cwd=REPO)
+    """The script on the fixture config against the committed file, in a fresh process without the
+    jsii variable set: importing ``stacks`` quiets Node's end-of-life notice by itself."""
+    env = {k: v for k, v in os.environ.items() if k != "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION"}
+    result = subprocess.run([sys.executable, str(SCRIPT), "--config", "tests/fixtures/config",
+                             "--snapshot", "tests/fixtures/stateful-resources.json"],
+                            capture_output=True, text=True, timeout=600, cwd=REPO, env=env)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "no stateful resource would be replaced (tests/fixtures/config vs " \
-           "tests/fixtures/stateful-resources.json)" in result.stdout
+    assert result.stdout == ("no stateful resource would be replaced (tests/fixtures/config vs "
+                             "tests/fixtures/stateful-resources.json)\n")
+    assert "b'" not in result.stderr and "end-of-life" not in result.stderr.lower(), result.stderr
 
 
-def test_the_script_writes_then_flags_a_tampered_snapshot(tmp_path, monkeypatch, saved) -> None:
+def script():
+    from tests.tools.script_loader import load_script
+
+    return load_script("stateful_snapshot")
+
+
+def test_defaults_are_your_config_and_a_snapshot_at_the_repo_root() -> None:
+    cli = script()
+    args = cli.build_parser().parse_args([])
+    assert (args.config, args.snapshot, args.write) == ("config", "stateful-resources.json", False)
+    assert (REPO / cli.FIXTURE_SNAPSHOT) == SNAPSHOT and (REPO / cli.FIXTURE_CONFIG) == FIXTURE_CONFIG
+    assert REGENERATE == (f".venv/bin/python scripts/stateful_snapshot.py --config {cli.FIXTURE_CONFIG} "
+                          f"--snapshot {cli.FIXTURE_SNAPSHOT} --write")
+
+
+def test_the_script_writes_then_flags_a_tampered_snapshot(tmp_path, monkeypatch, saved, capsys) -> None:
     """Exit codes and messages of the CLI (synthesis stubbed with the committed snapshot)."""
-    sys.path.insert(0, str(SCRIPT.parent))
-    import stateful_snapshot as cli
+    cli = script()
+    from kv_tools.cli import EXIT_ERROR, EXIT_NO, EXIT_OK
 
     monkeypatch.setattr(cli, "current_snapshot", lambda config_dir: copy.deepcopy(saved))
     target = tmp_path / "mine.json"
-    assert cli.main(["--config", "config", "--snapshot", str(target)]) == 1  # nothing recorded yet
-    assert cli.main(["--config", "config", "--snapshot", str(target), "--write"]) == 0
+    # Nothing recorded yet: the question cannot be answered (2), and the error says how to record.
+    assert cli.main(["--snapshot", str(target)]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert f"scripts/stateful_snapshot.py --snapshot {target} --write" in err
+    assert cli.main(["--snapshot", str(target), "--write"]) == EXIT_OK
+    assert capsys.readouterr().out == f"wrote {target}\n"
     assert json.loads(target.read_text()) == saved
+    assert cli.main(["--snapshot", str(target)]) == EXIT_OK
     tampered = copy.deepcopy(saved)
     tampered["resources"]["EKS cluster"]["properties"]["Name"] = "old-name"
     target.write_text(json.dumps(tampered))
-    assert cli.main(["--config", "config", "--snapshot", str(target)]) == 1
+    assert cli.main(["--snapshot", str(target)]) == EXIT_NO
+    out = capsys.readouterr().out
+    assert "EKS cluster kvcache-eks/EksCluster: Name changes" in out
+    assert f"then run: .venv/bin/python scripts/stateful_snapshot.py --snapshot {target} --write" in out
+    target.write_text("{not json")
+    assert cli.main(["--snapshot", str(target)]) == EXIT_ERROR
+    assert "not a readable snapshot" in capsys.readouterr().err
+
+
+def test_a_bad_config_is_an_error_line_and_exit_2(tmp_path, capsys) -> None:
+    cli = script()
+    from kv_tools.cli import EXIT_ERROR
+
+    (tmp_path / "snap.json").write_text("{}")
+    assert cli.main(["--config", str(tmp_path / "nope"), "--snapshot", str(tmp_path / "snap.json")]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "platform.yaml" in err and "Traceback" not in err

@@ -22,7 +22,7 @@ from platform_config import load_project
 from tests.example_config import FIXTURE_CONFIG
 from tests.tools.script_loader import REPO, load_script
 
-TOOLS = ("plan", "overlap", "bench_ttft", "verify", "preflight", "orphans")
+TOOLS = ("plan", "overlap", "bench_ttft", "verify", "preflight", "orphans", "stateful_snapshot")
 README = (REPO / "README.md").read_text()
 OPERATOR_DOC = (REPO / "docs" / "operator-tools.md").read_text()
 
@@ -49,7 +49,7 @@ def test_api_key_default_is_shown_once_and_never_its_value(monkeypatch) -> None:
 
 def test_the_readme_has_the_one_exit_code_table() -> None:
     assert cli.exit_code_table() in README
-    # The six Python tools, plus the two run by hand that cannot import kv_tools/cli.py (their
+    # The Python tools, plus the two run by hand that cannot import kv_tools/cli.py (their
     # --help texts are compared with it in tests/k8s/test_k8s_patch_script.py and
     # tests/tools/test_l2_janitor.py).
     assert set(cli.EXIT_CODES) == {f"{t}.py" for t in TOOLS} | {"patch_endpoint.sh", "kv_tools/l2_janitor.py"}

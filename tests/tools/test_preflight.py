@@ -15,6 +15,7 @@ from kv_tools.preflight import (
     check_addon_versions,
     check_bootstrap,
     check_cluster_version,
+    check_left_out_keys,
     check_zones,
     keys_missing_from_schema,
     pinned_addons,
@@ -92,7 +93,14 @@ def _schema_response(name: str, version: str, schema: dict[str, Any]) -> dict[st
             "podIdentityConfiguration": []}
 
 
-def _inference_schema(*, ingress_class_params: bool = True, gateway: bool = True) -> dict[str, Any]:
+NO_DEFAULT = object()
+
+
+def _inference_schema(*, ingress_class_params: bool = True, gateway: bool = True, gateway_default: Any = False,
+                      gateway_object_default: Any = NO_DEFAULT) -> dict[str, Any]:
+    """The inference add-on's schema; ``gateway_default``: the default stated for
+    ``inferenceGateway.enabled`` (``NO_DEFAULT``: none), ``gateway_object_default``: one stated for the
+    whole ``inferenceGateway`` object."""
     role = {"type": "string", "pattern": "^arn:aws[a-z-]*:iam::[0-9]{12}:role/.+$"}
     alb = {"type": "object", "additionalProperties": False, "properties": {
         "enabled": {"type": "boolean"},
@@ -113,8 +121,13 @@ def _inference_schema(*, ingress_class_params: bool = True, gateway: bool = True
         "podAnnotations": {"type": "object"},  # a free-form map
     }
     if gateway:
+        enabled: dict[str, Any] = {"type": "boolean"}
+        if gateway_default is not NO_DEFAULT:
+            enabled["default"] = gateway_default
         properties["inferenceGateway"] = {"type": "object", "additionalProperties": False, "properties": {
-            "enabled": {"type": "boolean"}, "serviceAccount": {"$ref": "#/definitions/serviceAccount"}}}
+            "enabled": enabled, "serviceAccount": {"$ref": "#/definitions/serviceAccount"}}}
+        if gateway_object_default is not NO_DEFAULT:
+            properties["inferenceGateway"]["default"] = gateway_object_default
     return {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
             "additionalProperties": False, "properties": properties,
             "definitions": {"serviceAccount": {"type": "object", "additionalProperties": False, "properties": {
@@ -126,7 +139,7 @@ VPC_CNI_SCHEMA = {"type": "object", "additionalProperties": False, "properties":
     "env": {"type": "object", "patternProperties": {"^[A-Z_]+$": {"type": "string"}}}}}
 
 
-def schema_responses(platform=PLATFORM, **inference: bool) -> dict[str, dict[str, Any]]:
+def schema_responses(platform=PLATFORM, **inference: Any) -> dict[str, dict[str, Any]]:
     pinned = pinned_addons(platform)
     return {"vpc-cni": _schema_response("vpc-cni", pinned["vpc-cni"], VPC_CNI_SCHEMA),
             INFERENCE_ADDON: _schema_response(INFERENCE_ADDON, pinned[INFERENCE_ADDON], _inference_schema(**inference))}
@@ -143,16 +156,60 @@ def test_every_key_we_set_is_in_the_schema() -> None:
         assert result.ok, result
 
 
+def opted_in(platform=PLATFORM, *, scheme: bool = True, gateway: bool = True):
+    """``platform`` with the unverified keys switched on (``set_scheme_in_addon``, ``gateway.set_in_addon``)."""
+    operator = platform.inference_operator
+    return platform.model_copy(update={"inference_operator": operator.model_copy(update={
+        "set_scheme_in_addon": scheme, "gateway": operator.gateway.model_copy(update={"set_in_addon": gateway})})})
+
+
 def test_keys_the_schema_lacks_are_reported_by_path() -> None:
+    configuration = configured_addons(opted_in())[INFERENCE_ADDON]
     response = schema_responses(ingress_class_params=False)[INFERENCE_ADDON]
-    result = check_addon_configuration(INFERENCE_ADDON, "v2.0.0-eksbuild.2", configured_addons(PLATFORM)[INFERENCE_ADDON],
-                                       response)
+    result = check_addon_configuration(INFERENCE_ADDON, "v2.0.0-eksbuild.2", configuration, response)
     assert result == CheckResult("add-on amazon-sagemaker-hyperpod-inference configuration", False,
                                  "v2.0.0-eksbuild.2 schema lacks alb.ingressClassParams")
     # An add-on version from before the gateway: the explicit "off" is a key it does not know.
     response = schema_responses(gateway=False)[INFERENCE_ADDON]
-    assert check_addon_configuration(INFERENCE_ADDON, "v1.0.0-eksbuild.1", configured_addons(PLATFORM)[INFERENCE_ADDON],
+    assert check_addon_configuration(INFERENCE_ADDON, "v1.0.0-eksbuild.1", configuration,
                                      response).detail == "v1.0.0-eksbuild.1 schema lacks inferenceGateway"
+    # The default configuration sends neither unverified key, so neither schema is a problem for it.
+    for response in (schema_responses(ingress_class_params=False, gateway=False)[INFERENCE_ADDON],):
+        assert check_addon_configuration(INFERENCE_ADDON, "v1.0.0-eksbuild.1",
+                                         configured_addons(PLATFORM)[INFERENCE_ADDON], response).ok
+
+
+LEFT_OUT = "add-on amazon-sagemaker-hyperpod-inference keys left out"
+
+
+@pytest.mark.parametrize("schema, ok, detail", [
+    ({"gateway_default": NO_DEFAULT}, False, "v2.0.0-eksbuild.2 schema has inferenceGateway.enabled and states no "
+     "default; the platform needs false and leaves it out: set inference_operator.gateway.set_in_addon: true"),
+    ({"gateway_default": True}, False, "v2.0.0-eksbuild.2 schema has inferenceGateway.enabled and defaults to "
+     "true; the platform needs false and leaves it out: set inference_operator.gateway.set_in_addon: true"),
+    # A default stated on the whole object applies when the platform leaves the object out.
+    ({"gateway_default": False, "gateway_object_default": {"enabled": True}}, False,
+     "v2.0.0-eksbuild.2 schema has inferenceGateway.enabled and defaults to true; the platform needs false and "
+     "leaves it out: set inference_operator.gateway.set_in_addon: true"),
+    ({"gateway_default": False, "ingress_class_params": False}, True,
+     "v2.0.0-eksbuild.2 schema also has inferenceGateway.enabled (opt in: inference_operator.gateway.set_in_addon "
+     "or gateway.enabled), inferenceGateway.serviceAccount.roleArn (opt in: inference_operator.gateway.enabled)"),
+    ({"gateway": False, "ingress_class_params": False}, True,
+     "v2.0.0-eksbuild.2: nothing left out that the schema declares"),
+    ({"gateway": False}, True, "v2.0.0-eksbuild.2 schema also has alb.ingressClassParams.spec.scheme "
+     "(opt in: inference_operator.set_scheme_in_addon)"),
+])
+def test_left_out_gateway_fails_unless_the_schema_defaults_it_off(schema, ok, detail) -> None:
+    """The gateway key is left out by default (unverified); preflight stops the deploy when the pinned
+    version's schema has it and does not default it off, and names the switch that sends ``false``."""
+    response = schema_responses(**schema)[INFERENCE_ADDON]
+    result = check_left_out_keys(INFERENCE_ADDON, "v2.0.0-eksbuild.2", configured_addons(PLATFORM)[INFERENCE_ADDON],
+                                 response)
+    assert result == CheckResult(LEFT_OUT, ok, detail)
+    # With the switch on, the key is sent (and the schema check sees it), so nothing is left out.
+    sent = configured_addons(opted_in(scheme=False))[INFERENCE_ADDON]
+    assert sent["inferenceGateway"] == {"enabled": False}
+    assert check_left_out_keys(INFERENCE_ADDON, "v2.0.0-eksbuild.2", sent, response).ok
 
 
 def test_schema_walk_follows_refs_patterns_and_free_form_maps() -> None:
@@ -264,13 +321,18 @@ def test_run_preflight_reads_the_pinned_schemas_and_the_cluster_version() -> Non
 
     def factory(region_name: str) -> _FakeSession:
         sessions.append(_FakeSession(region_name, cluster_version="1.33",
-                                     schemas=schema_responses(ingress_class_params=False)))
+                                     schemas=schema_responses(ingress_class_params=False, gateway_default=NO_DEFAULT)))
         return sessions[0]
 
     by_name = {r.name: r for r in run_preflight(PLATFORM, session_factory=factory)}
     assert by_name["add-on vpc-cni configuration"].ok
+    assert by_name["add-on amazon-sagemaker-hyperpod-inference configuration"].ok  # only verified keys sent
+    assert not by_name[LEFT_OUT].ok and by_name[LEFT_OUT].detail.endswith("set inference_operator.gateway.set_in_addon: true")
+    sessions.clear()
+    by_name = {r.name: r for r in run_preflight(opted_in(), session_factory=factory)}
     failed = by_name["add-on amazon-sagemaker-hyperpod-inference configuration"]
     assert not failed.ok and failed.detail.endswith("schema lacks alb.ingressClassParams")
+    assert by_name[LEFT_OUT].ok  # the gateway key is sent now
     assert by_name["cluster version"].ok
     asked = [args for call, args in sessions[0].calls if call == "describe_addon_configuration"]
     assert {"addonName": INFERENCE_ADDON, "addonVersion": "v2.0.0-eksbuild.2"} in asked
