@@ -24,8 +24,10 @@ business line (L2 enabled)
     inside ``LMCACHE_EXTRA_CONFIG``, which must be ``.tmp-<token>`` (one path component) and
     differ between pods; and none of the names the patch owns but does not set for this line
     (e.g. the telemetry opt-outs when ``lmcache.usage_telemetry`` is on);
-  * the L2 mount backed by the line's PVC, and the same ``PYTHONHASHSEED`` as its siblings
-    (and as configured): with different seeds cross-pod hits are silently 0;
+  * every volume the patch owns (:func:`k8s.patch.owned_volumes`: the L2 mount backed by the
+    line's PVC, the ``emptyDir`` of ``PROMETHEUS_MULTIPROC_DIR``), mounted once, writable, and the
+    same ``PYTHONHASHSEED`` as its siblings (and as configured): with different seeds cross-pod
+    hits are silently 0;
   * every pod with a vLLM container carries the label of the L2 mutation
     (``kvcache.io/l2-cache=curvine``, set by the line's Kyverno Policy): a pod created while
     the policy was not ready (or while Kyverno skipped it) was never mutated, since the policy
@@ -49,7 +51,7 @@ from typing import Any, Iterable, Protocol
 
 from k8s import names
 from k8s.lmcache import POD_NAME_ENV, PYTHONHASHSEED_ENV, TMP_DIR_PREFIX, env_name, owned_env_names
-from k8s.patch import DEPLOYMENT_TMP_TOKEN, L2_MOUNT_PATH, find_vllm_container, line_cache_env
+from k8s.patch import DEPLOYMENT_TMP_TOKEN, find_vllm_container, line_cache_env, owned_volumes
 from kv_tools.l2_janitor import TMP_DIR_KEY  # the LMCACHE_EXTRA_CONFIG key of the temp dir (tested equal)
 from kv_tools.preflight import CheckResult
 from platform_config import BusinessLineConfig, PlatformConfig, ProjectConfig
@@ -242,6 +244,35 @@ def cache_env_problems(pod: dict[str, Any], container: dict[str, Any], expected:
     return problems, tmp
 
 
+def _volume_source(volume: dict[str, Any]) -> str:
+    """``PVC <claim>`` or the volume's kind (``emptyDir``), for messages."""
+    claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+    return f"PVC {claim}" if claim else next((k for k in volume if k != "name"), "?")
+
+
+def owned_volume_problems(spec: dict[str, Any], container: dict[str, Any], line: BusinessLineConfig) -> list[str]:
+    """What differs from :func:`k8s.patch.owned_volumes` (the line's L2 PVC, the Prometheus
+    multiprocess ``emptyDir``, whatever the patch adds later): exactly one writable mount at each
+    path, of a pod volume whose source has every field the patch sets."""
+    problems: list[str] = []
+    volumes = {v.get("name"): v for v in spec.get("volumes") or []}
+    for volume, mount in owned_volumes(line):
+        path = mount["mountPath"]
+        mounts = [m for m in container.get("volumeMounts") or [] if m.get("mountPath") == path]
+        if len(mounts) != 1:
+            problems.append(f"{len(mounts)} mounts at {path}")
+            continue
+        actual = volumes.get(mounts[0].get("name")) or {}
+        wrong = [k for k, v in volume.items() if k != "name" and not (
+            isinstance(v, dict) and isinstance(actual.get(k), dict) and v.items() <= actual[k].items())]
+        if wrong:
+            problems.append(f"{path} is not {_volume_source(volume)} {json.dumps(volume[wrong[0]], sort_keys=True)} "
+                            f"(got {_volume_source(actual) if actual else 'no volume'})")
+        elif mounts[0].get("readOnly"):
+            problems.append(f"{path} mounted read-only")
+    return problems
+
+
 def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]], *,
                          platform: PlatformConfig) -> list[CheckResult]:
     """Readiness, L2 env, mount and hash seed of a line's inference pods (see module docstring).
@@ -283,16 +314,7 @@ def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]], *
         env_problems += [f"{pname}: {p}" for p in problems]
         if tmp is not None:
             tmp_dirs.setdefault(tmp, []).append(pname)
-        mounts = [m for m in container.get("volumeMounts") or [] if m.get("mountPath") == L2_MOUNT_PATH]
-        volumes = {v.get("name"): v for v in spec.get("volumes") or []}
-        claims = [((volumes.get(m.get("name")) or {}).get("persistentVolumeClaim") or {}).get("claimName")
-                  for m in mounts]
-        if len(mounts) != 1:
-            mount_problems.append(f"{pname}: {len(mounts)} mounts at {L2_MOUNT_PATH}")
-        elif claims[0] != names.pvc_name(line):
-            mount_problems.append(f"{pname}: {L2_MOUNT_PATH} is not PVC {names.pvc_name(line)} (got {claims[0]})")
-        elif mounts[0].get("readOnly"):
-            mount_problems.append(f"{pname}: {L2_MOUNT_PATH} mounted read-only")
+        mount_problems += [f"{pname}: {p}" for p in owned_volume_problems(spec, container, line)]
         seed = _env_values(container, HASH_SEED_ENV)
         seeds[pname] = seed[-1] if len(seed) == 1 else (f"{len(seed)} entries {seed}" if seed else None)
     # Two writers of one temp directory race on the same temp file (LMCache issue #2517).
@@ -309,8 +331,8 @@ def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]], *
     results.append(CheckResult(prefix + "LMCache env", not env_problems,
                                "; ".join(env_problems) or f"{len(compared)} variables as configured "
                                f"({', '.join(compared)}) in {len(pods)} pod(s)"))
-    results.append(CheckResult(prefix + "L2 mount", not mount_problems,
-                               "; ".join(mount_problems) or f"{L2_MOUNT_PATH} from PVC {names.pvc_name(line)}"))
+    results.append(CheckResult(prefix + "L2 mount", not mount_problems, "; ".join(mount_problems) or "; ".join(
+        f"{m['mountPath']} from {_volume_source(v)}" for v, m in owned_volumes(line))))
     distinct = sorted({str(s) for s in seeds.values()})
     expected = expected_env[HASH_SEED_ENV]
     seed_ok = distinct == [expected]

@@ -20,7 +20,7 @@ import pytest
 
 from tests.tools.script_loader import load_script
 from k8s import names
-from k8s.patch import L2_MOUNT_PATH, endpoint_json_patch, line_cache_env, line_remote_url
+from k8s.patch import L2_MOUNT_PATH, endpoint_json_patch, line_cache_env, line_remote_url, owned_volumes
 from k8s.render import CURVINE_CHART, render_manifests
 from kv_tools.verify import (
     OWN_ROWS,
@@ -522,3 +522,28 @@ def test_a_new_policy_entry_is_checked_without_touching_verify(cluster: FakeRead
                         lambda platform, line, **kw: {**real(platform, line, **kw), "NEW_SETTING": "/tmp/x"})
     row = _env_rows(rag_pods(cluster))["rag-assistant: LMCache env"]
     assert not row.ok and "NEW_SETTING: 0 entries" in row.detail
+
+
+@pytest.mark.parametrize("index", range(len(owned_volumes(RAG))),
+                         ids=[m["mountPath"] for _, m in owned_volumes(RAG)])
+@pytest.mark.parametrize("how", ["mount dropped", "other source", "read-only"])
+def test_every_owned_volume_is_checked(cluster: FakeReader, index: int, how: str) -> None:
+    """The volumes the patch owns (k8s.patch.owned_volumes: the L2 PVC, the Prometheus
+    multiprocess emptyDir, ...) are checked like the env: each one mounted once, writable, from
+    the volume the patch sets."""
+    volume, mount = owned_volumes(RAG)[index]
+    pod = rag_pods(cluster)[0]
+    mounts = vllm(pod)["volumeMounts"]
+    (mine,) = [m for m in mounts if m["mountPath"] == mount["mountPath"]]
+    if how == "mount dropped":
+        mounts.remove(mine)
+    elif how == "read-only":
+        mine["readOnly"] = True
+    else:
+        (vol,) = [v for v in pod["spec"]["volumes"] if v["name"] == mine["name"]]
+        for key in [k for k in vol if k != "name"]:
+            del vol[key]
+        vol["hostPath"] = {"path": "/somewhere"}
+    results = verify(cluster, PROJECT, lines=["rag-assistant"], platform_checks=False)
+    assert failed(results) == ["rag-assistant: L2 mount"]
+    assert mount["mountPath"] in next(r.detail for r in results if not r.ok)
