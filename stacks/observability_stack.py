@@ -3,7 +3,7 @@
 Contract used by ``stacks.build_platform``:
     ObservabilityStack(scope, construct_id, *, platform: PlatformConfig,
                        business_lines: tuple[BusinessLineConfig, ...], cluster: eks_v2.Cluster,
-                       subnets: list[ec2.ISubnet], security_group: ec2.ISecurityGroup, **stack_kwargs)
+                       vpc: ec2.IVpc, subnets: list[ec2.ISubnet], **stack_kwargs)
 
 Collection path: an Amazon Managed Service for Prometheus workspace, fed by an AMP managed
 scraper (``AWS::APS::Scraper``: agentless, AWS runs it outside the cluster, ENIs in our private
@@ -12,6 +12,15 @@ come from the NVIDIA DCGM exporter, installed from its pinned Helm chart on the 
 Rules and alert manager live in the workspace; alerts go to an encrypted SNS topic. Dashboards
 are generated as JSON beside the templates (``cdk.out/dashboards/``, written by ``app.py``) and
 imported into the Grafana workspace this stack creates (README: why not a custom resource).
+
+Network reach of the scraper: its ENIs get a security group of their own, admitted into the EKS
+cluster security group on exactly the scrape ports (:func:`observability.targets.scrape_ports`)
+and the API server's 443. That group is on every node: the system node group (an EKS managed
+node group without a launch template carries it alone; EKS user guide, "sec-group-reqs": inbound
+only from itself) and the HyperPod nodes (``stacks.hyperpod_stack``: cluster group and shared
+group), and on the control plane's ENIs. Why not simply put the scraper in the cluster group:
+that admits it to every port of every node and of the control plane; these rules admit it to
+the ports it scrapes.
 """
 
 from __future__ import annotations
@@ -47,6 +56,7 @@ class ObservabilityStack(Stack):
         key: KMS key (rotation on) encrypting the Prometheus workspace and the SNS topic.
         workspace: ``aps.CfnWorkspace``; ``scraper``: ``aps.CfnScraper``; ``rules``:
             ``aps.CfnRuleGroupsNamespace``.
+        scraper_security_group: the scraper ENIs' ``ec2.SecurityGroup`` (see module doc).
         topic: the alert ``sns.Topic``.
         grafana_workspace: ``grafana.CfnWorkspace`` or None; ``grafana_role``: its IAM role or None.
         dcgm_exporter: ``eks.HelmChart`` or None.
@@ -56,7 +66,7 @@ class ObservabilityStack(Stack):
 
     def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig,
                  business_lines: tuple[BusinessLineConfig, ...], cluster: eks.ICluster,
-                 subnets: list[ec2.ISubnet], security_group: ec2.ISecurityGroup, **kwargs: Any) -> None:
+                 vpc: ec2.IVpc, subnets: list[ec2.ISubnet], **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
         obs = platform.observability
         name = f"{platform.project}-kv-cache"
@@ -94,11 +104,12 @@ class ObservabilityStack(Stack):
 
         self.scrape_configuration = targets.scrape_configuration(platform, business_lines)
         blob = base64.b64encode(targets.scrape_configuration_yaml(platform, business_lines).encode()).decode()
+        self.scraper_security_group = self._scraper_security_group(vpc, cluster, name, business_lines)
         self.scraper = aps.CfnScraper(
             self, "Scraper", alias=name,
             source=aps.CfnScraper.SourceProperty(eks_configuration=aps.CfnScraper.EksConfigurationProperty(
                 cluster_arn=cluster.cluster_arn, subnet_ids=[s.subnet_id for s in subnets],
-                security_group_ids=[security_group.security_group_id])),
+                security_group_ids=[self.scraper_security_group.security_group_id])),
             destination=aps.CfnScraper.DestinationProperty(
                 amp_configuration=aps.CfnScraper.AmpConfigurationProperty(workspace_arn=self.workspace.attr_arn)),
             scrape_configuration=aps.CfnScraper.ScrapeConfigurationProperty(configuration_blob=blob))
@@ -140,3 +151,20 @@ class ObservabilityStack(Stack):
         CfnOutput(self, "AlertTopicArn", value=self.topic.topic_arn,
                   description="SNS topic every alert is published to; subscribe on-call here")
         CfnOutput(self, "ScraperId", value=self.scraper.attr_scraper_id)
+
+    def _scraper_security_group(self, vpc: ec2.IVpc, cluster: eks.ICluster, name: str,
+                                business_lines: tuple[BusinessLineConfig, ...]) -> ec2.SecurityGroup:
+        """The scraper ENIs' group, admitted into the EKS cluster security group on the scrape ports and 443.
+
+        Rules are ``AWS::EC2::SecurityGroupIngress`` resources of this stack on the group EKS
+        created (imported by its id): they go away with this stack, and the eks stack is not touched.
+        """
+        group = ec2.SecurityGroup(self, "ScraperSecurityGroup", vpc=vpc, allow_all_outbound=True,
+                                  description=f"{name}: AMP managed scraper ENIs (scrape ports into the cluster group)")
+        cluster_group = ec2.SecurityGroup.from_security_group_id(
+            self, "EksClusterSecurityGroup", cluster.cluster_security_group_id, mutable=True)
+        cluster_group.add_ingress_rule(group, ec2.Port.tcp(targets.API_SERVER_PORT),
+                                       "AMP scraper: Kubernetes API (pod discovery, private endpoint)")
+        for port, jobs in targets.scrape_ports(self.platform, business_lines).items():
+            cluster_group.add_ingress_rule(group, ec2.Port.tcp(port), f"AMP scraper: {', '.join(jobs)}"[:255])
+        return group

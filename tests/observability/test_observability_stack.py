@@ -28,9 +28,13 @@ def _one(template: Template, kind: str) -> tuple[str, dict]:
 
 
 def test_stack_is_part_of_the_platform_after_the_l2_tier(platform, obs_project) -> None:
+    """It needs only l2-cache (and what that needs), not the lines: listed and deployable right after it."""
     stack = platform.observability
     assert stack is not None and stack in platform.all()
     assert platform.l2_cache in stack.dependencies
+    assert not set(stack.dependencies) & set(platform.business_lines.values())
+    order = platform.all()
+    assert order.index(stack) == order.index(platform.l2_cache) + 1
 
 
 def test_workspace_and_topic_are_encrypted_with_a_rotating_key(template) -> None:
