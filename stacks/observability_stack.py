@@ -40,7 +40,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
 from observability import alerts, dashboards, targets
-from observability.cluster_objects import DCGM_RELEASE, dcgm_exporter_values
+from observability.cluster_objects import DCGM_RELEASE, dcgm_exporter_values, monitoring_namespace
 from platform_config import BusinessLineConfig, PlatformConfig
 
 #: Prometheus query actions the Grafana workspace role needs on the workspace (AMP user guide,
@@ -59,7 +59,7 @@ class ObservabilityStack(Stack):
         scraper_security_group: the scraper ENIs' ``ec2.SecurityGroup`` (see module doc).
         topic: the alert ``sns.Topic``.
         grafana_workspace: ``grafana.CfnWorkspace`` or None; ``grafana_role``: its IAM role or None.
-        dcgm_exporter: ``eks.HelmChart`` or None.
+        dcgm_exporter: ``eks.HelmChart`` or None; ``monitoring_namespace``: its ``eks.KubernetesManifest``.
         dashboards: the dashboard JSON models (dicts), for ``app.py`` to write after synthesis.
         scrape_configuration: the scraper's configuration (dict, before base64).
     """
@@ -118,12 +118,17 @@ class ObservabilityStack(Stack):
         # scraper's access entry itself (a second one for the same role would fail the deploy).
 
         self.dcgm_exporter: eks.HelmChart | None = None
+        self.monitoring_namespace: eks.KubernetesManifest | None = None
         if obs.dcgm_exporter.install:
             pin = obs.dcgm_exporter.chart
+            # Our Namespace (Pod Security labels), not Helm's unlabelled one.
+            self.monitoring_namespace = eks.KubernetesManifest(
+                self, "MonitoringNamespace", cluster=cluster, manifest=[monitoring_namespace(platform)])
             self.dcgm_exporter = eks.HelmChart(
                 self, "DcgmExporter", cluster=cluster, chart=pin.chart, repository=pin.repository,
-                version=pin.version, release=DCGM_RELEASE, namespace=obs.namespace, create_namespace=True,
+                version=pin.version, release=DCGM_RELEASE, namespace=obs.namespace, create_namespace=False,
                 values=dcgm_exporter_values(platform))
+            self.dcgm_exporter.node.add_dependency(self.monitoring_namespace)
 
         self.grafana_role: iam.Role | None = None
         self.grafana_workspace: grafana.CfnWorkspace | None = None
