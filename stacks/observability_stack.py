@@ -10,8 +10,9 @@ scraper (``AWS::APS::Scraper``: agentless, AWS runs it outside the cluster, ENIs
 subnets), which discovers and scrapes the targets of :mod:`observability.targets`. GPU metrics
 come from the NVIDIA DCGM exporter, installed from its pinned Helm chart on the HyperPod nodes.
 Rules and alert manager live in the workspace; alerts go to an encrypted SNS topic. Dashboards
-are generated as JSON beside the templates (``cdk.out/dashboards/``, written by ``app.py``) and
-imported into the Grafana workspace this stack creates (README: why not a custom resource).
+are generated as JSON beside the templates (``cdk.out/dashboards/``, written by ``app.py``) and,
+when this stack creates the Grafana workspace, provisioned into it at deploy together with the
+Prometheus data source (:class:`kv_constructs.grafana_provisioning.GrafanaProvisioning`).
 
 Network reach of the scraper: its ENIs get a security group of their own, admitted into the EKS
 cluster security group on exactly the scrape ports (:func:`observability.targets.scrape_ports`)
@@ -39,9 +40,16 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
+from kv_constructs.grafana_provisioning import GrafanaProvisioning
 from observability import alerts, dashboards, targets
 from observability.cluster_objects import DCGM_RELEASE, dcgm_exporter_values, monitoring_namespace
 from platform_config import BusinessLineConfig, PlatformConfig
+
+#: Uid and name of the Prometheus data source the stack provisions into its Grafana workspace.
+DATASOURCE_UID = "kvcache-amp"
+DATASOURCE_NAME = "Amazon Managed Prometheus (kv cache)"
+#: Name of the Grafana service account the provisioning handler uses (its tokens live 15 minutes).
+GRAFANA_SERVICE_ACCOUNT = "kvcache-provisioning"
 
 #: Prometheus query actions the Grafana workspace role needs on the workspace (AMP user guide,
 #: "Set up Amazon Managed Grafana for use with Amazon Managed Service for Prometheus").
@@ -58,7 +66,8 @@ class ObservabilityStack(Stack):
             ``aps.CfnRuleGroupsNamespace``.
         scraper_security_group: the scraper ENIs' ``ec2.SecurityGroup`` (see module doc).
         topic: the alert ``sns.Topic``.
-        grafana_workspace: ``grafana.CfnWorkspace`` or None; ``grafana_role``: its IAM role or None.
+        grafana_workspace: ``grafana.CfnWorkspace`` or None; ``grafana_role``: its IAM role or None;
+            ``grafana_provisioning``: :class:`GrafanaProvisioning` or None.
         dcgm_exporter: ``eks.HelmChart`` or None; ``monitoring_namespace``: its ``eks.KubernetesManifest``.
         dashboards: the dashboard JSON models (dicts), for ``app.py`` to write after synthesis.
         scrape_configuration: the scraper's configuration (dict, before base64).
@@ -130,8 +139,10 @@ class ObservabilityStack(Stack):
                 values=dcgm_exporter_values(platform))
             self.dcgm_exporter.node.add_dependency(self.monitoring_namespace)
 
+        self.dashboards = [dashboards.build_dashboard(platform, business_lines)]
         self.grafana_role: iam.Role | None = None
         self.grafana_workspace: grafana.CfnWorkspace | None = None
+        self.grafana_provisioning: GrafanaProvisioning | None = None
         if obs.grafana.create_workspace:
             self.grafana_role = iam.Role(
                 self, "GrafanaRole", description=f"{name}: Grafana reads this platform's Prometheus workspace",
@@ -145,11 +156,19 @@ class ObservabilityStack(Stack):
                 account_access_type="CURRENT_ACCOUNT", authentication_providers=[obs.grafana.authentication],
                 permission_type="CUSTOMER_MANAGED", role_arn=self.grafana_role.role_arn,
                 data_sources=["PROMETHEUS"], grafana_version=obs.grafana.version)
+            self.grafana_provisioning = GrafanaProvisioning(
+                self, "GrafanaProvisioning", workspace=self.grafana_workspace,
+                prometheus_url=self.workspace.attr_prometheus_endpoint, dashboards=self.dashboards,
+                datasource_uid=DATASOURCE_UID, datasource_name=DATASOURCE_NAME,
+                service_account_name=GRAFANA_SERVICE_ACCOUNT)
             CfnOutput(self, "GrafanaUrl", value=Fn.join("", ["https://", self.grafana_workspace.attr_endpoint]),
-                      description="Amazon Managed Grafana workspace (import cdk.out/dashboards/*.json)")
+                      description="Amazon Managed Grafana workspace (data source and dashboards provisioned)")
             CfnOutput(self, "GrafanaWorkspaceId", value=self.grafana_workspace.attr_id)
+            for i, model in enumerate(self.dashboards):
+                CfnOutput(self, "DashboardUrl" if i == 0 else f"DashboardUrl{i + 1}",
+                          value=Fn.join("", ["https://", self.grafana_workspace.attr_endpoint, f"/d/{model['uid']}"]),
+                          description=f"Dashboard '{model['title']}'")
 
-        self.dashboards = [dashboards.build_dashboard(platform, business_lines)]
         CfnOutput(self, "PrometheusWorkspaceId", value=self.workspace.attr_workspace_id)
         CfnOutput(self, "PrometheusEndpoint", value=self.workspace.attr_prometheus_endpoint,
                   description="Prometheus-compatible query endpoint (SigV4) of the workspace")

@@ -128,11 +128,15 @@ def test_dcgm_exporter_chart_is_pinned_and_needs_no_prometheus_operator(template
 
 def test_grafana_reads_only_this_prometheus_workspace(template) -> None:
     workspace_id, _ = _one(template, "AWS::APS::Workspace")
-    role_id, role = _one(template, "AWS::IAM::Role")
+    _, workspace = _one(template, "AWS::Grafana::Workspace")
+    role_id, attribute = workspace["Properties"]["RoleArn"]["Fn::GetAtt"]  # follow the reference
+    assert attribute == "Arn"
+    role = template.to_json()["Resources"][role_id]
     (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert trust["Principal"] == {"Service": "grafana.amazonaws.com"}
     assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": "111122223333"}}
-    _, policy = _one(template, "AWS::IAM::Policy")
+    (policy,) = [p for p in template.find_resources("AWS::IAM::Policy").values()
+                 if {"Ref": role_id} in p["Properties"]["Roles"]]
     (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
     assert statement["Resource"] == {"Fn::GetAtt": [workspace_id, "Arn"]}
     assert all(a.startswith("aps:") and "*" not in a for a in statement["Action"])
@@ -143,7 +147,8 @@ def test_grafana_reads_only_this_prometheus_workspace(template) -> None:
 
 def test_outputs_tell_where_to_look(template) -> None:
     outputs = template.to_json()["Outputs"]
-    for key in ("GrafanaUrl", "PrometheusWorkspaceId", "PrometheusEndpoint", "AlertTopicArn", "ScraperId"):
+    for key in ("GrafanaUrl", "DashboardUrl", "PrometheusWorkspaceId", "PrometheusEndpoint", "AlertTopicArn",
+                "ScraperId"):
         assert key in outputs
 
 
