@@ -8,6 +8,8 @@ library that every CDK app imports (``from constructs import Construct``).
 - :class:`SecureBucket`: encrypted, TLS-only, private, versioned, access-logged S3 bucket;
   :func:`prefixed_bucket_name` for buckets whose name a service constrains by prefix.
 - :class:`IrsaRole`: IAM role for one Kubernetes service account (IRSA).
+- :class:`GrafanaProvisioning` (:mod:`kv_constructs.grafana_provisioning`): data source and
+  dashboards of an Amazon Managed Grafana workspace, provisioned at deploy by a custom resource.
 - :mod:`kv_constructs.nag`: cdk-nag acknowledgment helpers (``suppress_kubectl_provider``, ...).
 """
 

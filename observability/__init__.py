@@ -10,7 +10,9 @@ deploys:
 - :mod:`observability.queries`: the PromQL of every panel and alert, per business line.
 - :mod:`observability.alerts`: Prometheus rule groups and the alert manager definition (SNS).
 - :mod:`observability.dashboards`: Grafana dashboard JSON (grafana-foundation-sdk).
-- :mod:`observability.cluster_objects`: Helm values of the DCGM exporter.
+- :mod:`observability.cluster_objects`: the DCGM exporter's namespace, Helm values and counters CSV.
+- :mod:`observability.grafana_provisioning`: the Lambda (standard library + boto3) that writes the
+  data source and the dashboards into Amazon Managed Grafana at deploy.
 
 Named ``observability`` (not ``constructs``): nothing here shadows a library module.
 """

@@ -22,6 +22,11 @@ and ``pod`` (vLLM, Curvine, Kyverno), ``l2_cache`` (vLLM: the value of the pod l
 ``node`` (all). The DCGM exporter and the janitor expose their own ``namespace``/``pod``/``line``
 labels (the pod *using* a GPU; the line measured), so those jobs add no target label of the same
 name (a clash would rename theirs to ``exported_*``).
+
+Every job keeps its targets by port *number* too, so :func:`scrape_ports` is the exact set of TCP
+ports the scraper opens; the observability stack admits the scraper on those ports (and the API
+server's 443, for discovery) into the EKS cluster security group, the one group every node carries
+(system node group: only that one; HyperPod nodes: that one and the shared group).
 """
 
 from __future__ import annotations
@@ -53,9 +58,18 @@ CURVINE_WEB_PORT_NAME: Final = "web"
 #: (charts/kyverno/templates/admission-controller/deployment.yaml, _helpers.tpl).
 KYVERNO_COMPONENT: Final = ("app.kubernetes.io/component", "admission-controller")
 KYVERNO_METRICS_PORT_NAME: Final = "metrics-port"
+#: ... its number: the chart's ``admissionController.metricsService.port`` default (docs/sources.md §13).
+KYVERNO_METRICS_PORT: Final = 8000
 #: dcgm-exporter chart 4.8.2: pod label ``app.kubernetes.io/name`` and container port ``metrics``.
 DCGM_NAME_LABEL: Final = ("app.kubernetes.io/name", "dcgm-exporter")
 DCGM_METRICS_PORT_NAME: Final = "metrics"
+#: ... its number: ``containerPort: {{ .Values.service.port }}``, default 9400 (deployment/values.yaml at
+#: 4.5.3-4.8.2; also the port of an exporter the GPU operator installs, ``dcgm_exporter.install: false``).
+DCGM_METRICS_PORT: Final = 9400
+#: The Kubernetes API server (HTTPS): the scraper's pod discovery goes through the cluster's
+#: private endpoint, whose ENIs carry the cluster security group (AMP user guide: managed
+#: collectors need private endpoint access, docs/sources.md §13).
+API_SERVER_PORT: Final = 443
 #: The L2 janitor's pods and port: the names its Deployment uses (k8s/names.py, k8s/janitor.py)
 #: and the port its HTTP server listens on (kv_tools/l2_janitor.py).
 L2_JANITOR_COMPONENT: Final = names.L2_JANITOR_COMPONENT_LABEL
@@ -119,12 +133,7 @@ class Job:
         }
 
 
-def vllm_job(lines: tuple[BusinessLineConfig, ...]) -> dict[str, Any]:
-    """The vLLM job: every line's endpoint pods, ``business_line`` from the namespace.
-
-    The operator labels the pods ``app=<endpoint name>`` (:data:`k8s.names.OPERATOR_POD_LABEL`);
-    the port is the line's ``vllm.port``. Each line's namespace maps to ``business_line=<name>``.
-    """
+def _vllm(lines: tuple[BusinessLineConfig, ...]) -> tuple[Job, list[dict[str, Any]]]:
     job = Job(name=JOB_VLLM, namespaces=tuple(l.namespace for l in lines),
               pod_label=(names.OPERATOR_POD_LABEL, ""),
               port_numbers=tuple(sorted({l.vllm.port for l in lines})))
@@ -138,37 +147,70 @@ def vllm_job(lines: tuple[BusinessLineConfig, ...]) -> dict[str, Any]:
     extra += [{"source_labels": ["__meta_kubernetes_namespace"], "regex": re.escape(l.namespace),
                "target_label": "business_line", "replacement": l.name} for l in lines]
     extra.append({"source_labels": [meta_label(names.L2_MUTATED_LABEL)], "target_label": L2_CACHE_TARGET_LABEL})
+    return job, extra
+
+
+def vllm_job(lines: tuple[BusinessLineConfig, ...]) -> dict[str, Any]:
+    """The vLLM job: every line's endpoint pods, ``business_line`` from the namespace.
+
+    The operator labels the pods ``app=<endpoint name>`` (:data:`k8s.names.OPERATOR_POD_LABEL`);
+    the port is the line's ``vllm.port``. Each line's namespace maps to ``business_line=<name>``.
+    """
+    job, extra = _vllm(lines)
     return job.scrape_config(extra)
 
 
-def jobs(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> list[dict[str, Any]]:
-    """Every scrape job of the platform (vLLM only when there are lines, Curvine only when enabled)."""
+def _jobs(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> list[tuple[Job, list[dict[str, Any]]]]:
+    """(job, extra relabel rules) of every scrape job, in the order of :func:`jobs`."""
     obs = platform.observability
-    out: list[dict[str, Any]] = []
+    out: list[tuple[Job, list[dict[str, Any]]]] = []
     if lines:
-        out.append(vllm_job(lines))
+        out.append(_vllm(lines))
         l2_lines = [l for l in lines if l.cache.l2_enabled]
         if l2_lines:
-            out.append(Job(name=JOB_L2_JANITOR, namespaces=tuple(l.namespace for l in l2_lines),
-                           pod_label=L2_JANITOR_COMPONENT, port_name=L2_JANITOR_METRICS_PORT_NAME,
-                           port_numbers=(L2_JANITOR_METRICS_PORT,), pod_target_labels=False).scrape_config())
+            out.append((Job(name=JOB_L2_JANITOR, namespaces=tuple(l.namespace for l in l2_lines),
+                            pod_label=L2_JANITOR_COMPONENT, port_name=L2_JANITOR_METRICS_PORT_NAME,
+                            port_numbers=(L2_JANITOR_METRICS_PORT,), pod_target_labels=False), []))
     if platform.curvine.enabled:
         ns = (platform.curvine.namespace,)
         for name, component, port in ((JOB_CURVINE_MASTER, "master", MASTER_WEB_PORT),
                                       (JOB_CURVINE_WORKER, "worker", WORKER_WEB_PORT)):
-            out.append(Job(name=name, namespaces=ns, pod_label=(CURVINE_COMPONENT_LABEL, component),
-                           port_name=CURVINE_WEB_PORT_NAME, port_numbers=(port,)).scrape_config(
-                [{"source_labels": [meta_label(CURVINE_NAME_LABEL[0])], "regex": re.escape(CURVINE_NAME_LABEL[1]),
-                  "action": "keep"}]))
-        out.append(Job(name=JOB_KYVERNO, namespaces=(KYVERNO_NAMESPACE,), pod_label=KYVERNO_COMPONENT,
-                       port_name=KYVERNO_METRICS_PORT_NAME).scrape_config())
-    out.append(Job(name=JOB_DCGM, namespaces=(obs.namespace,) if obs.dcgm_exporter.install else (),
-                   pod_label=DCGM_NAME_LABEL, port_name=DCGM_METRICS_PORT_NAME,
-                   pod_target_labels=False).scrape_config())
-    if not obs.dcgm_exporter.install:
-        # An exporter installed by someone else: any namespace (empty list = all namespaces).
-        del out[-1]["kubernetes_sd_configs"][0]["namespaces"]
+            out.append((Job(name=name, namespaces=ns, pod_label=(CURVINE_COMPONENT_LABEL, component),
+                            port_name=CURVINE_WEB_PORT_NAME, port_numbers=(port,)),
+                        [{"source_labels": [meta_label(CURVINE_NAME_LABEL[0])],
+                          "regex": re.escape(CURVINE_NAME_LABEL[1]), "action": "keep"}]))
+        out.append((Job(name=JOB_KYVERNO, namespaces=(KYVERNO_NAMESPACE,), pod_label=KYVERNO_COMPONENT,
+                        port_name=KYVERNO_METRICS_PORT_NAME, port_numbers=(KYVERNO_METRICS_PORT,)), []))
+    # An exporter installed by someone else (install: false): any namespace (empty = all).
+    out.append((Job(name=JOB_DCGM, namespaces=(obs.namespace,) if obs.dcgm_exporter.install else (),
+                    pod_label=DCGM_NAME_LABEL, port_name=DCGM_METRICS_PORT_NAME, port_numbers=(DCGM_METRICS_PORT,),
+                    pod_target_labels=False), []))
     return out
+
+
+def jobs(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> list[dict[str, Any]]:
+    """Every scrape job of the platform (vLLM only when there are lines, Curvine only when enabled)."""
+    out = []
+    for job, extra in _jobs(platform, lines):
+        config = job.scrape_config(extra)
+        if not job.namespaces:
+            del config["kubernetes_sd_configs"][0]["namespaces"]
+        out.append(config)
+    return out
+
+
+def scrape_ports(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> dict[int, tuple[str, ...]]:
+    """TCP port -> names of the jobs that scrape it, over every job of :func:`jobs`, sorted by port.
+
+    Every job keeps its targets by port number (a ``keep`` rule on
+    ``__meta_kubernetes_pod_container_port_number``), so these are all the ports the scraper
+    connects to on a node (a pod IP or, for the hostNetwork Curvine Workers, the node IP).
+    """
+    ports: dict[int, list[str]] = {}
+    for job, _ in _jobs(platform, lines):
+        for port in job.port_numbers:
+            ports.setdefault(port, []).append(job.name)
+    return {port: tuple(ports[port]) for port in sorted(ports)}
 
 
 def scrape_configuration(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> dict[str, Any]:

@@ -678,7 +678,8 @@ class GrafanaWorkspaceConfig(StrictModel):
     """
 
     #: true: the observability stack creates a workspace that reads only this platform's
-    #: Prometheus workspace; false: use a Grafana of your own and import the dashboard JSON.
+    #: Prometheus workspace and provisions the data source and the dashboards into it at deploy;
+    #: false: use a Grafana of your own and import the dashboard JSON.
     create_workspace: bool = True
     #: Sign-in method of the workspace.
     authentication: Literal["AWS_SSO", "SAML"] = "AWS_SSO"

@@ -3,8 +3,12 @@
 ``build_platform(app, project)`` creates, in deployment order::
 
     {project}-network -> {project}-eks -> {project}-hyperpod -> {project}-addons
-        -> {project}-l2-cache -> {project}-line-<name> (one per business line)
-        -> {project}-observability (when ``observability.enabled``)
+        -> {project}-l2-cache -> {project}-observability (when ``observability.enabled``)
+                              -> {project}-line-<name> (one per business line)
+
+The observability stack and the line stacks depend on l2-cache (and what it depends on), not
+on each other: observability deploys right after l2-cache, in parallel with the lines (its
+scrape jobs select the lines' namespaces, which need not exist yet).
 
 Every stack gets the explicit environment from config (account, region) and availability
 zones are passed explicitly, so synthesis needs no AWS credentials and makes no lookups.
@@ -69,10 +73,10 @@ class PlatformStacks:
     observability: ObservabilityStack | None = None
 
     def all(self) -> list[cdk.Stack]:
-        """Every stack, in deployment order."""
+        """Every stack, in a deployment order: platform stacks, observability (needs only l2-cache), lines."""
         extra = [self.observability] if self.observability is not None else []
-        return [self.network, self.cluster, self.hyperpod, self.addons, self.l2_cache, *self.business_lines.values(),
-                *extra]
+        return [self.network, self.cluster, self.hyperpod, self.addons, self.l2_cache, *extra,
+                *self.business_lines.values()]
 
 
 def cdk_json_context(path: Path = REPO_ROOT / "cdk.json") -> dict[str, Any]:
@@ -194,7 +198,7 @@ def build_platform(app: cdk.App, project: ProjectConfig) -> PlatformStacks:
     if platform.observability.enabled:
         observability = ObservabilityStack(
             app, ids["observability"], platform=platform, business_lines=project.business_lines,
-            cluster=cluster.cluster, subnets=network.private_subnets, security_group=network.security_group,
+            cluster=cluster.cluster, vpc=network.vpc, subnets=network.private_subnets,
             **stack_kwargs("observability", "Tiered KV cache: metrics (AMP + managed scraper), alerts, Grafana"))
         observability.add_stack_dependency(l2_cache, "Curvine and Kyverno exist before they are scraped")
 

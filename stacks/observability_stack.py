@@ -3,15 +3,25 @@
 Contract used by ``stacks.build_platform``:
     ObservabilityStack(scope, construct_id, *, platform: PlatformConfig,
                        business_lines: tuple[BusinessLineConfig, ...], cluster: eks_v2.Cluster,
-                       subnets: list[ec2.ISubnet], security_group: ec2.ISecurityGroup, **stack_kwargs)
+                       vpc: ec2.IVpc, subnets: list[ec2.ISubnet], **stack_kwargs)
 
 Collection path: an Amazon Managed Service for Prometheus workspace, fed by an AMP managed
 scraper (``AWS::APS::Scraper``: agentless, AWS runs it outside the cluster, ENIs in our private
 subnets), which discovers and scrapes the targets of :mod:`observability.targets`. GPU metrics
 come from the NVIDIA DCGM exporter, installed from its pinned Helm chart on the HyperPod nodes.
 Rules and alert manager live in the workspace; alerts go to an encrypted SNS topic. Dashboards
-are generated as JSON beside the templates (``cdk.out/dashboards/``, written by ``app.py``) and
-imported into the Grafana workspace this stack creates (README: why not a custom resource).
+are generated as JSON beside the templates (``cdk.out/dashboards/``, written by ``app.py``) and,
+when this stack creates the Grafana workspace, provisioned into it at deploy together with the
+Prometheus data source (:class:`kv_constructs.grafana_provisioning.GrafanaProvisioning`).
+
+Network reach of the scraper: its ENIs get a security group of their own, admitted into the EKS
+cluster security group on exactly the scrape ports (:func:`observability.targets.scrape_ports`)
+and the API server's 443. That group is on every node: the system node group (an EKS managed
+node group without a launch template carries it alone; EKS user guide, "sec-group-reqs": inbound
+only from itself) and the HyperPod nodes (``stacks.hyperpod_stack``: cluster group and shared
+group), and on the control plane's ENIs. Why not simply put the scraper in the cluster group:
+that admits it to every port of every node and of the control plane; these rules admit it to
+the ports it scrapes.
 """
 
 from __future__ import annotations
@@ -30,9 +40,16 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
+from kv_constructs.grafana_provisioning import GrafanaProvisioning
 from observability import alerts, dashboards, targets
-from observability.cluster_objects import DCGM_RELEASE, dcgm_exporter_values
+from observability.cluster_objects import DCGM_RELEASE, dcgm_exporter_values, monitoring_namespace
 from platform_config import BusinessLineConfig, PlatformConfig
+
+#: Uid and name of the Prometheus data source the stack provisions into its Grafana workspace.
+DATASOURCE_UID = "kvcache-amp"
+DATASOURCE_NAME = "Amazon Managed Prometheus (kv cache)"
+#: Name of the Grafana service account the provisioning handler uses (its tokens live 15 minutes).
+GRAFANA_SERVICE_ACCOUNT = "kvcache-provisioning"
 
 #: Prometheus query actions the Grafana workspace role needs on the workspace (AMP user guide,
 #: "Set up Amazon Managed Grafana for use with Amazon Managed Service for Prometheus").
@@ -47,16 +64,18 @@ class ObservabilityStack(Stack):
         key: KMS key (rotation on) encrypting the Prometheus workspace and the SNS topic.
         workspace: ``aps.CfnWorkspace``; ``scraper``: ``aps.CfnScraper``; ``rules``:
             ``aps.CfnRuleGroupsNamespace``.
+        scraper_security_group: the scraper ENIs' ``ec2.SecurityGroup`` (see module doc).
         topic: the alert ``sns.Topic``.
-        grafana_workspace: ``grafana.CfnWorkspace`` or None; ``grafana_role``: its IAM role or None.
-        dcgm_exporter: ``eks.HelmChart`` or None.
+        grafana_workspace: ``grafana.CfnWorkspace`` or None; ``grafana_role``: its IAM role or None;
+            ``grafana_provisioning``: :class:`GrafanaProvisioning` or None.
+        dcgm_exporter: ``eks.HelmChart`` or None; ``monitoring_namespace``: its ``eks.KubernetesManifest``.
         dashboards: the dashboard JSON models (dicts), for ``app.py`` to write after synthesis.
         scrape_configuration: the scraper's configuration (dict, before base64).
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig,
                  business_lines: tuple[BusinessLineConfig, ...], cluster: eks.ICluster,
-                 subnets: list[ec2.ISubnet], security_group: ec2.ISecurityGroup, **kwargs: Any) -> None:
+                 vpc: ec2.IVpc, subnets: list[ec2.ISubnet], **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
         obs = platform.observability
         name = f"{platform.project}-kv-cache"
@@ -94,11 +113,12 @@ class ObservabilityStack(Stack):
 
         self.scrape_configuration = targets.scrape_configuration(platform, business_lines)
         blob = base64.b64encode(targets.scrape_configuration_yaml(platform, business_lines).encode()).decode()
+        self.scraper_security_group = self._scraper_security_group(vpc, cluster, name, business_lines)
         self.scraper = aps.CfnScraper(
             self, "Scraper", alias=name,
             source=aps.CfnScraper.SourceProperty(eks_configuration=aps.CfnScraper.EksConfigurationProperty(
                 cluster_arn=cluster.cluster_arn, subnet_ids=[s.subnet_id for s in subnets],
-                security_group_ids=[security_group.security_group_id])),
+                security_group_ids=[self.scraper_security_group.security_group_id])),
             destination=aps.CfnScraper.DestinationProperty(
                 amp_configuration=aps.CfnScraper.AmpConfigurationProperty(workspace_arn=self.workspace.attr_arn)),
             scrape_configuration=aps.CfnScraper.ScrapeConfigurationProperty(configuration_blob=blob))
@@ -107,15 +127,22 @@ class ObservabilityStack(Stack):
         # scraper's access entry itself (a second one for the same role would fail the deploy).
 
         self.dcgm_exporter: eks.HelmChart | None = None
+        self.monitoring_namespace: eks.KubernetesManifest | None = None
         if obs.dcgm_exporter.install:
             pin = obs.dcgm_exporter.chart
+            # Our Namespace (Pod Security labels), not Helm's unlabelled one.
+            self.monitoring_namespace = eks.KubernetesManifest(
+                self, "MonitoringNamespace", cluster=cluster, manifest=[monitoring_namespace(platform)])
             self.dcgm_exporter = eks.HelmChart(
                 self, "DcgmExporter", cluster=cluster, chart=pin.chart, repository=pin.repository,
-                version=pin.version, release=DCGM_RELEASE, namespace=obs.namespace, create_namespace=True,
+                version=pin.version, release=DCGM_RELEASE, namespace=obs.namespace, create_namespace=False,
                 values=dcgm_exporter_values(platform))
+            self.dcgm_exporter.node.add_dependency(self.monitoring_namespace)
 
+        self.dashboards = [dashboards.build_dashboard(platform, business_lines)]
         self.grafana_role: iam.Role | None = None
         self.grafana_workspace: grafana.CfnWorkspace | None = None
+        self.grafana_provisioning: GrafanaProvisioning | None = None
         if obs.grafana.create_workspace:
             self.grafana_role = iam.Role(
                 self, "GrafanaRole", description=f"{name}: Grafana reads this platform's Prometheus workspace",
@@ -129,14 +156,39 @@ class ObservabilityStack(Stack):
                 account_access_type="CURRENT_ACCOUNT", authentication_providers=[obs.grafana.authentication],
                 permission_type="CUSTOMER_MANAGED", role_arn=self.grafana_role.role_arn,
                 data_sources=["PROMETHEUS"], grafana_version=obs.grafana.version)
+            self.grafana_provisioning = GrafanaProvisioning(
+                self, "GrafanaProvisioning", workspace=self.grafana_workspace,
+                prometheus_url=self.workspace.attr_prometheus_endpoint, dashboards=self.dashboards,
+                datasource_uid=DATASOURCE_UID, datasource_name=DATASOURCE_NAME,
+                service_account_name=GRAFANA_SERVICE_ACCOUNT)
             CfnOutput(self, "GrafanaUrl", value=Fn.join("", ["https://", self.grafana_workspace.attr_endpoint]),
-                      description="Amazon Managed Grafana workspace (import cdk.out/dashboards/*.json)")
+                      description="Amazon Managed Grafana workspace (data source and dashboards provisioned)")
             CfnOutput(self, "GrafanaWorkspaceId", value=self.grafana_workspace.attr_id)
+            for i, model in enumerate(self.dashboards):
+                CfnOutput(self, "DashboardUrl" if i == 0 else f"DashboardUrl{i + 1}",
+                          value=Fn.join("", ["https://", self.grafana_workspace.attr_endpoint, f"/d/{model['uid']}"]),
+                          description=f"Dashboard '{model['title']}'")
 
-        self.dashboards = [dashboards.build_dashboard(platform, business_lines)]
         CfnOutput(self, "PrometheusWorkspaceId", value=self.workspace.attr_workspace_id)
         CfnOutput(self, "PrometheusEndpoint", value=self.workspace.attr_prometheus_endpoint,
                   description="Prometheus-compatible query endpoint (SigV4) of the workspace")
         CfnOutput(self, "AlertTopicArn", value=self.topic.topic_arn,
                   description="SNS topic every alert is published to; subscribe on-call here")
         CfnOutput(self, "ScraperId", value=self.scraper.attr_scraper_id)
+
+    def _scraper_security_group(self, vpc: ec2.IVpc, cluster: eks.ICluster, name: str,
+                                business_lines: tuple[BusinessLineConfig, ...]) -> ec2.SecurityGroup:
+        """The scraper ENIs' group, admitted into the EKS cluster security group on the scrape ports and 443.
+
+        Rules are ``AWS::EC2::SecurityGroupIngress`` resources of this stack on the group EKS
+        created (imported by its id): they go away with this stack, and the eks stack is not touched.
+        """
+        group = ec2.SecurityGroup(self, "ScraperSecurityGroup", vpc=vpc, allow_all_outbound=True,
+                                  description=f"{name}: AMP managed scraper ENIs (scrape ports into the cluster group)")
+        cluster_group = ec2.SecurityGroup.from_security_group_id(
+            self, "EksClusterSecurityGroup", cluster.cluster_security_group_id, mutable=True)
+        cluster_group.add_ingress_rule(group, ec2.Port.tcp(targets.API_SERVER_PORT),
+                                       "AMP scraper: Kubernetes API (pod discovery, private endpoint)")
+        for port, jobs in targets.scrape_ports(self.platform, business_lines).items():
+            cluster_group.add_ingress_rule(group, ec2.Port.tcp(port), f"AMP scraper: {', '.join(jobs)}"[:255])
+        return group

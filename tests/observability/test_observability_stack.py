@@ -28,9 +28,13 @@ def _one(template: Template, kind: str) -> tuple[str, dict]:
 
 
 def test_stack_is_part_of_the_platform_after_the_l2_tier(platform, obs_project) -> None:
+    """It needs only l2-cache (and what that needs), not the lines: listed and deployable right after it."""
     stack = platform.observability
     assert stack is not None and stack in platform.all()
     assert platform.l2_cache in stack.dependencies
+    assert not set(stack.dependencies) & set(platform.business_lines.values())
+    order = platform.all()
+    assert order.index(stack) == order.index(platform.l2_cache) + 1
 
 
 def test_workspace_and_topic_are_encrypted_with_a_rotating_key(template) -> None:
@@ -85,9 +89,12 @@ def test_scraper_sends_to_the_workspace_from_the_private_subnets(template) -> No
 
 
 def test_no_access_entry_or_rbac_of_our_own_for_the_scraper(template) -> None:
-    """AMP creates the scraper's access entry on an API_AND_CONFIG_MAP cluster; a second would fail."""
+    """AMP creates the scraper's access entry on an API_AND_CONFIG_MAP cluster; a second would fail.
+    The only Kubernetes object of the stack itself is the DCGM exporter's Namespace."""
     assert template.find_resources("AWS::EKS::AccessEntry") == {}
-    assert template.find_resources("Custom::AWSCDK-EKS-KubernetesResource") == {}
+    kinds = [obj["kind"] for r in template.find_resources("Custom::AWSCDK-EKS-KubernetesResource").values()
+             for obj in json.loads(r["Properties"]["Manifest"])]
+    assert kinds == ["Namespace"]
 
 
 def test_cluster_lets_amp_create_the_scrapers_access_entry(templates, obs_project) -> None:
@@ -121,11 +128,15 @@ def test_dcgm_exporter_chart_is_pinned_and_needs_no_prometheus_operator(template
 
 def test_grafana_reads_only_this_prometheus_workspace(template) -> None:
     workspace_id, _ = _one(template, "AWS::APS::Workspace")
-    role_id, role = _one(template, "AWS::IAM::Role")
+    _, workspace = _one(template, "AWS::Grafana::Workspace")
+    role_id, attribute = workspace["Properties"]["RoleArn"]["Fn::GetAtt"]  # follow the reference
+    assert attribute == "Arn"
+    role = template.to_json()["Resources"][role_id]
     (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert trust["Principal"] == {"Service": "grafana.amazonaws.com"}
     assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": "111122223333"}}
-    _, policy = _one(template, "AWS::IAM::Policy")
+    (policy,) = [p for p in template.find_resources("AWS::IAM::Policy").values()
+                 if {"Ref": role_id} in p["Properties"]["Roles"]]
     (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
     assert statement["Resource"] == {"Fn::GetAtt": [workspace_id, "Arn"]}
     assert all(a.startswith("aps:") and "*" not in a for a in statement["Action"])
@@ -136,7 +147,8 @@ def test_grafana_reads_only_this_prometheus_workspace(template) -> None:
 
 def test_outputs_tell_where_to_look(template) -> None:
     outputs = template.to_json()["Outputs"]
-    for key in ("GrafanaUrl", "PrometheusWorkspaceId", "PrometheusEndpoint", "AlertTopicArn", "ScraperId"):
+    for key in ("GrafanaUrl", "DashboardUrl", "PrometheusWorkspaceId", "PrometheusEndpoint", "AlertTopicArn",
+                "ScraperId"):
         assert key in outputs
 
 

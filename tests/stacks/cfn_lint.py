@@ -12,9 +12,12 @@ from cfnlint.api import lint
 #: - W3005 ("obsolete DependsOn") on resources aws-cdk-lib generates for its provider
 #:   frameworks: CDK adds an explicit DependsOn on the function's role that a GetAtt already
 #:   implies. Harmless and not ours to change; the allowlist names the CDK-generated resources.
+#:   ``lambda_.Function`` does the same for a function of ours given a role (the Grafana
+#:   provisioning handler of the observability stack, and its provider framework).
 IGNORED_WARNINGS = {
     "W3005": ("AWSCDKCfnUtilsProvider", "ClusterKubectlProvider", "CustomCDKBucketDeployment",
-              "CustomS3AutoDeleteObjectsCustomResourceProvider", "CustomVpcRestrictDefaultSG"),
+              "CustomS3AutoDeleteObjectsCustomResourceProvider", "CustomVpcRestrictDefaultSG",
+              "GrafanaProvisioningHandler", "GrafanaProvisioningProviderframeworkonEvent"),
 }
 
 

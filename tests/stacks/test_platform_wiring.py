@@ -9,9 +9,9 @@ import stacks
 
 def test_stack_ids_follow_the_naming_scheme(platform, project) -> None:
     names = [s.stack_name for s in platform.all()]
-    assert names[:5] == ["kvcache-network", "kvcache-eks", "kvcache-hyperpod", "kvcache-addons", "kvcache-l2-cache"]
-    assert names[5:-1] == [f"kvcache-line-{line.name}" for line in project.business_lines]
-    assert names[-1] == "kvcache-observability"
+    assert names[:6] == ["kvcache-network", "kvcache-eks", "kvcache-hyperpod", "kvcache-addons", "kvcache-l2-cache",
+                         "kvcache-observability"]
+    assert names[6:] == [f"kvcache-line-{line.name}" for line in project.business_lines]
     assert {"kvcache-line-rag-assistant", "kvcache-line-research-reasoning"} <= set(names)
     assert [s.node.id for s in platform.all()] == names
     assert set(platform.business_lines) == {line.name for line in project.business_lines}
