@@ -32,6 +32,7 @@ from k8s.curvine_config import (
     INIT_MARKER, JOURNAL_DIR, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT, META_DIR, PRIMARY_MOUNT, PRIMARY_ROOT,
     ROCKSDB_DATA_SUBDIR, WORKER_RPC_PORT, WORKER_WEB_PORT, fuse_mount_parameters, master_addrs, render_cluster_toml,
 )
+from k8s.nodes import HYPERPOD_GROUP_LABEL, HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, instance_group_tolerations
 from platform_config import PlatformConfig
 from platform_config.models import AZ_NAME_PATTERN, ExistingVpcConfig
 
@@ -40,11 +41,6 @@ from platform_config.models import AZ_NAME_PATTERN, ExistingVpcConfig
 #: a static PV's nodeAffinity against node labels, and the CSI-specific key exists only on nodes
 #: where the EBS CSI node plugin has registered, so the PV would fit no node if it had not.
 ZONE_LABEL: Final = "topology.kubernetes.io/zone"
-#: Label HyperPod puts on its nodes (the reference deployment selects them with it).
-HYPERPOD_NODE_LABEL: Final = "sagemaker.amazonaws.com/compute-type"
-HYPERPOD_NODE_VALUE: Final = "hyperpod"
-#: Label with the HyperPod instance group name of a node.
-HYPERPOD_GROUP_LABEL: Final = "sagemaker.amazonaws.com/instance-group-name"
 #: Filesystem of the Primary's EBS volume; explicit so the CSI driver formats a blank volume
 #: the same way every time, and never guesses on an existing one.
 PRIMARY_FS_TYPE: Final = "ext4"
@@ -329,14 +325,7 @@ class CurvineChart(cdk8s.Chart):
                 node_selector_terms=[k8s.NodeSelectorTerm(match_expressions=exprs)])))
 
     def _group_tolerations(self, groups: tuple[str, ...]) -> list[k8s.Toleration]:
-        seen: dict[tuple[str, str, str], k8s.Toleration] = {}
-        for g in self.platform.hyperpod.instance_groups:
-            if groups and g.name not in groups:
-                continue
-            for t in g.taints:
-                seen.setdefault((t.key, t.value, t.effect),
-                                k8s.Toleration(key=t.key, operator="Equal", value=t.value, effect=t.effect))
-        return list(seen.values())
+        return [k8s.Toleration(**t) for t in instance_group_tolerations(self.platform, groups)]
 
     # --- Primary ------------------------------------------------------------------------------
 
@@ -466,9 +455,14 @@ class CurvineChart(cdk8s.Chart):
                         tolerations=self._group_tolerations(c.worker_instance_groups),
                         termination_grace_period_seconds=60,
                         init_containers=[init], containers=[worker],
+                        # type Directory, never DirectoryOrCreate: lifecycle/on_create.sh creates
+                        # the directory on the instance storage; at a boot where the NVMe mounts
+                        # after kubelet, the volume is refused and the Worker waits (FailedMount,
+                        # retried) instead of creating the directory on the root volume and
+                        # filling it with KV blocks.
                         volumes=[self._config_volume(),
                                  k8s.Volume(name="data", host_path=k8s.HostPathVolumeSource(
-                                     path=c.worker_data_dir, type="DirectoryOrCreate"))])))))
+                                     path=c.worker_data_dir, type="Directory"))])))))
         self.workers.add_dependency(self.config_map, self.master_service)
 
     # --- CSI ----------------------------------------------------------------------------------
@@ -630,6 +624,9 @@ class CurvineChart(cdk8s.Chart):
                         tolerations=[k8s.Toleration(operator="Exists")],
                         containers=[node_plugin, registrar, liveness_sidecar("plugin-dir")],
                         volumes=[
+                            # The driver's own socket directory under the kubelet root (which
+                            # stays on the root volume, lifecycle/on_create.sh): created here, as
+                            # every CSI node plugin does; the kubelet does not create it.
                             k8s.Volume(name="plugin-dir", host_path=k8s.HostPathVolumeSource(
                                 path=CSI_PLUGIN_DIR, type="DirectoryOrCreate")),
                             k8s.Volume(name="kubelet-dir", host_path=k8s.HostPathVolumeSource(

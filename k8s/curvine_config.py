@@ -4,13 +4,7 @@ Key names follow Curvine's ``ClusterConf`` (``curvine-common/src/conf/*.rs``) as
 sample ``curvine/curvine-cluster.toml`` of CurvineIO/curvine at bff4e7dc (``format_master``,
 ``format_worker``, ``[master] meta_dir``, ``[journal] journal_addrs / journal_dir``,
 ``[worker] data_dir``, ``log`` tables) and by curvine-doc's configuration reference (``rpc_port``,
-``web_port``, ``[client] master_addrs / ttl_ms / ttl_action``, ``[master] enable_quota_eviction /
-quota_eviction_mode / quota_eviction_policy / quota_eviction_high_rate / quota_eviction_low_rate``).
-
-Value forms were checked against the sources (CurvineIO/curvine, ``curvine-common/src/conf``
-and ``crates/common/curvine-config/src``): duration keys such as ``[client] ttl_ms`` deserialize
-into *strings* parsed by orpc's ``DurationUnit::from_str`` (units ``ms``, ``s``, ``m``, ``h``,
-``d``; a bare number is milliseconds).
+``web_port``, ``[client] master_addrs / ttl_ms / ttl_action``, ``[master] enable_quota_eviction``).
 
 No TTL anywhere in Curvine (docs/sources.md §9, Curvine v0.3.2-alpha). This file is read by
 the CSI controller (``CURVINE_CONF_FILE``), whose ``CreateVolume`` creates ``fs_path`` and every
@@ -21,9 +15,10 @@ every line's directory about a day after their last change. The FUSE client's ``
 the same with *its* client TTL (``curvine-fuse`` ``curvine_file_system.rs``), so a TTL passed to
 the FUSE pods would also stamp the directories LMCache creates through the mount (the model
 directory, the per-pod ``.tmp-*`` directory) and delete them, with every chunk, once a line is
-idle for one TTL. Curvine's quota eviction, the other consumer of a TTL, is a no-op in v0.3.2.
-So the age bound (``curvine.eviction.ttl_hours``) and the capacity bound of each line are
-enforced on chunk *files* only, by the line's L2 janitor (:mod:`kv_tools.l2_janitor`).
+idle for one TTL. Curvine's quota eviction, the other consumer of a TTL, is a no-op in v0.3.2
+and is rendered off (:data:`ENABLE_QUOTA_EVICTION`). So the age bound
+(``curvine.eviction.ttl_hours``) and the capacity bound of each line are enforced on chunk
+*files* only, by the line's L2 janitor (:mod:`kv_tools.l2_janitor`), the only thing that deletes.
 
 Every port is written explicitly: Curvine's defaults moved between releases (v0.3.2-alpha:
 master web 9000, worker web 9001, FUSE web 9002; later code: 9001/9002/9003), and the Service,
@@ -71,26 +66,16 @@ ROCKSDB_DATA_SUBDIR: Final = "data"
 #: Raft id of the single Primary.
 JOURNAL_ID: Final = 1
 
-#: Milliseconds per unit of orpc's ``DurationUnit`` (``orpc/src/common/duration_unit.rs``).
-_DURATION_UNITS: Final = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000))
-
-
-def curvine_duration(ms: int) -> str:
-    """A duration in the form Curvine's ``DurationUnit`` prints and parses: ``1d``, ``36h``, ``90m``.
-
-    The largest unit that divides ``ms`` exactly, else ``<ms>ms`` (``0`` -> ``0ms``), as in
-    ``impl Display for DurationUnit`` (orpc ``duration_unit.rs``), whose ``from_str`` accepts
-    ``ms``, ``s``, ``m``, ``h`` and ``d``.
-
-    Raises:
-        ValueError: negative ``ms``.
-    """
-    if ms < 0:
-        raise ValueError(f"duration must be >= 0 ms, got {ms}")
-    for unit, size in _DURATION_UNITS:
-        if ms and ms % size == 0:
-            return f"{ms // size}{unit}"
-    return f"{ms}ms"
+#: ``[master] enable_quota_eviction``, written explicitly although it is Curvine's default
+#: (``false`` in ``MasterConf::default``, curvine-common ``src/conf/master_conf.rs`` at
+#: v0.3.2-alpha; ``QuotaManager::is_eviction_enabled`` reads it, ``quota_manager.rs``): each
+#: line's L2 janitor is the one thing that deletes chunks. In v0.3.2 quota eviction deletes only
+#: files whose TTL expired, and no file carries a TTL (docs/sources.md §9); a later Curvine whose
+#: quota eviction works would otherwise delete files beside the janitor, by a policy of its own
+#: and with watermarks over the whole pool rather than per line. Off also keeps the master's
+#: eviction LRU (``quota_eviction_capacity``, 5 million entries) empty (``evictor.rs``
+#: ``on_access`` returns early).
+ENABLE_QUOTA_EVICTION: Final = False
 
 
 #: StorageClass parameter key that becomes the FUSE pods' ``--web-port`` flag (``FuseMountArgs``
@@ -186,13 +171,11 @@ def cluster_conf(platform: PlatformConfig) -> dict[str, Any]:
 
     ``[client]`` carries no ``ttl_ms`` / ``ttl_action`` (Curvine's defaults ``0`` / ``none``):
     the CSI controller and ``curvine-cli`` read this file and would copy a TTL into the
-    directories they create (module docstring). The ``[master]`` quota-eviction keys are written
-    from ``curvine.eviction`` but act only on files carrying an expired TTL, so with no TTL they
-    never delete anything (they were a no-op in v0.3.2-alpha anyway: docs/sources.md §9); the
-    line's L2 janitor bounds capacity and age.
+    directories they create (module docstring). ``[master] enable_quota_eviction`` is
+    :data:`ENABLE_QUOTA_EVICTION` (false) and no other quota-eviction key is written: the line's
+    L2 janitor bounds capacity and age (``curvine.eviction``).
     """
     c = platform.curvine
-    ev = c.eviction
     host = names.cluster_domain_host(platform)
     stdout_log = {"level": "info", "log_dir": "stdout"}
     return {
@@ -206,11 +189,8 @@ def cluster_conf(platform: PlatformConfig) -> dict[str, Any]:
             "rpc_port": MASTER_RPC_PORT,
             "web_port": MASTER_WEB_PORT,
             "meta_dir": META_DIR,
-            "enable_quota_eviction": ev.quota_eviction,
-            "quota_eviction_mode": ev.ttl_action,
-            "quota_eviction_policy": ev.policy,
-            "quota_eviction_high_rate": ev.high_watermark,
-            "quota_eviction_low_rate": ev.low_watermark,
+            # Off, explicitly: only the janitor deletes (ENABLE_QUOTA_EVICTION, master_conf.rs).
+            "enable_quota_eviction": ENABLE_QUOTA_EVICTION,
             "log": {**stdout_log, "file_name": "master.log"},
         },
         "journal": {

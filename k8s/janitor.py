@@ -24,7 +24,8 @@ only source of a line's L2 use.
 Why each number (docs/l2-cache.md, "Day two"):
 
 * :data:`MIN_DELETE_AGE_S` = 600 s: a chunk deleted between LMCache's lookup and its retrieve
-  is not an error in lmcache 0.5.6: ``FSConnector.get`` returns None on ``FileNotFoundError``,
+  is not an error in lmcache 0.5.5 (the pinned release, :data:`k8s.lmcache.LMCACHE_VERSION`; read in
+  its wheel): ``FSConnector.get`` returns None on ``FileNotFoundError``,
   ``retrieve`` stops at the first missing chunk, and the vLLM adapter reports the blocks it
   could not load (``get_block_ids_with_load_errors``) so vLLM recomputes them. The age guard
   keeps the chunks written in the last ten minutes (those a sibling Pod or the next turn of a
@@ -48,6 +49,7 @@ from constructs import Construct
 
 from k8s import names
 from k8s.lmcache import l2_cache_dir
+from k8s.nodes import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, instance_group_tolerations
 from k8s.patch import L2_MOUNT_PATH
 from kv_tools import l2_janitor
 from platform_config import BusinessLineConfig, PlatformConfig
@@ -72,8 +74,6 @@ READINESS_PERIOD_S: Final = 30
 PROBE_TIMEOUT_S: Final = 5
 #: Pod-template annotation holding the SHA-256 of the ConfigMap's data (rolls the Pod on a change).
 CONFIG_HASH_ANNOTATION: Final = "kvcache.io/l2-janitor-config-sha256"
-#: Label of the HyperPod nodes: only they run the Curvine CSI node plugin that mounts the PVC.
-HYPERPOD_NODE_LABEL: Final = "sagemaker.amazonaws.com/compute-type"
 RESOURCES: Final = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
 #: Pod labels of the janitor; deliberately not the operator's ``app=<line>``. The component label
 #: is what the observability stack's scrape job selects on.
@@ -168,12 +168,12 @@ class L2Janitor(Construct):
             termination_message_policy="FallbackToLogsOnError")
         pod_spec = k8s.PodSpec(
             service_account_name=NAME, containers=[container],
+            # HyperPod nodes only: only they run the Curvine CSI node plugin that mounts the PVC.
             affinity=k8s.Affinity(node_affinity=k8s.NodeAffinity(
                 required_during_scheduling_ignored_during_execution=k8s.NodeSelector(node_selector_terms=[
                     k8s.NodeSelectorTerm(match_expressions=[k8s.NodeSelectorRequirement(
-                        key=HYPERPOD_NODE_LABEL, operator="In", values=["hyperpod"])])]))),
-            tolerations=[k8s.Toleration(key=t.key, operator="Equal", value=t.value, effect=t.effect)
-                         for g in platform.hyperpod.instance_groups for t in g.taints],
+                        key=HYPERPOD_NODE_LABEL, operator="In", values=[HYPERPOD_NODE_VALUE])])]))),
+            tolerations=[k8s.Toleration(**t) for t in instance_group_tolerations(platform)],
             volumes=[k8s.Volume(name="config", config_map=k8s.ConfigMapVolumeSource(name=NAME)),
                      k8s.Volume(name=names.L2_VOLUME_NAME, persistent_volume_claim=k8s.PersistentVolumeClaimVolumeSource(
                          claim_name=names.pvc_name(line)))])

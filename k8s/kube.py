@@ -166,7 +166,6 @@ def _charts_version() -> str:
 KUBERNETES_VERSION: Final = _charts_version()
 
 
-
 def __getattr__(name: str) -> ModuleType:
     """``k8s``: the Kubernetes API classes of :data:`KUBERNETES_VERSION` (``k8s.KubeNamespace``, ...).
 

@@ -46,6 +46,7 @@ from k8s.curvine_config import CURVINE_PORTS
 from k8s.janitor import L2Janitor
 from k8s.kyverno import BUSINESS_LINE_NAMESPACE_LABEL, policy_manifest
 from k8s.lmcache import PYTHONHASHSEED_ENV, env_name
+from k8s.patch import line_cache_env
 from platform_config import BusinessLineConfig, PlatformConfig
 from platform_config.models import FsxModelSource, HuggingFaceModelSource, S3ModelSource
 
@@ -59,6 +60,9 @@ MODEL_VOLUME_NAME: Final = "model-weights"
 HEALTH_CHECK_PATH: Final = "/health"
 #: Key of the Hugging Face token in ``model.source.token_secret_name``.
 HF_TOKEN_SECRET_KEY: Final = "token"
+#: Cache env the InferenceEndpointConfig itself carries in ``worker.environmentVariables``
+#: (values from :func:`k8s.patch.line_cache_env`, the one source of truth).
+CR_ENV_NAMES: Final = (env_name("remote_serde"), PYTHONHASHSEED_ENV)
 #: Pod Security levels of a line's namespace (Kubernetes Pod Security Standards).
 POD_SECURITY_ENFORCE: Final = "baseline"
 POD_SECURITY_WARN: Final = "restricted"
@@ -117,12 +121,13 @@ def _model_source(line: BusinessLineConfig) -> iec.InferenceEndpointConfigSpecMo
 def endpoint_spec(platform: PlatformConfig, line: BusinessLineConfig) -> iec.InferenceEndpointConfigSpec:
     """The typed ``spec`` of the line's InferenceEndpointConfig.
 
-    Worker env carries ``LMCACHE_REMOTE_SERDE=naive`` and the line's ``PYTHONHASHSEED`` (the
-    issue's contract for the CR), but never ``LMCACHE_REMOTE_URL`` (the operator adds its own;
+    Worker env carries :data:`CR_ENV_NAMES` (``LMCACHE_REMOTE_SERDE`` and the line's
+    ``PYTHONHASHSEED``, the issue's contract for the CR) with their values from
+    :func:`k8s.patch.line_cache_env`, but never ``LMCACHE_REMOTE_URL`` (the operator adds its own;
     a second one is a duplicate). Some operator versions strip every ``LMCACHE_*`` variable
     from ``worker.environmentVariables``; the Kyverno policy sets all of them on the Pods anyway.
     """
-    del platform
+    cache_env = line_cache_env(platform, line)
     gpus = line.gpus_per_replica
     limit = iec.InferenceEndpointConfigSpecWorkerResourcesLimits
     request = iec.InferenceEndpointConfigSpecWorkerResourcesRequests
@@ -150,10 +155,8 @@ def endpoint_spec(platform: PlatformConfig, line: BusinessLineConfig) -> iec.Inf
             model_volume_mount=iec.InferenceEndpointConfigSpecWorkerModelVolumeMount(
                 name=MODEL_VOLUME_NAME, mount_path=line.vllm.model_mount_path),
             environment_variables=[
-                iec.InferenceEndpointConfigSpecWorkerEnvironmentVariables(name=env_name("remote_serde"), value="naive"),
-                iec.InferenceEndpointConfigSpecWorkerEnvironmentVariables(name=PYTHONHASHSEED_ENV,
-                                                                          value=str(line.python_hash_seed)),
-            ]),
+                iec.InferenceEndpointConfigSpecWorkerEnvironmentVariables(name=name, value=cache_env[name])
+                for name in CR_ENV_NAMES]),
         kv_cache_spec=kv,
         # Cannot be changed after creation (docs/sources.md §1): set at first apply.
         intelligent_routing_spec=iec.InferenceEndpointConfigSpecIntelligentRoutingSpec(

@@ -1,6 +1,7 @@
 """One command-line convention for the six operator tools (``scripts/plan.py``, ``overlap.py``,
 ``bench_ttft.py``, ``verify.py``, ``preflight.py``, ``orphans.py``) and the stateful-resource guard
-(``scripts/stateful_snapshot.py``).
+(``scripts/stateful_snapshot.py``); the exit codes also hold for ``scripts/patch_endpoint.sh`` and
+the L2 janitor (``kv_tools/l2_janitor.py``) run by hand.
 
 * **Exit codes** (:data:`EXIT_CODES`, the README's one table is generated from it and a test
   keeps them equal): ``0`` fine, ``1`` the tool answered and the answer is "no", ``2`` bad
@@ -61,13 +62,31 @@ EXIT_CODES: dict[str, ExitMeaning] = {
                                         "naming the config field)",
                                         "bad input or config, or no readable snapshot to check against "
                                         "(record one with --write)"),
+    # Two more tools an operator runs by hand, on the same codes; neither can import this module
+    # (a shell script; a standard-library file shipped in a ConfigMap), so their --help texts are
+    # kept equal to exit_epilog() by tests.
+    "patch_endpoint.sh": ExitMeaning("the line's Deployment is patched and its Pods Ready (--dry-run: the patch "
+                                     "passed server-side validation)",
+                                     "not used (the script asks no yes/no question)",
+                                     "bad input (unknown line, invalid config, L2 off), or a kubectl step "
+                                     "failed (the operator is restored)"),
+    "kv_tools/l2_janitor.py": ExitMeaning("the pass finished at or below the high watermark",
+                                          "still above the high watermark after the pass (everything left is "
+                                          "younger than the minimum age)",
+                                          "an error: a deletion failed, the Pods could not be listed, the PVC "
+                                          "is not mounted, or bad flags or config"),
 }
+
+
+def tool_path(tool: str) -> str:
+    """Where a tool of :data:`EXIT_CODES` lives: ``scripts/<tool>`` unless the key is a path."""
+    return tool if "/" in tool else f"scripts/{tool}"
 
 
 def exit_code_table() -> str:
     """The README's exit-code table (Markdown), generated from :data:`EXIT_CODES`."""
     rows = ["| tool | 0 | 1 | 2 |", "|---|---|---|---|"]
-    rows += [f"| `scripts/{tool}` | {m.ok} | {m.no} | {m.error} |" for tool, m in EXIT_CODES.items()]
+    rows += [f"| `{tool_path(tool)}` | {m.ok} | {m.no} | {m.error} |" for tool, m in EXIT_CODES.items()]
     return "\n".join(rows)
 
 

@@ -22,15 +22,19 @@ Nothing younger than ``min_delete_age_s`` is ever deleted (docs/l2-cache.md expl
 and steps 1 and 2 run only when the live Pods could be listed (without that list the janitor
 cannot tell a live temp directory or an old model's still-serving directory from garbage).
 
-Chunk files are ``<model path, '/' as -SEP->@<world size>@<worker id>@<chunk hash>@<dtype>.data``
-(``FSConnector._get_file_name``, lmcache 0.5.6). Curvine updates a file's atime only on an
+Chunk files are ``<model path, '/' as -SEP->@<world size>@<worker id>@<chunk hash>@<dtype>.data``,
+with ``@<tag>%<value>`` before ``.data`` for each request tag if any (``FSConnector._get_file_name``
+and ``CacheEngineKey.to_string``, lmcache 0.5.5, the pinned release); the janitor relies only on the
+``.data`` suffix. Curvine updates a file's atime only on an
 explicit ``set_attr`` (reads do not), so "oldest" is by mtime: the time the chunk was stored.
 
 Output of every pass: one JSON line on stdout (``"event": "kvcache_l2_janitor"``, see
 :class:`RunSummary`), the same JSON as the container's termination message, and its status as
-the exit code of a one-shot run: 0 done and usage at or below the high watermark; 2 still above
-it (everything left is younger than the minimum age); 1 an error (a deletion failed, the Pods
-could not be listed, the PVC is not mounted).
+the exit code of a one-shot run, on the operator tools' convention (``kv_tools/cli.py``: 0 fine,
+1 "the answer is no", 2 an error; never 1 for an error): :data:`EXIT_OK` 0 done and usage at or
+below the high watermark; :data:`EXIT_ABOVE_HIGH_WATERMARK` 1 still above it (everything left is
+younger than the minimum age); :data:`EXIT_ERROR` 2 an error (a deletion failed, the Pods could
+not be listed, the PVC is not mounted, a bad ``--config``, a bad flag).
 
 ``--serve`` (what the chart runs) keeps the process up: one pass every ``--period-s``, one at a
 time, and an HTTP server (standard library ``http.server``, :func:`make_server`) on ``--port``:
@@ -40,7 +44,7 @@ time, and an HTTP server (standard library ``http.server``, :func:`make_server`)
 * ``GET /healthz`` (liveness): 200 unless the running pass has taken longer than
   ``--pass-deadline-s`` (a pass stuck on the FUSE mount), so the kubelet restarts the container;
 * ``GET /readyz`` (readiness): 200 once a pass finished and the last one had no errors (status 0
-  or 2), else 503: a failing janitor shows as not ready in ``kubectl get pods``.
+  or 1), else 503: a failing janitor shows as not ready in ``kubectl get pods``.
 
 Standard library only: the chart ships this file in a ConfigMap and runs it with a pinned
 ``python`` image, so no image has to be built. Run locally with ``--dry-run`` to see what one
@@ -68,7 +72,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 #: Suffix of LMCache's chunk files and of its temp files without a temp directory
-#: (``file_path.with_suffix(".tmp")``), lmcache 0.5.6 ``fs_connector.py``.
+#: (``file_path.with_suffix(".tmp")``), lmcache 0.5.5 ``fs_connector.py``.
 CHUNK_SUFFIX = ".data"
 LEGACY_TMP_SUFFIX = ".tmp"
 #: Prefix of the per-pod temp directories (``k8s.lmcache.TMP_DIR_PREFIX``).
@@ -80,6 +84,17 @@ TMP_DIR_KEY = "fs_connector_relative_tmp_dir"
 #: expanded by the kubelet); the janitor expands it the same way.
 POD_NAME_REFERENCE = "$(KVCACHE_POD_NAME)"
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+#: Exit codes of a one-shot run and values of the ``status`` gauge, on the convention of the
+#: operator tools (``kv_tools.cli.EXIT_CODES``, whose row for this file a test keeps equal to
+#: :data:`EXIT_EPILOG`; copied, not imported: this file runs alone, from a ConfigMap).
+EXIT_OK = 0
+EXIT_ABOVE_HIGH_WATERMARK = 1
+EXIT_ERROR = 2
+EXIT_EPILOG = ("exit status: 0 = the pass finished at or below the high watermark; 1 = still above the "
+               "high watermark after the pass (everything left is younger than the minimum age); 2 = an "
+               "error: a deletion failed, the Pods could not be listed, the PVC is not mounted, or bad "
+               "flags or config.")
 
 #: Seconds from the start of one pass to the start of the next (``--serve``). The pool must
 #: absorb what lines write in one period (``curvine.l2_pool_reserve_fraction``); the minimum
@@ -175,10 +190,11 @@ class RunSummary:
 
     @property
     def exit_code(self) -> int:
-        """0 ok, 2 still above the high watermark, 1 errors (errors win)."""
+        """:data:`EXIT_OK` 0 ok, :data:`EXIT_ABOVE_HIGH_WATERMARK` 1 still above the high
+        watermark, :data:`EXIT_ERROR` 2 errors (errors win)."""
         if self.errors:
-            return 1
-        return 2 if self.above_high_watermark_after else 0
+            return EXIT_ERROR
+        return EXIT_ABOVE_HIGH_WATERMARK if self.above_high_watermark_after else EXIT_OK
 
 
 @dataclass(frozen=True)
@@ -449,7 +465,7 @@ _GAUGES: tuple[tuple[str, str, Callable[[RunSummary], float]], ...] = (
     ("errors", "errors of the last pass (deletions that failed, Pods not listed, PVC not mounted)",
      lambda s: len(s.errors)),
     ("pods_listed", "1 if the last pass could list the line's Pods", lambda s: int(s.pods_listed)),
-    ("status", "status of the last pass: 0 ok, 2 still above the high watermark, 1 errors",
+    ("status", "status of the last pass (its exit code): 0 ok, 1 still above the high watermark, 2 errors",
      lambda s: s.exit_code),
     ("duration_seconds", "how long the last pass took", lambda s: s.duration_s),
     ("last_run_timestamp_seconds", "when the last pass finished (seconds since the epoch)",
@@ -599,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
     either one pass (exit status :attr:`RunSummary.exit_code`; ``--metrics-file F`` also writes
     the Prometheus text) or ``--serve [--port N] [--period-s S] [--pass-deadline-s S]`` (passes
     until SIGTERM, then exit 0)."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0], epilog=EXIT_EPILOG)
     parser.add_argument("--config", required=True, type=Path, help="janitor.json rendered by the line chart")
     parser.add_argument("--root", required=True, type=Path, help="mount point of the line's L2 PVC")
     parser.add_argument("--dry-run", action="store_true", help="report, delete nothing")
@@ -620,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_dict(json.loads(args.config.read_text(encoding="utf-8")))
     except (OSError, ValueError) as exc:
         print(json.dumps({"event": "kvcache_l2_janitor", "errors": [f"config: {exc}"]}))
-        return 1
+        return EXIT_ERROR
     lister = None if args.no_pods else (lambda: list_pods_in_cluster(config.namespace))
     service = JanitorService(config, args.root, list_pods=lister, period_s=args.period_s,
                              pass_deadline_s=args.pass_deadline_s, dry_run=args.dry_run,
@@ -628,9 +644,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.serve:
         summary = service.run_pass()
         if args.metrics_file is not None:
-            args.metrics_file.write_text(prometheus_text(summary), encoding="utf-8")
+            try:
+                args.metrics_file.write_text(prometheus_text(summary), encoding="utf-8")
+            except OSError as exc:  # an uncaught exception would exit 1, "still above the watermark"
+                print(f"error: cannot write {args.metrics_file}: {exc}", file=sys.stderr)
+                return EXIT_ERROR
         return summary.exit_code
-    server = make_server(service, args.port)
+    try:
+        server = make_server(service, args.port)
+    except OSError as exc:  # e.g. the port is taken
+        print(f"error: cannot serve on port {args.port}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

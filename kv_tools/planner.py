@@ -168,6 +168,41 @@ def kv_bytes_per_token_per_gpu(model: ModelSpec, tp: int, kv_dtype: str) -> int:
 
 
 @dataclass(frozen=True)
+class InputProblem:
+    """One bad planner input: the :class:`PlanInputs` field at fault and what is wrong."""
+
+    field: str
+    message: str
+
+
+class PlanInputError(ValueError):
+    """Bad planner inputs, each naming its :class:`PlanInputs` field (``problems``); the message
+    joins the problems' messages. A ``ValueError``, so callers that only print it need not know
+    the type; the config loader maps each field to the business-line key it came from
+    (:data:`LINE_CONFIG_FIELDS`) instead of guessing from the text."""
+
+    def __init__(self, problems: Iterable[InputProblem]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("; ".join(p.message for p in self.problems))
+
+
+#: Business-line config key each :class:`PlanInputs` field comes from in :func:`inputs_from_line`
+#: (``vllm.args`` for the flags read from it), so a bad value is reported on the key to change.
+LINE_CONFIG_FIELDS: dict[str, str] = {
+    "model": "model.name",
+    "instance_type": "instance_type",
+    "dtype": "model.dtype",
+    "kv_dtype": "vllm.args",
+    "tp": "gpus_per_replica",
+    "replicas": "replicas",
+    "max_model_len": "vllm.args",
+    "chunk_tokens": "cache.chunk_size_tokens",
+    "gpu_memory_utilization": "vllm.args",
+    "l1_gib_per_replica": "cache.l1_cpu_gib",
+}
+
+
+@dataclass(frozen=True)
 class PlanInputs:
     """Everything the planner needs; built from flags or from a business-line file.
 
@@ -201,36 +236,46 @@ class PlanInputs:
     region: str = "us-west-2"
 
     def __post_init__(self) -> None:
+        """Raises :class:`PlanInputError` naming every bad field."""
         checks = [
-            (self.instance_type in INSTANCE_TYPES, f"instance type {self.instance_type!r} unknown; allowed: "
-             f"{', '.join(sorted(INSTANCE_TYPES))}"),
-            (self.tokens >= 1, f"tokens must be >= 1 (got {self.tokens})"),
-            (self.replicas >= 1, f"replicas must be >= 1 (got {self.replicas})"),
-            (0.0 <= self.hit_ratio <= 1.0, f"hit ratio must be within 0..1 (got {self.hit_ratio})"),
-            (self.chunk_tokens >= 1, f"chunk size must be >= 1 (got {self.chunk_tokens})"),
-            (self.l2_read_gibps > 0, f"L2 read bandwidth must be > 0 GiB/s (got {self.l2_read_gibps})"),
-            (0.0 < self.gpu_memory_utilization <= 1.0,
+            ("instance_type", self.instance_type in INSTANCE_TYPES,
+             f"instance type {self.instance_type!r} unknown; allowed: {', '.join(sorted(INSTANCE_TYPES))}"),
+            ("tokens", self.tokens >= 1, f"tokens must be >= 1 (got {self.tokens})"),
+            ("replicas", self.replicas >= 1, f"replicas must be >= 1 (got {self.replicas})"),
+            ("hit_ratio", 0.0 <= self.hit_ratio <= 1.0, f"hit ratio must be within 0..1 (got {self.hit_ratio})"),
+            ("chunk_tokens", self.chunk_tokens >= 1, f"chunk size must be >= 1 (got {self.chunk_tokens})"),
+            ("l2_read_gibps", self.l2_read_gibps > 0,
+             f"L2 read bandwidth must be > 0 GiB/s (got {self.l2_read_gibps})"),
+            ("gpu_memory_utilization", 0.0 < self.gpu_memory_utilization <= 1.0,
              f"gpu memory utilization must be within (0, 1] (got {self.gpu_memory_utilization})"),
-            (self.runtime_reserve_gib >= 0, f"runtime reserve must be >= 0 GiB (got {self.runtime_reserve_gib})"),
-            (0 <= self.l1_percentage <= 100, f"L1 percentage must be within 0..100 (got {self.l1_percentage})"),
-            (self.l1_gib_per_replica is None or self.l1_gib_per_replica > 0,
+            ("runtime_reserve_gib", self.runtime_reserve_gib >= 0,
+             f"runtime reserve must be >= 0 GiB (got {self.runtime_reserve_gib})"),
+            ("l1_percentage", 0 <= self.l1_percentage <= 100,
+             f"L1 percentage must be within 0..100 (got {self.l1_percentage})"),
+            ("l1_gib_per_replica", self.l1_gib_per_replica is None or self.l1_gib_per_replica > 0,
              f"L1 GiB per replica must be > 0 (got {self.l1_gib_per_replica})"),
-            (0.0 <= self.nvme_reserve_fraction < 1.0,
+            ("nvme_reserve_fraction", 0.0 <= self.nvme_reserve_fraction < 1.0,
              f"NVMe reserve must be within [0, 1) (got {self.nvme_reserve_fraction})"),
         ]
-        problems = [msg for ok, msg in checks if not ok]
+        problems = [InputProblem(name, msg) for name, ok, msg in checks if not ok]
         if self.tp is not None and self.instance_type in INSTANCE_TYPES:
             gpus = INSTANCE_TYPES[self.instance_type].gpus
             if not 1 <= self.tp <= gpus:
-                problems.append(f"tp {self.tp} does not fit {self.instance_type} ({gpus} GPU(s)); allowed: 1..{gpus}")
+                problems.append(InputProblem(
+                    "tp", f"tp {self.tp} does not fit {self.instance_type} ({gpus} GPU(s)); allowed: 1..{gpus}"))
             elif not valid_tp(self.model, self.tp):
-                problems.append(f"tp {self.tp} does not divide {self.model.name}'s {self.model.attention_heads} "
-                                f"attention heads / {self.model.kv_heads} KV heads")
-        dtype_bytes(self.dtype)
-        if self.kv_dtype is not None:
-            dtype_bytes(self.kv_dtype)
+                problems.append(InputProblem("tp", f"tp {self.tp} does not divide {self.model.name}'s "
+                                                   f"{self.model.attention_heads} attention heads / "
+                                                   f"{self.model.kv_heads} KV heads"))
+        for name in ("dtype", "kv_dtype"):
+            value = getattr(self, name)
+            if value is not None:
+                try:
+                    dtype_bytes(value)
+                except ValueError as exc:
+                    problems.append(InputProblem(name, str(exc)))
         if problems:
-            raise ValueError("; ".join(problems))
+            raise PlanInputError(problems)
 
     @property
     def effective_kv_dtype(self) -> str:
@@ -633,6 +678,8 @@ def inputs_from_line(line: BusinessLineConfig, platform: PlatformConfig | None, 
 
     Raises:
         KeyError: the model is not in the table (pass ``model``).
+        PlanInputError: a bad value; each problem's field maps to the line's config key through
+            :data:`LINE_CONFIG_FIELDS`.
     """
     spec = model or lookup_model(line.model.name)
     vargs = parse_vllm_args(line.vllm.args)
@@ -645,7 +692,13 @@ def inputs_from_line(line: BusinessLineConfig, platform: PlatformConfig | None, 
     if vargs.get("--kv-cache-dtype") in ("fp8", "fp8_e4m3", "fp8_e5m2"):
         values["kv_dtype"] = "fp8"
     if vargs.get("--gpu-memory-utilization"):
-        values["gpu_memory_utilization"] = float(vargs["--gpu-memory-utilization"])
+        try:
+            values["gpu_memory_utilization"] = float(vargs["--gpu-memory-utilization"])
+        except ValueError:
+            raise PlanInputError([InputProblem(
+                "gpu_memory_utilization",
+                f"--gpu-memory-utilization {vargs['--gpu-memory-utilization']!r} is not a number; allowed: a "
+                "fraction in (0, 1], e.g. 0.9")]) from None
     if platform is not None:
         values["region"] = platform.region
         ts = platform.hyperpod.tiered_storage

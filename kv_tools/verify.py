@@ -13,10 +13,21 @@ platform
 business line (L2 enabled)
   * its RWX PVC is ``Bound``; its inference pods (label ``app=<line>``) are Ready;
   * every pod's vLLM container has exactly one ``LMCACHE_REMOTE_URL``, equal to the line's fs://
-    URL (its model-scoped directory on the Curvine mount, :func:`k8s.patch.line_remote_url`; the operator injects its own ``sagemaker-hyperpod://`` one; two
-    entries mean the patch appended without removing it), ``LMCACHE_REMOTE_SERDE=naive``,
-    the L2 mount backed by the line's PVC, and the same ``PYTHONHASHSEED`` as its siblings
-    (and as configured): with different seeds cross-pod hits are silently 0;
+    URL (its model-scoped directory on the Curvine mount, :func:`k8s.patch.line_remote_url`; the
+    operator injects its own ``sagemaker-hyperpod://`` one; two entries mean the patch appended
+    without removing it); exactly one of every other entry of
+    :func:`k8s.patch.line_cache_env` (the env the admission policy and the Deployment patch set:
+    ``LMCACHE_REMOTE_SERDE``, ``LMCACHE_SAVE_UNFULL_CHUNK``, ``LMCACHE_PRE_CACHING_HASH_ALGORITHM``,
+    ``LMCACHE_CHUNK_SIZE``, the telemetry opt-outs, ``LMCACHE_MAX_LOCAL_CPU_SIZE`` when configured,
+    ``LMCACHE_EXTRA_CONFIG`` compared as JSON, ...) with the value that function gives, read from
+    it, never retyped here; the only entry not compared by value is the per-pod temp directory
+    inside ``LMCACHE_EXTRA_CONFIG``, which must be ``.tmp-<token>`` (one path component) and
+    differ between pods; and none of the names the patch owns but does not set for this line
+    (e.g. the telemetry opt-outs when ``lmcache.usage_telemetry`` is on);
+  * every volume the patch owns (:func:`k8s.patch.owned_volumes`: the L2 mount backed by the
+    line's PVC, the ``emptyDir`` of ``PROMETHEUS_MULTIPROC_DIR``), mounted once, writable, and the
+    same ``PYTHONHASHSEED`` as its siblings (and as configured): with different seeds cross-pod
+    hits are silently 0;
   * every pod with a vLLM container carries the label of the L2 mutation
     (``kvcache.io/l2-cache=curvine``, set by the line's Kyverno Policy): a pod created while
     the policy was not ready (or while Kyverno skipped it) was never mutated, since the policy
@@ -39,15 +50,20 @@ import uuid
 from typing import Any, Iterable, Protocol
 
 from k8s import names
-from k8s.patch import L2_MOUNT_PATH, find_vllm_container, line_remote_url
+from k8s.lmcache import POD_NAME_ENV, PYTHONHASHSEED_ENV, TMP_DIR_PREFIX, env_name, owned_env_names
+from k8s.patch import DEPLOYMENT_TMP_TOKEN, find_vllm_container, line_cache_env, owned_volumes
+from kv_tools.l2_janitor import TMP_DIR_KEY  # the LMCACHE_EXTRA_CONFIG key of the temp dir (tested equal)
 from kv_tools.preflight import CheckResult
 from platform_config import BusinessLineConfig, PlatformConfig, ProjectConfig
 
 HYPERPOD_NAMESPACE = "aws-hyperpod"
 AI_TOOLKIT = "ai-toolkit"
-REMOTE_URL_ENV = "LMCACHE_REMOTE_URL"
-REMOTE_SERDE_ENV = "LMCACHE_REMOTE_SERDE"
-HASH_SEED_ENV = "PYTHONHASHSEED"
+REMOTE_URL_ENV = env_name("remote_url")
+EXTRA_CONFIG_ENV = env_name("extra_config")
+HASH_SEED_ENV = PYTHONHASHSEED_ENV
+#: Entries of :func:`k8s.patch.line_cache_env` that have a check row of their own; the
+#: "LMCache env" row compares every other entry.
+OWN_ROWS = frozenset((REMOTE_URL_ENV, HASH_SEED_ENV))
 #: vLLM + LMCache log line of a retrieval (docs/sources.md §5).
 HIT_LOG_PATTERN = re.compile(r"LMCache hit tokens:\s*(\d+)")
 
@@ -164,21 +180,118 @@ def _env_values(container: dict[str, Any], env_name: str) -> list[str | None]:
     return [e.get("value") for e in container.get("env") or [] if e.get("name") == env_name]
 
 
+def _tmp_dir(extra: dict[str, Any], pod: dict[str, Any], container: dict[str, Any]) -> tuple[str | None, str]:
+    """The pod's temp directory from its parsed ``LMCACHE_EXTRA_CONFIG`` (``$(KVCACHE_POD_NAME)``
+    expanded to the pod name, as the kubelet does), or None and the problem."""
+    tmp = extra.get(TMP_DIR_KEY)
+    if not isinstance(tmp, str) or not tmp.startswith(TMP_DIR_PREFIX) or len(tmp) == len(TMP_DIR_PREFIX) \
+            or "/" in tmp or tmp in (".", ".."):
+        return None, f"{TMP_DIR_KEY} {tmp!r} is not {TMP_DIR_PREFIX}<token> (one path component)"
+    if DEPLOYMENT_TMP_TOKEN in tmp:
+        pod_name_refs = [e for e in container.get("env") or [] if e.get("name") == POD_NAME_ENV
+                         and ((e.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath") == "metadata.name"]
+        if not pod_name_refs:
+            return None, f"{TMP_DIR_KEY} uses {DEPLOYMENT_TMP_TOKEN} but {POD_NAME_ENV} is not the pod name"
+        tmp = tmp.replace(DEPLOYMENT_TMP_TOKEN, _pod_name(pod))
+    return tmp, ""
+
+
+def cache_env_problems(pod: dict[str, Any], container: dict[str, Any], expected: dict[str, str],
+                       unset: Iterable[str]) -> tuple[list[str], str | None]:
+    """What differs between a vLLM container's env and ``expected`` (a :func:`k8s.patch.line_cache_env`).
+
+    Every name of ``expected`` but :data:`OWN_ROWS` must appear exactly once with the expected
+    value; ``LMCACHE_EXTRA_CONFIG`` is compared as JSON, except the per-pod temp directory, which
+    must be :data:`k8s.lmcache.TMP_DIR_PREFIX` plus a token. Every name of ``unset`` (owned by the
+    patch, not set for this line) must be absent.
+
+    Returns:
+        ``(problems, temp directory)``: human-readable problems (empty when all match) and the
+        pod's temp directory (None if it could not be read), for the cross-pod uniqueness check.
+    """
+    problems: list[str] = []
+    tmp: str | None = None
+    for name, want in expected.items():
+        if name in OWN_ROWS:
+            continue
+        got = _env_values(container, name)
+        if len(got) != 1:
+            problems.append(f"{name}: {len(got)} entries" + (f" {got}" if got else ""))
+            continue
+        if name != EXTRA_CONFIG_ENV:
+            if got[0] != want:
+                problems.append(f"{name}={got[0]!r}, expected {want!r}")
+            continue
+        try:
+            extra = json.loads(got[0] or "")
+        except json.JSONDecodeError:
+            problems.append(f"{name} is not JSON: {got[0]!r}")
+            continue
+        if not isinstance(extra, dict):
+            problems.append(f"{name} is not a JSON object: {got[0]!r}")
+            continue
+        tmp, problem = _tmp_dir(extra, pod, container)
+        if problem:
+            problems.append(f"{name}: {problem}")
+        wanted = {k: v for k, v in json.loads(want).items() if k != TMP_DIR_KEY}
+        actual = {k: v for k, v in extra.items() if k != TMP_DIR_KEY}
+        if actual != wanted:
+            problems.append(f"{name}: {json.dumps(actual, sort_keys=True)}, expected "
+                            f"{json.dumps(wanted, sort_keys=True)} (besides {TMP_DIR_KEY})")
+    for name in unset:
+        if _env_values(container, name):
+            problems.append(f"{name} is set, but the line's cache env does not set it")
+    return problems, tmp
+
+
+def _volume_source(volume: dict[str, Any]) -> str:
+    """``PVC <claim>`` or the volume's kind (``emptyDir``), for messages."""
+    claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+    return f"PVC {claim}" if claim else next((k for k in volume if k != "name"), "?")
+
+
+def owned_volume_problems(spec: dict[str, Any], container: dict[str, Any], line: BusinessLineConfig) -> list[str]:
+    """What differs from :func:`k8s.patch.owned_volumes` (the line's L2 PVC, the Prometheus
+    multiprocess ``emptyDir``, whatever the patch adds later): exactly one writable mount at each
+    path, of a pod volume whose source has every field the patch sets."""
+    problems: list[str] = []
+    volumes = {v.get("name"): v for v in spec.get("volumes") or []}
+    for volume, mount in owned_volumes(line):
+        path = mount["mountPath"]
+        mounts = [m for m in container.get("volumeMounts") or [] if m.get("mountPath") == path]
+        if len(mounts) != 1:
+            problems.append(f"{len(mounts)} mounts at {path}")
+            continue
+        actual = volumes.get(mounts[0].get("name")) or {}
+        wrong = [k for k, v in volume.items() if k != "name" and not (
+            isinstance(v, dict) and isinstance(actual.get(k), dict) and v.items() <= actual[k].items())]
+        if wrong:
+            problems.append(f"{path} is not {_volume_source(volume)} {json.dumps(volume[wrong[0]], sort_keys=True)} "
+                            f"(got {_volume_source(actual) if actual else 'no volume'})")
+        elif mounts[0].get("readOnly"):
+            problems.append(f"{path} mounted read-only")
+    return problems
+
+
 def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]], *,
                          platform: PlatformConfig) -> list[CheckResult]:
     """Readiness, L2 env, mount and hash seed of a line's inference pods (see module docstring).
 
-    The URL must be the line's own (:func:`k8s.patch.line_remote_url`, its model-scoped directory).
+    The expected env is :func:`k8s.patch.line_cache_env` of the line (the URL is its
+    model-scoped directory, :func:`k8s.patch.line_remote_url`).
     """
     prefix = f"{line.name}: "
-    expected_url = line_remote_url(platform, line)
+    expected_env = line_cache_env(platform, line)
+    expected_url = expected_env[REMOTE_URL_ENV]
+    unset = [n for n in owned_env_names(line) if n not in expected_env and n != POD_NAME_ENV]
     if not pods:
         return [_fail(prefix + "inference pods", f"no pod labelled {names.OPERATOR_POD_LABEL}="
                                                  f"{names.endpoint_name(line)} in {line.namespace}")]
     ready = [p for p in pods if _ready(p)]
     results = [CheckResult(prefix + "inference pods Ready", len(ready) == len(pods) and len(pods) >= line.replicas,
                            f"{len(ready)}/{len(pods)} Ready, {line.replicas} configured")]
-    url_problems, serde_problems, mount_problems, seeds = [], [], [], {}
+    url_problems, env_problems, mount_problems, seeds = [], [], [], {}
+    tmp_dirs: dict[str, list[str]] = {}
     unmutated: list[str] = []
     for pod in pods:
         pname = _pod_name(pod)
@@ -187,6 +300,7 @@ def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]], *
             container = spec["containers"][find_vllm_container(spec, line)]
         except (ValueError, KeyError, IndexError) as exc:
             url_problems.append(f"{pname}: {exc}")
+            env_problems.append(f"{pname}: no vLLM container")
             mount_problems.append(f"{pname}: no vLLM container")
             continue
         if ((pod.get("metadata") or {}).get("labels") or {}).get(names.L2_MUTATED_LABEL) != names.L2_MUTATED_VALUE:
@@ -196,21 +310,16 @@ def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]], *
             url_problems.append(f"{pname}: {len(urls)} entries {urls}")
         elif urls[0] != expected_url:
             url_problems.append(f"{pname}: {urls[0]!r}")
-        serdes = _env_values(container, REMOTE_SERDE_ENV)
-        if serdes[-1:] != ["naive"]:
-            serde_problems.append(f"{pname}: {serdes or 'unset'}")
-        mounts = [m for m in container.get("volumeMounts") or [] if m.get("mountPath") == L2_MOUNT_PATH]
-        volumes = {v.get("name"): v for v in spec.get("volumes") or []}
-        claims = [((volumes.get(m.get("name")) or {}).get("persistentVolumeClaim") or {}).get("claimName")
-                  for m in mounts]
-        if len(mounts) != 1:
-            mount_problems.append(f"{pname}: {len(mounts)} mounts at {L2_MOUNT_PATH}")
-        elif claims[0] != names.pvc_name(line):
-            mount_problems.append(f"{pname}: {L2_MOUNT_PATH} is not PVC {names.pvc_name(line)} (got {claims[0]})")
-        elif mounts[0].get("readOnly"):
-            mount_problems.append(f"{pname}: {L2_MOUNT_PATH} mounted read-only")
+        problems, tmp = cache_env_problems(pod, container, expected_env, unset)
+        env_problems += [f"{pname}: {p}" for p in problems]
+        if tmp is not None:
+            tmp_dirs.setdefault(tmp, []).append(pname)
+        mount_problems += [f"{pname}: {p}" for p in owned_volume_problems(spec, container, line)]
         seed = _env_values(container, HASH_SEED_ENV)
-        seeds[pname] = seed[-1] if seed else None
+        seeds[pname] = seed[-1] if len(seed) == 1 else (f"{len(seed)} entries {seed}" if seed else None)
+    # Two writers of one temp directory race on the same temp file (LMCache issue #2517).
+    env_problems += [f"{', '.join(sorted(p))} share the temp directory {d}" for d, p in sorted(tmp_dirs.items())
+                     if len(p) > 1]
     results.append(CheckResult(
         prefix + "L2 mutation", not unmutated,
         (f"{len(unmutated)} vLLM pod(s) without {names.L2_MUTATED_LABEL}={names.L2_MUTATED_VALUE} (created before the "
@@ -218,12 +327,14 @@ def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]], *
         if unmutated else f"{names.L2_MUTATED_LABEL}={names.L2_MUTATED_VALUE} on all {len(pods)} pod(s)"))
     results.append(CheckResult(prefix + REMOTE_URL_ENV, not url_problems,
                                "; ".join(url_problems) or f"exactly one, {expected_url}, in {len(pods)} pod(s)"))
-    results.append(CheckResult(prefix + "LMCACHE_REMOTE_SERDE naive", not serde_problems,
-                               "; ".join(serde_problems) or f"naive in {len(pods)} pod(s)"))
-    results.append(CheckResult(prefix + "L2 mount", not mount_problems,
-                               "; ".join(mount_problems) or f"{L2_MOUNT_PATH} from PVC {names.pvc_name(line)}"))
+    compared = [n for n in expected_env if n not in OWN_ROWS]
+    results.append(CheckResult(prefix + "LMCache env", not env_problems,
+                               "; ".join(env_problems) or f"{len(compared)} variables as configured "
+                               f"({', '.join(compared)}) in {len(pods)} pod(s)"))
+    results.append(CheckResult(prefix + "L2 mount", not mount_problems, "; ".join(mount_problems) or "; ".join(
+        f"{m['mountPath']} from {_volume_source(v)}" for v, m in owned_volumes(line))))
     distinct = sorted({str(s) for s in seeds.values()})
-    expected = str(line.python_hash_seed)
+    expected = expected_env[HASH_SEED_ENV]
     seed_ok = distinct == [expected]
     if seed_ok:
         detail = f"{expected} in all {len(seeds)} pod(s)"

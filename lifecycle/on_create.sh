@@ -24,9 +24,20 @@
 # source device reaches a disk whose model is "Amazon EC2 NVMe Instance Storage" (EBS volumes
 # report "Amazon Elastic Block Store"). If the data directory is under the chosen mount, it is
 # created there; otherwise it is created at the same relative path on the chosen mount and
-# bind-mounted at the configured path by a systemd mount unit, and a kubelet drop-in
-# (RequiresMountsFor=) keeps kubelet, hence the Worker, from starting without that bind mount at
-# any later boot, so the Worker never writes KV blocks to the root volume.
+# bind-mounted at the configured path by a systemd mount unit (bind_mount). At a later boot the
+# mounts may come up after kubelet, and a Worker started before them would write KV blocks to the
+# root volume. Two guards, in both cases:
+#   - a kubelet drop-in, RequiresMountsFor=<data dir>: kubelet, hence the Worker, starts only
+#     after every mount unit on the way to the data directory (our bind mount; the instance-store
+#     mount too when systemd knows it as a unit, e.g. from fstab). If such a mount fails, kubelet
+#     does not start: the node fails its health checks and HyperPod replaces it;
+#   - the Worker DaemonSet's hostPath has `type: Directory` (k8s/curvine_chart.py), never
+#     DirectoryOrCreate: when the data directory is under the instance-store mount, it exists
+#     only on that file system, so until the mount is there kubelet refuses the volume and the
+#     Worker pod waits (FailedMount, retried) instead of creating the directory on the root
+#     volume. This guard holds however the AMI mounts the NVMe, unit or not. (In the bind-mount
+#     case the empty mount point exists on the root volume, and the drop-in on our own mount
+#     unit is the guard.)
 #
 # Step 3, containerd on /opt/sagemaker. HyperPod mounts the group's EBS volume
 # (InstanceStorageConfigs, `ebs_volume_size_gb` in config/platform.yaml) at /opt/sagemaker; the
@@ -203,6 +214,48 @@ mount_unit_name() {
   printf '%s.mount\n' "$out"
 }
 
+# Bind-mounts $1 (what) on $2 (where) now and at every later boot, with a systemd mount unit that
+# requires the mounts holding $1 (RequiresMountsFor=$3) and is ordered before $4 (a service);
+# $5 is the unit's description. Fails unless $2 is a mount point afterwards. Sets BIND_UNIT.
+bind_mount() {
+  local what=$1 where=$2 requires=$3 before=$4 description=$5 unit
+  unit="$(mount_unit_name "$where")"
+  install -d -m 0755 "${SYSTEMD_DIR}"
+  cat > "${SYSTEMD_DIR}/${unit}" <<EOF
+# Written by the HyperPod lifecycle script (on_create.sh): ${description}.
+[Unit]
+Description=${description}
+RequiresMountsFor=${requires}
+Before=${before}
+
+[Mount]
+What=${what}
+Where=${where}
+Type=none
+Options=bind
+EOF
+  systemctl daemon-reload
+  systemctl start "$unit"
+  if ! mountpoint -q "$where"; then
+    log "[error] ${unit} started but ${where} is not a mount point"
+    return 1
+  fi
+  BIND_UNIT="$unit"
+}
+
+# Writes the drop-in $3.conf of service $1: it starts only once every mount unit on the way to the
+# path $2 is mounted (RequiresMountsFor=), at every later boot; $4 says why (a comment line).
+# The caller reloads systemd (bind_mount does).
+require_mounts_for() {
+  local service=$1 path=$2 name=$3 why=$4
+  install -d -m 0755 "${SYSTEMD_DIR}/${service}.d"
+  cat > "${SYSTEMD_DIR}/${service}.d/${name}.conf" <<EOF
+# Written by the HyperPod lifecycle script (on_create.sh): ${why}
+[Unit]
+RequiresMountsFor=${path}
+EOF
+}
+
 # Step 3 (see the header): containerd's data root onto the secondary EBS volume.
 move_containerd_root() {
   if [[ -z "$EBS_ROOT" ]]; then
@@ -219,9 +272,7 @@ move_containerd_root() {
   fi
 
   local target="${EBS_ROOT}/containerd/data-root"
-  local unit
-  unit="$(mount_unit_name "$CONTAINERD_ROOT")"
-  log "containerd: moving ${CONTAINERD_ROOT} to ${target} ($(df -h --output=size,avail "$EBS_ROOT" | tail -n 1 | xargs) on ${EBS_ROOT}) via ${unit}"
+  log "containerd: moving ${CONTAINERD_ROOT} to ${target} ($(df -h --output=size,avail "$EBS_ROOT" | tail -n 1 | xargs) on ${EBS_ROOT}) via $(mount_unit_name "$CONTAINERD_ROOT")"
 
   local -a was_active=()
   local service
@@ -241,32 +292,9 @@ move_containerd_root() {
   mkdir -p "$CONTAINERD_ROOT"
   cp -a "${CONTAINERD_ROOT}/." "${target}/"
 
-  install -d -m 0755 "${SYSTEMD_DIR}" "${SYSTEMD_DIR}/containerd.service.d"
-  cat > "${SYSTEMD_DIR}/${unit}" <<EOF
-# Written by the HyperPod lifecycle script (on_create.sh): containerd's image store on the
-# secondary EBS volume.
-[Unit]
-Description=containerd data root on ${EBS_ROOT}
-RequiresMountsFor=${EBS_ROOT}
-Before=containerd.service
-
-[Mount]
-What=${target}
-Where=${CONTAINERD_ROOT}
-Type=none
-Options=bind
-EOF
-  cat > "${SYSTEMD_DIR}/containerd.service.d/10-kvcache-data-root.conf" <<EOF
-# Written by the HyperPod lifecycle script (on_create.sh): start containerd only on its bind mount.
-[Unit]
-RequiresMountsFor=${CONTAINERD_ROOT}
-EOF
-  systemctl daemon-reload
-  systemctl start "$unit"
-  if ! mountpoint -q "$CONTAINERD_ROOT"; then
-    log "[error] containerd: ${unit} started but ${CONTAINERD_ROOT} is not a mount point"
-    return 1
-  fi
+  require_mounts_for containerd.service "$CONTAINERD_ROOT" 10-kvcache-data-root \
+    "start containerd only on its bind mount."
+  bind_mount "$target" "$CONTAINERD_ROOT" "$EBS_ROOT" containerd.service "containerd data root on ${EBS_ROOT}"
 
   # Start in reverse order: containerd before kubelet.
   local i
@@ -278,12 +306,17 @@ EOF
 }
 
 # Step 2 (see the header): the Worker's data directory $1 on the instance storage mounted at $2.
-# Root-owned 0750: only the privileged Worker pod (hostPath) writes KV blocks there.
+# Root-owned 0750: only the privileged Worker pod (hostPath) writes KV blocks there. In both
+# cases kubelet gets the drop-in that keeps it (and so the Worker) from starting before the
+# mounts holding the directory, at every later boot.
 prepare_worker_data_dir() {
-  local data_dir=$1 store=$2 root relative backing unit
+  local data_dir=$1 store=$2 root relative backing
+  require_mounts_for kubelet.service "$data_dir" 10-kvcache-curvine-data \
+    "no kubelet (so no Curvine Worker) without its data directory on instance storage."
   if [[ "$data_dir" == "$store"/* ]]; then
     install -d -m 0750 "$data_dir"
-    log "Curvine Worker data directory ready: ${data_dir} (on the instance storage at ${store})"
+    systemctl daemon-reload
+    log "Curvine Worker data directory ready: ${data_dir} (on the instance storage at ${store}; kubelet requires its mounts)"
     return 0
   fi
   # The same relative path below the chosen mount: /opt/dlami/nvme/curvine-data -> <store>/curvine-data.
@@ -301,35 +334,8 @@ prepare_worker_data_dir() {
     return 0
   fi
   install -d -m 0750 "$data_dir"
-  unit="$(mount_unit_name "$data_dir")"
-  install -d -m 0755 "${SYSTEMD_DIR}" "${SYSTEMD_DIR}/kubelet.service.d"
-  cat > "${SYSTEMD_DIR}/${unit}" <<UNIT
-# Written by the HyperPod lifecycle script (on_create.sh): the Curvine Worker's data directory
-# on the instance storage at ${store}.
-[Unit]
-Description=Curvine Worker data on the instance storage at ${store}
-RequiresMountsFor=${store}
-Before=kubelet.service
-
-[Mount]
-What=${backing}
-Where=${data_dir}
-Type=none
-Options=bind
-UNIT
-  cat > "${SYSTEMD_DIR}/kubelet.service.d/10-kvcache-curvine-data.conf" <<UNIT
-# Written by the HyperPod lifecycle script (on_create.sh): no kubelet (so no Curvine Worker)
-# without its data directory on instance storage.
-[Unit]
-RequiresMountsFor=${data_dir}
-UNIT
-  systemctl daemon-reload
-  systemctl start "$unit"
-  if ! mountpoint -q "$data_dir"; then
-    log "[error] ${unit} started but ${data_dir} is not a mount point"
-    return 1
-  fi
-  log "Curvine Worker data directory ready: ${data_dir} (bind mount of ${backing} on the instance storage at ${store}, via ${unit})"
+  bind_mount "$backing" "$data_dir" "$store" kubelet.service "Curvine Worker data on the instance storage at ${store}"
+  log "Curvine Worker data directory ready: ${data_dir} (bind mount of ${backing} on the instance storage at ${store}, via ${BIND_UNIT})"
 }
 
 main() {

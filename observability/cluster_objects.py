@@ -34,7 +34,7 @@ import csv
 import io
 from typing import Any, Final
 
-from k8s.curvine_chart import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE
+from k8s.nodes import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, instance_group_tolerations
 from observability import metrics
 from platform_config import PlatformConfig
 
@@ -100,12 +100,7 @@ def dcgm_exporter_values(platform: PlatformConfig) -> dict[str, Any]:
     * ``securityContext``: :func:`dcgm_security_context` (the chart's adds ``SYS_ADMIN``).
     * ``arguments`` / ``customMetrics``: the counters file is :func:`dcgm_counters_csv`.
     """
-    tolerations = []
-    for group in platform.hyperpod.instance_groups:
-        for taint in group.taints:
-            entry = {"key": taint.key, "operator": "Exists", "effect": taint.effect}
-            if entry not in tolerations:
-                tolerations.append(entry)
+    tolerations = instance_group_tolerations(platform)
     return {
         "serviceMonitor": {"enabled": False},
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [

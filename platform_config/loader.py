@@ -111,7 +111,7 @@ def _problems_from_validation(path: Path, exc: ValidationError) -> list[ConfigPr
             message = f"not allowed; allowed: {described} (pattern {pattern})" if described \
                 else f"not allowed; allowed: strings matching {pattern}"
         elif err["type"] == "extra_forbidden":
-            message = "unknown key (typo?); see the config reference in README.md"
+            message = models.REMOVED_KEYS.get(field, "unknown key (typo?); see the config reference in README.md")
         elif err["type"] == "missing":
             message = "required field is missing; see the config reference in README.md"
         elif err["type"] == "union_tag_invalid":
@@ -329,23 +329,24 @@ def model_fit_problems(
         ``(problems, warnings)``.
     """
     # Imported here: kv_tools imports platform_config, so a module-level import would be circular.
-    from kv_tools.planner import choose_tp, inputs_from_line
+    from kv_tools.planner import LINE_CONFIG_FIELDS, PlanInputError, choose_tp, inputs_from_line
 
     problems: list[ConfigProblem] = []
     warnings: list[str] = []
     for path, line in lines:
         try:
-            fit, min_tp = choose_tp(inputs_from_line(line, platform))
-        except KeyError:
+            inputs = inputs_from_line(line, platform)
+        except KeyError:  # the only KeyError of inputs_from_line: the model is not in the table
             warnings.append(
                 f"{path}: model.name {line.model.name!r} is not in the planner's table (kv_tools/model_specs.py), "
                 f"so whether it fits {line.instance_type} with gpus_per_replica {line.gpus_per_replica} is not "
                 f"checked; check it with: scripts/plan.py --business-line {path} --hf-config <its config.json>")
             continue
-        except ValueError as exc:
-            field = "vllm.args" if "utilization" in str(exc) or "convert" in str(exc) else "gpus_per_replica"
-            problems.append(ConfigProblem(str(path), field, str(exc)))
+        except PlanInputError as exc:  # each problem names its planner field; report the config key
+            problems += [ConfigProblem(str(path), LINE_CONFIG_FIELDS.get(p.field, p.field), p.message)
+                         for p in exc.problems]
             continue
+        fit, min_tp = choose_tp(inputs)
         if fit.fits:
             continue
         allowed = (f"gpus_per_replica {min_tp} or more" if min_tp is not None

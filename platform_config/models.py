@@ -467,25 +467,34 @@ class CurvinePrimaryVolumeConfig(StrictModel):
         return self
 
 
+#: Keys that existed and were removed, by dotted path in platform.yaml: the loader answers with
+#: this (what to do) instead of "unknown key". The three eviction keys only filled Curvine's
+#: quota-eviction settings, which deleted nothing in v0.3.2-alpha (docs/sources.md §9).
+REMOVED_KEYS: dict[str, str] = {
+    f"curvine.eviction.{key}": (
+        f"removed: it set Curvine's {curvine_key}, which had no effect; Curvine's quota eviction is "
+        "now always off and each line's L2 janitor alone deletes chunks (ttl_hours, high_watermark, "
+        "low_watermark; docs/l2-cache.md \"Day two\"); allowed: delete this key")
+    for key, curvine_key in (("ttl_action", "quota_eviction_mode"), ("quota_eviction", "enable_quota_eviction"),
+                             ("policy", "quota_eviction_policy"))
+}
+
+
 class CurvineEvictionConfig(StrictModel):
     """Keeps the L2 pool from filling the NVMe: LMCache's fs connector never deletes files.
 
     Each L2 line's janitor (k8s/janitor.py) applies ``ttl_hours`` and the watermarks to the line's
-    chunk files. No TTL is set inside Curvine: v0.3.2-alpha would also stamp it on directories
-    and delete them (docs/l2-cache.md, "Day two"). ``ttl_action``, ``quota_eviction`` and
-    ``policy`` only fill Curvine's ``[master]`` quota-eviction keys, which act on files whose TTL
-    expired, so with no TTL they delete nothing (docs/sources.md §9).
+    chunk files; it is the only thing that deletes them. No TTL is set inside Curvine:
+    v0.3.2-alpha would also stamp it on directories and delete them (docs/l2-cache.md, "Day
+    two"), and Curvine's quota eviction is rendered off (``k8s.curvine_config.cluster_conf``), so
+    a later Curvine whose quota eviction works cannot delete files beside the janitor with a
+    policy of its own. (The fields that only filled Curvine's quota-eviction keys are gone:
+    :data:`REMOVED_KEYS`.)
     """
 
     #: The janitor deletes chunk files stored (mtime) longer ago than this; 0 = no age limit
     #: (the watermarks still bound each line's size).
     ttl_hours: Annotated[float, Field(ge=0, le=24 * 365)] = 24
-    #: Curvine's quota_eviction_mode; no effect (no file carries a Curvine TTL).
-    ttl_action: Literal["delete", "free"] = "delete"
-    #: Curvine's enable_quota_eviction; no effect (it evicts only files whose TTL expired).
-    quota_eviction: bool = True
-    #: Curvine's quota_eviction_policy; no effect. The janitor evicts the oldest-stored chunks first.
-    policy: Literal["lru", "lfu"] = "lru"
     #: Share of a line's l2_size above which the janitor deletes the oldest chunk files ...
     high_watermark: Annotated[float, Field(gt=0, le=1)] = 0.8
     #: ... until the line's directory is at most this share of l2_size.
@@ -756,8 +765,6 @@ class PlatformConfig(StrictModel):
     versions: VersionsConfig
     #: The inference operator add-on: load-balancer scheme, inference gateway.
     inference_operator: InferenceOperatorConfig = InferenceOperatorConfig()
-
-
     observability: ObservabilityConfig = ObservabilityConfig()
     tags: dict[str, str] = Field(default_factory=dict)
     lmcache: LMCacheSettings = LMCacheSettings()

@@ -23,7 +23,9 @@
 #
 # Usage: scripts/patch_endpoint.sh <business-line> [--config DIR] [--dry-run]   (--help: options, exit codes)
 # Needs: kubectl pointed at the cluster, the repository's .venv (make setup).
-set -euo pipefail
+# Exit codes follow the operator tools' convention (kv_tools/cli.py EXIT_CODES, the README's
+# table): a failed kubectl or Python step exits 2, never 1 (the ERR trap below).
+set -Eeuo pipefail
 
 REPO="$(cd "$(dirname "$0")/.." && pwd)"
 usage() {
@@ -38,7 +40,9 @@ Kyverno only): pause the operator, scale the line to 0, patch, scale back, resto
   --dry-run        print the patch and validate it server-side; change nothing
   -h, --help       this help
 
-Exit codes: 0 done, 1 a kubectl step failed, 2 bad input (unknown line, invalid config, L2 off).
+exit status: 0 = the line's Deployment is patched and its Pods Ready (--dry-run: the patch passed
+server-side validation); 1 = not used (the script asks no yes/no question); 2 = bad input (unknown
+line, invalid config, L2 off), or a kubectl step failed (the operator is restored).
 Environment: PYTHON (default: the repository's .venv), OPERATOR_NS, OPERATOR_DEPLOY, TIMEOUT.
 EOF
 }
@@ -69,8 +73,9 @@ OPERATOR_NS="${OPERATOR_NS:-hyperpod-inference-system}"
 OPERATOR_DEPLOY="${OPERATOR_DEPLOY:-hyperpod-inference-controller-manager}"
 TIMEOUT="${TIMEOUT:-30m}"
 
-# Names come from the same code as the charts (k8s/names.py), never retyped here. Bad input
-# (invalid config, unknown line, L2 off) is reported without a traceback and exits 2.
+# Names (namespace, Deployment, the label selector of its Pods) come from the same code as the
+# charts (k8s/names.py), never retyped here. Bad input (invalid config, unknown line, L2 off) is
+# reported without a traceback and exits 2.
 NAMES="$(cd "$REPO" && "$PY" -c '
 import sys
 from k8s import names
@@ -86,8 +91,9 @@ except KeyError as exc:
 if not line.cache.l2_enabled:
     print(f"error: business line {line.name!r} has cache.l2_enabled: false; nothing to patch", file=sys.stderr)
     sys.exit(2)
-print(line.namespace, names.endpoint_name(line))' "$CONFIG" "$LINE")" || exit 2
-read -r NS DEPLOY <<<"$NAMES"
+print(line.namespace, names.endpoint_name(line), f"{names.OPERATOR_POD_LABEL}={names.endpoint_name(line)}")' \
+  "$CONFIG" "$LINE")" || exit 2
+read -r NS DEPLOY SELECTOR <<<"$NAMES"
 
 WORK="$(mktemp -d)"
 OPERATOR_REPLICAS=""
@@ -99,6 +105,9 @@ restore_operator() {
   rm -rf "$WORK"
 }
 trap restore_operator EXIT
+# Any failing step from here on (kubectl, the patch computation) is an error: exit 2 (the EXIT
+# trap still restores the operator).
+trap 'echo "error: step failed at line $LINENO: $BASH_COMMAND" >&2; exit 2' ERR
 
 kubectl -n "$NS" get deployment "$DEPLOY" -o json > "$WORK/before.json"
 (cd "$REPO" && "$PY" -m k8s.patch --config "$CONFIG" --line "$LINE" --deployment "$WORK/before.json") > "$WORK/patch.json"
@@ -118,7 +127,7 @@ kubectl -n "$OPERATOR_NS" rollout status deployment "$OPERATOR_DEPLOY" --timeout
 
 echo "2/5 scaling $NS/$DEPLOY to 0 (was $REPLICAS)"
 kubectl -n "$NS" scale deployment "$DEPLOY" --replicas=0
-kubectl -n "$NS" wait pod -l "app=$DEPLOY" --for=delete --timeout="$TIMEOUT" || true
+kubectl -n "$NS" wait pod -l "$SELECTOR" --for=delete --timeout="$TIMEOUT" || true
 
 echo "3/5 applying the patch (recomputed against the scaled Deployment)"
 kubectl -n "$NS" get deployment "$DEPLOY" -o json > "$WORK/scaled.json"

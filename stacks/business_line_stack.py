@@ -32,17 +32,21 @@ POLICY_READY_TIMEOUT_MIN = 10
 class BusinessLineStack(Stack):
     """The Kubernetes objects of one business line, applied in dependency order.
 
-    Three manifests, each applied after what defines its kinds or holds it:
+    Three manifests and, for an L2 line, one wait between them, each applied after what defines
+    its kinds or holds it:
 
-    * ``Namespace``: the line's namespace;
-    * ``Storage``: egress NetworkPolicy, RWX PVC and the Kyverno Policy (kind from the Kyverno
-      chart's CRDs), after the namespace;
-    * ``PolicyReady`` (L2 lines only): waits until Kyverno reports the Policy ``Ready``, i.e. in
-      its webhook (``kubectl get policy -o jsonpath`` of :data:`k8s.kyverno.POLICY_READY_JSONPATH`,
-      retried until non-empty, at most :data:`POLICY_READY_TIMEOUT_MIN` minutes). The policy
-      mutates Pods at CREATE only, so a Pod created before that would never get the L2 patch;
-    * ``Endpoint``: the InferenceEndpointConfig (kind from the inference operator's CRD), after
-      the namespace and after the Policy is ready, so the operator's first Pods are mutated.
+    * ``Namespace`` (manifest): the line's namespace;
+    * ``Storage`` (manifest): every other object of the line's chart but the endpoint: egress
+      NetworkPolicy, RWX PVC, the Kyverno Policy (kind from the Kyverno chart's CRDs) and the L2
+      janitor (ConfigMap, ServiceAccount, Role, RoleBinding, Deployment), after the namespace;
+    * ``PolicyReady`` (a ``KubernetesObjectValue``, L2 lines only, not a manifest): waits until
+      Kyverno reports the Policy ``Ready``, i.e. in its webhook (``kubectl get policy -o
+      jsonpath`` of :data:`k8s.kyverno.POLICY_READY_JSONPATH`, retried until non-empty, at most
+      :data:`POLICY_READY_TIMEOUT_MIN` minutes). The policy mutates Pods at CREATE only, so a Pod
+      created before that would never get the L2 patch;
+    * ``Endpoint`` (manifest): the InferenceEndpointConfig (kind from the inference operator's
+      CRD), after the namespace and after the Policy is ready, so the operator's first Pods are
+      mutated.
 
     Attributes:
         chart: the cdk8s chart; ``namespace``, ``storage``, ``endpoint``: the manifests;

@@ -257,7 +257,7 @@ def test_a_truncated_chunk_is_not_served(tier):
 
 def test_a_missing_chunk_ends_the_hit(tier):
     a = tier.run(RAG, [{"op": "store", "prompt": PROMPT}, {"op": "files", "prompt": PROMPT}])
-    (tier.line_dir(RAG) / a.of("files")[0]["files"][2]).unlink()  # e.g. removed by Curvine's TTL
+    (tier.line_dir(RAG) / a.of("files")[0]["files"][2]).unlink()  # e.g. deleted by the L2 janitor, or lost with a Worker
     b = tier.run(RAG, _lookup_retrieve(PROMPT), pod=1)
     assert b.of("lookup")[0]["hit_tokens"] == 512
     assert b.of("retrieve")[0]["chunks_retrieved"] == [True, True, False, False]

@@ -490,3 +490,32 @@ def test_config_dir_of_a_line_file(config_dir: Path, tmp_path: Path) -> None:
     lone = tmp_path / "rag-assistant.yaml"
     lone.write_text("")
     assert config_dir_of(lone) == Path("config")
+
+
+@pytest.mark.parametrize("value, message", [
+    ("abc", "--gpu-memory-utilization 'abc' is not a number; allowed: a fraction in (0, 1], e.g. 0.9"),
+    ("1.5", "gpu memory utilization must be within (0, 1] (got 1.5)"),
+])
+def test_a_bad_gpu_memory_utilization_is_reported_on_vllm_args(config_dir: Path, value: str, message: str) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit_yaml(path, lambda d: d["vllm"].update(args=["/opt/ml/model", "--gpu-memory-utilization", value]))
+    assert only_problem(config_dir) == f"{path}: vllm.args: {message}"
+
+
+def test_the_problem_field_comes_from_the_planners_error_not_its_text(config_dir: Path, monkeypatch) -> None:
+    """The planner's PlanInputError names the field; the loader maps it (LINE_CONFIG_FIELDS) and
+    never guesses from words in the message (a message mentioning "utilization" or "convert" used
+    to land on vllm.args whatever its cause)."""
+    import kv_tools.planner as planner
+
+    def bad(line, platform, **kw):
+        raise planner.PlanInputError([planner.InputProblem("tp", "could not convert: utilization"),
+                                      planner.InputProblem("chunk_tokens", "chunk size must be >= 1 (got 0)"),
+                                      planner.InputProblem("region", "a field no line key maps to")])
+
+    monkeypatch.setattr(planner, "inputs_from_line", bad)
+    found = [p for p in problems(config_dir) if "rag-assistant.yaml" in p]
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    assert found == [f"{path}: gpus_per_replica: could not convert: utilization",
+                     f"{path}: cache.chunk_size_tokens: chunk size must be >= 1 (got 0)",
+                     f"{path}: region: a field no line key maps to"]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import tomllib
 from pathlib import Path
 
@@ -11,7 +10,6 @@ from tests.k8s.conftest import CURVINE_SAMPLE, VOLUME_ID, ZONE, find, needs_refe
 
 from k8s import curvine_config, names
 from k8s.curvine_chart import CURVINE_ENTRYPOINT
-from k8s.curvine_config import curvine_duration
 
 
 @pytest.fixture(scope="module")
@@ -32,25 +30,6 @@ def _pod(obj):
 def _container(obj, name):
     (c,) = [c for c in _pod(obj)["containers"] if c["name"] == name]
     return c
-
-
-def curvine_duration_ms(text: str) -> int:
-    """Port of orpc's ``DurationUnit::from_str`` (CurvineIO/curvine ``orpc/src/common/duration_unit.rs``).
-
-    Lower-cases and trims; the number is the leading run of digits, ``.``, ``e``, ``+``, ``-``;
-    units ``ms`` (or none), ``s``/``second``, ``m``/``minute``, ``h``/``hour``, ``d``/``day``;
-    a bare integer is milliseconds. Raises ValueError where Curvine returns an error.
-    """
-    text = text.strip().lower()
-    size = re.match(r"[0-9.eE+-]*", text).group(0)
-    unit = text[len(size):].strip()
-    if unit in ("ms", "") and size.isdigit():
-        return int(size)
-    scale = {"ms": 1, "": 1, "s": 1_000, "second": 1_000, "m": 60_000, "minute": 60_000,
-             "h": 3_600_000, "hour": 3_600_000, "d": 86_400_000, "day": 86_400_000}
-    if unit not in scale:
-        raise ValueError(f"valid duration {text}, only d, h, m, s, ms are supported")
-    return int(float(size) * scale[unit])
 
 
 def test_namespace_is_applied_first(curvine):
@@ -128,11 +107,40 @@ def test_generated_toml(toml_conf):
     assert c["worker"]["data_dir"] == ["[SSD:2000GB]/opt/dlami/nvme/curvine-data"]
 
 
-def test_eviction_from_config(toml_conf, k8s_project):
+def test_curvine_quota_eviction_is_off_and_only_the_janitor_deletes(toml_conf, k8s_project, tmp_path):
+    """``enable_quota_eviction = false`` written explicitly (Curvine's default in v0.3.2-alpha
+    ``master_conf.rs``, but a later release's working quota eviction would delete files beside the
+    janitor with its own policy); no other quota-eviction key; the eviction config (the janitor's)
+    does not reach Curvine's file at all."""
+    from tests.example_config import copy_example_config, edit_yaml
+
     m = toml_conf["master"]
-    assert m["enable_quota_eviction"] is True and m["quota_eviction_policy"] == "lru"
-    assert (m["quota_eviction_high_rate"], m["quota_eviction_low_rate"]) == (0.8, 0.6)
-    assert m["quota_eviction_mode"] == "delete"
+    assert m["enable_quota_eviction"] is False and curvine_config.ENABLE_QUOTA_EVICTION is False
+    assert not [k for k in m if k.startswith("quota_eviction")]
+    cfg = copy_example_config(tmp_path / "cfg")
+    edit_yaml(cfg / "platform.yaml", lambda d: d["curvine"]["eviction"].update(
+        ttl_hours=1, high_watermark=0.95, low_watermark=0.5))
+    from platform_config import load_project
+
+    assert curvine_config.render_cluster_toml(load_project(cfg).platform) == \
+        curvine_config.render_cluster_toml(k8s_project.platform)
+
+
+@pytest.mark.parametrize("key, value", [("ttl_action", "delete"), ("quota_eviction", True), ("policy", "lru")])
+def test_removed_eviction_keys_say_what_to_do(tmp_path, key, value):
+    """The fields that only filled Curvine's quota eviction are gone; an old platform.yaml gets
+    one clear error naming the file, the field and what to do, not "unknown key (typo?)"."""
+    from tests.example_config import copy_example_config, edit_yaml
+    from platform_config import ConfigError, load_project
+
+    cfg = copy_example_config(tmp_path / "cfg")
+    edit_yaml(cfg / "platform.yaml", lambda d: d["curvine"]["eviction"].update({key: value}))
+    with pytest.raises(ConfigError) as err:
+        load_project(cfg)
+    (problem,) = err.value.problems
+    assert (problem.file, problem.field) == (str(cfg / "platform.yaml"), f"curvine.eviction.{key}")
+    assert problem.message.startswith("removed: it set Curvine's ") and "allowed: delete this key" in problem.message
+    assert "typo" not in problem.message
 
 
 #: Keys we write that the reference sample does not show, each checked against the struct that
@@ -141,8 +149,7 @@ def test_eviction_from_config(toml_conf, k8s_project):
 #: deny_unknown_fields, so a misspelled key would be silently ignored, not rejected).
 SOURCE_ONLY_KEYS = {
     "": {"cluster_id"},  # ClusterConf
-    "master": {"hostname", "rpc_port", "web_port", "enable_quota_eviction", "quota_eviction_mode",
-               "quota_eviction_policy", "quota_eviction_high_rate", "quota_eviction_low_rate"},  # MasterConf
+    "master": {"hostname", "rpc_port", "web_port", "enable_quota_eviction"},  # MasterConf
     "journal": {"hostname", "rpc_port"},  # JournalConf
     "worker": {"rpc_port", "web_port"},  # WorkerConf
     "client": {"master_addrs"},  # ClientConf (no TTL: test_k8s_day_two)
@@ -201,18 +208,12 @@ def test_sample_check_can_fail(toml_conf, curvine_sample):
     ]
 
 
-@pytest.mark.parametrize("ms,text", [(0, "0ms"), (1, "1ms"), (1_500, "1500ms"), (60_000, "1m"), (5_400_000, "90m"),
-                                     (86_400_000, "1d"), (129_600_000, "36h"), (7 * 86_400_000, "7d")])
-def test_curvine_duration_round_trips_through_curvines_parser(ms, text):
-    assert curvine_duration(ms) == text
-    assert curvine_duration_ms(text) == ms
-
-
 def test_workers_on_hyperpod_nvme(curvine, k8s_project):
     ds = find(curvine, "DaemonSet", names.CURVINE_WORKER)
     pod = _pod(ds)
     (data,) = [v for v in pod["volumes"] if "hostPath" in v]
-    assert data["hostPath"] == {"path": "/opt/dlami/nvme/curvine-data", "type": "DirectoryOrCreate"}
+    # Directory, not DirectoryOrCreate: never created on the root volume when the NVMe is late.
+    assert data["hostPath"] == {"path": "/opt/dlami/nvme/curvine-data", "type": "Directory"}
     worker = _container(ds, "worker")
     assert {"name": "data", "mountPath": "/opt/dlami/nvme/curvine-data"} in worker["volumeMounts"]
     assert pod["hostNetwork"] is True and pod["dnsPolicy"] == "ClusterFirstWithHostNet"
@@ -302,3 +303,77 @@ def test_master_network_policy(curvine, k8s_project):
     assert {"ipBlock": {"cidr": k8s_project.platform.network.cidr}} in peers
 
 
+
+
+def _host_paths(obj, where: str = ""):
+    """Every ``hostPath`` volume source anywhere in a manifest: ``(where, hostPath)``."""
+    if isinstance(obj, dict):
+        if isinstance(obj.get("hostPath"), dict):
+            yield where, obj["hostPath"]
+        for key, value in obj.items():
+            yield from _host_paths(value, f"{where}/{key}")
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            yield from _host_paths(value, f"{where}/{i}")
+
+
+def test_no_host_path_of_ours_is_created_on_a_late_mount(manifests):
+    """Every hostPath in every chart: under the instance-store mounts (where lifecycle/on_create.sh
+    prepares the directory), type Directory, so a pod started before the mount waits instead of
+    creating the directory on the root volume; a creating type only under the kubelet root, which
+    stays on the root volume by design (lifecycle/on_create.sh, step 3)."""
+    from stacks.hyperpod_stack import INSTANCE_STORE_MOUNTS
+
+    found = [(f"{o['kind']}/{o['metadata']['name']}{w}", hp) for objs in manifests.values() for o in objs
+             for w, hp in _host_paths(o)]
+    assert any(hp["path"] == "/opt/dlami/nvme/curvine-data" for _, hp in found)  # the check sees the Worker
+    for where, hp in found:
+        if any(hp["path"] == m or hp["path"].startswith(m + "/") for m in INSTANCE_STORE_MOUNTS):
+            assert hp.get("type") == "Directory", (where, hp)
+        elif hp.get("type") in (None, "", "DirectoryOrCreate", "FileOrCreate"):
+            assert hp["path"].startswith("/var/lib/kubelet/"), (where, hp)
+
+
+def test_instance_group_tolerations_are_one_rule_for_every_consumer(manifests, k8s_project, tmp_path):
+    """k8s.nodes.instance_group_tolerations: each configured taint once (Equal, with its value),
+    filtered by group; the Curvine Workers, each line's L2 janitor and the DCGM exporter's Helm
+    values all use it (they were three hand-written copies that disagreed)."""
+    from k8s import janitor as janitor_chart
+    from k8s.nodes import instance_group_tolerations
+    from observability.cluster_objects import dcgm_exporter_values
+    from platform_config import load_project
+    from tests.example_config import copy_example_config, edit_yaml
+
+    cfg = copy_example_config(tmp_path / "cfg")
+    taint = {"key": "kvcache.io/large-model", "value": "true", "effect": "PreferNoSchedule"}
+    other = {"key": "example.com/gpu", "value": "", "effect": "PreferNoSchedule"}  # a taint without value
+
+    def taint_all(d):
+        for group in d["hyperpod"]["instance_groups"]:
+            group["taints"] = [taint, other]
+            group.pop("deep_health_checks", None)  # HyperPod: no taints with deep health checks
+
+    edit_yaml(cfg / "platform.yaml", taint_all)
+    platform = load_project(cfg).platform
+    groups = [g.name for g in platform.hyperpod.instance_groups]
+    assert len(groups) >= 2
+    expected = [{**taint, "operator": "Equal"}, {**other, "operator": "Equal"}]
+    assert instance_group_tolerations(platform) == expected  # the same taint on two groups: once
+    assert instance_group_tolerations(platform, (groups[0],)) == expected
+    assert instance_group_tolerations(platform, ("no-such-group",)) == []
+    # Every consumer renders exactly the helper's list (the fixture config: p5's one taint).
+    rule = instance_group_tolerations(k8s_project.platform)
+    assert rule == [{"key": "kvcache.io/large-model", "operator": "Equal", "value": "true",
+                     "effect": "PreferNoSchedule"}]
+    workers = _pod(find(manifests["curvine"], "DaemonSet", names.CURVINE_WORKER))["tolerations"]
+    assert workers == rule  # worker_instance_groups is empty: every group
+    for line in k8s_project.business_lines:
+        for obj in manifests[names.line_chart_name(line)]:
+            if obj["kind"] == "Deployment" and obj["metadata"]["name"] == janitor_chart.NAME:
+                pod = _pod(obj)
+                assert pod["tolerations"] == rule
+                (term,) = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+                    "nodeSelectorTerms"]
+                assert term["matchExpressions"] == [
+                    {"key": "sagemaker.amazonaws.com/compute-type", "operator": "In", "values": ["hyperpod"]}]
+    assert dcgm_exporter_values(k8s_project.platform)["tolerations"] == rule

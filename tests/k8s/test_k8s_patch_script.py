@@ -15,6 +15,12 @@ from tests.example_config import FIXTURE_CONFIG
 from tests.k8s.conftest import REPO
 from tests.k8s.operator_render import deployment
 
+from k8s import names
+from kv_tools import cli
+from platform_config import load_project
+
+RAG = load_project(FIXTURE_CONFIG).business_line("rag-assistant")
+
 SCRIPT = REPO / "scripts" / "patch_endpoint.sh"
 
 FAKE_KUBECTL = r"""#!/usr/bin/env bash
@@ -27,11 +33,13 @@ case "$*" in
     all="$*"; file="${all##*--patch-file }"; file="${file%% *}"; cp "$file" "$PATCH_COPY"
     [[ -n "${FAIL_PATCH:-}" ]] && exit 1 ;;
 esac
+[[ -n "${FAIL_ALL:-}" ]] && { echo "The connection to the server was refused" >&2; exit 1; }
 exit 0
 """
 
 
-def _run(tmp_path: Path, k8s_project, fail: bool = False) -> tuple[subprocess.CompletedProcess, list[str]]:
+def _run(tmp_path: Path, k8s_project, fail: bool = False,
+         unreachable: bool = False) -> tuple[subprocess.CompletedProcess, list[str]]:
     bindir = tmp_path / "bin"
     bindir.mkdir()
     kubectl = bindir / "kubectl"
@@ -44,6 +52,8 @@ def _run(tmp_path: Path, k8s_project, fail: bool = False) -> tuple[subprocess.Co
            "DEPLOYMENT_JSON": str(dep), "PATCH_COPY": str(tmp_path / "applied.json"), "PYTHON": sys.executable}
     if fail:
         env["FAIL_PATCH"] = "1"
+    if unreachable:
+        env["FAIL_ALL"] = "1"
     proc = subprocess.run(["bash", str(SCRIPT), "rag-assistant", "--config", str(FIXTURE_CONFIG)], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=120)
     return proc, log.read_text().splitlines()
@@ -60,6 +70,9 @@ def test_safe_sequence(tmp_path, k8s_project):
     assert proc.returncode == 0, proc.stderr
     pause = _index(calls, "hyperpod-inference-controller-manager --replicas=0")
     drain = _index(calls, "scale deployment rag-assistant --replicas=0")
+    # The Pods' selector comes from k8s/names.py, like every other name.
+    gone = _index(calls, f"wait pod -l {names.OPERATOR_POD_LABEL}={names.endpoint_name(RAG)} --for=delete")
+    assert drain < gone
     patch = _index(calls, "patch deployment rag-assistant --type=json")
     up = _index(calls, "scale deployment rag-assistant --replicas=2")
     ready = _index(calls, "rollout status deployment rag-assistant")
@@ -71,9 +84,16 @@ def test_safe_sequence(tmp_path, k8s_project):
 
 def test_operator_restored_when_the_patch_fails(tmp_path, k8s_project):
     proc, calls = _run(tmp_path, k8s_project, fail=True)
-    assert proc.returncode != 0
+    assert proc.returncode == 2, proc.stderr  # an error, never 1 ("the answer is no")
+    assert "error: step failed at line" in proc.stderr and 'patch deployment "$DEPLOY"' in proc.stderr
     assert "hyperpod-inference-controller-manager --replicas=1" in calls[-1]
     assert not any("--replicas=2" in c for c in calls), "no scale-up after a failed patch"
+
+
+def test_an_unreachable_cluster_exits_2(tmp_path, k8s_project):
+    proc, calls = _run(tmp_path, k8s_project, unreachable=True)
+    assert proc.returncode == 2 and "connection to the server was refused" in proc.stderr, proc.stderr
+    assert len(calls) == 1 and "get deployment rag-assistant" in calls[0]
 
 
 def _run_bare(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
@@ -88,7 +108,8 @@ def test_help_prints_usage_and_exit_codes_without_a_traceback(tmp_path):
         proc = _run_bare([flag], tmp_path)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith("usage: scripts/patch_endpoint.sh <business-line>")
-        assert "Exit codes: 0" in proc.stdout and "--dry-run" in proc.stdout
+        # The exit codes of the README's one table (kv_tools/cli.py), word for word.
+        assert cli.exit_epilog("patch_endpoint.sh") in " ".join(proc.stdout.split()) and "--dry-run" in proc.stdout
         assert "Traceback" not in proc.stdout + proc.stderr
 
 

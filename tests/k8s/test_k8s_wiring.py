@@ -100,8 +100,8 @@ def test_line_objects_in_dependency_order(templates, project, name):
     assert sorted(_kinds(manifests[storage])) == ["ConfigMap", "Deployment", "NetworkPolicy", "PersistentVolumeClaim",
                                                   "Policy", "Role", "RoleBinding", "ServiceAccount"]
     assert _kinds(manifests[endpoint]) == ["InferenceEndpointConfig"]
-    # Objects dropped from a manifest are deleted on update (kubectl apply --prune with this label),
-    # e.g. the janitor's former CronJob (docs/l2-cache.md, "Upgrading from the CronJob").
+    # Objects dropped from a manifest are deleted on update (kubectl apply --prune with this label;
+    # aws-cdk-lib aws_eks_v2 "Resource Pruning", on by default).
     assert manifests[storage]["Properties"]["PruneLabel"].startswith("aws.cdk.eks/prune-")
     assert ns in manifests[storage]["DependsOn"]
     assert {ns, storage} <= set(manifests[endpoint]["DependsOn"])

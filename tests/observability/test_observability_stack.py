@@ -122,8 +122,8 @@ def test_dcgm_exporter_chart_is_pinned_and_needs_no_prometheus_operator(template
     terms = values["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchExpressions": [{"key": "sagemaker.amazonaws.com/compute-type", "operator": "In",
                                             "values": ["hyperpod"]}]}]
-    assert values["tolerations"] == [{"key": "kvcache.io/large-model", "operator": "Exists",
-                                      "effect": "PreferNoSchedule"}]
+    assert values["tolerations"] == [{"key": "kvcache.io/large-model", "operator": "Equal", "value": "true",
+                                      "effect": "PreferNoSchedule"}]  # k8s.nodes.instance_group_tolerations
 
 
 def test_grafana_reads_only_this_prometheus_workspace(template) -> None:

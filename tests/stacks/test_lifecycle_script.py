@@ -166,6 +166,13 @@ def mount_unit(node: Node, where: Path | None = None) -> Path:
     return unit
 
 
+def kubelet_dropin(node: Node) -> str:
+    """The one directive of the kubelet drop-in the script wrote for the Worker's data directory."""
+    text = (node.systemd / "kubelet.service.d" / "10-kvcache-curvine-data.conf").read_text()
+    (directive,) = [line for line in text.splitlines() if line and not line.startswith(("#", "["))]
+    return directive
+
+
 def test_script_is_executable_bash_with_strict_mode() -> None:
     text = SCRIPT.read_text()
     assert text.startswith("#!/usr/bin/env bash")
@@ -192,10 +199,15 @@ def test_dlami_layout_creates_the_worker_data_dir_on_the_nvme_mount(node) -> Non
     assert data_dir.is_dir()
     assert oct(data_dir.stat().st_mode & 0o777) == "0o750"
     assert f"instance storage (NVMe) chosen: {node.nvme}, from /dev/md0" in log
-    assert f"Curvine Worker data directory ready: {data_dir} (on the instance storage at {node.nvme})" in log
-    # Already on instance storage: no bind mount, no kubelet drop-in; containerd goes to the EBS volume.
+    assert f"Curvine Worker data directory ready: {data_dir} (on the instance storage at {node.nvme}; " \
+           "kubelet requires its mounts)" in log
+    # Already on instance storage: no bind mount; containerd goes to the EBS volume.
     assert [u.name for u in node.systemd.glob("*.mount")] == [mount_unit(node).name]
-    assert not (node.systemd / "kubelet.service.d").exists()
+    # But kubelet (so the Worker) still waits for the mounts holding the data directory at every
+    # later boot: without the drop-in, a boot where the NVMe mounts after kubelet would let the
+    # Worker write to the root volume.
+    assert kubelet_dropin(node) == f"RequiresMountsFor={data_dir}"
+    assert "daemon-reload" in node.calls()
     assert "share" not in log
     assert "[start] instance group g6e" in log
     assert "[stop] instance group g6e: done" in log
@@ -214,8 +226,7 @@ def test_lvm_layout_binds_the_worker_data_dir_from_the_instance_storage_at_opt_s
     for line in (f"What={backing}", f"Where={data_dir}", "Type=none", "Options=bind",
                  f"RequiresMountsFor={node.ebs}", "Before=kubelet.service"):
         assert line in unit.read_text().splitlines(), line
-    dropin = (node.systemd / "kubelet.service.d" / "10-kvcache-curvine-data.conf").read_text()
-    assert f"RequiresMountsFor={data_dir}" in dropin.splitlines()
+    assert kubelet_dropin(node) == f"RequiresMountsFor={data_dir}"
     assert str(data_dir) in (node.state / "bound").read_text().split()
     # containerd moves onto the same volume; the log says they share it.
     assert f"data root is {node.target}" in log
@@ -416,3 +427,30 @@ def test_failed_bind_mount_fails_provisioning_with_a_logged_error(node) -> None:
     assert "node provisioning fails" in log
     assert "[stop]" not in log
     assert "start containerd" not in node.calls()  # never started on the unmounted root volume
+
+
+# --- one bind-mount helper; kubelet guarded in every layout (review of the Worker data dir) -----
+
+def test_one_helper_writes_every_bind_mount_unit() -> None:
+    """The systemd bind-mount code exists once (bind_mount), used for containerd and the Worker."""
+    text = SCRIPT.read_text()
+    assert text.count("[Mount]") == 1 and text.count("Options=bind") == 1
+    assert text.count("\nbind_mount() {") == 1 and text.count("\n  bind_mount ") == 2
+    # One drop-in helper, called once for containerd and once for kubelet (both Worker layouts).
+    assert text.count("RequiresMountsFor=${path}") == 1 and text.count("\n  require_mounts_for ") == 2
+
+
+@pytest.mark.parametrize("layout, data_dir", [
+    ("dlami", "nvme/curvine-data"),          # under the chosen mount: created there
+    ("lvm", "nvme/curvine-data"),            # bind-mounted from /opt/sagemaker
+    ("dlami", "opt-sagemaker/kv/curvine-data"),  # bind-mounted from the NVMe
+])
+def test_every_layout_keeps_kubelet_from_starting_without_the_data_dir_mounts(node, layout, data_dir) -> None:
+    getattr(node, f"{layout}_layout")()
+    path = node.root / data_dir
+    mounted = (node.nvme, node.ebs) if layout == "dlami" else (node.ebs,)
+    result, log = run(node, settings(node, data_dir=path), mounted=mounted)
+    assert result.returncode == 0, log
+    assert kubelet_dropin(node) == f"RequiresMountsFor={path}"
+    binds = [u for u in node.systemd.glob("*.mount") if f"Where={path}" in u.read_text().splitlines()]
+    assert len(binds) == (0 if path.is_relative_to(node.nvme) and layout == "dlami" else 1)

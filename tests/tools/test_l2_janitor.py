@@ -1,6 +1,6 @@
 """The per-line L2 janitor (kv_tools/l2_janitor.py) on a real directory tree, and its chart objects.
 
-File names follow lmcache 0.5.6's fs connector: ``<model path with '/' as -SEP->@<world size>@
+File names follow lmcache 0.5.5's fs connector (the pinned release): ``<model path with '/' as -SEP->@<world size>@
 <worker id>@<chunk hash hex>@<dtype>.data`` in the base directory, temp files in
 ``<base>/<fs_connector_relative_tmp_dir>/`` (FSConnector._get_file_name / _get_file_and_tmp_path).
 """
@@ -92,7 +92,7 @@ def test_young_chunks_are_never_deleted_and_the_run_reports_it(tmp_path):
     for i in range(95):
         put(tmp_path, f"{LIVE}/{chunk_name(i)}", MIB, age_s=60)  # all younger than 10 minutes
     s = run(config(), tmp_path, list_pods=lambda: [], now=NOW)
-    assert s.evicted_chunks_deleted == 0 and s.above_high_watermark_after and s.exit_code == 2
+    assert s.evicted_chunks_deleted == 0 and s.above_high_watermark_after and s.exit_code == 1
 
 
 def test_chunks_older_than_the_ttl_expire_but_directories_stay(tmp_path):
@@ -149,7 +149,7 @@ def test_without_the_pod_list_nothing_but_chunks_is_touched(tmp_path):
         raise OSError("403 Forbidden")
 
     s = run(config(), tmp_path, list_pods=broken, now=NOW)
-    assert not s.pods_listed and s.exit_code == 1 and "403" in s.errors[0]
+    assert not s.pods_listed and s.exit_code == l2_janitor.EXIT_ERROR == 2 and "403" in s.errors[0]
     assert (tmp_path / LIVE / ".tmp-unknown").is_dir() and (tmp_path / "other-model-cccccccccccc").is_dir()
 
 
@@ -158,12 +158,6 @@ def test_dry_run_deletes_nothing(tmp_path):
         put(tmp_path, f"{LIVE}/{chunk_name(i)}", MIB, age_s=7200)
     s = run(config(), tmp_path, list_pods=lambda: [], now=NOW, dry_run=True)
     assert s.evicted_chunks_deleted == 30 and len(list((tmp_path / LIVE).iterdir())) == 90
-
-
-def test_live_pods_expand_the_deployment_patch_token():
-    pod = vllm_pod("rag-7d9-x", LIVE, ".tmp-$(KVCACHE_POD_NAME)")
-    live = live_pods_from_objects([pod], MOUNT)
-    assert live.bases == {LIVE} and live.tmp_dirs == {f"{LIVE}/.tmp-rag-7d9-x"}
 
 
 def test_config_is_validated():
@@ -201,7 +195,7 @@ def test_json_summary_and_prometheus_text(tmp_path):
 
 def test_an_unmounted_pvc_is_an_error_not_an_empty_directory(tmp_path):
     s = run(config(), tmp_path / "not-mounted", list_pods=lambda: [], now=NOW)
-    assert s.exit_code == 1 and s.errors == [f"{tmp_path / 'not-mounted'} is not a directory (PVC not mounted?)"]
+    assert s.exit_code == 2 and s.errors == [f"{tmp_path / 'not-mounted'} is not a directory (PVC not mounted?)"]
     assert abs(s.finished_at - NOW) < 1
 
 
@@ -221,11 +215,11 @@ def test_readiness_shows_a_failing_janitor_and_recovers(tmp_path):
 
     service = quiet_service(tmp_path, list_pods=list_pods)
     assert service.readiness() == (False, "no pass has finished yet") and service.metrics() == ""
-    assert service.run_pass().exit_code == 1
+    assert service.run_pass().exit_code == 2  # an error: 2, as for every tool (kv_tools/cli.py)
     ready, why = service.readiness()
     assert not ready and "403 Forbidden" in why and service.liveness() == (True, "ok")
     assert 'kvcache_l2_janitor_errors{line="rag-assistant",namespace="rag-assistant"} 1' in service.metrics()
-    assert 'kvcache_l2_janitor_status{line="rag-assistant",namespace="rag-assistant"} 1' in service.metrics()
+    assert 'kvcache_l2_janitor_status{line="rag-assistant",namespace="rag-assistant"} 2' in service.metrics()
     pods.append("fixed")
     service.run_pass()
     assert service.readiness() == (True, "ok")
@@ -236,9 +230,9 @@ def test_above_the_high_watermark_is_ready_but_reported(tmp_path):
     for i in range(95):
         put(tmp_path, f"{LIVE}/{chunk_name(i)}", MIB, age_s=60)  # all too young to delete
     service = quiet_service(tmp_path)
-    assert service.run_pass().exit_code == 2
+    assert service.run_pass().exit_code == l2_janitor.EXIT_ABOVE_HIGH_WATERMARK == 1  # "the answer is no"
     assert service.readiness() == (True, "ok (still above the high watermark)")
-    assert 'kvcache_l2_janitor_status{line="rag-assistant",namespace="rag-assistant"} 2' in service.metrics()
+    assert 'kvcache_l2_janitor_status{line="rag-assistant",namespace="rag-assistant"} 1' in service.metrics()
 
 
 def test_liveness_fails_only_while_a_pass_runs_past_its_deadline(tmp_path):
@@ -271,7 +265,7 @@ def test_an_unexpected_exception_is_a_failed_pass_and_the_service_goes_on(tmp_pa
 
     monkeypatch.setattr(l2_janitor, "run", boom)
     s = service.run_pass()
-    assert s.errors == ["unexpected ZeroDivisionError: bug"] and s.exit_code == 1 and s.finished_at > 0
+    assert s.errors == ["unexpected ZeroDivisionError: bug"] and s.exit_code == 2 and s.finished_at > 0
     assert not service.readiness()[0]
     monkeypatch.undo()
     assert service.run_pass().exit_code == 0 and service.readiness()[0]
@@ -426,3 +420,123 @@ def test_the_minimum_age_covers_a_period_and_a_stuck_pass_is_restarted():
     assert janitor_chart.MIN_DELETE_AGE_S >= janitor_chart.PERIOD_S == l2_janitor.PERIOD_S == 600
     assert janitor_chart.PASS_DEADLINE_S == 1800 > janitor_chart.PERIOD_S
     assert janitor_chart.LIVENESS_PERIOD_S * janitor_chart.LIVENESS_FAILURES == 180
+
+
+# --- exit codes of a run by hand (docs/l2-cache.md): the operator tools' convention --------------
+
+def _one_shot(tmp_path: Path, *args: str, cfg: dict | None = None) -> subprocess.CompletedProcess:
+    conf = tmp_path / "janitor.json"
+    conf.write_text(json.dumps(cfg if cfg is not None else config().__dict__))
+    return subprocess.run([sys.executable, l2_janitor.__file__, "--config", str(conf), *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_one_shot_exit_codes_follow_the_tools_convention(tmp_path):
+    """0 fine, 1 "the answer is no" (still above the high watermark), 2 an error: never 1 for an
+    error (kv_tools/cli.py), whether the pass, the config, a flag or the metrics file fails."""
+    from kv_tools import cli
+
+    root = tmp_path / "pvc"
+    for i in range(95):
+        put(root, f"{LIVE}/{chunk_name(i)}", MIB, age_s=60)  # all younger than the minimum age
+    assert _one_shot(tmp_path, "--root", str(root), "--no-pods").returncode == cli.EXIT_NO == 1
+    assert _one_shot(tmp_path, "--root", str(tmp_path / "missing"), "--no-pods").returncode == cli.EXIT_ERROR
+    assert _one_shot(tmp_path, "--root", str(root), cfg={"line": "x"}).returncode == cli.EXIT_ERROR
+    assert _one_shot(tmp_path, "--root", str(root), "--frobnicate").returncode == cli.EXIT_ERROR
+    unwritable = _one_shot(tmp_path, "--root", str(root), "--no-pods", "--metrics-file", str(tmp_path / "no" / "m"))
+    assert unwritable.returncode == cli.EXIT_ERROR and "Traceback" not in unwritable.stderr
+    assert "error: cannot write" in unwritable.stderr
+
+
+def test_help_states_the_exit_codes_of_the_readme_table():
+    from kv_tools import cli
+
+    assert l2_janitor.EXIT_EPILOG == cli.exit_epilog("kv_tools/l2_janitor.py")
+    assert (l2_janitor.EXIT_OK, l2_janitor.EXIT_ABOVE_HIGH_WATERMARK, l2_janitor.EXIT_ERROR) == (
+        cli.EXIT_OK, cli.EXIT_NO, cli.EXIT_ERROR)
+    out = subprocess.run([sys.executable, l2_janitor.__file__, "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and l2_janitor.EXIT_EPILOG in " ".join(out.stdout.split())
+
+
+# --- the contract with the charts: copied names (the janitor runs alone), checked here ----------
+
+def test_copied_names_equal_the_charts():
+    """l2_janitor.py is standard-library only (it ships in a ConfigMap), so it repeats a few names
+    of k8s/lmcache.py and k8s/patch.py; each copy must equal its source."""
+    from k8s import janitor as janitor_chart
+    from k8s.lmcache import FS_CONNECTOR_EXTRA_KEYS, TMP_DIR_PREFIX, env_name, extra_config
+    from k8s.patch import DEPLOYMENT_TMP_TOKEN, L2_MOUNT_PATH
+
+    assert l2_janitor.TMP_DIR_PREFIX == TMP_DIR_PREFIX
+    assert l2_janitor.REMOTE_URL_ENV == env_name("remote_url")
+    assert l2_janitor.EXTRA_CONFIG_ENV == env_name("extra_config")
+    # The key k8s.lmcache.extra_config puts the per-pod temp directory under, and the fs
+    # connector reads.
+    assert extra_config("tok")[l2_janitor.TMP_DIR_KEY] == f"{TMP_DIR_PREFIX}tok"
+    assert l2_janitor.TMP_DIR_KEY in FS_CONNECTOR_EXTRA_KEYS
+    assert l2_janitor.POD_NAME_REFERENCE == DEPLOYMENT_TMP_TOKEN
+    assert janitor_chart.PERIOD_S == l2_janitor.PERIOD_S and MOUNT == L2_MOUNT_PATH
+
+
+def _running(pod: dict, name: str) -> dict:
+    pod = json.loads(json.dumps(pod))
+    pod["metadata"]["name"] = name
+    pod["status"] = {"phase": "Running"}
+    return pod
+
+
+def _l2_lines():
+    project = load_project(FIXTURE_CONFIG)
+    return [pytest.param(project, line, id=line.name) for line in project.business_lines if line.cache.l2_enabled]
+
+
+@pytest.mark.parametrize("project, line", _l2_lines())
+def test_live_pods_of_the_rendered_policy(project, line, tmp_path):
+    """Pods mutated by the real rendered Kyverno policy (tests.k8s.kyverno_eval on the operator's
+    pods, tests.k8s.operator_render): the janitor finds the line's live directory and each pod's
+    random temp directory, and a pass keeps those while it removes a stale one."""
+    from k8s.kyverno import policy_manifest
+    from k8s.patch import line_cache_env
+    from tests.k8s import operator_render
+    from tests.k8s.kyverno_eval import apply_policy
+
+    policy = policy_manifest(project.platform, line)
+    pods = [_running(apply_policy(policy, operator_render.pod(line), seed=i), f"{line.name}-5d8f7c9b4-{i}")
+            for i in range(3)]
+    conf = config_from_dict(janitor_chart.janitor_config(project.platform, line))
+    live = live_pods_from_objects(pods, conf.mount_path)
+    tokens = sorted(json.loads(e["value"])[l2_janitor.TMP_DIR_KEY] for p in pods for c in p["spec"]["containers"]
+                    for e in c.get("env") or [] if e["name"] == "LMCACHE_EXTRA_CONFIG")
+    assert len(set(tokens)) == 3 and all(t.startswith(".tmp-") for t in tokens)
+    assert live.count == 3 and live.bases == {conf.live_dir}
+    assert live.tmp_dirs == {f"{conf.live_dir}/{t}" for t in tokens}
+    # The directory the janitor protects is the one in the pods' URL.
+    assert line_cache_env(project.platform, line)["LMCACHE_REMOTE_URL"].endswith(f"/{conf.live_dir}/")
+    # A pass keeps the live temp directories and removes the one no pod uses.
+    for t in [*tokens, ".tmp-gone"]:
+        put(tmp_path, f"{conf.live_dir}/{t}/{chunk_name(1)}", MIB, age_s=7200)
+        age_dir(tmp_path, f"{conf.live_dir}/{t}", 7200)
+    s = run(conf, tmp_path, list_pods=lambda: pods, now=NOW)
+    assert s.errors == [] and s.tmp_dirs_deleted == 1
+    assert sorted(p.name for p in (tmp_path / conf.live_dir).iterdir()) == tokens
+
+
+@pytest.mark.parametrize("project, line", _l2_lines())
+def test_live_pods_of_the_deployment_patch(project, line):
+    """Pods of the operator's Deployment patched by k8s.patch.endpoint_json_patch: the temp
+    directory is ``.tmp-$(KVCACHE_POD_NAME)``, which the janitor expands to each pod's name."""
+    import jsonpatch
+
+    from k8s.patch import endpoint_json_patch
+    from tests.k8s import operator_render
+
+    dep = operator_render.deployment(line)
+    patched = jsonpatch.apply_patch(dep, endpoint_json_patch(project.platform, line, deployment=dep))
+    names_ = [f"{line.name}-5d8f7c9b4-{s}" for s in ("abcde", "fghij")]
+    pods = [_running(operator_render.pod_from_deployment(patched), n) for n in names_]
+    pods.append({**_running(operator_render.pod_from_deployment(patched), f"{line.name}-old"),
+                 "status": {"phase": "Succeeded"}})  # a finished pod protects nothing
+    conf = config_from_dict(janitor_chart.janitor_config(project.platform, line))
+    live = live_pods_from_objects(pods, conf.mount_path)
+    assert live.count == 2 and live.bases == {conf.live_dir}
+    assert live.tmp_dirs == {f"{conf.live_dir}/.tmp-{n}" for n in names_}

@@ -451,3 +451,14 @@ def test_plot_file_extension_is_checked(tmp_path: Path, capsys) -> None:
     assert rc == cli.EXIT_ERROR
     assert "'.gif' not supported; allowed: .png, .svg, .pdf" in capsys.readouterr().err
     assert not (tmp_path / "ttft.gif").exists()
+
+
+def test_bad_inputs_raise_one_typed_error_naming_every_field() -> None:
+    from kv_tools.planner import PlanInputError
+
+    with pytest.raises(PlanInputError) as err:
+        PlanInputs(model=QWEN7, instance_type="ml.g6e.12xlarge", tp=3, gpu_memory_utilization=0, dtype="fp64",
+                   chunk_tokens=0)
+    assert [p.field for p in err.value.problems] == ["chunk_tokens", "gpu_memory_utilization", "tp", "dtype"]
+    assert isinstance(err.value, ValueError) and str(err.value) == "; ".join(p.message for p in err.value.problems)
+    assert "tp 3 does not divide Qwen2-7B's 28 attention heads" in str(err.value)

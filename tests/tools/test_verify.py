@@ -20,9 +20,11 @@ import pytest
 
 from tests.tools.script_loader import load_script
 from k8s import names
-from k8s.patch import L2_MOUNT_PATH, endpoint_json_patch, line_remote_url
+from k8s.patch import L2_MOUNT_PATH, endpoint_json_patch, line_cache_env, line_remote_url, owned_volumes
 from k8s.render import CURVINE_CHART, render_manifests
 from kv_tools.verify import (
+    OWN_ROWS,
+    TMP_DIR_KEY,
     check_cross_pod_hit,
     check_inference_pods,
     cross_pod_probe,
@@ -246,7 +248,7 @@ BREAKAGES: dict[str, tuple[Callable[[FakeReader], None], str]] = {
     "hash seeds differ": (lambda r: _set_env(rag_pods(r)[1], "PYTHONHASHSEED", "42"),
                           "rag-assistant: PYTHONHASHSEED shared"),
     "cachegen serde": (lambda r: _set_env(rag_pods(r)[0], "LMCACHE_REMOTE_SERDE", "cachegen"),
-                       "rag-assistant: LMCACHE_REMOTE_SERDE naive"),
+                       "rag-assistant: LMCache env"),
     "pod not ready": (lambda r: rag_pods(r)[0]["status"].update(conditions=[{"type": "Ready", "status": "False"}]),
                       "rag-assistant: inference pods Ready"),
 }
@@ -262,9 +264,13 @@ def test_each_breakage_fails_exactly_its_check(cluster: FakeReader, breakage: st
 def test_the_unpatched_operator_deployment_fails_url_and_mount(synthesized) -> None:
     iec = find(synthesized[names.line_chart_name(RAG)], "InferenceEndpointConfig")
     results = check_inference_pods(RAG, pods_of(operator_deployment(iec)), platform=PLATFORM)
-    # Never mutated: no L2 mutation label either (issue 8: verify reports such pods).
+    # Never mutated: no L2 mutation label either (issue 8: verify reports such pods), and only the
+    # two cache settings the CR carries (LMCACHE_REMOTE_SERDE, PYTHONHASHSEED).
     assert failed(results) == ["rag-assistant: L2 mutation", "rag-assistant: LMCACHE_REMOTE_URL",
-                               "rag-assistant: L2 mount"]
+                               "rag-assistant: LMCache env", "rag-assistant: L2 mount"]
+    env_detail = next(r.detail for r in results if r.name.endswith("LMCache env"))
+    assert "LMCACHE_SAVE_UNFULL_CHUNK: 0 entries" in env_detail and "DO_NOT_TRACK: 0 entries" in env_detail
+    assert "LMCACHE_REMOTE_SERDE" not in env_detail
     assert OPERATOR_URL in next(r.detail for r in results if r.name.endswith("LMCACHE_REMOTE_URL"))
     assert "delete them" in next(r.detail for r in results if r.name.endswith("L2 mutation"))
 
@@ -274,9 +280,13 @@ def test_a_patch_that_only_appends_leaves_a_duplicate_url(synthesized) -> None:
     deployment = operator_deployment(iec)
     appended = jsonpatch.apply_patch(deployment, endpoint_json_patch(PLATFORM, RAG))  # no live Deployment given
     results = check_inference_pods(RAG, pods_of(appended), platform=PLATFORM)
-    # The reference-only variant does not label the pods either.
-    assert failed(results) == ["rag-assistant: L2 mutation", "rag-assistant: LMCACHE_REMOTE_URL"]
+    # The reference-only variant does not label the pods either, and leaves the operator's
+    # LMCACHE_EXTRA_CONFIG and the CR's LMCACHE_REMOTE_SERDE / PYTHONHASHSEED beside ours.
+    assert failed(results) == ["rag-assistant: L2 mutation", "rag-assistant: LMCACHE_REMOTE_URL",
+                               "rag-assistant: LMCache env", "rag-assistant: PYTHONHASHSEED shared"]
     assert "2 entries" in next(r.detail for r in results if r.name.endswith("LMCACHE_REMOTE_URL"))
+    env_detail = next(r.detail for r in results if r.name.endswith("LMCache env"))
+    assert "LMCACHE_EXTRA_CONFIG: 2 entries" in env_detail and "LMCACHE_REMOTE_SERDE: 2 entries" in env_detail
 
 
 def test_no_pods_is_a_failure(cluster: FakeReader) -> None:
@@ -387,3 +397,153 @@ def test_verify_permissions_in_the_docs_are_the_calls_it_makes(cluster: FakeRead
     verify(reader, PROJECT, cross_pod=True)
     documented = set(re.findall(r"`(sagemaker:[A-Za-z]+|(?:get|list|create) [a-z0-9./]+)`", row))
     assert reader.calls == documented, row
+
+
+# --- the whole cache env of the policy, from line_cache_env (never retyped) ---------------------
+
+#: Entries of line_cache_env the "LMCache env" row compares: all but those with a row of their own.
+COMPARED = [n for n in line_cache_env(PLATFORM, RAG) if n not in OWN_ROWS]
+
+
+def _env_rows(pods: list[dict], project=PROJECT, line=RAG) -> dict[str, Any]:
+    return {r.name: r for r in check_inference_pods(line, pods, platform=project.platform)}
+
+
+def test_every_policy_entry_is_compared() -> None:
+    """The rows together cover every entry of the policy's env, including the settings the review
+    found unchecked (save_unfull_chunk, the hash algorithm, the telemetry opt-outs, extra_config)."""
+    assert set(COMPARED) | OWN_ROWS == set(line_cache_env(PLATFORM, RAG))
+    assert {"LMCACHE_REMOTE_SERDE", "LMCACHE_SAVE_UNFULL_CHUNK", "LMCACHE_PRE_CACHING_HASH_ALGORITHM",
+            "LMCACHE_EXTRA_CONFIG", "LMCACHE_CHUNK_SIZE", "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK"} <= set(COMPARED)
+
+
+def test_the_env_row_names_what_it_compared(cluster: FakeReader) -> None:
+    row = _env_rows(rag_pods(cluster))["rag-assistant: LMCache env"]
+    assert row.ok and row.detail == f"{len(COMPARED)} variables as configured ({', '.join(COMPARED)}) in 2 pod(s)"
+
+
+def _other_value(name: str, value: str) -> str:
+    if name == "LMCACHE_EXTRA_CONFIG":  # any key but the per-pod temp directory counts
+        return json.dumps({**json.loads(value), "save_chunk_meta": False})
+    return {"false": "true", "true": "false", "1": "0"}.get(value, value + "0")
+
+
+@pytest.mark.parametrize("name", COMPARED)
+@pytest.mark.parametrize("how", ["changed", "missing", "duplicated"])
+def test_each_entry_of_the_policy_env_is_checked(cluster: FakeReader, name: str, how: str) -> None:
+    pod = rag_pods(cluster)[1]
+    env = vllm(pod)["env"]
+    (entry,) = [e for e in env if e["name"] == name]
+    if how == "changed":
+        entry["value"] = _other_value(name, entry["value"])
+    elif how == "missing":
+        env.remove(entry)
+    else:
+        env.append(dict(entry))
+    results = verify(cluster, PROJECT, lines=["rag-assistant"], platform_checks=False)
+    assert failed(results) == ["rag-assistant: LMCache env"]
+    detail = next(r.detail for r in results if not r.ok)
+    assert detail.startswith(f"{pod['metadata']['name']}: {name}")
+
+
+def test_extra_config_is_compared_as_json_but_the_temp_token_is_free(cluster: FakeReader) -> None:
+    pods = rag_pods(cluster)
+    (entry,) = [e for e in vllm(pods[0])["env"] if e["name"] == "LMCACHE_EXTRA_CONFIG"]
+    extra = json.loads(entry["value"])
+    entry["value"] = json.dumps(dict(reversed(list({**extra, TMP_DIR_KEY: ".tmp-abc123"}.items()))), indent=1)
+    assert _env_rows(pods)["rag-assistant: LMCache env"].ok  # other order, spacing and token: same settings
+    for bad in ("tmp-abc", ".tmp-", ".tmp-a/b", None):
+        entry["value"] = json.dumps({**extra, TMP_DIR_KEY: bad})
+        row = _env_rows(pods)["rag-assistant: LMCache env"]
+        assert not row.ok and f"{TMP_DIR_KEY} {bad!r} is not .tmp-<token>" in row.detail
+    entry["value"] = json.dumps({**extra, "fs_connector_use_odirect": True})
+    assert "fs_connector_use_odirect" in _env_rows(pods)["rag-assistant: LMCache env"].detail
+    entry["value"] = "not json"
+    assert "LMCACHE_EXTRA_CONFIG is not JSON" in _env_rows(pods)["rag-assistant: LMCache env"].detail
+
+
+def test_two_pods_sharing_a_temp_directory_fail(cluster: FakeReader) -> None:
+    pods = rag_pods(cluster)
+    for pod in pods:  # a literal token instead of $(KVCACHE_POD_NAME): both pods write .tmp-same
+        for entry in vllm(pod)["env"]:
+            if entry["name"] == "LMCACHE_EXTRA_CONFIG":
+                entry["value"] = json.dumps({**json.loads(entry["value"]), TMP_DIR_KEY: ".tmp-same"})
+    row = _env_rows(pods)["rag-assistant: LMCache env"]
+    names_ = sorted(p["metadata"]["name"] for p in pods)
+    assert not row.ok and row.detail == f"{', '.join(names_)} share the temp directory .tmp-same"
+
+
+def test_the_pod_name_token_needs_its_downward_api_variable(cluster: FakeReader) -> None:
+    pods = rag_pods(cluster)
+    vllm(pods[0])["env"] = [e for e in vllm(pods[0])["env"] if e["name"] != "KVCACHE_POD_NAME"]
+    row = _env_rows(pods)["rag-assistant: LMCache env"]
+    assert not row.ok and "uses $(KVCACHE_POD_NAME) but KVCACHE_POD_NAME is not the pod name" in row.detail
+
+
+def _ready_pod(mutated: dict, name: str) -> dict:
+    mutated = copy.deepcopy(mutated)
+    mutated["metadata"]["name"] = name
+    mutated["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    return mutated
+
+
+@pytest.mark.parametrize("telemetry", [False, True], ids=["telemetry-off", "telemetry-on"])
+def test_pods_mutated_by_the_rendered_policy_pass(tmp_path: Path, telemetry: bool) -> None:
+    """The real rendered Kyverno policy (random per-pod tokens) on operator-rendered pods passes;
+    with telemetry on, the policy removes the opt-outs and a pod that still has one fails."""
+    from tests.example_config import copy_example_config, edit_yaml
+    from tests.k8s import operator_render
+    from tests.k8s.kyverno_eval import apply_policy
+
+    from k8s.kyverno import policy_manifest
+
+    cfg = copy_example_config(tmp_path / "cfg")
+    edit_yaml(cfg / "platform.yaml", lambda d: d.setdefault("lmcache", {}).update(usage_telemetry=telemetry))
+    project = load_project(cfg)
+    line = project.business_line("rag-assistant")
+    policy = policy_manifest(project.platform, line)
+    pods = [_ready_pod(apply_policy(policy, operator_render.pod(line), seed=i), f"rag-assistant-x-{i}")
+            for i in range(line.replicas)]
+    rows = _env_rows(pods, project, line)
+    assert [n for n, r in rows.items() if not r.ok] == [], {n: r.detail for n, r in rows.items()}
+    assert ("LMCACHE_TRACK_USAGE" in rows["rag-assistant: LMCache env"].detail) is not telemetry
+    if telemetry:
+        vllm(pods[0])["env"].append({"name": "DO_NOT_TRACK", "value": "1"})
+        row = _env_rows(pods, project, line)["rag-assistant: LMCache env"]
+        assert not row.ok and "DO_NOT_TRACK is set, but the line's cache env does not set it" in row.detail
+
+
+def test_a_new_policy_entry_is_checked_without_touching_verify(cluster: FakeReader, monkeypatch) -> None:
+    """An entry added to line_cache_env (e.g. PROMETHEUS_MULTIPROC_DIR) is compared at once."""
+    import kv_tools.verify as verify_module
+
+    real = verify_module.line_cache_env
+    monkeypatch.setattr(verify_module, "line_cache_env",
+                        lambda platform, line, **kw: {**real(platform, line, **kw), "NEW_SETTING": "/tmp/x"})
+    row = _env_rows(rag_pods(cluster))["rag-assistant: LMCache env"]
+    assert not row.ok and "NEW_SETTING: 0 entries" in row.detail
+
+
+@pytest.mark.parametrize("index", range(len(owned_volumes(RAG))),
+                         ids=[m["mountPath"] for _, m in owned_volumes(RAG)])
+@pytest.mark.parametrize("how", ["mount dropped", "other source", "read-only"])
+def test_every_owned_volume_is_checked(cluster: FakeReader, index: int, how: str) -> None:
+    """The volumes the patch owns (k8s.patch.owned_volumes: the L2 PVC, the Prometheus
+    multiprocess emptyDir, ...) are checked like the env: each one mounted once, writable, from
+    the volume the patch sets."""
+    volume, mount = owned_volumes(RAG)[index]
+    pod = rag_pods(cluster)[0]
+    mounts = vllm(pod)["volumeMounts"]
+    (mine,) = [m for m in mounts if m["mountPath"] == mount["mountPath"]]
+    if how == "mount dropped":
+        mounts.remove(mine)
+    elif how == "read-only":
+        mine["readOnly"] = True
+    else:
+        (vol,) = [v for v in pod["spec"]["volumes"] if v["name"] == mine["name"]]
+        for key in [k for k in vol if k != "name"]:
+            del vol[key]
+        vol["hostPath"] = {"path": "/somewhere"}
+    results = verify(cluster, PROJECT, lines=["rag-assistant"], platform_checks=False)
+    assert failed(results) == ["rag-assistant: L2 mount"]
+    assert mount["mountPath"] in next(r.detail for r in results if not r.ok)

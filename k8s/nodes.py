@@ -1,0 +1,42 @@
+"""Scheduling onto HyperPod nodes, shared by every chart and Helm value set that runs pods there.
+
+One definition of the node labels HyperPod puts on its nodes and of "tolerate the taints of the
+instance groups", used by the Curvine chart (Workers), each line's L2 janitor and the DCGM
+exporter's Helm values (observability), so the three cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from platform_config import PlatformConfig
+
+#: Label HyperPod puts on its nodes (the reference deployment selects them with it,
+#: docs/sources.md §1), and its value.
+HYPERPOD_NODE_LABEL: Final = "sagemaker.amazonaws.com/compute-type"
+HYPERPOD_NODE_VALUE: Final = "hyperpod"
+#: Label with the HyperPod instance group name of a node.
+HYPERPOD_GROUP_LABEL: Final = "sagemaker.amazonaws.com/instance-group-name"
+
+
+def instance_group_tolerations(platform: PlatformConfig, groups: tuple[str, ...] = ()) -> list[dict[str, str]]:
+    """Tolerations of every taint of the instance groups ``groups`` (empty: every group).
+
+    Each taint of ``hyperpod.instance_groups[].taints`` (which HyperPod puts on the group's nodes,
+    ``KubernetesConfig.Taints``) becomes ``{"key", "operator": "Equal", "value", "effect"}``:
+    exactly the configured taint, not any value of its key (``Exists``). The same taint on two
+    groups gives one toleration; order is the config's.
+
+    Returns:
+        Kubernetes ``Toleration`` objects as plain dicts, whose keys are also the keyword
+        arguments of the cdk8s ``k8s.Toleration`` class.
+    """
+    tolerations: list[dict[str, str]] = []
+    for group in platform.hyperpod.instance_groups:
+        if groups and group.name not in groups:
+            continue
+        for taint in group.taints:
+            toleration = {"key": taint.key, "operator": "Equal", "value": taint.value, "effect": taint.effect}
+            if toleration not in tolerations:
+                tolerations.append(toleration)
+    return tolerations
