@@ -113,7 +113,42 @@ def test_telemetry_switch_is_not_part_of_the_directory(tmp_path, base_dirs):
 
 def test_kv_relevant_args_grouping():
     assert kv_relevant_vllm_args(["/m", "--max-model-len", "8192", "--kv-cache-dtype=fp8", "-tp", "2",
-                                  "--enable-prefix-caching"]) == [["/m"], ["--kv-cache-dtype", "fp8"], ["-tp", "2"]]
+                                  "--enable-prefix-caching"]) == [
+        ["/m"], ["--kv-cache-dtype", "fp8"], ["--tensor-parallel-size", "2"]]
+
+
+@pytest.mark.parametrize("args, expected", [
+    # A positional after a flag without value is the model path, not the flag's value.
+    (["--enforce-eager", "/opt/ml/model/v2"], [["/opt/ml/model/v2"]]),
+    (["--enable-prefix-caching", "/opt/ml/model"], [["/opt/ml/model"]]),
+    (["--trust-remote-code", "/opt/ml/model"], [["/opt/ml/model"], ["--trust-remote-code"]]),
+    # Optional boolean of StoreBoolean flags; the value of a one-value flag; nargs="+".
+    (["--enable-chunked-prefill", "false", "/m"], [["/m"]]),
+    (["--max-model-len", "8192", "/m"], [["/m"]]),
+    (["--served-model-name", "a", "b", "--dtype", "half", "/m"], [["/m"], ["--dtype", "half"]]),
+    # A negative number is a value, not a flag; an unknown flag keeps every word up to the next flag.
+    (["/m", "--seed", "-1"], [["/m"], ["--seed", "-1"]]),
+    (["--some-new-flag", "x", "/m"], [["--some-new-flag", "x", "/m"]]),
+])
+def test_kv_relevant_args_place_each_word(args, expected):
+    assert kv_relevant_vllm_args(args) == expected
+
+
+def test_kv_relevant_args_ignore_order_but_not_which_value_wins():
+    base = ["/opt/ml/model", "--kv-cache-dtype", "fp8", "--tensor-parallel-size", "2", "--max-model-len", "8192"]
+    for other in (["--tensor-parallel-size", "2", "--kv-cache-dtype", "fp8", "/opt/ml/model"],
+                  ["--max-model-len=8192", "-tp=2", "/opt/ml/model", "--kv-cache-dtype=fp8", "--enforce-eager"]):
+        assert kv_relevant_vllm_args(other) == kv_relevant_vllm_args(base)
+    # The last of a repeated flag wins in vLLM: the two orders are different settings.
+    assert kv_relevant_vllm_args(["/m", "--dtype", "half", "--dtype", "bfloat16"]) != \
+        kv_relevant_vllm_args(["/m", "--dtype", "bfloat16", "--dtype", "half"])
+
+
+def test_a_model_path_after_a_neutral_flag_still_moves_the_directory(tmp_path, base_dirs):
+    moved = _dir_after(tmp_path, lambda d: d["vllm"].update(args=["--enforce-eager", "/opt/ml/model/v2"]))
+    assert moved != base_dirs[RAG]
+    assert _dir_after(tmp_path / "b", lambda d: d["vllm"].update(
+        args=["--enable-prefix-caching", "--max-model-len", "8192", "/opt/ml/model"])) == base_dirs[RAG]
 
 
 # --- one LMCache version ------------------------------------------------------------------------
