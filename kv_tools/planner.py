@@ -48,7 +48,7 @@ from typing import Any, Iterable
 from kv_tools.gpu_memory import usable_gpu_memory_gib
 from kv_tools.model_specs import ModelSpec, dtype_bytes, lookup_model
 from kv_tools.prices import Price, PriceTable
-from platform_config import INSTANCE_TYPES, BusinessLineConfig, InstanceType, PlatformConfig, get_instance_type
+from platform_config import INSTANCE_TYPES, BusinessLineConfig, InstanceType, PlatformConfig, get_instance_type, vllm_args
 
 GIB = 2**30
 GB = 10**9
@@ -637,19 +637,11 @@ def recommend(inputs: PlanInputs, candidates: Iterable[str], *, prices: PriceTab
 
 
 def parse_vllm_args(args: Iterable[str]) -> dict[str, str]:
-    """``--flag value`` and ``--flag=value`` pairs of a vLLM command line (flags without a
-    value map to ``""``)."""
-    out: dict[str, str] = {}
-    items = list(args)
-    for idx, item in enumerate(items):
-        if not item.startswith("--"):
-            continue
-        key, eq, value = item.partition("=")
-        if not eq:
-            nxt = items[idx + 1] if idx + 1 < len(items) else ""
-            value = "" if nxt.startswith("--") else nxt
-        out[key] = value
-    return out
+    """The flags of a vLLM command line -> their value (values joined by a space; ``""`` for a
+    flag without one), read by the project's one parser of ``vllm.args``
+    (:func:`platform_config.vllm_args.flag_values`: ``--flag=value`` and short aliases such as
+    ``-tp`` understood, each flag taking its own number of values, the last occurrence winning)."""
+    return {flag: " ".join(values) for flag, values in vllm_args.flag_values(args).items()}
 
 
 def l2_pool(platform: PlatformConfig, nvme_reserve_fraction: float = DEFAULT_NVME_RESERVE_FRACTION) -> tuple[int, float]:

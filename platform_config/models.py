@@ -12,6 +12,7 @@ we keep the API's name), ``*_mibps`` MiB/s.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal, Union, get_args
 
@@ -21,10 +22,13 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
 from platform_config import hyperpod_rules as hp_rules
+from platform_config import vllm_args as vllm_flags
 from platform_config.instances import INSTANCE_TYPES
 
 # --- reusable constrained types -------------------------------------------------------------
@@ -995,6 +999,39 @@ class BusinessLineConfig(StrictModel):
             )
         return self
 
+    @field_validator("vllm")
+    @classmethod
+    def _parallel_sizes_use_every_gpu(cls, vllm: VllmConfig, info: ValidationInfo) -> VllmConfig:
+        """vLLM uses tensor x pipeline x data parallel size GPUs (each 1 unless set in ``vllm.args``),
+        whatever the pod was given: fewer leave GPUs idle, more fail at start. So the flags are
+        required to say what ``gpus_per_replica`` says. Refused rather than injected: ``vllm.args``
+        is the command the operator runs and part of the L2 directory digest, so it stays exactly
+        what the config says (``-tp N``, ``--tensor-parallel-size=N`` and the pipeline/data forms
+        are read by :mod:`platform_config.vllm_args`, the parser the digest uses)."""
+        gpus = info.data.get("gpus_per_replica")
+        if gpus is None:  # gpus_per_replica is itself invalid: reported on its own
+            return vllm
+        try:
+            sizes = vllm_flags.parallel_sizes(vllm.args)
+        except ValueError as exc:
+            raise ValueError(f"vllm.args: {exc}") from None
+        used = math.prod(sizes.values())
+        if used == gpus:
+            return vllm
+        if not sizes:
+            raise ValueError(
+                f"vllm.args sets no {vllm_flags.TENSOR_PARALLEL_FLAG}, so vLLM runs each replica on 1 GPU and "
+                f"leaves {gpus - 1} of its gpus_per_replica {gpus} idle; allowed: add "
+                f'"{vllm_flags.TENSOR_PARALLEL_FLAG}", "{gpus}" to vllm.args (or set gpus_per_replica 1)')
+        product = " x ".join(f"{flag} {sizes.get(flag, 1)}" for flag in vllm_flags.PARALLEL_FLAGS
+                             if flag in sizes or flag == vllm_flags.TENSOR_PARALLEL_FLAG)
+        flags_fix = ("no parallel-size flag in vllm.args" if gpus == 1 else
+                     f"vllm.args whose tensor x pipeline x data parallel sizes multiply to {gpus} "
+                     f'(e.g. "{vllm_flags.TENSOR_PARALLEL_FLAG}", "{gpus}")')
+        raise ValueError(
+            f"vllm.args asks vLLM for {product} = {used} GPU(s) per replica, but gpus_per_replica is {gpus}; "
+            f"allowed: gpus_per_replica {used}, or {flags_fix}")
+
     @model_validator(mode="after")
     def _l1_fits_pod_memory(self) -> "BusinessLineConfig":
         l1 = self.cache.l1_cpu_gib
@@ -1008,5 +1045,7 @@ class BusinessLineConfig(StrictModel):
 
     @property
     def tensor_parallel_size(self) -> int:
-        """TP degree: one replica spans ``gpus_per_replica`` GPUs of one node."""
-        return self.gpus_per_replica
+        """TP degree: ``--tensor-parallel-size`` of ``vllm.args`` (1 when unset). Equals
+        ``gpus_per_replica`` unless pipeline or data parallelism share the replica's GPUs
+        (validated: their product is ``gpus_per_replica``)."""
+        return vllm_flags.parallel_sizes(self.vllm.args).get(vllm_flags.TENSOR_PARALLEL_FLAG, 1)
