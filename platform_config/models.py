@@ -83,6 +83,29 @@ def _check_positive_quantity(value: str) -> str:
 #: A :data:`Quantity` above zero (sizes, CPU and memory requests).
 PositiveQuantity = Annotated[Quantity, AfterValidator(_check_positive_quantity)]
 
+#: A CPU quantity: cores (``8``, ``0.5``) or millicores (``500m``). The Kubernetes grammar would
+#: also take ``8Gi`` or ``8k`` (8,589,934,592 or 8,000 cores): a byte or decimal suffix on a CPU
+#: request is a unit mistake, so the pattern admits none.
+CPU_QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?m?$"
+CpuQuantity = Annotated[str, StringConstraints(pattern=CPU_QUANTITY_PATTERN), AfterValidator(_check_positive_quantity)]
+
+#: The smallest pod memory request and L2 PVC size accepted, bytes (1 GiB). A vLLM pod holds GiBs
+#: of host memory (the L1 buffer alone is GiBs) and one KV chunk of a 7B model is 14 MiB, so less
+#: is a unit mistake: ``80`` without a suffix is 80 bytes, ``500m`` half a byte.
+MIN_BYTES_QUANTITY = 2**30
+
+
+def _check_bytes_quantity(value: str) -> str:
+    if quantity_bytes(value) < MIN_BYTES_QUANTITY:
+        raise ValueError(
+            f"{value!r} is {quantity_bytes(value):,.3g} bytes, below 1Gi (a number without a suffix counts bytes, "
+            "'m' thousandths of a byte); allowed: a byte quantity of at least 1Gi such as 80Gi or 2Ti")
+    return value
+
+
+#: A byte quantity of at least 1 GiB (pod memory, PVC sizes): :data:`MIN_BYTES_QUANTITY`.
+BytesQuantity = Annotated[PositiveQuantity, AfterValidator(_check_bytes_quantity)]
+
 #: Version strings are pinned exactly: no ``latest``, no ranges.
 PINNED_VERSION_PATTERN = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?([-+.][0-9A-Za-z.-]+)?$"
 PinnedVersion = Annotated[str, StringConstraints(pattern=PINNED_VERSION_PATTERN)]
@@ -921,8 +944,10 @@ class VllmConfig(StrictModel):
 class ResourcesConfig(StrictModel):
     """CPU and memory per replica (GPUs come from ``gpus_per_replica``)."""
 
-    cpu: PositiveQuantity = "6"
-    memory: PositiveQuantity = "30Gi"
+    #: CPU request per replica: cores (8, 0.5) or millicores (500m), no byte suffix.
+    cpu: CpuQuantity = "6"
+    #: Memory request per replica, a byte quantity of at least 1Gi (the L1 buffer lives in it).
+    memory: BytesQuantity = "30Gi"
 
 
 class CacheConfig(StrictModel):
@@ -931,7 +956,7 @@ class CacheConfig(StrictModel):
     l1_enabled: bool = True
     l2_enabled: bool = True
     #: Size of the line's RWX PVC on the Curvine StorageClass (its L2 directory).
-    l2_size: PositiveQuantity = "500Gi"
+    l2_size: BytesQuantity = "500Gi"
     #: LMCache chunk size in tokens; 256 is LMCache's default and what the reference used.
     chunk_size_tokens: Annotated[int, Field(ge=16, le=4096)] = 256
     #: GiB of host memory LMCache's CPU tier (L1, `local_cpu`) may use per pod, split evenly
