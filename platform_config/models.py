@@ -386,16 +386,26 @@ class InstanceGroupConfig(StrictModel):
 
 
 class TieredStorageConfig(StrictModel):
-    """HyperPod Tiered Storage (the L1 tier's managed host-memory pool).
+    """HyperPod Tiered Storage: a share of every node's host memory reserved for HyperPod's
+    ai-toolkit daemon (docs/sources.md §14).
 
-    ``memory_allocation_percentage``: share of instance memory given to the KV tier; the blog
-    reports 20-100 accepted and recommends starting at 20 (docs/sources.md §1). The CloudFormation
-    schema alone admits 0-100; we keep the blog's narrower range (docs/sources.md §10).
+    AWS describes it as a memory management daemon that provides disaggregated memory as a service
+    (managed tiered checkpointing), and as the cluster-wide L2 tier of its managed KV cache, which
+    LMCache reaches through the ``sagemaker-hyperpod://`` backend. This platform's L2 is Curvine
+    through ``fs://`` instead, and its L1 is LMCache's own buffer in the vLLM process (inside the
+    pod's ``resources.memory``), so nothing here uses the share: the example turns it off. When
+    enabled, ``memory_allocation_percentage`` of host memory is counted as unavailable to pods
+    (:mod:`platform_config.node_fit`). The blog reports 20-100 accepted and starts at 20
+    (docs/sources.md §1); the CloudFormation schema alone admits 0-100; we keep the blog's narrower
+    range (docs/sources.md §10).
     """
 
-    #: Mode Enable/Disable of TieredStorageConfig; L1 needs it.
-    enabled: bool = True
-    #: InstanceMemoryAllocationPercentage: share of host memory for the KV tier.
+    #: Mode Enable/Disable of TieredStorageConfig. Off unless asked: nothing of this platform
+    #: needs it (L1 is the vLLM pod's own memory, L2 is Curvine); enable it for HyperPod's own
+    #: uses of the daemon (managed tiered checkpointing, its sagemaker-hyperpod:// KV tier).
+    enabled: bool = False
+    #: InstanceMemoryAllocationPercentage: share of host memory reserved for the ai-toolkit
+    #: daemon when enabled; the node budget counts it as unavailable to pods.
     memory_allocation_percentage: Annotated[int, Field(ge=20, le=100)] = 20
 
 
@@ -962,7 +972,8 @@ class CacheConfig(StrictModel):
     #: GiB of host memory LMCache's CPU tier (L1, `local_cpu`) may use per pod, split evenly
     #: across the pod's TP ranks (`LMCACHE_MAX_LOCAL_CPU_SIZE`, which LMCache reads in GiB);
     #: null = LMCache's default, 5 GB per rank. The buffer is pinned memory of the vLLM
-    #: process, so it must stay below the pod's `resources.memory`.
+    #: process, so it must stay below the pod's `resources.memory`; it is not HyperPod Tiered
+    #: Storage, whose share belongs to the ai-toolkit daemon.
     l1_cpu_gib: Annotated[float, Field(gt=0)] | None = None
 
     @model_validator(mode="after")
