@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from platform_config import models, node_fit
 from platform_config.instances import INSTANCE_TYPES
-from platform_config.models import BusinessLineConfig, PlatformConfig
+from platform_config.models import BusinessLineConfig, InstanceGroupConfig, PlatformConfig
 
 PLATFORM_FILE = "platform.yaml"
 
@@ -153,14 +153,17 @@ def load_business_line(path: Path) -> BusinessLineConfig:
 
 
 def cross_check(
-    platform: PlatformConfig, platform_path: Path, lines: list[tuple[Path, BusinessLineConfig]]
+    platform: PlatformConfig, platform_path: Path, lines: list[tuple[Path, BusinessLineConfig]],
+    *, check_node_fit: bool = True,
 ) -> list[ConfigProblem]:
     """Rules spanning files: instance types, taints, namespaces, L2 prerequisites, the L2 pool, and
-    whether the lines' pods fit the nodes (GPUs, CPU and memory: :func:`_node_fit_problems`).
+    whether the lines' pods fit the nodes (GPUs, CPU and memory: :func:`node_fit_problems`).
 
     Args:
         lines: (file, parsed line) pairs; one pair checks a single line against the platform
             (what ``scripts/plan.py --business-line`` does), all of them the whole project.
+        check_node_fit: False leaves the node fit out (``scripts/plan.py`` reports it itself, with the
+            config's other lines, through :func:`node_fit_problems`).
     """
     problems: list[ConfigProblem] = []
     group_types = sorted({g.instance_type for g in platform.hyperpod.instance_groups})
@@ -206,12 +209,13 @@ def cross_check(
         # No rule ties L1 to Tiered Storage: L1 is LMCache's own buffer in the vLLM process's memory
         # (inside resources.memory); Tiered Storage's share belongs to the ai-toolkit daemon, whose
         # sagemaker-hyperpod:// L2 this platform replaces with Curvine (docs/l2-cache.md, "L1 size").
-    problems.extend(_node_fit_problems(platform, platform_path, lines))
+    if check_node_fit:
+        problems.extend(node_fit_problems(platform, platform_path, lines))
     problems.extend(_l2_pool_problems(platform, platform_path, lines))
     return problems
 
 
-def _node_fit_problems(
+def node_fit_problems(
     platform: PlatformConfig, platform_path: Path, lines: list[tuple[Path, BusinessLineConfig]]
 ) -> list[ConfigProblem]:
     """All lines on one instance type must fit, together, on its nodes: GPUs, CPU and memory of each
@@ -249,17 +253,31 @@ def _node_fit_problems(
     return problems
 
 
-def l2_pool_gib(platform: PlatformConfig) -> tuple[int, float]:
-    """(Worker count, usable L2 pool in GiB): Workers x ``worker_capacity_gib`` x (1 - reserve).
+def worker_groups(platform: PlatformConfig) -> list[InstanceGroupConfig]:
+    """The instance groups whose nodes run a Curvine Worker: ``curvine.worker_instance_groups``,
+    every group when empty."""
+    names = platform.curvine.worker_instance_groups
+    return [g for g in platform.hyperpod.instance_groups if not names or g.name in names]
 
-    A Worker runs on every node of ``curvine.worker_instance_groups`` (every group when empty);
+
+def nvme_gib(instance_type: str) -> float:
+    """Local NVMe of ``instance_type`` in GiB (the table's ``nvme_gb`` is decimal GB)."""
+    return INSTANCE_TYPES[instance_type].nvme_gb * 10**9 / 2**30
+
+
+def l2_pool_gib(platform: PlatformConfig) -> tuple[int, float]:
+    """(Worker count, usable L2 pool in GiB): the Workers' tiers x (1 - ``l2_pool_reserve_fraction``).
+
+    A Worker runs on every node of :func:`worker_groups`; its tier is ``worker_capacity_gib``, and
+    never more than the node's NVMe (a larger bound is refused by :func:`_l2_pool_problems`).
     Curvine keeps one replica of each block (docs/sources.md §4), so the pool is the sum of the
-    Workers' tiers.
+    Workers' tiers. The one pool figure: the config check compares the lines' ``l2_size`` with it
+    and ``scripts/plan.py`` prints it. Example: 3 Workers x 2,000 GiB x 0.9 = 5,400 GiB.
     """
     c = platform.curvine
-    workers = sum(g.instance_count for g in platform.hyperpod.instance_groups
-                  if not c.worker_instance_groups or g.name in c.worker_instance_groups)
-    return workers, workers * c.worker_capacity_gib * (1 - c.l2_pool_reserve_fraction)
+    groups = worker_groups(platform)
+    tiers = sum(g.instance_count * min(c.worker_capacity_gib, nvme_gib(g.instance_type)) for g in groups)
+    return sum(g.instance_count for g in groups), tiers * (1 - c.l2_pool_reserve_fraction)
 
 
 def _l2_pool_problems(
@@ -271,9 +289,18 @@ def _l2_pool_problems(
     deletes nothing, so each line's janitor keeps the line below its ``l2_size``; the sizes only
     bound the pool if they add up to no more than it.
     """
-    l2_lines = [(p, l) for p, l in lines if l.cache.l2_enabled]
-    if not platform.curvine.enabled or not l2_lines:
+    if not platform.curvine.enabled:
         return []
+    problems = [ConfigProblem(
+        str(platform_path), "curvine.worker_capacity_gib",
+        f"{platform.curvine.worker_capacity_gib} GiB per Worker is more than the {nvme_gib(g.instance_type):,.0f} GiB "
+        f"of NVMe of {g.instance_type} (instance group {g.name}), so Curvine would accept blocks the disk cannot "
+        f"hold; allowed: at most {int(nvme_gib(g.instance_type))}, less what model weights and logs need there",
+        platform.curvine.worker_capacity_gib)
+        for g in worker_groups(platform) if platform.curvine.worker_capacity_gib > nvme_gib(g.instance_type)]
+    l2_lines = [(p, l) for p, l in lines if l.cache.l2_enabled]
+    if problems or not l2_lines:
+        return problems
     workers, pool = l2_pool_gib(platform)
     total = sum(models.quantity_bytes(l.cache.l2_size) for _, l in l2_lines) / 2**30
     if total <= pool + 1e-9:

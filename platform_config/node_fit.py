@@ -188,11 +188,10 @@ def node_budget(platform: PlatformConfig, group: InstanceGroupConfig,
         reservations.append(Reservation(
             f"Tiered Storage {ts.memory_allocation_percentage}%", 0,
             round(memory * ts.memory_allocation_percentage / 100),
-            "hyperpod.tiered_storage.memory_allocation_percentage of host memory, the ai-toolkit daemon's"))
+            "of host memory, reserved for HyperPod's ai-toolkit daemon"))
     reservations.append(Reservation(
         "kubelet/system", kube_reserved_cpu_millicores(cpus), kubelet_reserved_memory_mib(instance.max_pods) * MIB,
-        f"EKS nodeadm: {KUBE_RESERVED_MEMORY_PER_POD_MIB} MiB x {instance.max_pods} max pods + "
-        f"{KUBE_RESERVED_MEMORY_BASE_MIB} MiB + {EVICTION_HARD_MEMORY_MIB} MiB eviction threshold"))
+        f"EKS nodeadm's formula, {instance.max_pods} max pods (HyperPod publishes none)"))
     reservations += platform_pods(platform, group, lines)
     return NodeBudget(group.name, group.instance_type, instance.gpus, cpus * 1000, memory, tuple(reservations))
 
@@ -353,3 +352,26 @@ def fit_lines(platform: PlatformConfig, lines: list[tuple[Path, BusinessLineConf
                 node.replicas.append(replica)
         result[instance_type] = TypeFit(instance_type, on_type, nodes, tuple(too_big), tuple(unplaced))
     return result
+
+
+def format_node_fit(fit: TypeFit) -> list[str]:
+    """The node budget and placement of one instance type as report lines (``scripts/plan.py``):
+    each group's capacity, what is taken and why, what is left for the lines' pods, and where first-fit
+    decreasing put every replica. The verdict (and why not) is the config check's own problem text."""
+    out: list[str] = []
+    for budget in fit.budgets():
+        count = sum(1 for n in fit.nodes if n.budget.group == budget.group)
+        out.append(f"nodes         {budget.instance_type}: {count} node(s) of {budget.group}, each {budget.gpus} GPU, "
+                   f"{cpu_text(budget.cpu_millicores)} CPU, {gib_text(budget.memory_bytes)}")
+        for r in budget.reservations:
+            cpu = f"{cpu_text(r.cpu_millicores)} CPU" if r.cpu_millicores else "-"
+            out.append(f"  - {r.name:<24} {cpu:>10} {gib_text(r.memory_bytes):>12}" + (f"  {r.detail}" if r.detail else ""))
+        out.append(f"  = {'for the lines':<24} {cpu_text(budget.free_cpu_millicores) + ' CPU':>10} "
+                   f"{gib_text(budget.free_memory_bytes):>12}  per node")
+    for i, node in enumerate(fit.nodes):
+        counts: dict[str, int] = {}
+        for r in node.replicas:
+            counts[r.line] = counts.get(r.line, 0) + 1
+        placed = ", ".join(f"{name} x{n}" for name, n in counts.items()) or "-"
+        out.append(f"  node {i + 1}: {placed}; free {node.describe_free()}")
+    return out

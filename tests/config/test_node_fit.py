@@ -201,3 +201,15 @@ def test_tiered_storage_at_100_percent_leaves_no_memory_for_any_pod(config_dir: 
     found = _problems(config_dir)
     assert len(found) == 4  # every line
     assert all("resources.memory: a ml." in p and "node has no memory left for the lines' pods" in p for p in found)
+
+
+# --- the L2 pool is real NVMe -------------------------------------------------------------------
+
+def test_a_worker_capacity_beyond_the_nvme_is_refused(config_dir: Path) -> None:
+    """3,800 GB of NVMe on a g6e.12xlarge is 3,539 GiB: a larger Curvine tier promises blocks it cannot hold."""
+    path = config_dir / "platform.yaml"
+    edit_yaml(path, lambda d: d["curvine"].update(worker_capacity_gib=4000))
+    assert _only_problem(config_dir) == (
+        f"{path}: curvine.worker_capacity_gib: 4000 GiB per Worker is more than the 3,539 GiB of NVMe of "
+        "ml.g6e.12xlarge (instance group g6e-inference), so Curvine would accept blocks the disk cannot hold; "
+        "allowed: at most 3539, less what model weights and logs need there (got 4000)")
