@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from platform_config import ConfigError, load_project
+from platform_config import load_project
 from platform_config.instances import INSTANCE_TYPES
 from platform_config.node_fit import (
     GIB,
@@ -31,26 +31,13 @@ from platform_config.node_fit import (
     kubelet_reserved_memory_mib,
     node_budget,
 )
-from tests.example_config import FIXTURE_CONFIG, copy_example_config, edit_yaml
+from tests.config.test_config import config_dir, only_problem, problems  # noqa: F401 (config_dir: fixture)
+from tests.example_config import FIXTURE_CONFIG, edit_yaml
 
 PROJECT = load_project(FIXTURE_CONFIG)
 
 
-@pytest.fixture
-def config_dir(tmp_path: Path) -> Path:
-    return copy_example_config(tmp_path / "config")
-
-
-def _problems(config_dir: Path) -> list[str]:
-    with pytest.raises(ConfigError) as info:
-        load_project(config_dir)
-    return [str(p) for p in info.value.problems]
-
-
-def _only_problem(config_dir: Path) -> str:
-    found = _problems(config_dir)
-    assert len(found) == 1, found
-    return found[0]
+_problems, _only_problem = problems, only_problem
 
 
 def _only_rag_on_one_g6e_node(config_dir: Path, **resources: str) -> Path:

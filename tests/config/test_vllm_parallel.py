@@ -15,14 +15,10 @@ import pytest
 
 from k8s.lmcache import kv_relevant_vllm_args
 from kv_tools.planner import parse_vllm_args
-from platform_config import ConfigError, load_project
+from platform_config import load_project
 from platform_config.vllm_args import flag_values, parallel_sizes
-from tests.example_config import copy_example_config, edit_yaml
-
-
-@pytest.fixture
-def config_dir(tmp_path: Path) -> Path:
-    return copy_example_config(tmp_path / "config")
+from tests.config.test_config import config_dir, only_problem  # noqa: F401 (config_dir: fixture)
+from tests.example_config import edit_yaml
 
 
 def _line(config_dir: Path) -> Path:
@@ -35,11 +31,7 @@ def _set(config_dir: Path, gpus: int, args: list[str]) -> Path:
     return path
 
 
-def _only_problem(config_dir: Path) -> str:
-    with pytest.raises(ConfigError) as info:
-        load_project(config_dir)
-    assert len(info.value.problems) == 1, info.value.problems
-    return str(info.value.problems[0])
+_only_problem = only_problem
 
 
 def test_two_gpus_without_the_flag_are_refused_naming_the_flag_to_add(config_dir: Path) -> None:

@@ -347,7 +347,7 @@ def test_cli_business_line_is_checked_against_the_platform(tmp_path, capsys) -> 
 
 def test_l1_from_the_lines_lmcache_buffer(capsys) -> None:
     """With cache.l1_cpu_gib set (rag-assistant: 16 GiB), L1 per node = 16 GiB x the 2 replicas
-    that share a 4-GPU node, not the Tiered Storage share (384 GiB x 20% = 76.8 GiB)."""
+    that share a 4-GPU node (not HyperPod's Tiered Storage share, which is not L1)."""
     rc = load_script("plan").main(["--business-line", str(FIXTURE_CONFIG / "business-lines/rag-assistant.yaml"),
                                    "--config", str(FIXTURE_CONFIG), "--json"])
     l1 = json.loads(capsys.readouterr().out)["l1"] if rc == 0 else None
