@@ -43,10 +43,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from platform_config.instances import INSTANCE_TYPES
 from platform_config.models import BusinessLineConfig, InstanceGroupConfig, PlatformConfig, quantity_bytes
+
+if TYPE_CHECKING:
+    from k8s.pod_resources import PodResources
 
 MIB = 2**20
 GIB = 2**30
@@ -88,7 +91,7 @@ class Reservation:
     detail: str = ""
 
 
-def pod_request(pod) -> tuple[int, int]:  # pod: k8s.pod_resources.PodResources
+def pod_request(pod: PodResources) -> tuple[int, int]:
     """(millicores, bytes) the scheduler counts for ``pod``: the sum of its containers' requests, or
     its largest init container's when that is more, per resource."""
     def total(items: Iterable[dict], key: str, scale: float) -> list[int]:
@@ -119,8 +122,10 @@ def platform_pods(platform: PlatformConfig, group: InstanceGroupConfig,
             pods.append((pr.FUSE_POD, 1))
     obs = platform.observability
     if obs.enabled and obs.dcgm_exporter.install:
-        resources = dcgm_exporter_values(platform).get("resources", pr.DCGM_EXPORTER_CHART_RESOURCES)
-        pods.append((pr.PodResources("DCGM exporter", (resources,)), 1))
+        # Helm merges the values' resources into the chart's, key by key.
+        values = dcgm_exporter_values(platform).get("resources", {})
+        requests = {**pr.DCGM_EXPORTER_CHART_RESOURCES["requests"], **values.get("requests", {})}
+        pods.append((pr.PodResources("DCGM exporter", ({"requests": requests},)), 1))
     if c.enabled and l2_lines:
         pods.append((pr.JANITOR_POD, len(l2_lines)))
     out = []

@@ -200,3 +200,17 @@ def test_a_worker_capacity_beyond_the_nvme_is_refused(config_dir: Path) -> None:
         f"{path}: curvine.worker_capacity_gib: 4000 GiB per Worker is more than the 3,539 GiB of NVMe of "
         "ml.g6e.12xlarge (instance group g6e-inference), so Curvine would accept blocks the disk cannot hold; "
         "allowed: at most 3539, less what model weights and logs need there (got 4000)")
+
+
+def test_dcgm_exporter_requests_set_in_its_values_win_over_the_charts(monkeypatch) -> None:
+    """Helm merges values into the chart's defaults key by key: a cpu request set in the platform's
+    values replaces the chart's 100m, the chart's 128Mi memory request stays."""
+    import observability.cluster_objects as objects
+
+    real = objects.dcgm_exporter_values
+    monkeypatch.setattr(objects, "dcgm_exporter_values",
+                        lambda platform: {**real(platform), "resources": {"requests": {"cpu": "300m"}}})
+    g6e = PROJECT.platform.hyperpod.instance_groups[0]
+    taken = {r.name: (r.cpu_millicores, r.memory_bytes)
+             for r in node_budget(PROJECT.platform, g6e, PROJECT.business_lines).reservations}
+    assert taken["DCGM exporter"] == (300, 128 * MIB)
