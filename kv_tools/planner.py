@@ -684,7 +684,8 @@ def parse_vllm_args(args: Iterable[str]) -> dict[str, str]:
 def inputs_from_line(line: BusinessLineConfig, platform: PlatformConfig | None, *, model: ModelSpec | None = None,
                      **overrides: Any) -> PlanInputs:
     """Planner inputs for a business line: its model (by normalized ``model.name`` unless
-    ``model`` is given), ``model.dtype``, TP = ``gpus_per_replica``, ``replicas``,
+    ``model`` is given), ``model.dtype``, TP = the line's ``--tensor-parallel-size`` (which the
+    config check holds to ``gpus_per_replica``, with any pipeline/data parallel size), ``replicas``,
     ``cache.chunk_size_tokens``, ``--max-model-len``/``--kv-cache-dtype``/
     ``--gpu-memory-utilization`` from ``vllm.args``, ``cache.l1_cpu_gib`` (0 with L1 off),
     ``cache.l2_size``; and from the platform the region, the Curvine pool
