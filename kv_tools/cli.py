@@ -1,7 +1,8 @@
 """One command-line convention for the six operator tools (``scripts/plan.py``, ``overlap.py``,
-``bench_ttft.py``, ``verify.py``, ``preflight.py``, ``orphans.py``) and the stateful-resource guard
-(``scripts/stateful_snapshot.py``); the exit codes also hold for ``scripts/patch_endpoint.sh`` and
-the L2 janitor (``kv_tools/l2_janitor.py``) run by hand.
+``bench_ttft.py``, ``verify.py``, ``preflight.py``, ``orphans.py``), the stateful-resource guard
+(``scripts/stateful_snapshot.py``) and the CRD schema generator (``scripts/update_crd_schema.py``);
+the exit codes also hold for ``scripts/patch_endpoint.sh`` and the L2 janitor
+(``kv_tools/l2_janitor.py``) run by hand.
 
 * **Exit codes** (:data:`EXIT_CODES`, the README's one table is generated from it and a test
   keeps them equal): ``0`` fine, ``1`` the tool answered and the answer is "no", ``2`` bad
@@ -62,6 +63,10 @@ EXIT_CODES: dict[str, ExitMeaning] = {
                                         "naming the config field)",
                                         "bad input or config, or no readable snapshot to check against "
                                         "(record one with --write)"),
+    "update_crd_schema.py": ExitMeaning("the schema file was written, or with --check it is what the CRD gives",
+                                        "with --check: the committed schema differs from the CRD's (rewrite it "
+                                        "without --check)",
+                                        "bad input: no such CRD file, not YAML, or no single v1 storage version"),
     # Two more tools an operator runs by hand, on the same codes; neither can import this module
     # (a shell script; a standard-library file shipped in a ConfigMap), so their --help texts are
     # kept equal to exit_epilog() by tests.
