@@ -30,15 +30,19 @@ setup: $(VENV)/.installed node_modules/.installed
 ## make synth: validate config/, then `cdk synth` every stack into cdk.out/ (no AWS access needed).
 ## Synthesizes into a temporary directory beside it and swaps it in only on success, so a bad
 ## config leaves the last good cdk.out/ as it was (as `make manifests` does for dist/).
+## It prints one line, where the templates are; of the CLI's stderr it drops only its blank lines
+## and its two lines about the temporary directory (gone after the swap), so errors and warnings
+## still show.
 CDK_OUT ?= cdk.out
+CDK_SYNTH_CHATTER := ^[[:space:]]*$$|Successfully synthesized to |Supply a stack id \(
 synth: setup
 	@set -euo pipefail; \
 	new=$$(mktemp -d "$(CDK_OUT).new.XXXXXX"); chmod 755 "$$new"; trap 'rm -rf "$$new" "$(CDK_OUT).old"' EXIT; \
-	echo "$(CDK) synth --output $$new" >&2; \
-	$(CDK) synth --quiet --no-notices --no-version-reporting --output "$$new" > /dev/null; \
+	$(CDK) synth --quiet --no-notices --no-version-reporting --output "$$new" 2>&1 >/dev/null \
+	  | { grep -v -E '$(CDK_SYNTH_CHATTER)' || true; } >&2; \
 	rm -rf "$(CDK_OUT).old"; if [ -e "$(CDK_OUT)" ]; then mv "$(CDK_OUT)" "$(CDK_OUT).old"; fi; \
 	mv "$$new" "$(CDK_OUT)"; \
-	echo "$(CDK_OUT)/: $$(ls "$(CDK_OUT)"/*.template.json | wc -l) templates"
+	echo "synthesized $$(ls "$(CDK_OUT)"/*.template.json | wc -l) stack templates into $(CDK_OUT)/"
 
 ## make test: the whole test suite (config, stacks, charts, tools, cfn-lint, cdk-nag).
 test: setup

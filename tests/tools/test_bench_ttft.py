@@ -345,6 +345,7 @@ def test_cli_plot_draws_cold_and_warm_histograms(one: FakeServer, tmp_path, caps
     rc = load_script("bench_ttft").main(["--base-url", one.url, "--model", "m", "--requests", "6",
                                          "--prefix-tokens", "50", "--max-tokens", "1", "--plot", str(png)])
     assert rc == cli.EXIT_OK and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert capsys.readouterr().err.endswith(f"plot: wrote {png}\n")
     report = run(cfg(one.url, requests=6, max_tokens=1))
     ax = bench_figure(report).axes[0]
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("TTFT (ms)", "requests")
