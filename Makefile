@@ -50,9 +50,10 @@ test: setup
 
 ## make test-lmcache: the real-LMCache tier (tests_lmcache/): LMCache from PyPI on CPU, one process
 ## per pod, configured from the rendered admission policy; then the fs:// throughput benchmark.
-## Own virtualenv .venv-lmcache (about 1.5 GB). torch goes in first and alone: installed after
-## lmcache it would come as PyPI's CUDA build. Where pip has no CPU build of torch at hand,
-## pass options that select one in TORCH_PIP_ARGS (e.g. PyTorch's CPU package index).
+## Own virtualenv .venv-lmcache (about 1.8 GB). torch goes in first and alone: installed after
+## lmcache it would come as PyPI's CUDA build. Where pip has no CPU build of torch at hand (PyPI's
+## Linux x86_64 torch is the CUDA build), select PyTorch's CPU index, as CI does (README, "The
+## real-LMCache tier"): make test-lmcache TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 LMCACHE_VENV := .venv-lmcache
 TORCH_PIP_ARGS ?=
 $(LMCACHE_VENV)/.installed: requirements-lmcache.txt constraints-lmcache.txt
