@@ -754,6 +754,14 @@ class ObservabilityConfig(StrictModel):
     grafana: GrafanaWorkspaceConfig = GrafanaWorkspaceConfig()
     dcgm_exporter: DcgmExporterConfig = DcgmExporterConfig()
     alerts: AlertsConfig = AlertsConfig()
+    #: Key that encrypts the Prometheus workspace at rest (AMP encrypts every workspace).
+    #: aws-owned (default): AMP's own key. customer-managed: the stack's KMS key (rotation on,
+    #: which also encrypts the alert topic either way), for audit and control of the key; but an
+    #: older copy of the AMP user guide said workspaces created with customer managed keys cannot
+    #: use AWS managed collectors, the scraper this stack uses (newer copies omit the sentence;
+    #: unresolved, docs/sources.md §13): check the scraper becomes ACTIVE on the first deploy.
+    #: Fixed at creation: a change replaces the workspace (its metrics, rules and alert manager).
+    workspace_key: Literal["aws-owned", "customer-managed"] = "aws-owned"
 
 
 class LMCacheSettings(StrictModel):
