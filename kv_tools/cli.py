@@ -9,7 +9,8 @@ the exit codes also hold for ``scripts/patch_endpoint.sh`` and the L2 janitor
   input (flags, config, files) or something unreachable (AWS, the cluster, the endpoint), so
   the question was not answered. A script never exits 1 for an error.
 * **Errors**: one line ``error: <message>`` on stderr, no traceback (:class:`ToolError`,
-  :func:`fail`); argparse's own usage errors also exit 2 and name the flag.
+  :func:`fail`); a flag error too (:class:`ArgumentParser`: it names the flag, points to
+  ``--help`` and exits 2).
 * **Broken pipes**: ``scripts/plan.py | head`` ends quietly (:func:`emit`, :func:`run`), keeping
   the tool's exit code (the answer does not depend on who reads the output).
 * **Help**: real defaults are shown, never ``(default: None)`` (:class:`HelpFormatter`).
@@ -116,10 +117,20 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors follow the convention too: one line on stderr,
+    ``error: <argparse's message>; see scripts/<tool> --help``, exit 2. argparse's own
+    prints the whole usage block first (over 20 lines for ``plan.py``) and then
+    ``scripts/<tool>: error: ...``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_ERROR, f"error: {message}; see {self.prog} --help\n")
+
+
 def make_parser(tool: str, description: str) -> argparse.ArgumentParser:
-    """An ``ArgumentParser`` with :class:`HelpFormatter` and the tool's exit codes as epilog."""
-    return argparse.ArgumentParser(prog=f"scripts/{tool}", description=description,
-                                   formatter_class=HelpFormatter, epilog=exit_epilog(tool))
+    """An :class:`ArgumentParser` with :class:`HelpFormatter` and the tool's exit codes as epilog."""
+    return ArgumentParser(prog=f"scripts/{tool}", description=description,
+                          formatter_class=HelpFormatter, epilog=exit_epilog(tool))
 
 
 def fail(message: object, stream: TextIO | None = None) -> int:
