@@ -12,12 +12,15 @@ we keep the API's name), ``*_mibps`` MiB/s.
 
 from __future__ import annotations
 
+import math
 import re
+from decimal import Decimal
 from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -51,7 +54,22 @@ KnownInstanceType = Annotated[MlInstanceType, AfterValidator(_check_known_instan
 
 #: Kubernetes resource quantity (``resource.Quantity`` grammar, decimal and binary suffixes).
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
-Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN)]
+
+
+def _quantity_from_number(value: Any) -> Any:
+    """A YAML number written where a quantity goes (``cpu: 10``, ``l2_size: 0``) as its decimal
+    string (``"10"``, ``"0"``; ``0.5`` -> ``"0.5"``, never exponent notation), as Kubernetes
+    accepts an unquoted number in a quantity field; the pattern and the above-zero rule then judge
+    it like the quoted string. Anything else (a string, a boolean) passes unchanged."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # "inf", "nan": refused by the pattern, naming the value
+    text = format(Decimal(repr(value)), "f") if isinstance(value, float) else str(value)
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN), BeforeValidator(_quantity_from_number)]
 
 _QUANTITY_SUFFIXES = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
                       "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -78,6 +96,10 @@ def _check_positive_quantity(value: str) -> str:
 
 #: A :data:`Quantity` above zero (sizes, CPU and memory requests).
 PositiveQuantity = Annotated[Quantity, AfterValidator(_check_positive_quantity)]
+
+#: A :data:`PositiveQuantity` of CPU: cores (``8``) or millicores (``500m``); the config
+#: reference shows these examples instead of the byte sizes of the other quantities.
+CpuQuantity = Annotated[PositiveQuantity, Field(examples=["8", "500m"])]
 
 #: Version strings are pinned exactly: no ``latest``, no ranges.
 PINNED_VERSION_PATTERN = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?([-+.][0-9A-Za-z.-]+)?$"
@@ -732,6 +754,14 @@ class ObservabilityConfig(StrictModel):
     grafana: GrafanaWorkspaceConfig = GrafanaWorkspaceConfig()
     dcgm_exporter: DcgmExporterConfig = DcgmExporterConfig()
     alerts: AlertsConfig = AlertsConfig()
+    #: Key that encrypts the Prometheus workspace at rest (AMP encrypts every workspace).
+    #: aws-owned (default): AMP's own key. customer-managed: the stack's KMS key (rotation on,
+    #: which also encrypts the alert topic either way), for audit and control of the key; but an
+    #: older copy of the AMP user guide said workspaces created with customer managed keys cannot
+    #: use AWS managed collectors, the scraper this stack uses (newer copies omit the sentence;
+    #: unresolved, docs/sources.md §13): check the scraper becomes ACTIVE on the first deploy.
+    #: Fixed at creation: a change replaces the workspace (its metrics, rules and alert manager).
+    workspace_key: Literal["aws-owned", "customer-managed"] = "aws-owned"
 
 
 class LMCacheSettings(StrictModel):
@@ -917,7 +947,7 @@ class VllmConfig(StrictModel):
 class ResourcesConfig(StrictModel):
     """CPU and memory per replica (GPUs come from ``gpus_per_replica``)."""
 
-    cpu: PositiveQuantity = "6"
+    cpu: CpuQuantity = "6"
     memory: PositiveQuantity = "30Gi"
 
 
