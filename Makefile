@@ -30,15 +30,19 @@ setup: $(VENV)/.installed node_modules/.installed
 ## make synth: validate config/, then `cdk synth` every stack into cdk.out/ (no AWS access needed).
 ## Synthesizes into a temporary directory beside it and swaps it in only on success, so a bad
 ## config leaves the last good cdk.out/ as it was (as `make manifests` does for dist/).
+## It prints one line, where the templates are; of the CLI's stderr it drops only its blank lines
+## and its two lines about the temporary directory (gone after the swap), so errors and warnings
+## still show.
 CDK_OUT ?= cdk.out
+CDK_SYNTH_CHATTER := ^[[:space:]]*$$|Successfully synthesized to |Supply a stack id \(
 synth: setup
 	@set -euo pipefail; \
 	new=$$(mktemp -d "$(CDK_OUT).new.XXXXXX"); chmod 755 "$$new"; trap 'rm -rf "$$new" "$(CDK_OUT).old"' EXIT; \
-	echo "$(CDK) synth --output $$new" >&2; \
-	$(CDK) synth --quiet --no-notices --no-version-reporting --output "$$new" > /dev/null; \
+	$(CDK) synth --quiet --no-notices --no-version-reporting --output "$$new" 2>&1 >/dev/null \
+	  | { grep -v -E '$(CDK_SYNTH_CHATTER)' || true; } >&2; \
 	rm -rf "$(CDK_OUT).old"; if [ -e "$(CDK_OUT)" ]; then mv "$(CDK_OUT)" "$(CDK_OUT).old"; fi; \
 	mv "$$new" "$(CDK_OUT)"; \
-	echo "$(CDK_OUT)/: $$(ls "$(CDK_OUT)"/*.template.json | wc -l) templates"
+	echo "synthesized $$(ls "$(CDK_OUT)"/*.template.json | wc -l) stack templates into $(CDK_OUT)/"
 
 ## make test: the whole test suite (config, stacks, charts, tools, cfn-lint, cdk-nag).
 test: setup
@@ -46,9 +50,10 @@ test: setup
 
 ## make test-lmcache: the real-LMCache tier (tests_lmcache/): LMCache from PyPI on CPU, one process
 ## per pod, configured from the rendered admission policy; then the fs:// throughput benchmark.
-## Own virtualenv .venv-lmcache (about 1.5 GB). torch goes in first and alone: installed after
-## lmcache it would come as PyPI's CUDA build. Where pip has no CPU build of torch at hand,
-## pass options that select one in TORCH_PIP_ARGS (e.g. PyTorch's CPU package index).
+## Own virtualenv .venv-lmcache (about 1.8 GB). torch goes in first and alone: installed after
+## lmcache it would come as PyPI's CUDA build. Where pip has no CPU build of torch at hand (PyPI's
+## Linux x86_64 torch is the CUDA build), select PyTorch's CPU index, as CI does (README, "The
+## real-LMCache tier"): make test-lmcache TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 LMCACHE_VENV := .venv-lmcache
 TORCH_PIP_ARGS ?=
 $(LMCACHE_VENV)/.installed: requirements-lmcache.txt constraints-lmcache.txt

@@ -483,7 +483,8 @@ def format_report(report: BenchReport) -> str:
     rows += ["", f"cold/warm TTFT (p50) {'-' if ratio is None else f'{ratio:.2f}x'}; "
                  f"{d['requests']['errors']} error(s), {d['requests']['skipped']} not started; "
                  f"{d['wall_s']:.1f} s"]
-    rows += [f"error: {e}" for e in d["errors"]]
+    # "failed", not "error:": the one `error:` line of the convention is the tool's, on stderr.
+    rows += [f"failed   {e}" for e in d["errors"]]
     if d["unanswered_reason"] is None and ratio is not None:  # else the tool prints why on stderr
         rows.append(f"answer   warm p50 is {ratio:.2f}x faster than cold" if ratio > 1 else
                     f"answer   warm p50 is NOT faster than cold ({ratio:.2f}x): the prefixes were not reused")

@@ -1,14 +1,16 @@
 """One command-line convention for the six operator tools (``scripts/plan.py``, ``overlap.py``,
-``bench_ttft.py``, ``verify.py``, ``preflight.py``, ``orphans.py``) and the stateful-resource guard
-(``scripts/stateful_snapshot.py``); the exit codes also hold for ``scripts/patch_endpoint.sh`` and
-the L2 janitor (``kv_tools/l2_janitor.py``) run by hand.
+``bench_ttft.py``, ``verify.py``, ``preflight.py``, ``orphans.py``), the stateful-resource guard
+(``scripts/stateful_snapshot.py``) and the CRD schema generator (``scripts/update_crd_schema.py``);
+the exit codes also hold for ``scripts/patch_endpoint.sh`` and the L2 janitor
+(``kv_tools/l2_janitor.py``) run by hand.
 
 * **Exit codes** (:data:`EXIT_CODES`, the README's one table is generated from it and a test
   keeps them equal): ``0`` fine, ``1`` the tool answered and the answer is "no", ``2`` bad
   input (flags, config, files) or something unreachable (AWS, the cluster, the endpoint), so
   the question was not answered. A script never exits 1 for an error.
 * **Errors**: one line ``error: <message>`` on stderr, no traceback (:class:`ToolError`,
-  :func:`fail`); argparse's own usage errors also exit 2 and name the flag.
+  :func:`fail`); a flag error too (:class:`ArgumentParser`: it names the flag, points to
+  ``--help`` and exits 2).
 * **Broken pipes**: ``scripts/plan.py | head`` ends quietly (:func:`emit`, :func:`run`), keeping
   the tool's exit code (the answer does not depend on who reads the output).
 * **Help**: real defaults are shown, never ``(default: None)`` (:class:`HelpFormatter`).
@@ -62,6 +64,10 @@ EXIT_CODES: dict[str, ExitMeaning] = {
                                         "naming the config field)",
                                         "bad input or config, or no readable snapshot to check against "
                                         "(record one with --write)"),
+    "update_crd_schema.py": ExitMeaning("the schema file was written, or with --check it is what the CRD gives",
+                                        "with --check: the committed schema differs from the CRD's (rewrite it "
+                                        "without --check)",
+                                        "bad input: no such CRD file, not YAML, or no single v1 storage version"),
     # Two more tools an operator runs by hand, on the same codes; neither can import this module
     # (a shell script; a standard-library file shipped in a ConfigMap), so their --help texts are
     # kept equal to exit_epilog() by tests.
@@ -111,10 +117,20 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors follow the convention too: one line on stderr,
+    ``error: <argparse's message>; see scripts/<tool> --help``, exit 2. argparse's own
+    prints the whole usage block first (over 20 lines for ``plan.py``) and then
+    ``scripts/<tool>: error: ...``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_ERROR, f"error: {message}; see {self.prog} --help\n")
+
+
 def make_parser(tool: str, description: str) -> argparse.ArgumentParser:
-    """An ``ArgumentParser`` with :class:`HelpFormatter` and the tool's exit codes as epilog."""
-    return argparse.ArgumentParser(prog=f"scripts/{tool}", description=description,
-                                   formatter_class=HelpFormatter, epilog=exit_epilog(tool))
+    """An :class:`ArgumentParser` with :class:`HelpFormatter` and the tool's exit codes as epilog."""
+    return ArgumentParser(prog=f"scripts/{tool}", description=description,
+                          formatter_class=HelpFormatter, epilog=exit_epilog(tool))
 
 
 def fail(message: object, stream: TextIO | None = None) -> int:

@@ -770,6 +770,31 @@ def format_recommendation(rec: Recommendation) -> str:
     return "\n".join(lines)
 
 
+def collapse_unchecked_prices(warnings: list[str], plans: Iterable[Plan]) -> list[str]:
+    """``warnings`` with two or more "price of X (...) is unchecked" lines (:func:`price_warnings`)
+    replaced, where the first stood, by one line: how many, as of when, and how to check them.
+
+    The report uses it so that a table whose prices are all unchecked (the shipped
+    ``config/prices.yaml``) adds one line, not one per candidate type; ``--json`` keeps every
+    warning as it is. ``plans`` are the plans whose prices the report uses (their ``cost.price``).
+    """
+    unchecked = {q.instance.name: q.cost.price for q in plans if q.cost.price is not None and not q.cost.price.checked}
+    detailed = {w: name for w in warnings for name in unchecked
+                if w.startswith(f"price of {name} (") and w.endswith(f"is unchecked; verify at {unchecked[name].source}")}
+    if len(detailed) < 2:
+        return warnings
+    prices = [unchecked[name] for name in detailed.values()]
+    dates = sorted({price.as_of for price in prices})
+    sources = list(dict.fromkeys(price.source for price in prices))
+    when = f"as of {dates[0]}" if len(dates) == 1 else f"as of {dates[0]} to {dates[-1]}"
+    where = sources[0] if len(sources) == 1 else "its source"
+    line = (f"{len(detailed)} prices used here are unchecked ({when}): compare each with {where}, then set "
+            "checked: true in the price table (--prices, default config/prices.yaml); --json lists each")
+    first = warnings.index(next(iter(detailed)))
+    kept = [w for w in warnings if w not in detailed]
+    return kept[:first] + [line] + kept[first:]
+
+
 def format_plan(p: Plan, recommendation: Recommendation | None = None, *,
                 node_report: Iterable[str] = ()) -> str:
     """The readable report ``scripts/plan.py`` prints (``--json`` prints :meth:`Plan.to_dict`).
@@ -836,6 +861,7 @@ def format_plan(p: Plan, recommendation: Recommendation | None = None, *,
         lines += ["", format_recommendation(recommendation)]
         warnings += recommendation.warnings
     warnings = list(dict.fromkeys(warnings))
+    warnings = collapse_unchecked_prices(warnings, [p, *(recommendation.options if recommendation else ())])
     if warnings:
         lines += [""] + [f"warning: {w}" for w in warnings]
     return "\n".join(lines)

@@ -9,7 +9,7 @@ matplotlib is imported only when a figure is drawn, so the tools start as fast w
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Sequence, TextIO
 
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
@@ -48,10 +48,16 @@ def check_plot_path(path: str | Path) -> Path:
     return path
 
 
-def save(fig: "Figure", path: str | Path) -> Path:
-    """Write ``fig`` to ``path`` (format from the extension, 120 dpi for PNG); returns the path."""
+def save(fig: "Figure", path: str | Path, *, log: TextIO | None = None) -> Path:
+    """Write ``fig`` to ``path`` (format from the extension, 120 dpi for PNG); returns the path.
+
+    With ``log`` (the tools pass stderr, so ``--json`` keeps stdout one JSON document), also
+    print ``plot: wrote <path>`` there, so the user learns where the figure went.
+    """
     path = check_plot_path(path)
     fig.savefig(path, dpi=120)
+    if log is not None:
+        print(f"plot: wrote {path}", file=log)
     return path
 
 

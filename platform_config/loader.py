@@ -25,7 +25,7 @@ PATTERN_DESCRIPTIONS = {
     models.HYPERPOD_NAME_PATTERN: "letters, digits and inner '-' (HyperPod names)",
     models.QUANTITY_PATTERN: "a Kubernetes quantity such as 500Gi or 2Ti",
     models.CPU_QUANTITY_PATTERN: ("a Kubernetes quantity of CPU: cores such as 8 or 0.5, or millicores such as "
-                                  "500m (no byte suffix such as Gi)"),
+                                  "500m, without a byte suffix"),
     models.PINNED_VERSION_PATTERN: "an exact version such as v1.18.2-eksbuild.2",
     models.AWS_ACCOUNT_PATTERN: "a 12-digit account ID",
     models.AWS_REGION_PATTERN: "a region name such as us-west-2",

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 from typing import Annotated, Any, Literal, Union, get_args
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -55,7 +57,22 @@ KnownInstanceType = Annotated[MlInstanceType, AfterValidator(_check_known_instan
 
 #: Kubernetes resource quantity (``resource.Quantity`` grammar, decimal and binary suffixes).
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$"
-Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN)]
+
+
+def _quantity_from_number(value: Any) -> Any:
+    """A YAML number written where a quantity goes (``cpu: 10``, ``l2_size: 0``) as its decimal
+    string (``"10"``, ``"0"``; ``0.5`` -> ``"0.5"``, never exponent notation), as Kubernetes
+    accepts an unquoted number in a quantity field; the pattern and the above-zero rule then judge
+    it like the quoted string. Anything else (a string, a boolean) passes unchanged."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # "inf", "nan": refused by the pattern, naming the value
+    text = format(Decimal(repr(value)), "f") if isinstance(value, float) else str(value)
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+Quantity = Annotated[str, StringConstraints(pattern=QUANTITY_PATTERN), BeforeValidator(_quantity_from_number)]
 
 _QUANTITY_SUFFIXES = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
                       "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -83,11 +100,13 @@ def _check_positive_quantity(value: str) -> str:
 #: A :data:`Quantity` above zero (sizes, CPU and memory requests).
 PositiveQuantity = Annotated[Quantity, AfterValidator(_check_positive_quantity)]
 
-#: A CPU quantity: cores (``8``, ``0.5``) or millicores (``500m``). The Kubernetes grammar would
-#: also take ``8Gi`` or ``8k`` (8,589,934,592 or 8,000 cores): a byte or decimal suffix on a CPU
-#: request is a unit mistake, so the pattern admits none.
+#: A CPU quantity: cores (``8``, ``0.5``) or millicores (``500m``); a YAML number is read as its
+#: decimal string, as for :data:`Quantity`. The Kubernetes grammar would also take ``8Gi`` or ``8k``
+#: (8,589,934,592 or 8,000 cores): a byte or decimal suffix on a CPU request is a unit mistake, so
+#: the pattern admits none; its description (``loader.PATTERN_DESCRIPTIONS``) gives CPU examples.
 CPU_QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?m?$"
-CpuQuantity = Annotated[str, StringConstraints(pattern=CPU_QUANTITY_PATTERN), AfterValidator(_check_positive_quantity)]
+CpuQuantity = Annotated[str, StringConstraints(pattern=CPU_QUANTITY_PATTERN), BeforeValidator(_quantity_from_number),
+                        AfterValidator(_check_positive_quantity)]
 
 #: The smallest pod memory request and L2 PVC size accepted, bytes (1 GiB). A vLLM pod holds GiBs
 #: of host memory (the L1 buffer alone is GiBs) and one KV chunk of a 7B model is 14 MiB, so less
@@ -769,6 +788,14 @@ class ObservabilityConfig(StrictModel):
     grafana: GrafanaWorkspaceConfig = GrafanaWorkspaceConfig()
     dcgm_exporter: DcgmExporterConfig = DcgmExporterConfig()
     alerts: AlertsConfig = AlertsConfig()
+    #: Key that encrypts the Prometheus workspace at rest (AMP encrypts every workspace).
+    #: aws-owned (default): AMP's own key. customer-managed: the stack's KMS key (rotation on,
+    #: which also encrypts the alert topic either way), for audit and control of the key; but an
+    #: older copy of the AMP user guide said workspaces created with customer managed keys cannot
+    #: use AWS managed collectors, the scraper this stack uses (newer copies omit the sentence;
+    #: unresolved, docs/sources.md §13): check the scraper becomes ACTIVE on the first deploy.
+    #: Fixed at creation: a change replaces the workspace (its metrics, rules and alert manager).
+    workspace_key: Literal["aws-owned", "customer-managed"] = "aws-owned"
 
 
 class LMCacheSettings(StrictModel):

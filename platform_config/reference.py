@@ -53,11 +53,22 @@ def _constraints(metadata: Any) -> list[str]:
             found.append("tag or sha256 digest, not `latest`")
         if getattr(meta, "func", None) is not None and "positive" in getattr(meta.func, "__name__", ""):
             found.append("> 0")
+        if getattr(meta, "func", None) is not None and "from_number" in getattr(meta.func, "__name__", ""):
+            found.append("quoted or not")
     return found
 
 
+def _with_examples(constraints: list[str], examples: list[Any] | None) -> list[str]:
+    """A field's own ``examples`` (``Field(examples=[...])``) in place of its type's generic
+    "such as ..." (CPU: "a Kubernetes quantity such as 8 or 500m", not "500Gi or 2Ti")."""
+    if not examples:
+        return constraints
+    shown = " or ".join(str(e) for e in examples)
+    return [re.sub(r" such as .*$", f" such as {shown}", c) for c in constraints]
+
+
 def _describe_type(tp: Any, info: FieldInfo | None = None) -> str:
-    constraints = _constraints(info.metadata) if info else []
+    constraints = _with_examples(_constraints(info.metadata), info.examples) if info else []
     while get_origin(tp) is typing.Annotated:
         tp, *metadata = get_args(tp)
         constraints += _constraints(metadata)

@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         from kv_tools.plots import bench_figure, save
 
-        save(bench_figure(report), args.plot)
+        save(bench_figure(report), args.plot, log=sys.stderr)
     if report.unanswered:
         hint = ""
         if report.all_unreachable:

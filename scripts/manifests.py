@@ -187,8 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     write_files(args.out, files)
     if volume_id is None and project.platform.curvine.enabled:
-        print(f"warning: no Curvine Primary volume ID (--volume-id or --outputs-file with {VOLUME_ID_OUTPUT}); "
-              f"{CURVINE_CHART}.yaml not written", file=sys.stderr)
+        print(f"warning: no Curvine Primary volume ID (CURVINE_VOLUME_ID=vol-..., --volume-id, or an outputs file "
+              f"with {VOLUME_ID_OUTPUT}: --outputs-file or cdk-outputs.json); {CURVINE_CHART}.yaml not written",
+              file=sys.stderr)
     for rel in sorted(files):
         print(f"{args.out / rel}")
     return 0

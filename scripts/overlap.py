@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         from kv_tools.plots import overlap_figure, save
 
-        save(overlap_figure(report), args.plot)
+        save(overlap_figure(report), args.plot, log=sys.stderr)
     return cli.EXIT_OK if report.share >= args.threshold else cli.EXIT_NO
 
 

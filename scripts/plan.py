@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         from kv_tools.plots import plan_figure, save
 
-        save(plan_figure(result), args.plot)
+        save(plan_figure(result), args.plot, log=sys.stderr)
     return cli.EXIT_OK if result.fit.fits and nodes_fit else cli.EXIT_NO
 
 

@@ -61,7 +61,8 @@ class ObservabilityStack(Stack):
     """AMP workspace + managed scraper, rules, alert manager -> SNS, DCGM exporter, Grafana workspace.
 
     Attributes:
-        key: KMS key (rotation on) encrypting the Prometheus workspace and the SNS topic.
+        key: KMS key (rotation on) encrypting the SNS topic, and the Prometheus workspace when
+            ``observability.workspace_key`` is ``customer-managed`` (else AMP's AWS-owned key does).
         workspace: ``aps.CfnWorkspace``; ``scraper``: ``aps.CfnScraper``; ``rules``:
             ``aps.CfnRuleGroupsNamespace``.
         scraper_security_group: the scraper ENIs' ``ec2.SecurityGroup`` (see module doc).
@@ -82,8 +83,12 @@ class ObservabilityStack(Stack):
         self.platform = platform
         self.business_lines = business_lines
 
+        # The workspace uses this key only with workspace_key: customer-managed (README,
+        # "Observability": an older AMP user guide said such workspaces cannot use managed
+        # collectors); otherwise AMP's own key encrypts it. The alert topic always uses it.
+        workspace_key = obs.workspace_key == "customer-managed"
         self.key = kms.Key(self, "Key", enable_key_rotation=True,
-                           description=f"{name}: Prometheus workspace and alert topic")
+                           description=f"{name}: {'Prometheus workspace and ' if workspace_key else ''}alert topic")
         # The alert manager publishes to the topic as the service principal; an SSE-KMS topic
         # needs the service to use the key (AMP user guide, alert receiver permissions).
         self.key.add_to_resource_policy(iam.PolicyStatement(
@@ -98,7 +103,7 @@ class ObservabilityStack(Stack):
             self.topic.add_subscription(subscriptions.EmailSubscription(address))
 
         self.workspace = aps.CfnWorkspace(
-            self, "Workspace", alias=name, kms_key_arn=self.key.key_arn,
+            self, "Workspace", alias=name, kms_key_arn=self.key.key_arn if workspace_key else None,
             alert_manager_definition=alerts.alert_manager_definition(self.topic.topic_arn, self.region))
         self.topic.add_to_resource_policy(iam.PolicyStatement(
             sid="PrometheusAlertManagerPublishes",

@@ -67,3 +67,21 @@ def test_the_diagram_shows_every_platform_stack() -> None:
     platform_stacks = [name for role, name in stack_ids(project).items() if not role.startswith("line-")]
     assert f"{project.platform.project}-observability" in platform_stacks
     assert [s for s in platform_stacks if s not in diagram] == []
+
+
+def test_terms_are_explained_near_the_top_and_primary_is_tied_to_its_kubernetes_names() -> None:
+    """A newcomer meets "Primary", IRSA, KEDA, DCGM, AMP, serde and the ai-toolkit DaemonSet early;
+    each has a one-entry explanation with a link, and the Primary entry gives the names kubectl
+    commands and alerts use (taken from the code, so a rename fails here)."""
+    from k8s.names import CURVINE_MASTER
+    from observability.targets import JOB_CURVINE_MASTER
+
+    assert README.index("\n## Terms used here\n") < README.index("\n## Layout\n")
+    entries = [e for e in _section("Terms used here").split("\n- ")[1:]]
+    by_term = {re.match(r"\*\*([^*]+)\*\*", e).group(1): " ".join(e.split()) for e in entries}
+    for term in ("Curvine Primary", "IRSA", "KEDA", "DCGM", "AMP", "serde"):
+        assert term in by_term and re.search(r"\]\((https://|docs/)", by_term[term]), term
+    assert any("`ai-toolkit` DaemonSet" in e and "https://" in e for e in by_term.values())
+    primary = by_term["Curvine Primary"]
+    assert f"`{CURVINE_MASTER}`" in primary and f"`{JOB_CURVINE_MASTER}`" in primary
+    assert "`app.kubernetes.io/component=master`" in primary and "KvCacheCurvinePrimaryDown" in primary

@@ -541,3 +541,54 @@ def test_the_problem_field_comes_from_the_planners_error_not_its_text(config_dir
     assert found == [f"{path}: gpus_per_replica: could not convert: utilization",
                      f"{path}: cache.chunk_size_tokens: chunk size must be >= 1 (got 0)",
                      f"{path}: region: a field no line key maps to"]
+
+
+# --- unquoted YAML numbers in quantity fields (polish-docs item 3) -------------------------------
+
+
+@pytest.mark.parametrize("field, number, stored", [
+    ("cpu", 10, "10"), ("cpu", 0.5, "0.5"), ("cpu", 2.0, "2"), ("memory", 85899345920, "85899345920")])
+def test_an_unquoted_number_is_a_quantity(config_dir: Path, field: str, number: float, stored: str) -> None:
+    """Kubernetes takes `cpu: 10` unquoted; so does the config, as the quantity string "10"."""
+    path = config_dir / "business-lines" / "legal-search.yaml"
+    edit_yaml(path, lambda d: d["resources"].update({field: number}))
+    assert path.read_text().count(f"{field}: {number}\n") == 1  # YAML wrote a number, not a string
+    line = next(l for l in load_project(config_dir).business_lines if l.name == "legal-search")
+    assert getattr(line.resources, field) == stored
+
+
+@pytest.mark.parametrize("section, field, number", [("cache", "l2_size", 0), ("resources", "cpu", 0),
+                                                    ("resources", "memory", 0.0)])
+def test_an_unquoted_zero_gets_the_above_zero_message(config_dir: Path, section: str, field: str,
+                                                      number: float) -> None:
+    """Not pydantic's "Input should be a valid string": the rule a quoted "0" breaks."""
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit_yaml(path, lambda d: d[section].update({field: number}))
+    message = only_problem(config_dir)
+    assert message.startswith(f"{path}: {section}.{field}: must be above zero") and "valid string" not in message
+
+
+@pytest.mark.parametrize("number", [-1, float("inf")])
+def test_an_unquoted_number_that_is_no_quantity_names_the_grammar(config_dir: Path, number: float) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit_yaml(path, lambda d: d["resources"].update(cpu=number))
+    message = only_problem(config_dir)
+    assert f"{path}: resources.cpu: not allowed; allowed: a Kubernetes quantity" in message
+    assert "valid string" not in message
+
+
+def test_a_boolean_is_not_read_as_a_quantity(config_dir: Path) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit_yaml(path, lambda d: d["cache"].update(l2_size=True))
+    assert "cache.l2_size" in only_problem(config_dir)
+
+
+def test_the_reference_gives_cpu_a_cpu_example_and_sizes_a_size_example() -> None:
+    from platform_config.reference import config_reference
+
+    rows = {line.split("|")[1].strip(): line for line in config_reference().splitlines() if line.startswith("| `")}
+    assert ("a Kubernetes quantity of CPU: cores such as 8 or 0.5, or millicores such as 500m, without a byte "
+            "suffix, quoted or not, > 0") in rows["`cpu`"]
+    assert "Gi" not in rows["`cpu`"].split("|")[2]
+    for size in ("`memory`", "`l2_size`"):
+        assert "a Kubernetes quantity such as 500Gi or 2Ti, quoted or not, > 0" in rows[size]

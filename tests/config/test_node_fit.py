@@ -162,7 +162,7 @@ def test_cpu_only_packing_leaves_a_replica_out(config_dir: Path) -> None:
 
 @pytest.mark.parametrize("field, value, expected", [
     ("cpu", "8Gi", "resources.cpu: not allowed; allowed: a Kubernetes quantity of CPU: cores such as 8 or 0.5, or "
-                   "millicores such as 500m (no byte suffix such as Gi)"),
+                   "millicores such as 500m, without a byte suffix"),
     ("cpu", "8k", "resources.cpu: not allowed; allowed: a Kubernetes quantity of CPU"),
     ("memory", "0.5", "resources.memory: '0.5' is 0.5 bytes, below 1Gi (a number without a suffix counts bytes, 'm' "
                       "thousandths of a byte); allowed: a byte quantity of at least 1Gi such as 80Gi or 2Ti"),

@@ -74,7 +74,10 @@ def test_without_a_volume_id_the_curvine_chart_is_skipped(script, tmp_path, caps
     out = tmp_path / "dist"
     assert script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out)]) == 0
     assert not (out / "curvine.yaml").exists() and (out / "line-rag-assistant.yaml").exists()
-    assert "curvine.yaml not written" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "curvine.yaml not written" in err
+    # Every way the README gives to pass the ID, the environment variable included.
+    assert all(way in err for way in ("CURVINE_VOLUME_ID=vol-", "--volume-id", "--outputs-file", "cdk-outputs.json"))
 
 
 def _assert_nothing_written(script, cfg: Path, tmp_path: Path, capsys, *expected: str, extra=()) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -37,10 +38,13 @@ def test_stack_is_part_of_the_platform_after_the_l2_tier(platform, obs_project) 
     assert order.index(stack) == order.index(platform.l2_cache) + 1
 
 
-def test_workspace_and_topic_are_encrypted_with_a_rotating_key(template) -> None:
+def test_workspace_and_topic_are_encrypted_with_a_rotating_key(template, obs_project) -> None:
+    """Default (workspace_key: aws-owned): AMP's own key encrypts the workspace (AMP encrypts every
+    workspace at rest); the stack's rotating key encrypts the alert topic."""
+    assert obs_project.platform.observability.workspace_key == "aws-owned"
     key_id, key = _one(template, "AWS::KMS::Key")
     assert key["Properties"]["EnableKeyRotation"] is True
-    template.has_resource_properties("AWS::APS::Workspace", {"KmsKeyArn": {"Fn::GetAtt": [key_id, "Arn"]}})
+    template.has_resource_properties("AWS::APS::Workspace", {"KmsKeyArn": Match.absent()})
     template.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": {"Fn::GetAtt": [key_id, "Arn"]}})
     statements = key["Properties"]["KeyPolicy"]["Statement"]
     (aps,) = [s for s in statements if _service(s) == "aps.amazonaws.com"]
@@ -155,3 +159,31 @@ def test_outputs_tell_where_to_look(template) -> None:
 def test_stack_holds_the_dashboard_app_py_writes(platform, obs_project) -> None:
     assert platform.observability.dashboards == [
         dashboards.build_dashboard(obs_project.platform, obs_project.business_lines)]
+
+
+def test_a_customer_managed_workspace_key_is_the_stacks_key_and_passes_the_checks(tmp_path) -> None:
+    """workspace_key: customer-managed puts the stack's rotating key on the workspace too; the
+    stack stays cdk-nag (AwsSolutions) and cfn-lint clean, as with the default."""
+    from cdk_nag import AwsSolutionsChecks
+
+    import stacks
+    from platform_config import load_project
+    from tests.example_config import copy_example_config, edit_yaml
+    from tests.stacks.cfn_lint import lint_findings
+
+    config = copy_example_config(tmp_path / "config")
+    edit_yaml(config / "platform.yaml", lambda d: d["observability"].update(workspace_key="customer-managed"))
+    app = stacks.new_app(outdir=str(tmp_path / "out"))
+    built = stacks.build_platform(app, load_project(config))
+    assembly = app.synth()
+    cmk = Template.from_stack(built.observability)
+    key_id, key = _one(cmk, "AWS::KMS::Key")
+    assert key["Properties"]["EnableKeyRotation"] is True
+    assert "Prometheus workspace" in key["Properties"]["Description"]
+    cmk.has_resource_properties("AWS::APS::Workspace", {"KmsKeyArn": {"Fn::GetAtt": [key_id, "Arn"]}})
+    cmk.has_resource_properties("AWS::SNS::Topic", {"KmsMasterKeyId": {"Fn::GetAtt": [key_id, "Arn"]}})
+    report = AwsSolutionsChecks().validate_scope(built.observability)
+    assert [f"{v.rule_name} at {r.construct_path}" for v in report.violations for r in v.violating_resources] == []
+    stack = assembly.get_stack_by_name(built.observability.stack_name)
+    errors, warnings = lint_findings(Path(stack.template_full_path).read_text(), built.observability.region)
+    assert (errors, warnings) == ([], [])

@@ -122,13 +122,17 @@ def test_plan_step_deploys_only_lines_with_deploy_true(tmp_path) -> None:
     assert json.loads(outputs["lines"]) == [{"name": n, "stack": ids[f"line-{n}"]}
                                             for n in ("legal-search", "rag-assistant", "research-reasoning")]
     assert "Kept out (`deploy: false`): `ticket-triage`" in summary.read_text()
+    # What the dependency-chart guard of the platform job reads (the fixture installs the chart by hand).
+    assert outputs["hyperpod_stack"] == ids["hyperpod"] and outputs["chart_preinstalled"] == "true"
+    assert outputs["stacks_before_hyperpod"].split() == [ids["network"], ids["eks"]]
+    assert set(jobs()["test"]["outputs"]) >= {"hyperpod_stack", "stacks_before_hyperpod", "chart_preinstalled"}
 
 
 def test_platform_deploy_checks_the_account_and_deploys_the_planned_stacks() -> None:
     job = jobs()["deploy-platform"]
     runs = [s.get("run", "") for s in job["steps"]]
     assert any("aws sts get-caller-identity" in r and "$ACCOUNT" in r for r in runs)
-    (deploy,) = [s for s in job["steps"] if "cdk deploy" in s.get("run", "")]
+    (deploy,) = [s for s in job["steps"] if "cdk deploy --app cdk.out" in s.get("run", "")]
     assert deploy["env"]["STACKS"] == "${{ needs.test.outputs.platform_stacks }}" and "--exclusively" in deploy["run"]
 
 
@@ -186,7 +190,7 @@ def test_platform_deploy_runs_the_preflight_before_any_stack_changes() -> None:
     step = job["steps"][preflight]
     assert ".venv/bin/python scripts/preflight.py --config config" in step["run"]
     assert "continue-on-error" not in step and "if" not in step
-    assert _step_index(job, "aws sts get-caller-identity") < preflight < _step_index(job, "cdk deploy")
+    assert _step_index(job, "aws sts get-caller-identity") < preflight < _step_index(job, "cdk deploy --app cdk.out")
     assert _step_index(job, "pip install --quiet -r requirements.txt") < preflight
     # The line jobs and the orphan removal come after the platform job, so they are stopped too.
     assert "deploy-platform" in needs(jobs()["deploy-line"]) and "deploy-platform" in needs(jobs()["remove-orphans"])
@@ -361,3 +365,104 @@ def test_lmcache_job_caches_its_venv_and_runs_make_test_lmcache() -> None:
     assert job["steps"][0]["with"]["fetch-depth"] == 2
     # Deploys wait for it: a broken L2 env is not deployed.
     assert "lmcache" in needs(jobs()["deploy-platform"])
+
+
+# --- The HyperPod dependency chart before the first HyperPod deploy (polish-docs item 2) ----------
+
+
+def _chart_step() -> dict:
+    job = jobs()["deploy-platform"]
+    return job["steps"][_step_index(job, "aws cloudformation describe-stacks")]
+
+
+def test_the_chart_guard_runs_before_any_stack_change_when_the_chart_is_installed_by_hand() -> None:
+    job = jobs()["deploy-platform"]
+    step = _chart_step()
+    assert step["if"] == "needs.test.outputs.chart_preinstalled == 'true'"
+    assert step["env"] == {"HYPERPOD_STACK": "${{ needs.test.outputs.hyperpod_stack }}",
+                           "FIRST_STACKS": "${{ needs.test.outputs.stacks_before_hyperpod }}"}
+    guard = _step_index(job, "aws cloudformation describe-stacks")
+    assert _step_index(job, "aws sts get-caller-identity") < guard < _step_index(job, "cdk deploy --app cdk.out")
+    assert "continue-on-error" not in step
+    # Read-only: the only AWS call is DescribeStacks, which the header already grants the role.
+    assert re.findall(r"\baws [a-z-]+ [a-z-]+", step["run"]) == ["aws cloudformation describe-stacks"]
+
+
+#: A stand-in for the AWS CLI: ``aws cloudformation describe-stacks`` answers as told by FAKE_AWS_*.
+FAKE_AWS = """#!/usr/bin/env bash
+[ "$1 $2" = "cloudformation describe-stacks" ] || { echo "unexpected call: $*" >&2; exit 99; }
+echo "$*" >> "$FAKE_AWS_LOG"
+if [ -n "${FAKE_AWS_ERROR:-}" ]; then echo "$FAKE_AWS_ERROR" >&2; exit 254; fi
+echo "$FAKE_AWS_STATUS"
+"""
+MISSING = ("An error occurred (ValidationError) when calling the DescribeStacks operation: "
+           "Stack with id kvcache-hyperpod does not exist")
+
+
+@pytest.mark.parametrize("status, error, step_ok, says", [
+    ("UPDATE_COMPLETE", "", True, "kvcache-hyperpod exists (UPDATE_COMPLETE)"),
+    ("CREATE_COMPLETE", "", True, "kvcache-hyperpod exists (CREATE_COMPLETE)"),
+    ("", MISSING, False, "has not been created yet"),
+    ("ROLLBACK_COMPLETE", "", False, "has not been created yet (ROLLBACK_COMPLETE)"),
+    ("REVIEW_IN_PROGRESS", "", False, "has not been created yet"),
+    ("", "An error occurred (AccessDenied) when calling the DescribeStacks operation: no", False,
+     "::error::cannot tell whether kvcache-hyperpod exists: An error occurred (AccessDenied)"),
+])
+def test_chart_guard_step(tmp_path, status, error, step_ok, says) -> None:
+    """The step's shell, with `aws` a stub on PATH answering DescribeStacks as a real account would."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "aws").write_text(FAKE_AWS)
+    (bin_dir / "aws").chmod(0o755)
+    summary, log = tmp_path / "summary", tmp_path / "aws.log"
+    summary.touch()
+    result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", _chart_step()["run"]],
+                            cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+                                 "FAKE_AWS_STATUS": status, "FAKE_AWS_ERROR": error, "FAKE_AWS_LOG": str(log),
+                                 "HYPERPOD_STACK": "kvcache-hyperpod", "FIRST_STACKS": "kvcache-network kvcache-eks",
+                                 "GITHUB_STEP_SUMMARY": str(summary)})
+    assert (result.returncode == 0) is step_ok, result.stdout + result.stderr
+    assert says in result.stdout
+    assert log.read_text().split()[:4] == ["cloudformation", "describe-stacks", "--stack-name", "kvcache-hyperpod"]
+    if not step_ok and "cannot tell" not in says:
+        text = summary.read_text()
+        assert result.stdout.startswith("::error::config/platform.yaml sets hyperpod.dependency_chart_preinstalled")
+        # The README's order, with this config's stack names, and the other way out.
+        assert ("cdk deploy kvcache-network kvcache-eks; install the chart with helm from a machine inside the "
+                "VPC; cdk deploy --all") in text
+        assert "\\" not in text and '("HyperPod dependency chart")' in text  # the shell's quotes, unescaped
+        assert "set hyperpod.dependency_chart instead" in text
+
+
+def test_the_readme_order_the_guard_cites_is_the_readmes() -> None:
+    """The guard names the README section and its steps; they must still be there."""
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("### HyperPod dependency chart", 1)[1].split("\n### ", 1)[0]
+    assert "deploy `kvcache-network kvcache-eks`, install the chart with `helm` from a machine inside the VPC, " \
+           "then `cdk deploy --all`" in " ".join(section.split())
+    assert "CI's platform job stops" in " ".join(section.split())
+
+
+def test_the_header_tells_the_truth_about_deploy_false() -> None:
+    """The examples ship with deploy: true; the header no longer says deploy: false keeps them out."""
+    header = " ".join(WORKFLOW.read_text().split("\nname:", 1)[0].replace("#", " ").split())
+    assert "keeps e.g. the example lines out" not in header
+    assert "the two example lines ship with `deploy: true`" in header
+    for example in sorted((REPO / "config" / "business-lines").glob("*.yaml")):
+        if example.stem in ("rag-assistant", "research-reasoning"):
+            assert yaml.safe_load(example.read_text())["deploy"] is True, example.name
+
+
+def test_the_readme_gives_ci_s_torch_index_for_machines_without_a_cpu_build() -> None:
+    """A newcomer on an ordinary x86_64 machine gets PyPI's CUDA torch unless told: the README
+    gives the same TORCH_PIP_ARGS the CI job uses, and one size for the virtualenv."""
+    value = jobs()["lmcache"]["env"]["TORCH_PIP_ARGS"]
+    readme = (REPO / "README.md").read_text()
+    tier = readme.split("### The real-LMCache tier", 1)[1].split("\n## ", 1)[0]
+    assert f'make test-lmcache TORCH_PIP_ARGS="{value}"' in tier
+    makefile = (REPO / "Makefile").read_text()
+    assert f'make test-lmcache TORCH_PIP_ARGS="{value}"' in makefile
+    (size,) = re.findall(r"\.venv-lmcache \(about ([0-9.]+ GB)\)", makefile)
+    sizes = set(re.findall(r"([0-9.]+ GB)", tier)) | set(re.findall(r"about ([0-9.]+ GB)", readme))
+    assert sizes == {size}, sizes

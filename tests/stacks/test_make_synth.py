@@ -19,6 +19,10 @@ FAKE_CDK = r"""#!/usr/bin/env bash
 out=""
 while [[ $# -gt 0 ]]; do [[ "$1" == "--output" ]] && out="$2"; shift; done
 echo '{"Resources": {}}' > "$out/new-stack.template.json"
+# What the real CLI prints on stderr around a multi-stack synth, and a warning of the app.
+printf '\nSuccessfully synthesized to %s\n' "$(cd "$out" && pwd)" >&2
+echo "Supply a stack id (kvcache-network, kvcache-eks) to display its template." >&2
+echo "warning: rag-assistant: model outside the planner's table" >&2
 [[ -z "${FAKE_CDK_FAIL:-}" ]]
 """
 
@@ -53,8 +57,21 @@ def test_success_replaces_cdk_out_as_a_whole(tmp_path) -> None:
     result = make_synth(tmp_path, fake_cdk(tmp_path))
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in good.iterdir()) == ["new-stack.template.json"]  # nothing of the old one
-    assert f"{good}/: 1 templates" in result.stdout
+    assert result.stdout == f"synthesized 1 stack templates into {good}/\n"
     assert leftovers(tmp_path) == []
+
+
+def test_it_prints_one_line_and_keeps_the_clis_other_messages(tmp_path) -> None:
+    """The CLI's "Successfully synthesized to <temporary dir>" named a directory gone after the
+    swap, and "Supply a stack id" is advice for a plain `cdk synth`: both are dropped, and no
+    command line naming the temporary directory is echoed; anything else still shows."""
+    result = make_synth(tmp_path, fake_cdk(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("\n") == 1 and "cdk.out.new." not in result.stdout + result.stderr
+    assert result.stderr == "warning: rag-assistant: model outside the planner's table\n"
+    failed = make_synth(tmp_path, fake_cdk(tmp_path), FAKE_CDK_FAIL="1")
+    assert failed.returncode != 0 and "model outside the planner's table" in failed.stderr
+    assert failed.stdout == ""
 
 
 def test_a_failed_synthesis_keeps_the_last_good_cdk_out(tmp_path) -> None:
@@ -73,5 +90,7 @@ def test_a_bad_config_with_the_real_cdk_cli_keeps_the_last_good_cdk_out(tmp_path
     result = make_synth(tmp_path, KVCACHE_CONFIG_DIR=str(config))
     assert result.returncode != 0
     assert "rag-assistant.yaml: routing_strategy" in result.stderr
+    assert "Subprocess exited with error 1" in result.stderr  # README, "Configuration reference"
+    assert result.returncode == 2
     assert sorted(p.name for p in good.iterdir()) == ["old-stack.template.json"]
     assert leftovers(tmp_path) == []

@@ -293,6 +293,16 @@ def test_cli_closed_port_exits_2_and_names_the_url(capsys) -> None:
     assert json.loads(captured.out)["answered"] is False
 
 
+def test_cli_closed_port_prints_one_error_line(capsys) -> None:
+    """The report lists failed requests as `failed` rows; the one `error:` line is the tool's, on stderr."""
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    assert load_script("bench_ttft").main(["--base-url", url, "--model", "m", "--requests", "2"]) == cli.EXIT_ERROR
+    out, err = capsys.readouterr()
+    lines = (out + err).splitlines()
+    assert [line for line in lines if line.startswith("error:")] == err.splitlines() and err.count("\n") == 1
+    assert any(line.startswith(f"failed   cannot reach POST {url}/chat/completions") for line in out.splitlines())
+
+
 def test_cli_warm_phase_that_never_ran_exits_2(one: FakeServer, capsys) -> None:
     """--requests 50 --duration 1 used to skip every warm request and exit 0."""
     rc = load_script("bench_ttft").main(["--base-url", one.url, "--model", "m", "--requests", "10",
@@ -345,6 +355,7 @@ def test_cli_plot_draws_cold_and_warm_histograms(one: FakeServer, tmp_path, caps
     rc = load_script("bench_ttft").main(["--base-url", one.url, "--model", "m", "--requests", "6",
                                          "--prefix-tokens", "50", "--max-tokens", "1", "--plot", str(png)])
     assert rc == cli.EXIT_OK and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert capsys.readouterr().err.endswith(f"plot: wrote {png}\n")
     report = run(cfg(one.url, requests=6, max_tokens=1))
     ax = bench_figure(report).axes[0]
     assert (ax.get_xlabel(), ax.get_ylabel()) == ("TTFT (ms)", "requests")

@@ -22,7 +22,7 @@ from platform_config import load_project
 from tests.example_config import FIXTURE_CONFIG
 from tests.tools.script_loader import REPO, load_script
 
-TOOLS = ("plan", "overlap", "bench_ttft", "verify", "preflight", "orphans", "stateful_snapshot")
+TOOLS = ("plan", "overlap", "bench_ttft", "verify", "preflight", "orphans", "stateful_snapshot", "update_crd_schema")
 README = (REPO / "README.md").read_text()
 OPERATOR_DOC = (REPO / "docs" / "operator-tools.md").read_text()
 
@@ -58,6 +58,24 @@ def test_the_readme_has_the_one_exit_code_table() -> None:
     for tool in TOOLS:
         doc = load_script(tool).__doc__
         assert not re.search(r"[Ee]xit code \d", doc) and "--help" in doc, tool
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_a_flag_error_is_one_error_line_too(tool: str, capsys) -> None:
+    """README: an error is one `error: ...` line on stderr. argparse's own printed the whole usage
+    block (over 20 lines for plan.py) and then `scripts/<tool>: error: ...`."""
+    with pytest.raises(SystemExit) as exc:
+        load_script(tool).build_parser().parse_args(["--no-such-flag"])
+    assert exc.value.code == cli.EXIT_ERROR
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and err.startswith("error: ")
+    assert err.endswith(f"; see scripts/{tool}.py --help\n") and "usage:" not in err
+
+
+def test_a_flag_error_names_the_flag(capsys) -> None:
+    with pytest.raises(SystemExit):
+        load_script("plan").main(["--model", "Qwen2-7B", "--instance-type", "ml.g6e.xlarge", "--tp", "x"])
+    assert capsys.readouterr().err == "error: argument --tp: 'x' is not an integer; see scripts/plan.py --help\n"
 
 
 def test_run_applies_the_convention(capsys) -> None:

@@ -263,7 +263,7 @@ def test_shared_prefix_distribution(tok: HFTokenizer) -> None:
 
 
 def test_cli_plot_draws_the_distribution_against_the_threshold(tokenizer_path: Path, tok: HFTokenizer,
-                                                                tmp_path: Path) -> None:
+                                                                tmp_path: Path, capsys) -> None:
     from matplotlib.container import BarContainer
 
     from kv_tools.plots import overlap_figure
@@ -271,7 +271,10 @@ def test_cli_plot_draws_the_distribution_against_the_threshold(tokenizer_path: P
     log = tmp_path / "r.jsonl"
     log.write_text("\n".join(chat(words(0, 512), words(1000 + 100 * i, 100)) for i in range(4)) + "\n")
     svg = tmp_path / "overlap.svg"
-    assert load_script("overlap").main([str(log), "--tokenizer", str(tokenizer_path), "--plot", str(svg)]) == 0
+    assert load_script("overlap").main([str(log), "--tokenizer", str(tokenizer_path), "--plot", str(svg),
+                                        "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["share"] > 0 and err == f"plot: wrote {svg}\n"  # stdout stays one JSON document
     text = svg.read_text()
     assert text.lstrip().startswith("<?xml") and "<svg" in text
 

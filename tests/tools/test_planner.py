@@ -427,6 +427,45 @@ def test_the_recommended_types_unchecked_price_is_warned(tmp_path: Path, capsys)
     assert rec.to_dict()["warnings"] == [warnings[0].removeprefix("warning: ")]
 
 
+def test_unchecked_prices_are_one_line_in_the_report_and_each_in_json(tmp_path: Path, capsys) -> None:
+    """Every price of the shipped table is unchecked: the report used to print one warning per
+    candidate type (9 lines on every run); now one line with the count and how to check."""
+    table = tmp_path / "prices.yaml"
+    table.write_text("regions:\n  us-west-2:\n"
+                     "    ml.g6e.xlarge: {usd_per_hour: 2.33, as_of: 2026-11-29, source: 'https://example.com/a'}\n"
+                     "    ml.g6e.12xlarge: {usd_per_hour: 13.12, as_of: 2026-11-30, source: 'https://example.com/a'}\n"
+                     "    ml.g6e.48xlarge: {usd_per_hour: 37.66, as_of: 2026-11-29, source: 'https://example.com/a'}\n"
+                     "    ml.p5.48xlarge: {usd_per_hour: 68.8, as_of: 2026-11-29, source: 'https://example.com/p5', "
+                     "checked: true}\n")
+    args = ["--model", "Qwen2-7B", "--instance-type", "ml.g6e.12xlarge", "--prices", str(table)]
+    assert load_script("plan").main(args) == 0
+    warnings = [line for line in capsys.readouterr().out.splitlines() if line.startswith("warning:")]
+    assert warnings == ["warning: 3 prices used here are unchecked (as of 2026-11-29 to 2026-11-30): compare each "
+                        "with https://example.com/a, then set checked: true in the price table (--prices, default "
+                        "config/prices.yaml); --json lists each"]
+    assert load_script("plan").main([*args, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["recommendation"]["warnings"]
+    assert sorted(w.split(" (")[0] for w in listed) == ["price of ml.g6e.12xlarge", "price of ml.g6e.48xlarge",
+                                                        "price of ml.g6e.xlarge"]
+
+
+def test_collapsing_keeps_other_warnings_and_their_order() -> None:
+    from kv_tools.planner import collapse_unchecked_prices, price_warnings
+    from kv_tools.prices import PriceTable
+
+    prices = PriceTable.model_validate({"regions": {"us-west-2": {
+        "ml.g6e.xlarge": {"usd_per_hour": 2.33, "as_of": "2026-11-29", "source": "https://example.com/a"},
+        "ml.g6e.12xlarge": {"usd_per_hour": 13.12, "as_of": "2026-11-29", "source": "https://example.com/b"}}}})
+    plans = [plan(PlanInputs(model=QWEN7, instance_type=t), prices=prices) for t in ("ml.g6e.xlarge", "ml.g6e.12xlarge")]
+    detailed = [w for q in plans for w in price_warnings(prices, "us-west-2", q.instance.name)]
+    warnings = ["L2 does not pay", detailed[0], "no price for ml.p5.48xlarge", detailed[1]]
+    assert collapse_unchecked_prices(warnings, plans) == [
+        "L2 does not pay", "2 prices used here are unchecked (as of 2026-11-29): compare each with its source, then "
+        "set checked: true in the price table (--prices, default config/prices.yaml); --json lists each",
+        "no price for ml.p5.48xlarge"]
+    assert collapse_unchecked_prices(warnings[:2], plans) == warnings[:2]  # one is left as it is
+
+
 def test_cli_chunk_size_zero_names_the_flag(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         load_script("plan").main(["--model", "Qwen2-7B", "--instance-type", "ml.g6e.xlarge", "--chunk-size", "0"])
@@ -463,6 +502,14 @@ def test_plot_cold_vs_warm_ttft_with_the_break_even(tmp_path: Path, capsys) -> N
     expected = [timing(QWEN7, L40S, 1, "bfloat16", tokens=n).cold_ttft_ms for n in (500, 1000)] + [774.0]
     assert list(explicit["cold TTFT (prefill)"].get_ydata()) == pytest.approx(expected, abs=0.01)
     assert explicit["warm TTFT (L2 hit, 100% of the prompt)"].get_ydata()[-1] == pytest.approx(287.0, abs=0.01)
+
+
+def test_plot_names_the_file_it_wrote_on_stderr(tmp_path: Path, capsys) -> None:
+    svg = tmp_path / "ttft.svg"
+    assert load_script("plan").main(["--model", "Qwen2-7B", "--instance-type", "ml.g6e.12xlarge", "--json",
+                                     "--plot", str(svg)]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["fits"] is True and err == f"plot: wrote {svg}\n" and svg.is_file()
 
 
 def test_plot_file_extension_is_checked(tmp_path: Path, capsys) -> None:
