@@ -208,7 +208,7 @@ def cross_check(
                 line.instance_type))
         # No rule ties L1 to Tiered Storage: L1 is LMCache's own buffer in the vLLM process's memory
         # (inside resources.memory); Tiered Storage's share belongs to the ai-toolkit daemon, whose
-        # sagemaker-hyperpod:// L2 this platform replaces with Curvine (docs/l2-cache.md, "L1 size").
+        # sagemaker-hyperpod:// L2 this platform replaces with Curvine (docs/l2-cache.md, "L1 is not Tiered Storage").
     if check_node_fit:
         problems.extend(node_fit_problems(platform, platform_path, lines))
     problems.extend(_l2_pool_problems(platform, platform_path, lines))
