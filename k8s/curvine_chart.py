@@ -27,7 +27,7 @@ import cdk8s
 from k8s.kube import k8s
 from constructs import Construct
 
-from k8s import names
+from k8s import names, pod_resources
 from k8s.curvine_config import (
     INIT_MARKER, JOURNAL_DIR, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT, META_DIR, PRIMARY_MOUNT, PRIMARY_ROOT,
     ROCKSDB_DATA_SUBDIR, WORKER_RPC_PORT, WORKER_WEB_PORT, fuse_mount_parameters, master_addrs, render_cluster_toml,
@@ -62,18 +62,13 @@ _TOKEN = re.compile(r"\$\{Token\[[^\]]+\]\}")
 _VOLUME_ID = re.compile(r"^vol-[0-9a-f]{8,17}$")
 _AZ = re.compile(AZ_NAME_PATTERN)
 
-#: Primary sizing: RocksDB metadata of a KV cache (one file per 256-token chunk) stays in the
-#: low millions of inodes; 1 CPU / 4 GiB request and an 8 GiB limit leave room for RocksDB's
-#: block cache. Not measured on HyperPod; adjust with the inode count.
-MASTER_RESOURCES: Final = {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"memory": "8Gi"}}
-#: Worker sizing: the data path is mostly sendfile/short-circuit from NVMe.
-WORKER_RESOURCES: Final = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "8Gi"}}
-#: Sidecar sizing (CSI provisioner, registrar, liveness probe): upstream defaults are unset.
-SIDECAR_RESOURCES: Final = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}
-CSI_RESOURCES: Final = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
-#: Resources of the standalone FUSE pods the node plugin starts (curvine-csi chart defaults).
-FUSE_POD_RESOURCES: Final = {"cpu_request": "500m", "cpu_limit": "2", "memory_request": "512Mi",
-                             "memory_limit": "2Gi"}
+#: Resources of every container (Primary, Worker, CSI, sidecars, the standalone FUSE pods): one
+#: definition shared with the per-node budget of the config check (:mod:`k8s.pod_resources`).
+MASTER_RESOURCES = pod_resources.MASTER_RESOURCES
+WORKER_RESOURCES = pod_resources.WORKER_RESOURCES
+SIDECAR_RESOURCES = pod_resources.SIDECAR_RESOURCES
+CSI_RESOURCES = pod_resources.CSI_RESOURCES
+FUSE_POD_RESOURCES = pod_resources.FUSE_POD_RESOURCES
 
 
 def is_token(value: str) -> bool:

@@ -47,7 +47,7 @@ import cdk8s
 from k8s.kube import k8s
 from constructs import Construct
 
-from k8s import names
+from k8s import names, pod_resources
 from k8s.lmcache import l2_cache_dir
 from k8s.nodes import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, instance_group_tolerations
 from k8s.patch import L2_MOUNT_PATH
@@ -74,7 +74,8 @@ READINESS_PERIOD_S: Final = 30
 PROBE_TIMEOUT_S: Final = 5
 #: Pod-template annotation holding the SHA-256 of the ConfigMap's data (rolls the Pod on a change).
 CONFIG_HASH_ANNOTATION: Final = "kvcache.io/l2-janitor-config-sha256"
-RESOURCES: Final = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+#: Shared with the per-node budget of the config check (:mod:`k8s.pod_resources`).
+RESOURCES: Final = pod_resources.JANITOR_RESOURCES
 #: Pod labels of the janitor; deliberately not the operator's ``app=<line>``. The component label
 #: is what the observability stack's scrape job selects on.
 LABELS: Final = {"app.kubernetes.io/name": NAME, names.L2_JANITOR_COMPONENT_LABEL[0]: names.L2_JANITOR_COMPONENT_LABEL[1]}

@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import Final
 
-from platform_config import BusinessLineConfig, PlatformConfig
+from platform_config import BusinessLineConfig, PlatformConfig, vllm_args
 from platform_config.models import LMCACHE_VERSION
 
 __all__ = [
@@ -174,36 +174,16 @@ PINNED_SETTINGS: Final[tuple[PinnedSetting, ...]] = (
         "fs_connector.py FSConnector.get"),
 )
 
-#: vLLM flags that do not change the content or layout of the KV cache of a token sequence, so a
-#: change of them keeps the line's L2 directory, with the number of values each takes: 0 (a
-#: ``store_true`` / ``BooleanOptionalAction`` flag; ``StoreBoolean`` flags such as
-#: ``--enable-chunked-prefill`` also accept an optional ``true``/``false``), 1, or ``"+"`` (one or
-#: more, up to the next flag: ``--served-model-name``, ``nargs="+"``); vLLM ``engine/arg_utils.py``
-#: and ``entrypoints/openai/cli_args.py``. Every other argument of ``vllm.args`` (model path,
-#: ``--dtype``, ``--kv-cache-dtype``, ``--tensor-parallel-size``, ``--quantization``,
-#: ``--revision``, ``--hf-overrides``, anything unknown...) is part of :func:`l2_cache_dir`.
-KV_NEUTRAL_VLLM_FLAG_VALUES: Final[dict[str, int | str]] = {
-    "--max-model-len": 1, "--enable-prefix-caching": 0, "--no-enable-prefix-caching": 0,
-    "--gpu-memory-utilization": 1, "--max-num-seqs": 1, "--max-num-batched-tokens": 1, "--port": 1, "--host": 1,
-    "--served-model-name": "+", "--disable-log-requests": 0, "--disable-log-stats": 0,
-    "--enable-chunked-prefill": 0, "--no-enable-chunked-prefill": 0, "--uvicorn-log-level": 1,
-    "--max-log-len": 1, "--swap-space": 1, "--block-size": 1, "--enforce-eager": 0, "--chat-template": 1,
-    "--response-role": 1, "--tool-call-parser": 1, "--enable-auto-tool-choice": 0,
-}
-KV_NEUTRAL_VLLM_FLAGS: Final[frozenset[str]] = frozenset(KV_NEUTRAL_VLLM_FLAG_VALUES)
-#: KV-relevant vLLM flags whose number of values is known (same sources), so a word after them is
-#: placed right whatever the order of the arguments; an unknown flag keeps every word up to the
-#: next flag (when in doubt, a different directory, never a shared one).
-KV_RELEVANT_VLLM_FLAG_VALUES: Final[dict[str, int]] = {
-    "--model": 1, "--dtype": 1, "--kv-cache-dtype": 1, "--quantization": 1, "--tensor-parallel-size": 1,
-    "--pipeline-parallel-size": 1, "--revision": 1, "--code-revision": 1, "--tokenizer": 1,
-    "--tokenizer-revision": 1, "--hf-overrides": 1, "--rope-scaling": 1, "--rope-theta": 1, "--load-format": 1,
-    "--trust-remote-code": 0, "--calculate-kv-scales": 0, "--disable-sliding-window": 0,
-}
-#: vLLM's short aliases (``-tp``, ``-pp``, ``-q``): written either way, one directory.
-VLLM_FLAG_ALIASES: Final[dict[str, str]] = {
-    "-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-q": "--quantization",
-}
+#: The vLLM flag tables and aliases, shared with every other reader of ``vllm.args``
+#: (:mod:`platform_config.vllm_args`): a flag of :data:`KV_NEUTRAL_VLLM_FLAGS` does not change the
+#: content or layout of a token sequence's KV, so a change of it keeps the line's L2 directory.
+#: Every other argument of ``vllm.args`` (model path, ``--dtype``, ``--kv-cache-dtype``,
+#: ``--tensor-parallel-size``, ``--quantization``, ``--revision``, ``--hf-overrides``, anything
+#: unknown...) is part of :func:`l2_cache_dir`.
+KV_NEUTRAL_VLLM_FLAG_VALUES = vllm_args.KV_NEUTRAL_VLLM_FLAG_VALUES
+KV_NEUTRAL_VLLM_FLAGS = vllm_args.KV_NEUTRAL_VLLM_FLAGS
+KV_RELEVANT_VLLM_FLAG_VALUES = vllm_args.KV_RELEVANT_VLLM_FLAG_VALUES
+VLLM_FLAG_ALIASES = vllm_args.VLLM_FLAG_ALIASES
 
 
 def env_name(key: str) -> str:
@@ -325,55 +305,24 @@ def owned_env_names(line: BusinessLineConfig) -> tuple[str, ...]:
     return names
 
 
-def _is_flag(arg: str) -> bool:
-    """``--x``/``-x`` is a flag; ``-1``, ``-0.5`` (a negative number) and ``-`` are values."""
-    return arg.startswith("-") and len(arg) > 1 and not arg[1].isdigit() and arg[1] != "."
-
-
 def kv_relevant_vllm_args(args: tuple[str, ...] | list[str]) -> list[list[str]]:
     """``vllm.args`` without the flags of :data:`KV_NEUTRAL_VLLM_FLAGS`, in a canonical order.
 
     Each group is a positional argument (the model path) or a flag with its values
-    (``["--kv-cache-dtype", "fp8"]``; ``--flag=value`` is split the same way; a short alias becomes
-    its long flag, :data:`VLLM_FLAG_ALIASES`). A flag takes as many of the following words as
-    :data:`KV_NEUTRAL_VLLM_FLAG_VALUES` / :data:`KV_RELEVANT_VLLM_FLAG_VALUES` say, so a word
-    after a flag without value stays a positional (``["--enforce-eager", "/opt/ml/model/v2"]``
-    keeps the model path); an unknown flag takes every word up to the next flag (when in doubt, a
-    change starts a new L2 directory rather than reuse old KV).
+    (``["--kv-cache-dtype", "fp8"]``), as :func:`platform_config.vllm_args.group_vllm_args` reads
+    them (``--flag=value`` split, a short alias made its long flag, each flag taking its own
+    number of values, so a word after a flag without value stays a positional; an unknown flag
+    takes every word up to the next flag: when in doubt, a change starts a new L2 directory rather
+    than reuse old KV).
 
     Returns:
         The positionals first, in their order, then the flag groups ordered by flag name (a
         stable sort: a repeated flag keeps its occurrences in order, since the last one wins), so
         reordering the arguments keeps the directory.
     """
-    positionals: list[list[str]] = []
-    flags: list[list[str]] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if not _is_flag(arg):
-            positionals.append([arg])
-            continue
-        flag, sep, value = arg.partition("=")
-        flag = VLLM_FLAG_ALIASES.get(flag, flag)
-        group = [flag] + ([value] if sep else [])
-        wanted = KV_NEUTRAL_VLLM_FLAG_VALUES.get(flag, KV_RELEVANT_VLLM_FLAG_VALUES.get(flag, "+"))
-        if not sep:
-            if wanted == 0:  # at most an optional boolean (StoreBoolean flags)
-                if i < len(args) and args[i].lower() in ("true", "false"):
-                    group.append(args[i])
-                    i += 1
-            elif wanted == 1:
-                if i < len(args):
-                    group.append(args[i])
-                    i += 1
-            else:  # "+": every word up to the next flag
-                while i < len(args) and not _is_flag(args[i]):
-                    group.append(args[i])
-                    i += 1
-        if flag not in KV_NEUTRAL_VLLM_FLAGS:
-            flags.append(group)
+    groups = vllm_args.group_vllm_args(args)
+    positionals = [g for g in groups if not vllm_args.is_flag(g[0])]
+    flags = [g for g in groups if vllm_args.is_flag(g[0]) and g[0] not in KV_NEUTRAL_VLLM_FLAGS]
     return positionals + sorted(flags, key=lambda g: g[0])
 
 

@@ -191,7 +191,9 @@ class InstanceGroupSpec:
 
 @dataclass(frozen=True)
 class TieredStorage:
-    """Cluster-level HyperPod Tiered Storage (the managed L1 KV tier in host memory).
+    """Cluster-level HyperPod Tiered Storage: a share of each node's host memory reserved for
+    HyperPod's ai-toolkit daemon (its sagemaker-hyperpod:// KV tier, managed tiered checkpointing;
+    docs/sources.md §14). Not LMCache's L1, which lives in the vLLM pod's own memory.
 
     Attributes:
         enabled: ``Mode: Enable`` / ``Disable``.

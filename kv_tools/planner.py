@@ -6,8 +6,11 @@ What it computes (all per GPU, per replica and per endpoint where it matters):
   with a tensor-parallel (TP) degree, and the smallest TP that fits;
 * KV cache bytes per token: ``2 x layers x KV heads x head_dim x bytes`` (docs/sources.md §5);
 * tier capacities: L0 = usable GPU memory (what CUDA reports, :mod:`kv_tools.gpu_memory`) x
-  ``gpu_memory_utilization`` - weights/TP - runtime reserve, in tokens; L1 = host memory x HyperPod Tiered Storage percentage, per node; L2 = per node
-  min(Curvine ``worker_capacity_gib``, NVMe less a reserve) x nodes;
+  ``gpu_memory_utilization`` - weights/TP - runtime reserve, in tokens; L1 = LMCache's CPU buffer
+  in each vLLM pod (``cache.l1_cpu_gib``, else LMCache's default 5 GiB per TP rank) x the replicas
+  on a node; L2 = the line's ``l2_size`` and the Curvine pool it shares
+  (:func:`platform_config.loader.l2_pool_gib`, the config check's figure), or from flags NVMe less a
+  reserve x nodes;
 * times: reading N tokens of KV from L2 at a bandwidth, prefilling N tokens at a calibrated
   rate, cold vs warm TTFT and their ratio, and the break-even prompt length;
 * cost per endpoint-hour from ``config/prices.yaml`` and a recommendation.
@@ -48,7 +51,9 @@ from typing import Any, Iterable
 from kv_tools.gpu_memory import usable_gpu_memory_gib
 from kv_tools.model_specs import ModelSpec, dtype_bytes, lookup_model
 from kv_tools.prices import Price, PriceTable
-from platform_config import INSTANCE_TYPES, BusinessLineConfig, InstanceType, PlatformConfig, get_instance_type
+from platform_config import INSTANCE_TYPES, BusinessLineConfig, InstanceType, PlatformConfig, get_instance_type, vllm_args
+from platform_config.loader import l2_pool_gib
+from platform_config.models import quantity_bytes
 
 GIB = 2**30
 GB = 10**9
@@ -66,8 +71,10 @@ DEFAULT_NVME_RESERVE_FRACTION = 0.10
 DEFAULT_CHUNK_TOKENS = 256
 #: TP degrees vLLM is normally run with on one node.
 TP_CHOICES = (1, 2, 4, 8)
-#: HyperPod Tiered Storage share the blog starts with (docs/sources.md §1).
-DEFAULT_L1_PERCENTAGE = 20
+#: LMCache's default ``max_local_cpu_size`` (0.5.5: 5.0, read as GiB), per TP rank: the L1 buffer of
+#: a pod whose line leaves ``cache.l1_cpu_gib`` unset and whose operator sets nothing else
+#: (docs/sources.md §5, §8).
+LMCACHE_DEFAULT_L1_GIB_PER_RANK = 5.0
 
 
 @dataclass(frozen=True)
@@ -199,6 +206,7 @@ LINE_CONFIG_FIELDS: dict[str, str] = {
     "chunk_tokens": "cache.chunk_size_tokens",
     "gpu_memory_utilization": "vllm.args",
     "l1_gib_per_replica": "cache.l1_cpu_gib",
+    "l2_size_gib": "cache.l2_size",
 }
 
 
@@ -209,8 +217,12 @@ class PlanInputs:
     Units: ``*_gib`` GiB, ``*_gibps`` GiB/s, tokens as counts, fractions in [0, 1].
     ``tp`` None means "the smallest TP in (1, 2, 4, 8) that fits". ``kv_dtype`` None means
     "as vLLM's ``--kv-cache-dtype auto``": the model dtype, except bf16 for fp8 weights.
-    ``l2_nodes`` None means the nodes the endpoint occupies; ``l2_node_capacity_gib`` None
-    means NVMe less the reserve (a platform's ``curvine.worker_capacity_gib`` bounds it).
+    ``l1_gib_per_replica`` None means LMCache's default (:data:`LMCACHE_DEFAULT_L1_GIB_PER_RANK` per
+    TP rank), 0 means L1 off. ``l2_nodes`` None means the nodes the endpoint occupies;
+    ``l2_node_capacity_gib`` None means NVMe less the reserve. From a platform,
+    ``l2_pool_gib`` is the usable Curvine pool (:func:`platform_config.loader.l2_pool_gib`) and
+    replaces nodes x capacity; ``l2_size_gib`` is the line's ``cache.l2_size`` and
+    ``l2_high_watermark`` the share of it above which its janitor deletes.
     """
 
     model: ModelSpec
@@ -226,12 +238,14 @@ class PlanInputs:
     l2_read_gibps: float = REFERENCE_RUN.l2_read_gibps
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION
     runtime_reserve_gib: float = DEFAULT_RUNTIME_RESERVE_GIB
-    l1_percentage: int = DEFAULT_L1_PERCENTAGE
-    #: GiB of LMCache CPU buffer per replica (a line's ``cache.l1_cpu_gib``); when set, L1 per
-    #: node is this times the replicas sharing a node, instead of the Tiered Storage share.
+    #: GiB of LMCache CPU buffer per replica (a line's ``cache.l1_cpu_gib``); L1 per node is this
+    #: times the replicas sharing a node. None: LMCache's default per TP rank; 0: L1 off.
     l1_gib_per_replica: float | None = None
     l2_nodes: int | None = None
     l2_node_capacity_gib: float | None = None
+    l2_pool_gib: float | None = None
+    l2_size_gib: float | None = None
+    l2_high_watermark: float | None = None
     nvme_reserve_fraction: float = DEFAULT_NVME_RESERVE_FRACTION
     region: str = "us-west-2"
 
@@ -250,10 +264,12 @@ class PlanInputs:
              f"gpu memory utilization must be within (0, 1] (got {self.gpu_memory_utilization})"),
             ("runtime_reserve_gib", self.runtime_reserve_gib >= 0,
              f"runtime reserve must be >= 0 GiB (got {self.runtime_reserve_gib})"),
-            ("l1_percentage", 0 <= self.l1_percentage <= 100,
-             f"L1 percentage must be within 0..100 (got {self.l1_percentage})"),
-            ("l1_gib_per_replica", self.l1_gib_per_replica is None or self.l1_gib_per_replica > 0,
-             f"L1 GiB per replica must be > 0 (got {self.l1_gib_per_replica})"),
+            ("l1_gib_per_replica", self.l1_gib_per_replica is None or self.l1_gib_per_replica >= 0,
+             f"L1 GiB per replica must be >= 0 (got {self.l1_gib_per_replica})"),
+            ("l2_pool_gib", self.l2_pool_gib is None or self.l2_pool_gib >= 0,
+             f"L2 pool must be >= 0 GiB (got {self.l2_pool_gib})"),
+            ("l2_size_gib", self.l2_size_gib is None or self.l2_size_gib > 0,
+             f"L2 size must be > 0 GiB (got {self.l2_size_gib})"),
             ("nvme_reserve_fraction", 0.0 <= self.nvme_reserve_fraction < 1.0,
              f"NVMe reserve must be within [0, 1) (got {self.nvme_reserve_fraction})"),
         ]
@@ -421,6 +437,24 @@ class Plan:
         return max(1, self.instance.gpus // self.fit.tp)
 
     @property
+    def l1_gib_per_replica(self) -> float:
+        """The L1 buffer of one replica, GiB: the line's ``cache.l1_cpu_gib``, else LMCache's
+        default per TP rank x TP (0 with L1 off)."""
+        given = self.inputs.l1_gib_per_replica
+        return LMCACHE_DEFAULT_L1_GIB_PER_RANK * self.fit.tp if given is None else given
+
+    @property
+    def l2_pool_gib(self) -> float:
+        """The usable L2 pool, GiB: the platform's (:func:`platform_config.loader.l2_pool_gib`),
+        else nodes x capacity per node."""
+        given = self.inputs.l2_pool_gib
+        return self.l2_gib_per_node * self.l2_nodes if given is None else given
+
+    def tokens_in(self, gib: float) -> int:
+        """Tokens of this model's KV that ``gib`` GiB hold (whole model, every TP rank's share)."""
+        return int(gib * GIB // self.kv_bytes_per_token)
+
+    @property
     def expected_ttft_ms(self) -> float:
         """TTFT this option delivers: warm when L2 pays at this prompt length, else cold
         (where L2 does not pay it should be left off)."""
@@ -456,12 +490,16 @@ class Plan:
             "l0": {"kv_gib_per_gpu": round(self.fit.kv_free_per_gpu_gib, 2),
                    "tokens_per_replica": self.fit.l0_tokens_per_replica,
                    "tokens_per_endpoint": self.fit.l0_tokens_per_replica * i.replicas},
-            "l1": {"gib_per_node": round(self.l1_gib_per_node, 2), "percentage": i.l1_percentage,
-                   "gib_per_replica": i.l1_gib_per_replica,
-                   "tokens_per_node": int(self.l1_gib_per_node * GIB // kv_per_token)},
+            "l1": {"gib_per_node": round(self.l1_gib_per_node, 2),
+                   "gib_per_replica": round(self.l1_gib_per_replica, 2),
+                   "lmcache_default": i.l1_gib_per_replica is None,
+                   "tokens_per_node": self.tokens_in(self.l1_gib_per_node)},
             "l2": {"nodes": self.l2_nodes, "gib_per_node": round(self.l2_gib_per_node, 1),
-                   "gib": round(self.l2_gib_per_node * self.l2_nodes, 1),
-                   "tokens": int(self.l2_gib_per_node * self.l2_nodes * GIB // kv_per_token),
+                   "gib": round(self.l2_pool_gib, 1),
+                   "tokens": self.tokens_in(self.l2_pool_gib),
+                   "line_gib": None if i.l2_size_gib is None else round(i.l2_size_gib, 1),
+                   "line_tokens": None if i.l2_size_gib is None else self.tokens_in(i.l2_size_gib),
+                   "janitor_high_watermark": i.l2_high_watermark,
                    "read_gibps_per_rank": i.l2_read_gibps},
             "l2_read_ms": round(t.l2_read_ms, 2),
             "prefill_ms": round(t.prefill_ms, 1),
@@ -516,9 +554,8 @@ def plan(inputs: PlanInputs, *, prices: PriceTable | None = None,
     )
     return Plan(inputs=inputs, instance=instance, fit=fit, min_tp=min_tp,
                 kv_bytes_per_token=inputs.model.kv_bytes_per_token(kv_dtype),
-                l1_gib_per_node=(inputs.l1_gib_per_replica * min(inputs.replicas, instance.gpus // fit.tp)
-                                 if inputs.l1_gib_per_replica is not None
-                                 else instance.host_memory_gib * inputs.l1_percentage / 100.0),
+                l1_gib_per_node=((LMCACHE_DEFAULT_L1_GIB_PER_RANK * fit.tp if inputs.l1_gib_per_replica is None
+                                  else inputs.l1_gib_per_replica) * min(inputs.replicas, max(1, instance.gpus // fit.tp))),
                 l2_nodes=inputs.l2_nodes if inputs.l2_nodes is not None else nodes,
                 l2_gib_per_node=l2_per_node, timing=t, cost=cost, warnings=tuple(warnings),
                 calibration=calibration)
@@ -637,44 +674,23 @@ def recommend(inputs: PlanInputs, candidates: Iterable[str], *, prices: PriceTab
 
 
 def parse_vllm_args(args: Iterable[str]) -> dict[str, str]:
-    """``--flag value`` and ``--flag=value`` pairs of a vLLM command line (flags without a
-    value map to ``""``)."""
-    out: dict[str, str] = {}
-    items = list(args)
-    for idx, item in enumerate(items):
-        if not item.startswith("--"):
-            continue
-        key, eq, value = item.partition("=")
-        if not eq:
-            nxt = items[idx + 1] if idx + 1 < len(items) else ""
-            value = "" if nxt.startswith("--") else nxt
-        out[key] = value
-    return out
-
-
-def l2_pool(platform: PlatformConfig, nvme_reserve_fraction: float = DEFAULT_NVME_RESERVE_FRACTION) -> tuple[int, float]:
-    """``(worker nodes, GiB)`` of the platform's Curvine pool: every node of the Worker
-    instance groups (all groups when ``worker_instance_groups`` is empty) contributes
-    min(``worker_capacity_gib``, its NVMe less the reserve)."""
-    names = set(platform.curvine.worker_instance_groups)
-    nodes, gib = 0, 0.0
-    for group in platform.hyperpod.instance_groups:
-        if names and group.name not in names:
-            continue
-        nvme = INSTANCE_TYPES[group.instance_type].nvme_gb * GB / GIB * (1.0 - nvme_reserve_fraction)
-        nodes += group.instance_count
-        gib += group.instance_count * min(nvme, platform.curvine.worker_capacity_gib)
-    return nodes, gib
+    """The flags of a vLLM command line -> their value (values joined by a space; ``""`` for a
+    flag without one), read by the project's one parser of ``vllm.args``
+    (:func:`platform_config.vllm_args.flag_values`: ``--flag=value`` and short aliases such as
+    ``-tp`` understood, each flag taking its own number of values, the last occurrence winning)."""
+    return {flag: " ".join(values) for flag, values in vllm_args.flag_values(args).items()}
 
 
 def inputs_from_line(line: BusinessLineConfig, platform: PlatformConfig | None, *, model: ModelSpec | None = None,
                      **overrides: Any) -> PlanInputs:
     """Planner inputs for a business line: its model (by normalized ``model.name`` unless
-    ``model`` is given), ``model.dtype``, TP = ``gpus_per_replica``, ``replicas``,
+    ``model`` is given), ``model.dtype``, TP = the line's ``--tensor-parallel-size`` (which the
+    config check holds to ``gpus_per_replica``, with any pipeline/data parallel size), ``replicas``,
     ``cache.chunk_size_tokens``, ``--max-model-len``/``--kv-cache-dtype``/
-    ``--gpu-memory-utilization`` from ``vllm.args``; and from the platform the Tiered Storage
-    percentage, the region and the Curvine pool (nodes, per-node capacity). ``overrides``
-    replace any field (e.g. ``tokens``).
+    ``--gpu-memory-utilization`` from ``vllm.args``, ``cache.l1_cpu_gib`` (0 with L1 off),
+    ``cache.l2_size``; and from the platform the region, the Curvine pool
+    (:func:`platform_config.loader.l2_pool_gib`: Workers and usable GiB, the config check's figure)
+    and the janitor's high watermark. ``overrides`` replace any field (e.g. ``tokens``).
 
     Raises:
         KeyError: the model is not in the table (pass ``model``).
@@ -701,15 +717,17 @@ def inputs_from_line(line: BusinessLineConfig, platform: PlatformConfig | None, 
                 "fraction in (0, 1], e.g. 0.9")]) from None
     if platform is not None:
         values["region"] = platform.region
-        ts = platform.hyperpod.tiered_storage
-        values["l1_percentage"] = ts.memory_allocation_percentage if ts.enabled and line.cache.l1_enabled else 0
         if platform.curvine.enabled and line.cache.l2_enabled:
-            nodes, gib = l2_pool(platform, overrides.get("nvme_reserve_fraction", DEFAULT_NVME_RESERVE_FRACTION))
-            values["l2_nodes"] = nodes
-            values["l2_node_capacity_gib"] = gib / nodes if nodes else None
+            values["l2_nodes"], values["l2_pool_gib"] = l2_pool_gib(platform)
+            values["l2_node_capacity_gib"] = float(platform.curvine.worker_capacity_gib)
+            values["l2_high_watermark"] = platform.curvine.eviction.high_watermark
         else:
-            values["l2_nodes"] = 0
-    if line.cache.l1_enabled and line.cache.l1_cpu_gib is not None:
+            values["l2_nodes"], values["l2_pool_gib"] = 0, 0.0
+    if line.cache.l2_enabled:
+        values["l2_size_gib"] = quantity_bytes(line.cache.l2_size) / GIB
+    if not line.cache.l1_enabled:
+        values["l1_gib_per_replica"] = 0.0
+    elif line.cache.l1_cpu_gib is not None:
         values["l1_gib_per_replica"] = line.cache.l1_cpu_gib
     values.update({k: v for k, v in overrides.items() if v is not None})
     return PlanInputs(**values)
@@ -777,20 +795,34 @@ def collapse_unchecked_prices(warnings: list[str], plans: Iterable[Plan]) -> lis
     return kept[:first] + [line] + kept[first:]
 
 
-def format_plan(p: Plan, recommendation: Recommendation | None = None) -> str:
+def format_plan(p: Plan, recommendation: Recommendation | None = None, *,
+                node_report: Iterable[str] = ()) -> str:
     """The readable report ``scripts/plan.py`` prints (``--json`` prints :meth:`Plan.to_dict`).
 
     Titled with the model's name (``--model``, the config's ``_name_or_path``, or the Hub
     cache folder it was read from: see :func:`kv_tools.model_specs.load_hf_config`); every
     price it shows that is missing or unchecked is warned about, the recommendation's too.
+    ``node_report``: the node budget and placement of a business line's instance type
+    (:func:`platform_config.node_fit.format_node_fit` and the config check's verdict), printed
+    after the tiers.
     """
     i, t, m, inst = p.inputs, p.timing, p.inputs.model, p.instance
     kv_per_token = p.kv_bytes_per_token
     fit = "fits" if p.fit.fits else "DOES NOT FIT"
     min_tp = f"smallest TP that fits: {p.min_tp}" if p.min_tp else f"no TP on {inst.name} fits"
-    l2_total = p.l2_gib_per_node * p.l2_nodes
-    l1_basis = (f"{i.l1_gib_per_replica:g} GiB x {round(p.l1_gib_per_node / i.l1_gib_per_replica)} replicas"
-                if i.l1_gib_per_replica is not None else f"{i.l1_percentage}% of host memory")
+    per_node = round(p.l1_gib_per_node / p.l1_gib_per_replica) if p.l1_gib_per_replica else 0
+    l1_basis = ("L1 off" if p.l1_gib_per_replica == 0 else
+                f"{p.l1_gib_per_replica:g} GiB x {per_node} replicas" if i.l1_gib_per_replica is not None else
+                f"LMCache default {LMCACHE_DEFAULT_L1_GIB_PER_RANK:g} GiB x TP {p.fit.tp} x {per_node} replicas")
+    pool_basis = (f"Curvine pool, {p.l2_nodes} Workers" if i.l2_pool_gib is not None
+                  else f"{p.l2_nodes} node(s) x {p.l2_gib_per_node:,.0f} GiB NVMe")
+    l2_rows = []
+    if i.l2_size_gib is not None:
+        kept = (f" (its janitor deletes above {i.l2_high_watermark:.0%})" if i.l2_high_watermark is not None else "")
+        l2_rows.append(f"{'L2':<5} {f'{i.l2_size_gib:,.0f} GiB, the line' + chr(39) + 's l2_size':<40} "
+                       f"{p.tokens_in(i.l2_size_gib):,} for this line{kept}")
+    l2_rows.append(f"{'' if l2_rows else 'L2':<5} {f'{p.l2_pool_gib:,.0f} GiB {pool_basis}':<40} "
+                   f"{p.tokens_in(p.l2_pool_gib):,} " + ("shared by the L2 lines" if l2_rows else "in the pool"))
     usable_gib = usable_gpu_memory_gib(inst.gpu_model)
     lines = [
         f"{m.name} ({i.dtype}) on {inst.name}: {inst.gpus} x {inst.gpu_model} ({inst.gpu_memory_gib:.0f} GB, "
@@ -807,9 +839,9 @@ def format_plan(p: Plan, recommendation: Recommendation | None = None) -> str:
         f"{'L0':<5} {f'{p.fit.kv_free_per_gpu_gib:.2f} GiB KV per GPU':<40} "
         f"{p.fit.l0_tokens_per_replica:,} per replica ({p.fit.l0_tokens_per_replica * i.replicas:,} per endpoint)",
         f"{'L1':<5} {f'{p.l1_gib_per_node:.2f} GiB per node ({l1_basis})':<40} "
-        f"{int(p.l1_gib_per_node * GIB // kv_per_token):,} per node",
-        f"{'L2':<5} {f'{l2_total:,.0f} GiB ({p.l2_nodes} node(s) x {p.l2_gib_per_node:,.0f} GiB NVMe)':<40} "
-        f"{int(l2_total * GIB // kv_per_token):,} in the pool",
+        f"{p.tokens_in(p.l1_gib_per_node):,} per node",
+        *l2_rows,
+        *([""] + list(node_report) if node_report else []),
         "",
         f"latency for {i.tokens:,} tokens, {t.cached_tokens:,} of them read from L2",
         f"  L2 read       {t.l2_read_ms:8.1f} ms  all {i.tokens:,} tokens at {i.l2_read_gibps} GiB/s x TP {p.fit.tp}",

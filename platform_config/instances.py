@@ -34,6 +34,10 @@ class InstanceType:
             from NVIDIA's datasheets: L40S 362.05, H100 SXM 989.4, H200 989.4 (the sheets'
             larger "with sparsity" figures are twice these). Used by ``kv_tools.planner``
             to scale the prefill rate calibrated on the reference run (an L40S) to other GPUs.
+        enis: Network interfaces of the default network card (EC2 ``DefaultMaxENIs``).
+        ipv4_per_eni: IPv4 addresses per interface (EC2 ``Ipv4AddressesPerInterface``). Both from
+            ``nodeadm/internal/kubelet/instance-info.jsonl`` of awslabs/amazon-eks-ami at tag
+            v20260724 (docs/sources.md §14); they give :attr:`max_pods`.
     """
 
     name: str
@@ -44,6 +48,20 @@ class InstanceType:
     host_memory_gib: int
     nvme_gb: int
     gpu_peak_bf16_tflops: float = 0.0
+    enis: int = 0
+    ipv4_per_eni: int = 0
+
+    @property
+    def max_pods(self) -> int:
+        """Pods the kubelet admits with the VPC CNI's secondary IPs: ``enis x (ipv4_per_eni - 1) + 2``
+        (nodeadm's ``calculateStandardMaxPods``, amazon-eks-ami v20260724; docs/sources.md §14)."""
+        return self.enis * (self.ipv4_per_eni - 1) + 2
+
+    def cpus(self, threads_per_core: int) -> int:
+        """CPUs the node's kubelet sees: ``vcpus`` counts 2 threads per core (EC2's default
+        ``ThreadsPerCore`` for these types), and a HyperPod instance group's ``ThreadsPerCore`` 1
+        turns multithreading off, leaving one CPU per core (docs/sources.md §14)."""
+        return self.vcpus // DEFAULT_THREADS_PER_CORE * threads_per_core
 
 
 _L40S = ("NVIDIA L40S", 48.0)
@@ -52,8 +70,20 @@ _H200 = ("NVIDIA H200", 141.0)
 #: Dense BF16 tensor-core peak per GPU model, TFLOP/s (see ``InstanceType.gpu_peak_bf16_tflops``).
 GPU_PEAK_BF16_TFLOPS = {"NVIDIA L40S": 362.05, "NVIDIA H100": 989.4, "NVIDIA H200": 989.4}
 
+#: EC2's default threads per core of every type here (EC2 API ``CpuOptions``: "The default value is 2").
+DEFAULT_THREADS_PER_CORE = 2
+#: (DefaultMaxENIs, Ipv4AddressesPerInterface) per type: amazon-eks-ami v20260724,
+#: ``nodeadm/internal/kubelet/instance-info.jsonl`` (docs/sources.md §14).
+ENI_LIMITS: dict[str, tuple[int, int]] = {
+    "ml.g6e.xlarge": (4, 15), "ml.g6e.2xlarge": (4, 15), "ml.g6e.4xlarge": (8, 30), "ml.g6e.8xlarge": (8, 30),
+    "ml.g6e.16xlarge": (15, 50), "ml.g6e.12xlarge": (10, 30), "ml.g6e.24xlarge": (10, 50),
+    "ml.g6e.48xlarge": (10, 50), "ml.p5.48xlarge": (2, 50), "ml.p5e.48xlarge": (2, 50),
+    "ml.p5en.48xlarge": (4, 50),
+}
+
 INSTANCE_TYPES: dict[str, InstanceType] = {
-    t.name: replace(t, gpu_peak_bf16_tflops=GPU_PEAK_BF16_TFLOPS[t.gpu_model])
+    t.name: replace(t, gpu_peak_bf16_tflops=GPU_PEAK_BF16_TFLOPS[t.gpu_model], enis=ENI_LIMITS[t.name][0],
+                    ipv4_per_eni=ENI_LIMITS[t.name][1])
     for t in (
         InstanceType("ml.g6e.xlarge", *_L40S[:1], 1, _L40S[1], 4, 32, 250),
         InstanceType("ml.g6e.2xlarge", *_L40S[:1], 1, _L40S[1], 8, 64, 450),

@@ -13,9 +13,9 @@ from typing import Any, Iterable
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from platform_config import models
+from platform_config import models, node_fit
 from platform_config.instances import INSTANCE_TYPES
-from platform_config.models import BusinessLineConfig, PlatformConfig
+from platform_config.models import BusinessLineConfig, InstanceGroupConfig, PlatformConfig
 
 PLATFORM_FILE = "platform.yaml"
 
@@ -24,6 +24,8 @@ PATTERN_DESCRIPTIONS = {
     models.DNS_LABEL_PATTERN: "a DNS-1123 label (lowercase letters, digits, '-'; at most 63)",
     models.HYPERPOD_NAME_PATTERN: "letters, digits and inner '-' (HyperPod names)",
     models.QUANTITY_PATTERN: "a Kubernetes quantity such as 500Gi or 2Ti",
+    models.CPU_QUANTITY_PATTERN: ("a Kubernetes quantity of CPU: cores such as 8 or 0.5, or millicores such as "
+                                  "500m, without a byte suffix"),
     models.PINNED_VERSION_PATTERN: "an exact version such as v1.18.2-eksbuild.2",
     models.AWS_ACCOUNT_PATTERN: "a 12-digit account ID",
     models.AWS_REGION_PATTERN: "a region name such as us-west-2",
@@ -151,13 +153,17 @@ def load_business_line(path: Path) -> BusinessLineConfig:
 
 
 def cross_check(
-    platform: PlatformConfig, platform_path: Path, lines: list[tuple[Path, BusinessLineConfig]]
+    platform: PlatformConfig, platform_path: Path, lines: list[tuple[Path, BusinessLineConfig]],
+    *, check_node_fit: bool = True,
 ) -> list[ConfigProblem]:
-    """Rules spanning files: instance types, taints, namespaces, L1/L2 prerequisites, GPU capacity.
+    """Rules spanning files: instance types, taints, namespaces, L2 prerequisites, the L2 pool, and
+    whether the lines' pods fit the nodes (GPUs, CPU and memory: :func:`node_fit_problems`).
 
     Args:
         lines: (file, parsed line) pairs; one pair checks a single line against the platform
             (what ``scripts/plan.py --business-line`` does), all of them the whole project.
+        check_node_fit: False leaves the node fit out (``scripts/plan.py`` reports it itself, with the
+            config's other lines, through :func:`node_fit_problems`).
     """
     problems: list[ConfigProblem] = []
     group_types = sorted({g.instance_type for g in platform.hyperpod.instance_groups})
@@ -200,60 +206,78 @@ def cross_check(
                 f"NoSchedule/NoExecute taint in {platform_path}, and InferenceEndpointConfig has no "
                 "tolerations field, so the line's pods could never schedule; allowed: a type with an untainted group",
                 line.instance_type))
-        if line.cache.l1_enabled and not platform.hyperpod.tiered_storage.enabled:
-            problems.append(ConfigProblem(
-                str(path), "cache.l1_enabled",
-                f"L1 uses HyperPod Tiered Storage, which is disabled in {platform_path}; allowed: false", True))
-    problems.extend(_gpu_capacity_problems(platform, platform_path, lines))
+        # No rule ties L1 to Tiered Storage: L1 is LMCache's own buffer in the vLLM process's memory
+        # (inside resources.memory); Tiered Storage's share belongs to the ai-toolkit daemon, whose
+        # sagemaker-hyperpod:// L2 this platform replaces with Curvine (docs/l2-cache.md, "L1 is not Tiered Storage").
+    if check_node_fit:
+        problems.extend(node_fit_problems(platform, platform_path, lines))
     problems.extend(_l2_pool_problems(platform, platform_path, lines))
     return problems
 
 
-def _gpu_capacity_problems(
+def node_fit_problems(
     platform: PlatformConfig, platform_path: Path, lines: list[tuple[Path, BusinessLineConfig]]
 ) -> list[ConfigProblem]:
-    """All lines on one instance type must fit, together, on the GPUs of its instance groups.
+    """All lines on one instance type must fit, together, on its nodes: GPUs, CPU and memory of each
+    node at once (:func:`platform_config.node_fit.fit_lines`, the function the planner reports).
 
-    A replica spans ``gpus_per_replica`` GPUs of one node, so capacity is counted per node:
-    ``sum(instance_count) * (gpus per instance // gpus_per_replica)`` replicas of each shape.
+    A line whose single replica exceeds what a whole node has for the lines' pods is reported on its
+    own file and field (``resources.memory`` / ``resources.cpu``); otherwise a packing that leaves
+    replicas out is reported on the business-lines directory, with each node's budget.
     """
     problems: list[ConfigProblem] = []
-    for instance_type in sorted({l.instance_type for _, l in lines}):
-        nodes = sum(g.instance_count for g in platform.hyperpod.instance_groups
-                    if g.instance_type == instance_type)
-        on_type = [(p, l) for p, l in lines if l.instance_type == instance_type]
-        gpus_per_node = INSTANCE_TYPES[instance_type].gpus
-        # Pack the widest replicas first: a node's leftover GPUs serve narrower replicas.
-        free = [gpus_per_node] * nodes
-        unplaced: list[str] = []
-        for path, line in sorted(on_type, key=lambda pl: -pl[1].gpus_per_replica):
-            for _ in range(line.replicas):
-                slot = next((i for i, f in enumerate(free) if f >= line.gpus_per_replica), None)
-                if slot is None:
-                    unplaced.append(line.name)
-                    break
-                free[slot] -= line.gpus_per_replica
-        if unplaced and nodes:
-            wanted = ", ".join(f"{l.name} {l.replicas}x{l.gpus_per_replica} GPU" for _, l in on_type)
+    for fit in node_fit.fit_lines(platform, lines).values():
+        budgets = fit.budgets()
+        budget_text = " | ".join(
+            (f"group {b.group}: " if len(budgets) > 1 else "") + b.describe() for b in budgets)
+        for path, line, field, message, allowed in fit.too_big:
+            value = line.resources.memory if field == "resources.memory" else line.resources.cpu
             problems.append(ConfigProblem(
-                str(on_type[0][0].parent), "replicas",
-                f"the lines on {instance_type} ({wanted}) do not fit on its {nodes} node(s) x "
-                f"{gpus_per_node} GPU(s) in {platform_path}; allowed: raise instance_count or lower replicas "
-                f"(first that does not fit: {', '.join(dict.fromkeys(unplaced))})"))
+                str(path), field, f"{message} (a node in {platform_path}: {budget_text}); allowed: {allowed}", value))
+        if fit.unplaced:
+            first = fit.unplaced[0]
+            replicas = {l.name: l.replicas for _, l in fit.lines}
+            wanted = ", ".join(f"{l.name} {l.replicas} x ({node_fit.replica_of(l).describe()})" for _, l in fit.lines)
+            free = "; ".join(f"node {i + 1}: {text}" for i, text in enumerate(first.free_then[:4]))
+            if len(first.free_then) > 4:
+                free += f"; ... ({len(first.free_then) - 4} more)"
+            names = ", ".join(dict.fromkeys(u.replica.line for u in fit.unplaced))
+            problems.append(ConfigProblem(
+                str(fit.lines[0][0].parent), "replicas",
+                f"the lines on {fit.instance_type} ({wanted}) do not fit on its {len(fit.nodes)} node(s) in "
+                f"{platform_path}: a node has {budget_text}; first that does not fit: {first.replica.line} "
+                f"replica {first.replica.index} of {replicas[first.replica.line]} ({first.replica.describe()}), "
+                f"when the nodes had free {free}; lines left out: {names}; allowed: raise instance_count, or "
+                "lower replicas, resources.cpu or resources.memory (scripts/plan.py --business-line shows "
+                "each node's budget and placement)"))
     return problems
 
 
-def l2_pool_gib(platform: PlatformConfig) -> tuple[int, float]:
-    """(Worker count, usable L2 pool in GiB): Workers x ``worker_capacity_gib`` x (1 - reserve).
+def worker_groups(platform: PlatformConfig) -> list[InstanceGroupConfig]:
+    """The instance groups whose nodes run a Curvine Worker: ``curvine.worker_instance_groups``,
+    every group when empty."""
+    names = platform.curvine.worker_instance_groups
+    return [g for g in platform.hyperpod.instance_groups if not names or g.name in names]
 
-    A Worker runs on every node of ``curvine.worker_instance_groups`` (every group when empty);
+
+def nvme_gib(instance_type: str) -> float:
+    """Local NVMe of ``instance_type`` in GiB (the table's ``nvme_gb`` is decimal GB)."""
+    return INSTANCE_TYPES[instance_type].nvme_gb * 10**9 / 2**30
+
+
+def l2_pool_gib(platform: PlatformConfig) -> tuple[int, float]:
+    """(Worker count, usable L2 pool in GiB): the Workers' tiers x (1 - ``l2_pool_reserve_fraction``).
+
+    A Worker runs on every node of :func:`worker_groups`; its tier is ``worker_capacity_gib``, and
+    never more than the node's NVMe (a larger bound is refused by :func:`_l2_pool_problems`).
     Curvine keeps one replica of each block (docs/sources.md §4), so the pool is the sum of the
-    Workers' tiers.
+    Workers' tiers. The one pool figure: the config check compares the lines' ``l2_size`` with it
+    and ``scripts/plan.py`` prints it. Example: 3 Workers x 2,000 GiB x 0.9 = 5,400 GiB.
     """
     c = platform.curvine
-    workers = sum(g.instance_count for g in platform.hyperpod.instance_groups
-                  if not c.worker_instance_groups or g.name in c.worker_instance_groups)
-    return workers, workers * c.worker_capacity_gib * (1 - c.l2_pool_reserve_fraction)
+    groups = worker_groups(platform)
+    tiers = sum(g.instance_count * min(c.worker_capacity_gib, nvme_gib(g.instance_type)) for g in groups)
+    return sum(g.instance_count for g in groups), tiers * (1 - c.l2_pool_reserve_fraction)
 
 
 def _l2_pool_problems(
@@ -265,9 +289,18 @@ def _l2_pool_problems(
     deletes nothing, so each line's janitor keeps the line below its ``l2_size``; the sizes only
     bound the pool if they add up to no more than it.
     """
-    l2_lines = [(p, l) for p, l in lines if l.cache.l2_enabled]
-    if not platform.curvine.enabled or not l2_lines:
+    if not platform.curvine.enabled:
         return []
+    problems = [ConfigProblem(
+        str(platform_path), "curvine.worker_capacity_gib",
+        f"{platform.curvine.worker_capacity_gib} GiB per Worker is more than the {nvme_gib(g.instance_type):,.0f} GiB "
+        f"of NVMe of {g.instance_type} (instance group {g.name}), so Curvine would accept blocks the disk cannot "
+        f"hold; allowed: at most {int(nvme_gib(g.instance_type))}, less what model weights and logs need there",
+        platform.curvine.worker_capacity_gib)
+        for g in worker_groups(platform) if platform.curvine.worker_capacity_gib > nvme_gib(g.instance_type)]
+    l2_lines = [(p, l) for p, l in lines if l.cache.l2_enabled]
+    if problems or not l2_lines:
+        return problems
     workers, pool = l2_pool_gib(platform)
     total = sum(models.quantity_bytes(l.cache.l2_size) for _, l in l2_lines) / 2**30
     if total <= pool + 1e-9:

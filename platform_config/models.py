@@ -24,10 +24,13 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationInfo,
+    field_validator,
     model_validator,
 )
 
 from platform_config import hyperpod_rules as hp_rules
+from platform_config import vllm_args as vllm_flags
 from platform_config.instances import INSTANCE_TYPES
 
 # --- reusable constrained types -------------------------------------------------------------
@@ -97,9 +100,30 @@ def _check_positive_quantity(value: str) -> str:
 #: A :data:`Quantity` above zero (sizes, CPU and memory requests).
 PositiveQuantity = Annotated[Quantity, AfterValidator(_check_positive_quantity)]
 
-#: A :data:`PositiveQuantity` of CPU: cores (``8``) or millicores (``500m``); the config
-#: reference shows these examples instead of the byte sizes of the other quantities.
-CpuQuantity = Annotated[PositiveQuantity, Field(examples=["8", "500m"])]
+#: A CPU quantity: cores (``8``, ``0.5``) or millicores (``500m``); a YAML number is read as its
+#: decimal string, as for :data:`Quantity`. The Kubernetes grammar would also take ``8Gi`` or ``8k``
+#: (8,589,934,592 or 8,000 cores): a byte or decimal suffix on a CPU request is a unit mistake, so
+#: the pattern admits none; its description (``loader.PATTERN_DESCRIPTIONS``) gives CPU examples.
+CPU_QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?m?$"
+CpuQuantity = Annotated[str, StringConstraints(pattern=CPU_QUANTITY_PATTERN), BeforeValidator(_quantity_from_number),
+                        AfterValidator(_check_positive_quantity)]
+
+#: The smallest pod memory request and L2 PVC size accepted, bytes (1 GiB). A vLLM pod holds GiBs
+#: of host memory (the L1 buffer alone is GiBs) and one KV chunk of a 7B model is 14 MiB, so less
+#: is a unit mistake: ``80`` without a suffix is 80 bytes, ``500m`` half a byte.
+MIN_BYTES_QUANTITY = 2**30
+
+
+def _check_bytes_quantity(value: str) -> str:
+    if quantity_bytes(value) < MIN_BYTES_QUANTITY:
+        raise ValueError(
+            f"{value!r} is {quantity_bytes(value):,.3g} bytes, below 1Gi (a number without a suffix counts bytes, "
+            "'m' thousandths of a byte); allowed: a byte quantity of at least 1Gi such as 80Gi or 2Ti")
+    return value
+
+
+#: A byte quantity of at least 1 GiB (pod memory, PVC sizes): :data:`MIN_BYTES_QUANTITY`.
+BytesQuantity = Annotated[PositiveQuantity, AfterValidator(_check_bytes_quantity)]
 
 #: Version strings are pinned exactly: no ``latest``, no ranges.
 PINNED_VERSION_PATTERN = r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?([-+.][0-9A-Za-z.-]+)?$"
@@ -381,16 +405,26 @@ class InstanceGroupConfig(StrictModel):
 
 
 class TieredStorageConfig(StrictModel):
-    """HyperPod Tiered Storage (the L1 tier's managed host-memory pool).
+    """HyperPod Tiered Storage: a share of every node's host memory reserved for HyperPod's
+    ai-toolkit daemon (docs/sources.md §14).
 
-    ``memory_allocation_percentage``: share of instance memory given to the KV tier; the blog
-    reports 20-100 accepted and recommends starting at 20 (docs/sources.md §1). The CloudFormation
-    schema alone admits 0-100; we keep the blog's narrower range (docs/sources.md §10).
+    AWS describes it as a memory management daemon that provides disaggregated memory as a service
+    (managed tiered checkpointing), and as the cluster-wide L2 tier of its managed KV cache, which
+    LMCache reaches through the ``sagemaker-hyperpod://`` backend. This platform's L2 is Curvine
+    through ``fs://`` instead, and its L1 is LMCache's own buffer in the vLLM process (inside the
+    pod's ``resources.memory``), so nothing here uses the share: the example turns it off. When
+    enabled, ``memory_allocation_percentage`` of host memory is counted as unavailable to pods
+    (:mod:`platform_config.node_fit`). The blog reports 20-100 accepted and starts at 20
+    (docs/sources.md §1); the CloudFormation schema alone admits 0-100; we keep the blog's narrower
+    range (docs/sources.md §10).
     """
 
-    #: Mode Enable/Disable of TieredStorageConfig; L1 needs it.
-    enabled: bool = True
-    #: InstanceMemoryAllocationPercentage: share of host memory for the KV tier.
+    #: Mode Enable/Disable of TieredStorageConfig. Off unless asked: nothing of this platform
+    #: needs it (L1 is the vLLM pod's own memory, L2 is Curvine); enable it for HyperPod's own
+    #: uses of the daemon (managed tiered checkpointing, its sagemaker-hyperpod:// KV tier).
+    enabled: bool = False
+    #: InstanceMemoryAllocationPercentage: share of host memory reserved for the ai-toolkit
+    #: daemon when enabled; the node budget counts it as unavailable to pods.
     memory_allocation_percentage: Annotated[int, Field(ge=20, le=100)] = 20
 
 
@@ -947,8 +981,10 @@ class VllmConfig(StrictModel):
 class ResourcesConfig(StrictModel):
     """CPU and memory per replica (GPUs come from ``gpus_per_replica``)."""
 
+    #: CPU request per replica: cores (8, 0.5) or millicores (500m), no byte suffix.
     cpu: CpuQuantity = "6"
-    memory: PositiveQuantity = "30Gi"
+    #: Memory request per replica, a byte quantity of at least 1Gi (the L1 buffer lives in it).
+    memory: BytesQuantity = "30Gi"
 
 
 class CacheConfig(StrictModel):
@@ -957,13 +993,14 @@ class CacheConfig(StrictModel):
     l1_enabled: bool = True
     l2_enabled: bool = True
     #: Size of the line's RWX PVC on the Curvine StorageClass (its L2 directory).
-    l2_size: PositiveQuantity = "500Gi"
+    l2_size: BytesQuantity = "500Gi"
     #: LMCache chunk size in tokens; 256 is LMCache's default and what the reference used.
     chunk_size_tokens: Annotated[int, Field(ge=16, le=4096)] = 256
     #: GiB of host memory LMCache's CPU tier (L1, `local_cpu`) may use per pod, split evenly
     #: across the pod's TP ranks (`LMCACHE_MAX_LOCAL_CPU_SIZE`, which LMCache reads in GiB);
     #: null = LMCache's default, 5 GB per rank. The buffer is pinned memory of the vLLM
-    #: process, so it must stay below the pod's `resources.memory`.
+    #: process, so it must stay below the pod's `resources.memory`; it is not HyperPod Tiered
+    #: Storage, whose share belongs to the ai-toolkit daemon.
     l1_cpu_gib: Annotated[float, Field(gt=0)] | None = None
 
     @model_validator(mode="after")
@@ -1025,6 +1062,39 @@ class BusinessLineConfig(StrictModel):
             )
         return self
 
+    @field_validator("vllm")
+    @classmethod
+    def _parallel_sizes_use_every_gpu(cls, vllm: VllmConfig, info: ValidationInfo) -> VllmConfig:
+        """vLLM uses tensor x pipeline x data parallel size GPUs (each 1 unless set in ``vllm.args``),
+        whatever the pod was given: fewer leave GPUs idle, more fail at start. So the flags are
+        required to say what ``gpus_per_replica`` says. Refused rather than injected: ``vllm.args``
+        is the command the operator runs and part of the L2 directory digest, so it stays exactly
+        what the config says (``-tp N``, ``--tensor-parallel-size=N`` and the pipeline/data forms
+        are read by :mod:`platform_config.vllm_args`, the parser the digest uses)."""
+        gpus = info.data.get("gpus_per_replica")
+        if gpus is None:  # gpus_per_replica is itself invalid: reported on its own
+            return vllm
+        try:
+            sizes = vllm_flags.parallel_sizes(vllm.args)
+        except ValueError as exc:
+            raise ValueError(f"vllm.args: {exc}") from None
+        used = math.prod(sizes.values())
+        if used == gpus:
+            return vllm
+        if not sizes:
+            raise ValueError(
+                f"vllm.args sets no {vllm_flags.TENSOR_PARALLEL_FLAG}, so vLLM runs each replica on 1 GPU and "
+                f"leaves {gpus - 1} of its gpus_per_replica {gpus} idle; allowed: add "
+                f'"{vllm_flags.TENSOR_PARALLEL_FLAG}", "{gpus}" to vllm.args (or set gpus_per_replica 1)')
+        product = " x ".join(f"{flag} {sizes.get(flag, 1)}" for flag in vllm_flags.PARALLEL_FLAGS
+                             if flag in sizes or flag == vllm_flags.TENSOR_PARALLEL_FLAG)
+        flags_fix = ("no parallel-size flag in vllm.args" if gpus == 1 else
+                     f"vllm.args whose tensor x pipeline x data parallel sizes multiply to {gpus} "
+                     f'(e.g. "{vllm_flags.TENSOR_PARALLEL_FLAG}", "{gpus}")')
+        raise ValueError(
+            f"vllm.args asks vLLM for {product} = {used} GPU(s) per replica, but gpus_per_replica is {gpus}; "
+            f"allowed: gpus_per_replica {used}, or {flags_fix}")
+
     @model_validator(mode="after")
     def _l1_fits_pod_memory(self) -> "BusinessLineConfig":
         l1 = self.cache.l1_cpu_gib
@@ -1038,5 +1108,7 @@ class BusinessLineConfig(StrictModel):
 
     @property
     def tensor_parallel_size(self) -> int:
-        """TP degree: one replica spans ``gpus_per_replica`` GPUs of one node."""
-        return self.gpus_per_replica
+        """TP degree: ``--tensor-parallel-size`` of ``vllm.args`` (1 when unset). Equals
+        ``gpus_per_replica`` unless pipeline or data parallelism share the replica's GPUs
+        (validated: their product is ``gpus_per_replica``)."""
+        return vllm_flags.parallel_sizes(self.vllm.args).get(vllm_flags.TENSOR_PARALLEL_FLAG, 1)

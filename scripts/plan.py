@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from dataclasses import replace
 from pathlib import Path
 
@@ -37,7 +38,9 @@ from kv_tools.planner import (  # noqa: E402
 )
 from kv_tools.prices import DEFAULT_PRICES_FILE, load_prices  # noqa: E402
 from platform_config import INSTANCE_TYPES, ConfigError, ConfigProblem, load_business_line, load_platform  # noqa: E402
-from platform_config.loader import PLATFORM_FILE, config_dir_of, cross_check  # noqa: E402
+from platform_config import node_fit  # noqa: E402
+from platform_config.loader import (  # noqa: E402
+    BUSINESS_LINES_DIR, PLATFORM_FILE, config_dir_of, cross_check, node_fit_problems)
 
 TOOL = "plan.py"
 
@@ -73,12 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{DEFAULT_GPU_MEMORY_UTILIZATION}, or the line's --gpu-memory-utilization)")
     parser.add_argument("--runtime-reserve-gib", type=cli.non_negative_float, default=DEFAULT_RUNTIME_RESERVE_GIB,
                         help="GiB per GPU for activations, CUDA context and graphs")
-    parser.add_argument("--l1-percentage", type=cli.non_negative_int, help="Tiered Storage share of host memory, "
-                        "percent (default: the platform's, else 20)")
+    parser.add_argument("--l1-gib", type=cli.non_negative_float, help="LMCache CPU buffer (L1) per replica, GiB; "
+                        "0: L1 off (default: the line's cache.l1_cpu_gib, else LMCache's 5 GiB per TP rank)")
     parser.add_argument("--l2-nodes", type=cli.non_negative_int, help="Curvine Worker nodes (default: the "
                         "platform's, else the endpoint's nodes)")
     parser.add_argument("--l2-node-capacity-gib", type=cli.positive_float, help="L2 GiB per node (default: the "
-                        "platform's curvine.worker_capacity_gib, else NVMe less the reserve)")
+                        "platform's Curvine pool, else NVMe less the reserve)")
     parser.add_argument("--nvme-reserve-fraction", type=cli.fraction, default=DEFAULT_NVME_RESERVE_FRACTION,
                         help="share of NVMe kept out of L2")
     parser.add_argument("--region", help="price region (default: the platform's, else us-west-2)")
@@ -117,22 +120,27 @@ def main(argv: list[str] | None = None) -> int:
             kv_dtype=args.kv_dtype, max_model_len=args.max_model_len, tokens=args.tokens,
             l2_read_gibps=args.l2_read_gibps, hit_ratio=args.hit_ratio, chunk_tokens=args.chunk_size,
             gpu_memory_utilization=args.gpu_memory_utilization, runtime_reserve_gib=args.runtime_reserve_gib,
-            l1_percentage=args.l1_percentage, l2_nodes=args.l2_nodes, l2_node_capacity_gib=args.l2_node_capacity_gib,
+            l1_gib_per_replica=args.l1_gib, l2_nodes=args.l2_nodes, l2_node_capacity_gib=args.l2_node_capacity_gib,
             nvme_reserve_fraction=args.nvme_reserve_fraction, region=args.region,
         )
         platform = None
+        node_report: list[str] = []
+        nodes_json = None
+        nodes_fit = True
         if args.business_line:
             line = load_business_line(args.business_line)
-            platform_file = (args.config or config_dir_of(args.business_line)) / PLATFORM_FILE
+            config_dir = args.config or config_dir_of(args.business_line)
+            platform_file = config_dir / PLATFORM_FILE
             if not platform_file.is_file():
                 raise ConfigError([ConfigProblem(str(platform_file), "", "file not found; a business line is "
                                                  "planned against its platform: pass --config DIR")])
             platform = load_platform(platform_file)
-            # The same cross-file rules as synthesis, so no false green.
-            problems = cross_check(platform, platform_file, [(args.business_line, line)])
+            # The same cross-file rules as synthesis, so no false green; the node fit is reported below.
+            problems = cross_check(platform, platform_file, [(args.business_line, line)], check_node_fit=False)
             if problems:
                 raise ConfigError(problems)
             inputs = inputs_from_line(line, platform, model=model, **overrides)
+            node_report, nodes_json, nodes_fit = _node_fit(platform, platform_file, args.business_line, line)
         else:
             if model is None or not args.instance_type:
                 parser.error("give --business-line, or --model/--hf-config and --instance-type")
@@ -160,16 +168,61 @@ def main(argv: list[str] | None = None) -> int:
         return cli.fail(exc.args[0] if isinstance(exc, KeyError) else exc)
     if args.json:
         out = result.to_dict()
+        out["nodes"] = nodes_json
         out["recommendation"] = rec.to_dict() if rec else None
         out["calibration"] = calibration_dict(calibration)
         cli.emit(json.dumps(out, indent=2))
     else:
-        cli.emit(format_plan(result, rec))
+        cli.emit(format_plan(result, rec, node_report=node_report))
     if args.plot:
         from kv_tools.plots import plan_figure, save
 
         save(plan_figure(result), args.plot, log=sys.stderr)
-    return cli.EXIT_OK if result.fit.fits else cli.EXIT_NO
+    return cli.EXIT_OK if result.fit.fits and nodes_fit else cli.EXIT_NO
+
+
+def _node_fit(platform, platform_file: Path, line_file: Path, line) -> tuple[list[str], dict | None, bool]:
+    """The line's instance type packed with the config's other lines, by the config check's own
+    function (:func:`platform_config.node_fit.fit_lines`, :func:`~platform_config.loader.node_fit_problems`).
+
+    The other lines are the business-line files beside ``platform.yaml`` (a file that does not load
+    is left out, with a note). Returns the report lines, the JSON, and whether every replica fits.
+    """
+    others: list[tuple[Path, object]] = []
+    notes: list[str] = []
+    for path in sorted((platform_file.parent / BUSINESS_LINES_DIR).glob("*.y*ml")):
+        if path.stem == line.name:
+            continue
+        try:
+            others.append((path, load_business_line(path)))
+        except ConfigError:
+            notes.append(f"  (not counted: {path} does not load; `make synth` reports why)")
+    # In file order, as the config check reads them (so its message is word for word the same).
+    lines = sorted([(line_file, line), *others], key=lambda pl: str(pl[0]))
+    fit = node_fit.fit_lines(platform, lines).get(line.instance_type)
+    if fit is None:
+        return [], None, True
+    # Every problem of this instance type names it (the packing and each too-large line).
+    problems = [str(p) for p in node_fit_problems(platform, platform_file, lines) if line.instance_type in p.message]
+    sharing = sorted({l.name for _, l in fit.lines} - {line.name})
+    report = node_fit.format_node_fit(fit) + notes
+    report.append(f"  placed by first-fit decreasing with {', '.join(sharing) if sharing else 'no other line'}: "
+                  + ("every replica fits" if fit.fits else "DOES NOT FIT"))
+    report += [textwrap.fill(f"problem: {p}", width=100, initial_indent="  ", subsequent_indent="    ",
+                             break_on_hyphens=False, break_long_words=False) for p in problems]
+    nodes_json = {
+        "instance_type": fit.instance_type,
+        "fits": fit.fits,
+        "budgets": [{"group": b.group, "gpus": b.gpus, "cpu_millicores": b.cpu_millicores,
+                     "memory_gib": round(b.memory_bytes / 2**30, 2),
+                     "reservations": [{"name": r.name, "cpu_millicores": r.cpu_millicores,
+                                       "memory_gib": round(r.memory_bytes / 2**30, 2)} for r in b.reservations],
+                     "free_cpu_millicores": b.free_cpu_millicores,
+                     "free_memory_gib": round(b.free_memory_bytes / 2**30, 2)} for b in fit.budgets()],
+        "placement": [[r.line for r in n.replicas] for n in fit.nodes],
+        "problems": problems,
+    }
+    return report, nodes_json, fit.fits
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from platform_config import ConfigError, load_project
+from platform_config import ConfigError, load_platform, load_project
 from platform_config.models import ROUTING_STRATEGIES
 from tests.example_config import EXAMPLE, EXAMPLE_LINES, REPO, USER_CONFIG, copy_example_config, edit_yaml
 
@@ -64,7 +64,8 @@ def test_defaults_are_the_documented_ones(config_dir: Path) -> None:
     line_path = config_dir / "business-lines" / "rag-assistant.yaml"
     edit_yaml(line_path, lambda d: (d.pop("routing_strategy"), d.pop("python_hash_seed")))
     project = load_project(config_dir)
-    assert project.platform.hyperpod.tiered_storage.enabled is True
+    # Off unless asked: nothing of the platform uses Tiered Storage (docs/l2-cache.md, "L1 is not Tiered Storage").
+    assert project.platform.hyperpod.tiered_storage.enabled is False
     assert project.platform.hyperpod.tiered_storage.memory_allocation_percentage == 20
     assert project.platform.hyperpod.node_recovery == "Automatic"
     line = project.business_line("rag-assistant")
@@ -85,9 +86,10 @@ def test_tiered_storage_percentage_out_of_range(config_dir: Path, percentage: in
 
 @pytest.mark.parametrize("percentage", [20, 100])
 def test_tiered_storage_percentage_bounds_accepted(config_dir: Path, percentage: int) -> None:
+    # The platform file alone: at 100% no host memory is left for any line's pods (tests/config/test_node_fit.py).
     edit_yaml(config_dir / "platform.yaml",
          lambda d: d["hyperpod"]["tiered_storage"].update(memory_allocation_percentage=percentage))
-    assert load_project(config_dir).platform.hyperpod.tiered_storage.memory_allocation_percentage == percentage
+    assert load_platform(config_dir / "platform.yaml").hyperpod.tiered_storage.memory_allocation_percentage == percentage
 
 
 def test_unknown_key_is_rejected_in_platform(config_dir: Path) -> None:
@@ -139,7 +141,7 @@ def test_unknown_instance_type_is_rejected(config_dir: Path) -> None:
 
 def test_gpus_per_replica_must_fit_the_instance_type(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit_yaml(path, lambda d: d.update(gpus_per_replica=8))
+    edit_yaml(path, lambda d: (d.update(gpus_per_replica=8), d["vllm"]["args"].extend(["-tp", "8"])))
     message = only_problem(config_dir)
     assert str(path) in message
     assert "does not fit ml.g6e.12xlarge (4 GPU(s)); allowed: 1..4" in message
@@ -215,16 +217,30 @@ def _keep_only_line_on_its_type(config_dir: Path, name: str) -> None:
             (config_dir / "business-lines" / f"{line.name}.yaml").unlink()
 
 
+def _small_pods(config_dir: Path, name: str) -> None:
+    """Give ``name`` a small CPU and memory request, so only its GPUs bound how many fit a node
+    (CPU and memory per node: tests/config/test_node_fit.py)."""
+    def small(d: dict[str, Any]) -> None:
+        d["resources"] = {"cpu": "4", "memory": "40Gi"}
+        if d.get("cache", {}).get("l1_cpu_gib"):
+            d["cache"]["l1_cpu_gib"] = 8
+    edit_yaml(config_dir / "business-lines" / f"{name}.yaml", small)
+
+
 def test_all_lines_must_fit_on_their_instance_groups(config_dir: Path) -> None:
     # rag-assistant alone on 2 nodes x 4 L40S: 8 one-GPU replicas fill them, a 9th does not fit.
     _keep_only_line_on_its_type(config_dir, "rag-assistant")
+    _small_pods(config_dir, "rag-assistant")
     path = config_dir / "business-lines" / "rag-assistant.yaml"
     edit_yaml(path, lambda d: d.update(replicas=8))
     assert load_project(config_dir).business_line("rag-assistant").replicas == 8
     edit_yaml(path, lambda d: d.update(replicas=9))
     message = only_problem(config_dir)
-    assert "replicas: the lines on ml.g6e.12xlarge (rag-assistant 9x1 GPU) do not fit on its 2 node(s) x 4 GPU(s)" in message
-    assert "first that does not fit: rag-assistant" in message
+    assert ("replicas: the lines on ml.g6e.12xlarge (rag-assistant 9 x (1 GPU, 4 CPU, 40.00 GiB)) do not fit on "
+            "its 2 node(s)") in message
+    assert "first that does not fit: rag-assistant replica 9 of 9" in message
+    # 22.1 CPU and 300.65 GiB per node for the lines (tests/config/test_node_fit.py), less 4 x (4 CPU, 40 GiB).
+    assert "when the nodes had free node 1: 0 GPU, 6.1 CPU, 140.65 GiB; node 2: 0 GPU, 6.1 CPU, 140.65 GiB" in message
 
 
 def test_lines_sharing_an_instance_type_share_its_gpus(config_dir: Path) -> None:
@@ -234,11 +250,15 @@ def test_lines_sharing_an_instance_type_share_its_gpus(config_dir: Path) -> None
                 if l.instance_type == "ml.g6e.12xlarge" and l.name != "rag-assistant")
     assert taken > 0, "the fixture shares the g6e nodes between lines"
     path = config_dir / "business-lines" / "rag-assistant.yaml"
+    for line in project.business_lines:
+        if line.instance_type == "ml.g6e.12xlarge":
+            _small_pods(config_dir, line.name)
     edit_yaml(path, lambda d: d.update(replicas=8 - taken))
     load_project(config_dir)
     edit_yaml(path, lambda d: d.update(replicas=8 - taken + 1))
     message = only_problem(config_dir)
-    assert f"rag-assistant {8 - taken + 1}x1 GPU" in message and "do not fit on its 2 node(s) x 4 GPU(s)" in message
+    assert f"rag-assistant {8 - taken + 1} x (1 GPU, 4 CPU, 40.00 GiB)" in message
+    assert "do not fit on its 2 node(s)" in message and "0 GPU" in message
 
 
 def test_gpu_capacity_is_counted_per_node(config_dir: Path) -> None:
@@ -246,10 +266,11 @@ def test_gpu_capacity_is_counted_per_node(config_dir: Path) -> None:
     # (A model outside the planner's table: no model in it divides its heads by 3, which vLLM needs.)
     _keep_only_line_on_its_type(config_dir, "rag-assistant")
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit_yaml(path, lambda d: (d.update(replicas=2, gpus_per_replica=3), d["model"].update(name="Three-Way-12B")))
+    edit_yaml(path, lambda d: (d.update(replicas=2, gpus_per_replica=3), d["model"].update(name="Three-Way-12B"),
+                               d["vllm"]["args"].extend(["-tp", "3"])))
     load_project(config_dir)
     edit_yaml(path, lambda d: d.update(replicas=3, gpus_per_replica=3))
-    assert "rag-assistant 3x3 GPU" in only_problem(config_dir)
+    assert "rag-assistant 3 x (3 GPU, 10 CPU, 80.00 GiB)" in only_problem(config_dir)
 
 
 def test_l1_buffer_must_fit_the_pod_memory(config_dir: Path) -> None:
@@ -450,7 +471,7 @@ def test_a_model_that_does_not_fit_its_gpus_is_refused_with_the_planners_reason(
     message = only_problem(config_dir)
     assert f"{path}: gpus_per_replica: Llama-3.1-70B-Instruct (bfloat16) does not fit ml.g6e.12xlarge" in message
     assert "allowed: gpus_per_replica 4 or more" in message
-    edit_yaml(path, lambda d: d.update(gpus_per_replica=4, replicas=1))
+    edit_yaml(path, lambda d: (d.update(gpus_per_replica=4, replicas=1), d["vllm"]["args"].extend(["-tp", "4"])))
     project = load_project(config_dir)
     fit, min_tp = choose_tp(inputs_from_line(project.business_line("rag-assistant"), project.platform))
     assert fit.fits and min_tp == 4  # the same function decides both ways
@@ -459,7 +480,8 @@ def test_a_model_that_does_not_fit_its_gpus_is_refused_with_the_planners_reason(
 def test_a_tp_that_does_not_divide_the_heads_is_refused(config_dir: Path) -> None:
     _keep_only_line_on_its_type(config_dir, "rag-assistant")
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit_yaml(path, lambda d: d.update(gpus_per_replica=3, replicas=1))  # Qwen2-7B: 28 heads, 4 KV heads
+    edit_yaml(path, lambda d: (d.update(gpus_per_replica=3, replicas=1),  # Qwen2-7B: 28 heads, 4 KV heads
+                               d["vllm"]["args"].extend(["-tp", "3"])))
     assert "gpus_per_replica: tp 3 does not divide Qwen2-7B's 28 attention heads" in only_problem(config_dir)
 
 
@@ -565,7 +587,8 @@ def test_the_reference_gives_cpu_a_cpu_example_and_sizes_a_size_example() -> Non
     from platform_config.reference import config_reference
 
     rows = {line.split("|")[1].strip(): line for line in config_reference().splitlines() if line.startswith("| `")}
-    assert "a Kubernetes quantity such as 8 or 500m, quoted or not, > 0" in rows["`cpu`"]
+    assert ("a Kubernetes quantity of CPU: cores such as 8 or 0.5, or millicores such as 500m, without a byte "
+            "suffix, quoted or not, > 0") in rows["`cpu`"]
     assert "Gi" not in rows["`cpu`"].split("|")[2]
     for size in ("`memory`", "`l2_size`"):
         assert "a Kubernetes quantity such as 500Gi or 2Ti, quoted or not, > 0" in rows[size]

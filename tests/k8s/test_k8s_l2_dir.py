@@ -72,7 +72,7 @@ KV_INCOMPATIBLE = {
     "quantization": lambda d: d["vllm"].update(args=d["vllm"]["args"] + ["--quantization=fp8"]),
     "unknown vllm flag": lambda d: d["vllm"].update(args=d["vllm"]["args"] + ["--hf-overrides", "{}"]),
     "model path": lambda d: d["vllm"].update(args=["/opt/ml/model/v2"] + d["vllm"]["args"][1:]),
-    "tensor parallel size": lambda d: d.update(gpus_per_replica=2),
+    "tensor parallel size": lambda d: (d.update(gpus_per_replica=2), d["vllm"]["args"].extend(["-tp", "2"])),
     "chunk size": lambda d: d["cache"].update(chunk_size_tokens=512),
     "hash seed": lambda d: d.update(python_hash_seed=7),
     "image (same LMCache)": lambda d: d["vllm"].update(image="lmcache/vllm-openai:v0.5.5-cu129"),
@@ -90,7 +90,7 @@ def test_hugging_face_revision_changes_the_directory(tmp_path, base_dirs):
 
 
 KV_NEUTRAL = {
-    "replicas": lambda d: d.update(replicas=5),
+    "replicas": lambda d: d.update(replicas=1),  # (more would not fit the scenario's nodes' CPUs)
     "max model len": lambda d: d["vllm"].update(args=["/opt/ml/model", "--max-model-len", "4096",
                                                       "--enable-prefix-caching"]),
     "resources": lambda d: d["resources"].update(memory="100Gi"),

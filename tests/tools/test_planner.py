@@ -17,7 +17,6 @@ from kv_tools.planner import (
     PlanInputs,
     inputs_from_line,
     kv_bytes_per_token_per_gpu,
-    l2_pool,
     parse_vllm_args,
     plan,
     recommend,
@@ -25,6 +24,7 @@ from kv_tools.planner import (
 )
 from kv_tools.prices import load_prices
 from platform_config import INSTANCE_TYPES, ConfigError, get_instance_type, load_project
+from platform_config.loader import l2_pool_gib
 from tests.example_config import FIXTURE_CONFIG
 
 REPO = Path(__file__).resolve().parents[2]
@@ -168,7 +168,8 @@ def test_l0_l1_l2_capacities() -> None:
     # - 14.185 GiB weights - 2 GiB reserve = 23.89 GiB per GPU.
     assert p.fit.kv_free_per_gpu_gib == pytest.approx(44.53 * 0.9 - 14.185 - 2.0, abs=0.001)
     assert p.fit.l0_tokens_per_replica == int(p.fit.kv_free_per_gpu_gib * 2**30 // 57_344)
-    assert p.l1_gib_per_node == pytest.approx(384 * 0.20)
+    # L1 without a line: LMCache's default 5 GiB per TP rank, x the 2 replicas on the node (not Tiered Storage).
+    assert p.l1_gib_per_node == 2 * 5.0
     assert p.to_dict()["l2"]["gib"] == 4000.0
     assert p.cost.nodes == 1  # two one-GPU replicas pack onto one 4-GPU node
 
@@ -201,19 +202,38 @@ def test_inputs_from_the_example_lines() -> None:
     rag = inputs_from_line(PROJECT.business_line("rag-assistant"), PROJECT.platform)
     assert (rag.model.name, rag.instance_type, rag.tp, rag.replicas, rag.max_model_len) == (
         "Qwen2-7B", "ml.g6e.12xlarge", 1, 2, 8192)
-    assert (rag.l1_percentage, rag.l2_nodes, rag.l2_node_capacity_gib, rag.region) == (20, 3, 2000, "us-west-2")
+    # The pool is the config check's (l2_pool_gib): 3 Workers x 2,000 GiB x (1 - 0.1 reserve).
+    assert (rag.l1_gib_per_replica, rag.l2_nodes, rag.l2_pool_gib, rag.l2_size_gib, rag.region) == (
+        16, 3, 5400.0, 500.0, "us-west-2")
     research = inputs_from_line(PROJECT.business_line("research-reasoning"), PROJECT.platform)
     assert (research.model.name, research.tp, research.max_model_len) == (
         "DeepSeek-R1-Distill-Llama-70B", 8, 32768)
     assert plan(research).fit.fits
 
 
-def test_l2_pool_honours_worker_groups_and_capacity() -> None:
-    assert l2_pool(PROJECT.platform) == (3, 6000.0)
+def test_the_planner_and_the_config_check_use_one_l2_pool() -> None:
+    """plan.py printed 6,000 GiB ('3 node(s) x 2,000 GiB NVMe') where the config check said 5,400."""
+    workers, pool = l2_pool_gib(PROJECT.platform)
+    rag = plan(inputs_from_line(PROJECT.business_line("rag-assistant"), PROJECT.platform))
+    assert (workers, pool) == (3, 5400.0) and (rag.l2_nodes, rag.l2_pool_gib) == (3, 5400.0)
+    # A Worker bound larger than the node's NVMe counts only the NVMe (the config check refuses it too).
     only_g6e = PROJECT.platform.model_copy(update={"curvine": PROJECT.platform.curvine.model_copy(
         update={"worker_instance_groups": ("g6e-inference",), "worker_capacity_gib": 100_000})})
-    nodes, gib = l2_pool(only_g6e)
+    nodes, gib = l2_pool_gib(only_g6e)
     assert nodes == 2 and gib == pytest.approx(2 * 3800e9 / 2**30 * 0.9)
+
+
+def test_the_lines_own_l2_size_is_shown_in_gib_and_tokens() -> None:
+    rag = plan(inputs_from_line(PROJECT.business_line("rag-assistant"), PROJECT.platform))
+    l2 = rag.to_dict()["l2"]
+    # 500 GiB / 57,344 B per token of Qwen2-7B; the pool 5,400 GiB likewise.
+    assert (l2["line_gib"], l2["line_tokens"]) == (500.0, 500 * 2**30 // 57_344) == (500.0, 9_362_285)
+    assert (l2["gib"], l2["tokens"], l2["janitor_high_watermark"]) == (5400.0, 5400 * 2**30 // 57_344, 0.8)
+    triage = inputs_from_line(PROJECT.business_line("ticket-triage"), PROJECT.platform)
+    assert triage.l1_gib_per_replica == 0.0 and triage.l2_size_gib == 200.0  # L1 off, L2 200Gi
+    legal = inputs_from_line(PROJECT.business_line("legal-search"), PROJECT.platform)
+    assert (legal.l2_size_gib, legal.l2_pool_gib, legal.l1_gib_per_replica) == (None, 0.0, None)
+    assert plan(legal).l1_gib_per_replica == 2 * 5.0  # LMCache's default per rank, TP 2
 
 
 def test_price_table_has_dated_sourced_prices_for_g6e_and_p5() -> None:
@@ -327,7 +347,7 @@ def test_cli_business_line_is_checked_against_the_platform(tmp_path, capsys) -> 
 
 def test_l1_from_the_lines_lmcache_buffer(capsys) -> None:
     """With cache.l1_cpu_gib set (rag-assistant: 16 GiB), L1 per node = 16 GiB x the 2 replicas
-    that share a 4-GPU node, not the Tiered Storage share (384 GiB x 20% = 76.8 GiB)."""
+    that share a 4-GPU node (not HyperPod's Tiered Storage share, which is not L1)."""
     rc = load_script("plan").main(["--business-line", str(FIXTURE_CONFIG / "business-lines/rag-assistant.yaml"),
                                    "--config", str(FIXTURE_CONFIG), "--json"])
     l1 = json.loads(capsys.readouterr().out)["l1"] if rc == 0 else None
@@ -509,3 +529,34 @@ def test_bad_inputs_raise_one_typed_error_naming_every_field() -> None:
     assert [p.field for p in err.value.problems] == ["chunk_tokens", "gpu_memory_utilization", "tp", "dtype"]
     assert isinstance(err.value, ValueError) and str(err.value) == "; ".join(p.message for p in err.value.problems)
     assert "tp 3 does not divide Qwen2-7B's 28 attention heads" in str(err.value)
+
+
+def test_cli_business_line_report_shows_the_node_budget_and_the_l2_sizes(capsys) -> None:
+    rc = load_script("plan").main(["--business-line", str(FIXTURE_CONFIG / "business-lines/rag-assistant.yaml"),
+                                   "--prices", str(FIXTURE_PRICES)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "L2    500 GiB, the line's l2_size              9,362,285 for this line (its janitor deletes above 80%)" in out
+    assert "      5,400 GiB Curvine pool, 3 Workers        101,112,685 shared by the L2 lines" in out
+    assert "nodes         ml.g6e.12xlarge: 2 node(s) of g6e-inference, each 4 GPU, 24 CPU, 384.00 GiB" in out
+    assert "  - Tiered Storage 20%                -    76.80 GiB  of host memory, reserved for HyperPod's" in out
+    assert "  = for the lines             22.05 CPU   300.53 GiB  per node" in out
+    # Packed with the config's other lines on the type, by the config check's own function.
+    assert "  node 2: rag-assistant x2; free 2 GPU, 2.05 CPU, 140.53 GiB" in out
+    assert "placed by first-fit decreasing with legal-search, ticket-triage: every replica fits" in out
+
+
+def test_cli_business_line_that_does_not_fit_its_nodes_answers_no(tmp_path, capsys) -> None:
+    """What synthesis refuses, the planner reports with the same words, and exits 1 (the answer is no)."""
+    from tests.example_config import copy_example_config, edit_yaml
+
+    config = copy_example_config(tmp_path / "config")
+    line = config / "business-lines" / "rag-assistant.yaml"
+    edit_yaml(line, lambda d: d.update(replicas=3))
+    with pytest.raises(ConfigError) as refused:
+        load_project(config)
+    rc = load_script("plan").main(["--business-line", str(line), "--prices", str(FIXTURE_PRICES), "--json"])
+    nodes = json.loads(capsys.readouterr().out)["nodes"]
+    assert rc == cli.EXIT_NO and nodes["fits"] is False
+    assert nodes["problems"] == [str(p) for p in refused.value.problems]
+    assert nodes["budgets"][0]["free_cpu_millicores"] == 22_050 and nodes["budgets"][0]["free_memory_gib"] == 300.53

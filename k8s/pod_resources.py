@@ -1,0 +1,72 @@
+"""Resource requests and limits of the platform's own pods: one definition for the charts that render
+them and for the per-node budget that counts them (:mod:`platform_config.node_fit`).
+
+Pure Python: no cdk8s import, so the config loader and the planner read these without starting
+jsii. The charts (:mod:`k8s.curvine_chart`, :mod:`k8s.janitor`) build their containers' resources
+from the dicts below; the :class:`PodResources` constants say which containers each pod on a
+HyperPod node runs, and a test renders the charts and compares (``tests/config/test_node_fit.py``),
+so a container added to a chart without its line here fails.
+
+A pod's request is what the scheduler counts: the sum of its containers' requests, or the largest
+init container's request when that is more (Kubernetes "Resource sharing within containers").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+#: A container's ``resources``: ``{"requests": {"cpu": ..., "memory": ...}, "limits": {...}}``.
+Resources = dict[str, dict[str, str]]
+
+#: Curvine Primary: RocksDB metadata of a KV cache (one file per 256-token chunk) stays in the
+#: low millions of inodes; 1 CPU / 4 GiB request and an 8 GiB limit leave room for RocksDB's
+#: block cache. Not measured on HyperPod; adjust with the inode count. Preferably on the system
+#: nodes, so it is not counted on a HyperPod node.
+MASTER_RESOURCES: Final[Resources] = {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"memory": "8Gi"}}
+#: Curvine Worker: the data path is mostly sendfile/short-circuit from NVMe.
+WORKER_RESOURCES: Final[Resources] = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "8Gi"}}
+#: Sidecars and init containers (CSI provisioner, registrar, liveness probe, config checks):
+#: upstream defaults are unset.
+SIDECAR_RESOURCES: Final[Resources] = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}
+#: The Curvine CSI plugin container (controller and node plugin).
+CSI_RESOURCES: Final[Resources] = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
+#: Resources of the standalone FUSE pods the node plugin starts (curvine-csi chart defaults),
+#: passed to it as its ``STANDALONE_*`` variables.
+FUSE_POD_RESOURCES: Final = {"cpu_request": "500m", "cpu_limit": "2", "memory_request": "512Mi",
+                             "memory_limit": "2Gi"}
+#: A line's L2 janitor (one pass every 10 minutes, standard library only).
+JANITOR_RESOURCES: Final[Resources] = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+#: The DCGM exporter's requests when its Helm values set none: chart ``dcgm-exporter`` 4.8.2,
+#: ``deployment/values.yaml`` ``resources`` (NVIDIA/dcgm-exporter tag 4.5.3-4.8.2; docs/sources.md
+#: §13). :func:`platform_config.node_fit.platform_pods` reads the platform's values first
+#: (``observability.cluster_objects.dcgm_exporter_values``), so a ``resources`` set there wins.
+DCGM_EXPORTER_CHART_RESOURCES: Final[Resources] = {"requests": {"cpu": "100m", "memory": "128Mi"},
+                                                   "limits": {"cpu": "200m", "memory": "512Mi"}}
+
+
+@dataclass(frozen=True)
+class PodResources:
+    """The containers of one pod, for its scheduling request.
+
+    Attributes:
+        name: what the pod is, as the budget prints it.
+        containers: each container's :data:`Resources`.
+        init_containers: each init container's :data:`Resources`.
+    """
+
+    name: str
+    containers: tuple[Resources, ...]
+    init_containers: tuple[Resources, ...] = ()
+
+
+#: The Curvine chart's pods on a HyperPod node, container by container as the chart renders them.
+CURVINE_WORKER_POD: Final = PodResources("Curvine Worker", (WORKER_RESOURCES,), (SIDECAR_RESOURCES,))
+CSI_NODE_POD: Final = PodResources(
+    "Curvine CSI node plugin", (CSI_RESOURCES, SIDECAR_RESOURCES, SIDECAR_RESOURCES))
+FUSE_POD: Final = PodResources(
+    "Curvine FUSE pod", ({"requests": {"cpu": FUSE_POD_RESOURCES["cpu_request"],
+                                       "memory": FUSE_POD_RESOURCES["memory_request"]},
+                          "limits": {"cpu": FUSE_POD_RESOURCES["cpu_limit"],
+                                     "memory": FUSE_POD_RESOURCES["memory_limit"]}},))
+JANITOR_POD: Final = PodResources("L2 janitor", (JANITOR_RESOURCES,))

@@ -1,0 +1,128 @@
+"""The one parser of a business line's ``vllm.args`` (pure Python, no cdk8s).
+
+vLLM's command line is parsed by argparse: a flag takes a fixed number of values (0, 1, or one or
+more), ``--flag=value`` is the same as ``--flag value``, short aliases (``-tp``) name long flags,
+and the last occurrence of a repeated flag wins. Three readers need that structure and read it
+from here, so they cannot disagree about what a word is:
+
+* :func:`k8s.lmcache.kv_relevant_vllm_args` (the L2 directory digest) groups the arguments;
+* :class:`platform_config.models.BusinessLineConfig` compares the parallel sizes with
+  ``gpus_per_replica`` (:func:`parallel_sizes`);
+* :func:`kv_tools.planner.parse_vllm_args` reads ``--max-model-len`` and the like.
+
+The number of values of each known flag comes from vLLM ``engine/arg_utils.py`` and
+``entrypoints/openai/cli_args.py``; a flag not in the tables takes every word up to the next flag.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Iterable
+
+#: vLLM flags that do not change the content or layout of the KV cache of a token sequence (so a
+#: change of them keeps a line's L2 directory), with the number of values each takes: 0 (a
+#: ``store_true`` / ``BooleanOptionalAction`` flag; ``StoreBoolean`` flags such as
+#: ``--enable-chunked-prefill`` also accept an optional ``true``/``false``), 1, or ``"+"`` (one or
+#: more, up to the next flag: ``--served-model-name``, ``nargs="+"``).
+KV_NEUTRAL_VLLM_FLAG_VALUES: Final[dict[str, int | str]] = {
+    "--max-model-len": 1, "--enable-prefix-caching": 0, "--no-enable-prefix-caching": 0,
+    "--gpu-memory-utilization": 1, "--max-num-seqs": 1, "--max-num-batched-tokens": 1, "--port": 1, "--host": 1,
+    "--served-model-name": "+", "--disable-log-requests": 0, "--disable-log-stats": 0,
+    "--enable-chunked-prefill": 0, "--no-enable-chunked-prefill": 0, "--uvicorn-log-level": 1,
+    "--max-log-len": 1, "--swap-space": 1, "--block-size": 1, "--enforce-eager": 0, "--chat-template": 1,
+    "--response-role": 1, "--tool-call-parser": 1, "--enable-auto-tool-choice": 0,
+}
+KV_NEUTRAL_VLLM_FLAGS: Final[frozenset[str]] = frozenset(KV_NEUTRAL_VLLM_FLAG_VALUES)
+#: KV-relevant vLLM flags whose number of values is known (same sources), so a word after them is
+#: placed right whatever the order of the arguments.
+KV_RELEVANT_VLLM_FLAG_VALUES: Final[dict[str, int]] = {
+    "--model": 1, "--dtype": 1, "--kv-cache-dtype": 1, "--quantization": 1, "--tensor-parallel-size": 1,
+    "--pipeline-parallel-size": 1, "--data-parallel-size": 1, "--revision": 1, "--code-revision": 1, "--tokenizer": 1,
+    "--tokenizer-revision": 1, "--hf-overrides": 1, "--rope-scaling": 1, "--rope-theta": 1, "--load-format": 1,
+    "--trust-remote-code": 0, "--calculate-kv-scales": 0, "--disable-sliding-window": 0,
+}
+#: vLLM's short aliases (``-tp``, ``-pp``, ``-dp``, ``-q``): written either way, one flag.
+VLLM_FLAG_ALIASES: Final[dict[str, str]] = {
+    "-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-dp": "--data-parallel-size",
+    "-q": "--quantization",
+}
+#: The flags whose product is the number of GPUs one vLLM server uses; each defaults to 1 (vLLM
+#: ``ParallelConfig``), so a server started without them uses one GPU whatever the pod was given.
+TENSOR_PARALLEL_FLAG: Final = "--tensor-parallel-size"
+PIPELINE_PARALLEL_FLAG: Final = "--pipeline-parallel-size"
+DATA_PARALLEL_FLAG: Final = "--data-parallel-size"
+PARALLEL_FLAGS: Final = (TENSOR_PARALLEL_FLAG, PIPELINE_PARALLEL_FLAG, DATA_PARALLEL_FLAG)
+
+
+def is_flag(arg: str) -> bool:
+    """``--x``/``-x`` is a flag; ``-1``, ``-0.5`` (a negative number) and ``-`` are values."""
+    return arg.startswith("-") and len(arg) > 1 and not arg[1].isdigit() and arg[1] != "."
+
+
+def group_vllm_args(args: Iterable[str]) -> list[list[str]]:
+    """Split a vLLM command line into groups, in order: ``[positional]`` or ``[flag, values...]``.
+
+    ``--flag=value`` becomes ``["--flag", "value"]``; a short alias becomes its long flag
+    (:data:`VLLM_FLAG_ALIASES`). A flag takes as many following words as the tables above say, so
+    a word after a flag without value stays a positional (``["--enforce-eager"], ["/opt/ml/model"]``);
+    a ``StoreBoolean`` flag takes an optional ``true``/``false``; an unknown flag takes every word
+    up to the next flag (when in doubt, the word belongs to the flag).
+    """
+    items = list(args)
+    groups: list[list[str]] = []
+    i = 0
+    while i < len(items):
+        arg = items[i]
+        i += 1
+        if not is_flag(arg):
+            groups.append([arg])
+            continue
+        flag, sep, value = arg.partition("=")
+        flag = VLLM_FLAG_ALIASES.get(flag, flag)
+        group = [flag] + ([value] if sep else [])
+        wanted = KV_NEUTRAL_VLLM_FLAG_VALUES.get(flag, KV_RELEVANT_VLLM_FLAG_VALUES.get(flag, "+"))
+        if not sep:
+            if wanted == 0:  # at most an optional boolean (StoreBoolean flags)
+                if i < len(items) and items[i].lower() in ("true", "false"):
+                    group.append(items[i])
+                    i += 1
+            elif wanted == 1:
+                if i < len(items):
+                    group.append(items[i])
+                    i += 1
+            else:  # "+": every word up to the next flag
+                while i < len(items) and not is_flag(items[i]):
+                    group.append(items[i])
+                    i += 1
+        groups.append(group)
+    return groups
+
+
+def flag_values(args: Iterable[str]) -> dict[str, list[str]]:
+    """Each flag of ``args`` (long names) -> the values of its last occurrence (argparse: the last
+    one wins); a flag without values maps to ``[]``. Positionals are left out."""
+    return {g[0]: g[1:] for g in group_vllm_args(args) if is_flag(g[0])}
+
+
+def parallel_sizes(args: Iterable[str]) -> dict[str, int]:
+    """The parallel sizes ``args`` set: flag (:data:`PARALLEL_FLAGS`, long name) -> size; a flag
+    that is not set is absent (vLLM's default for it is 1).
+
+    Reads ``--tensor-parallel-size N``, ``--tensor-parallel-size=N``, ``-tp N`` and the same forms
+    of ``--pipeline-parallel-size`` / ``-pp`` and ``--data-parallel-size`` / ``-dp``; the last
+    occurrence wins.
+
+    Raises:
+        ValueError: a value that is not a whole number of at least 1; the message names the flag,
+            the value and what is allowed.
+    """
+    found = flag_values(args)
+    sizes: dict[str, int] = {}
+    for flag in PARALLEL_FLAGS:
+        if flag not in found:
+            continue
+        text = " ".join(found[flag])
+        if not text.isdigit() or int(text) < 1:
+            raise ValueError(f"{flag} {text!r} is not a whole number; allowed: an integer of at least 1, "
+                             f"e.g. {flag} 2")
+        sizes[flag] = int(text)
+    return sizes
