@@ -412,17 +412,21 @@ class TieredStorageConfig(StrictModel):
     (managed tiered checkpointing), and as the cluster-wide L2 tier of its managed KV cache, which
     LMCache reaches through the ``sagemaker-hyperpod://`` backend. This platform's L2 is Curvine
     through ``fs://`` instead, and its L1 is LMCache's own buffer in the vLLM process (inside the
-    pod's ``resources.memory``), so nothing here uses the share: the example turns it off. When
-    enabled, ``memory_allocation_percentage`` of host memory is counted as unavailable to pods
+    pod's ``resources.memory``), so neither uses the share. It stays on by default and in the
+    example anyway: the platform is specified with Tiered Storage, the reference deployment ran
+    with it, and the inference operator's ``l2CacheBackend: tieredstorage`` placeholder (which the
+    L2 mutation relies on) has only been seen working with it; no source says the operator accepts
+    the placeholder without it (docs/l2-cache.md). While enabled,
+    ``memory_allocation_percentage`` of host memory is counted as unavailable to pods
     (:mod:`platform_config.node_fit`). The blog reports 20-100 accepted and starts at 20
     (docs/sources.md §1); the CloudFormation schema alone admits 0-100; we keep the blog's narrower
     range (docs/sources.md §10).
     """
 
-    #: Mode Enable/Disable of TieredStorageConfig. Off unless asked: nothing of this platform
-    #: needs it (L1 is the vLLM pod's own memory, L2 is Curvine); enable it for HyperPod's own
-    #: uses of the daemon (managed tiered checkpointing, its sagemaker-hyperpod:// KV tier).
-    enabled: bool = False
+    #: Mode Enable/Disable of TieredStorageConfig. On, as specified and as the reference deployment
+    #: ran; false reclaims the share for pods once you have checked that the inference operator
+    #: accepts the tieredstorage placeholder without it (docs/l2-cache.md).
+    enabled: bool = True
     #: InstanceMemoryAllocationPercentage: share of host memory reserved for the ai-toolkit
     #: daemon when enabled; the node budget counts it as unavailable to pods.
     memory_allocation_percentage: Annotated[int, Field(ge=20, le=100)] = 20

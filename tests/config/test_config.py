@@ -64,8 +64,9 @@ def test_defaults_are_the_documented_ones(config_dir: Path) -> None:
     line_path = config_dir / "business-lines" / "rag-assistant.yaml"
     edit_yaml(line_path, lambda d: (d.pop("routing_strategy"), d.pop("python_hash_seed")))
     project = load_project(config_dir)
-    # Off unless asked: nothing of the platform uses Tiered Storage (docs/l2-cache.md, "L1 is not Tiered Storage").
-    assert project.platform.hyperpod.tiered_storage.enabled is False
+    # On, as specified and as the reference deployment ran, though neither L1 nor L2 uses it
+    # (docs/l2-cache.md, "L1 is not Tiered Storage").
+    assert project.platform.hyperpod.tiered_storage.enabled is True
     assert project.platform.hyperpod.tiered_storage.memory_allocation_percentage == 20
     assert project.platform.hyperpod.node_recovery == "Automatic"
     line = project.business_line("rag-assistant")
