@@ -94,12 +94,14 @@ class Tier:
         return self.root / url[len(self.doc["l2_root_url"]):].strip("/")
 
     def start(self, line: str, actions: list[dict[str, Any]], *, pod: int = 0, geometry: dict[str, int] = SMALL,
-              engine: dict[str, Any] | None = None, env: dict[str, str] | None = None) -> tuple[subprocess.Popen, Path, dict]:
+              engine: dict[str, Any] | None = None, env: dict[str, str] | None = None,
+              rename_barrier: dict[str, Any] | None = None) -> tuple[subprocess.Popen, Path, dict]:
+        """Start one pod process (``rename_barrier``: see :func:`tests_lmcache.pod.install_rename_barrier`)."""
         self._n[0] += 1
         n = self._n[0]
         spec = {"geometry": geometry, "engine": engine or self.doc["lines"][line]["engine"],
                 "actions": actions, "result": str(self.work / f"pod{n}.result.json"),
-                "read_back": actions == [{"op": "read_back"}]}
+                "read_back": actions == [{"op": "read_back"}], "rename_barrier": rename_barrier}
         spec_path = self.work / f"pod{n}.spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
         pod_env = env if env is not None else self.pod_env(line, pod)

@@ -22,11 +22,13 @@ dtype}; ``result`` (path of the JSON result); ``actions``: list of
 concurrent pods; ``store`` takes ``"fsync_evict": true`` to push the files out of the page cache
 afterwards; ``flush_metrics`` and ``metrics_state``: see :func:`flush_metrics`). Each action
 appends a record (with ``seconds``) to the result. With ``"read_back": true`` instead, no engine
-is built: :func:`read_back` reports the loaded config.
+is built: :func:`read_back` reports the loaded config. ``"rename_barrier"`` {``dir``, ``pod``,
+``peers``} lines concurrent pods up at LMCache's rename: see :func:`install_rename_barrier`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -140,6 +142,40 @@ def metrics_state() -> dict[str, Any]:
             "pid": os.getpid()}
 
 
+def install_rename_barrier(barrier_dir: Path, pod: int, peers: list[int],
+                           timeout_s: float = STORE_TIMEOUT_S / 2) -> dict[str, int]:
+    """Make concurrent writers of one chunk meet at LMCache's rename, every time.
+
+    ``FSConnector.put`` writes a chunk to its temp path, then publishes it with
+    ``aiofiles.os.replace(temp_path, final_path)`` (lmcache/v1/storage_backend/connector/
+    fs_connector.py, lmcache 0.5.5). Wrapped here, each pod announces that it has written chunk
+    ``X`` (a marker ``<pod>-<X>`` in ``barrier_dir``) and renames only once every peer has too,
+    yielding to LMCache's event loop while it waits. So two pods storing the same prefix always
+    both finish writing before either renames: the interleaving a shared temp name cannot survive
+    (LMCache #2517), made deterministic instead of left to the scheduler. Returns the counters the
+    store record reports (``timed_out``: renames that went ahead without every peer).
+    """
+    import aiofiles.os
+
+    real_replace = aiofiles.os.replace
+    counters = {"renames": 0, "timed_out": 0}
+
+    async def replace(src, dst, *args, **kwargs):
+        name = Path(dst).name
+        (barrier_dir / f"{pod}-{name}").touch()
+        deadline = time.monotonic() + timeout_s
+        while not all((barrier_dir / f"{peer}-{name}").exists() for peer in peers):
+            if time.monotonic() > deadline:
+                counters["timed_out"] += 1
+                break
+            await asyncio.sleep(0.002)
+        counters["renames"] += 1
+        return await real_replace(src, dst, *args, **kwargs)
+
+    aiofiles.os.replace = replace
+    return counters
+
+
 def _evict(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -162,6 +198,9 @@ def run(spec: dict[str, Any]) -> list[dict[str, Any]]:
     engine = LMCacheEngineBuilder.get_or_create(INSTANCE, config, metadata, CPUConnector(shape[0], shape[1] * shape[2]),
                                                 None, None)
     engine.post_init()
+    barrier = spec.get("rename_barrier")
+    rename_counters = (install_rename_barrier(Path(barrier["dir"]), barrier["pod"], barrier["peers"])
+                       if barrier else None)
     records: list[dict[str, Any]] = []
     try:
         for action in spec["actions"]:
@@ -199,6 +238,8 @@ def run(spec: dict[str, Any]) -> list[dict[str, Any]]:
                 wait_for_remote_puts(engine)
                 record["stored_files"] = sum((base / f).exists() for f in files)
                 record["bytes"] = sum((base / f).stat().st_size for f in files if (base / f).exists())
+                if rename_counters is not None:
+                    record["rename_barrier"] = dict(rename_counters)
                 if action.get("fsync_evict"):
                     for f in files:
                         _evict(base / f)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from importlib.metadata import version
 
 import pytest
@@ -186,40 +185,31 @@ def test_two_lines_never_see_each_others_chunks(tier):
     assert {f: (tier.line_dir(RAG) / f).read_bytes() for f in _chunk_files(tier, RAG)} == rag_files
 
 
-def _store_pair_at_once(tier: Tier, attempt: int, prompt: list[list[int]],
-                        overrides: dict[str, str] | None = None) -> list:
-    """Two pods (two admissions, two temp dirs) released together onto the same prefix."""
-    go, ready = tier.work / f"go{attempt}", [tier.work / f"ready{attempt}-{k}" for k in (0, 1)]
-    started = [tier.start(RAG, [{"op": "touch", "path": str(ready[k])}, {"op": "wait_for", "path": str(go)},
-                                {"op": "store", "prompt": prompt}],
-                          pod=k, geometry=QWEN2_7B, env=tier.pod_env(RAG, k, l1_gib="0.5", overrides=overrides))
+def _store_pair_at_once(tier: Tier, prompt: list[list[int]], overrides: dict[str, str] | None = None) -> list:
+    """Two pods (two admissions, two temp dirs) storing the same prefix, lined up at LMCache's
+    rename of every chunk: each has written its temp file before either publishes it."""
+    barrier = tier.work / "rename-barrier"
+    barrier.mkdir(exist_ok=True)
+    started = [tier.start(RAG, [{"op": "store", "prompt": prompt}], pod=k, geometry=QWEN2_7B,
+                          env=tier.pod_env(RAG, k, l1_gib="0.5", overrides=overrides),
+                          rename_barrier={"dir": str(barrier), "pod": k, "peers": [0, 1]})
                for k in (0, 1)]
-    deadline = time.monotonic() + 300
-    while not all(r.exists() for r in ready) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    go.touch()
-    return [Tier.finish(s) for s in started]
+    runs = [Tier.finish(s) for s in started]
+    for run in runs:
+        assert run.of("store")[0]["rename_barrier"] == {"renames": 16, "timed_out": 0}, "the pods did not meet"
+    return runs
 
 
 def test_two_pods_storing_the_same_prefix_at_once_both_succeed(tier):
     """LMCache #2517: with its default temp name (``<chunk file>.tmp``) two writers of one chunk
-    share a temp file; each admitted pod has its own temp dir, so both stores succeed. The two
-    stores must overlap in time for the test to mean anything; on a loaded machine one process
-    can be scheduled late, so the pair is retried (up to 3 times) until they do."""
-    overlapped = False
-    for attempt in range(3):
-        prompt = [[50 + attempt, 4096]]  # 16 chunks of a 7B model, 224 MiB per pod; new each attempt
-        runs = _store_pair_at_once(tier, attempt, prompt)
-        stores = [run.of("store")[0] for run in runs]
-        for run, store in zip(runs, stores):
-            assert store["stored_files"] == 16
-            assert "Failed to write" not in run.log and "Traceback" not in run.log
-        if max(s["started_at"] for s in stores) < min(s["ended_at"] for s in stores):
-            overlapped = True
-            break
-    assert overlapped, "the two stores never overlapped in 3 attempts"
+    share a temp file; each admitted pod has its own temp dir, so both stores succeed even when
+    both have written every chunk before either renames it."""
+    prompt = [[50, 4096]]  # 16 chunks of a 7B model, 224 MiB per pod
+    for run in _store_pair_at_once(tier, prompt):
+        assert run.of("store")[0]["stored_files"] == 16
+        assert "Failed to write" not in run.log and "Traceback" not in run.log
     files = _chunk_files(tier, RAG)
-    assert len(files) == 16 * (attempt + 1) and len({os.path.getsize(tier.line_dir(RAG) / f) for f in files}) == 1
+    assert len(files) == 16 and len({os.path.getsize(tier.line_dir(RAG) / f) for f in files}) == 1
     reader = tier.run(RAG, _lookup_retrieve(prompt), pod=2, geometry=QWEN2_7B, env=tier.pod_env(RAG, 2, l1_gib="0.5"))
     assert reader.of("lookup")[0]["hit_tokens"] == 4096
     assert all(reader.of("retrieve")[0]["chunks_identical"])
@@ -227,16 +217,12 @@ def test_two_pods_storing_the_same_prefix_at_once_both_succeed(tier):
 
 def test_control_without_private_temp_dirs_concurrent_writers_fail(tier):
     """Control, recording LMCache 0.5.5's behaviour: the same pair with LMCache's default temp
-    name (extra_config without ``fs_connector_relative_tmp_dir``) logs failed writes, and files
-    can be published short (LMCache #2517; docs/l2-cache.md)."""
-    failures = 0
-    for attempt in range(3):
-        runs = _store_pair_at_once(tier, attempt, [[60 + attempt, 4096]],
-                                   overrides={"LMCACHE_EXTRA_CONFIG": '{"save_chunk_meta": true}'})
-        failures += sum(run.log.count("Failed to write") for run in runs)
-        if failures:
-            break
-    assert failures > 0
+    name (extra_config without ``fs_connector_relative_tmp_dir``) shares ``<chunk file>.tmp``;
+    the first rename publishes it and the second finds nothing to rename, so one pod's write of
+    every chunk fails (LMCache #2517; docs/l2-cache.md). Without the barrier the same race also
+    publishes short files, when one writer truncates the temp file the other is about to rename."""
+    runs = _store_pair_at_once(tier, [[60, 4096]], overrides={"LMCACHE_EXTRA_CONFIG": '{"save_chunk_meta": true}'})
+    assert sum(run.log.count("Failed to write file") for run in runs) == 16  # one per chunk, in whichever pod renamed second
 
 
 def test_a_truncated_chunk_is_not_served(tier):

@@ -15,7 +15,7 @@ from tests.tools.script_loader import load_script
 from kv_tools import cli
 from kv_tools.bench_ttft import BenchConfig, build_requests, endpoint_url, percentile, run
 
-COLD_S, WARM_S, CHUNK_GAP_S = 0.200, 0.050, 0.030
+COLD_S, WARM_S, CHUNK_GAP_S = 0.200, 0.050, 0.100
 PREFIX_KEY_CHARS = 60  # the run id + document index are in the first characters
 
 
@@ -115,16 +115,17 @@ def test_measured_ttft_matches_the_servers_delays(one: FakeServer) -> None:
     d = report.to_dict()
     assert d["requests"] == {"planned": 8, "cold": 4, "warm": 4, "completed": 8, "errors": 0, "skipped": 0}
     assert [k for _, k in one.seen] == ["cold"] * 4 + ["warm"] * 4
-    # Lower bounds are the delays themselves; the upper bounds leave ~50 ms for loopback HTTP on a
-    # busy 2-core machine, and stay below delay + the 120 ms of content chunks, so measuring at
-    # the role-only chunk (~0 ms) or at the end of the stream would fail.
-    assert 200 <= d["cold"]["ttft_ms"]["p50"] < 250 and 200 <= d["cold"]["ttft_ms"]["p99"] < 300, d
-    assert 50 <= d["warm"]["ttft_ms"]["p50"] < 100 and 50 <= d["warm"]["ttft_ms"]["p99"] < 150, d
+    # Lower bounds are the delays themselves. Upper bounds stay below delay + the 400 ms of content
+    # chunks, so measuring at the role-only chunk (~0 ms) or at the end of the stream fails, and
+    # leave 150-350 ms for loopback HTTP on a busy 2-core machine. Warm p50 stays below the cold
+    # delay: the report tells the two apart.
+    assert 200 <= d["cold"]["ttft_ms"]["p50"] < 550 and 200 <= d["cold"]["ttft_ms"]["p99"] < 550, d
+    assert 50 <= d["warm"]["ttft_ms"]["p50"] < 200 and 50 <= d["warm"]["ttft_ms"]["p99"] < 400, d
     assert d["cold_warm_ratio"] == pytest.approx(d["cold"]["ttft_ms"]["p50"] / d["warm"]["ttft_ms"]["p50"], abs=1e-3)
-    assert 2.0 < d["cold_warm_ratio"] < 5.0, d  # within (200/100, 250/50)
-    # End to end: first-token delay + 4 content chunks 30 ms apart.
-    assert 200 + 4 * 30 <= d["cold"]["e2e_ms"]["p50"] < 400, d
-    assert 50 + 4 * 30 <= d["warm"]["e2e_ms"]["p50"] < 250, d
+    assert d["cold_warm_ratio"] > 1.0, d
+    # End to end: first-token delay + 4 content chunks 100 ms apart.
+    assert 200 + 4 * 100 <= d["cold"]["e2e_ms"]["p50"] < 950, d
+    assert 50 + 4 * 100 <= d["warm"]["e2e_ms"]["p50"] < 800, d
     assert set(d["ttft_ms"]) == {"p50", "p90", "p99", "mean"}
 
 
@@ -135,7 +136,7 @@ def test_two_urls_cold_writes_to_a_and_warm_reads_from_b() -> None:
         assert [k for _, k in a.seen] == ["cold"] * 3
         assert [k for _, k in b.seen] == ["warm"] * 3  # B never saw the prefixes: the shared cache served them
         assert {p for p, _ in a.seen + b.seen} == {"/v1/completions"}
-        assert 50 <= report.to_dict()["warm"]["ttft_ms"]["p50"] < 100
+        assert 50 <= report.to_dict()["warm"]["ttft_ms"]["p50"] < 200
     finally:
         a.close()
         b.close()
