@@ -159,7 +159,7 @@ def test_the_duration_bound_stops_new_requests(one: FakeServer) -> None:
     elapsed = time.monotonic() - started
     d = report.to_dict()["requests"]
     assert 1 <= d["completed"] <= 4 and d["completed"] + d["skipped"] == 40
-    assert elapsed < 1.5
+    assert elapsed < 3.0  # one request is 0.6 s; all 40 would take 24 s
     # The 4 warm requests never started: cold vs warm is not answered, and the report says why.
     assert report.unanswered is not None and "warm phase: 0 of 4" in report.unanswered
     assert "4 not started (the duration bound of 0.5 s had passed)" in report.unanswered
