@@ -17,10 +17,9 @@ function of the token prefix that ends the chunk, so another process can regener
 
 Spec (JSON): ``geometry`` {layers, kv_heads, head_dim}; ``engine`` {model_name, world_size,
 dtype}; ``result`` (path of the JSON result); ``actions``: list of
-``{"op": "store"|"lookup"|"retrieve"|"files"|"wait_for"|"touch"|"flush_metrics"|"metrics_state",
-"prompt": [[seed, tokens], ...]}`` (``wait_for`` and ``touch`` take ``"path"``, to line up
-concurrent pods; ``store`` takes ``"fsync_evict": true`` to push the files out of the page cache
-afterwards; ``flush_metrics`` and ``metrics_state``: see :func:`flush_metrics`). Each action
+``{"op": "store"|"lookup"|"retrieve"|"files"|"flush_metrics"|"metrics_state",
+"prompt": [[seed, tokens], ...]}`` (``store`` takes ``"fsync_evict": true`` to push the files out
+of the page cache afterwards; ``flush_metrics`` and ``metrics_state``: see :func:`flush_metrics`). Each action
 appends a record (with ``seconds``) to the result. With ``"read_back": true`` instead, no engine
 is built: :func:`read_back` reports the loaded config. ``"rename_barrier"`` {``dir``, ``pod``,
 ``peers``} lines concurrent pods up at LMCache's rename: see :func:`install_rename_barrier`.
@@ -206,16 +205,6 @@ def run(spec: dict[str, Any]) -> list[dict[str, Any]]:
         for action in spec["actions"]:
             op = action["op"]
             record: dict[str, Any] = {"op": op}
-            if op == "wait_for":
-                deadline = time.monotonic() + STORE_TIMEOUT_S
-                while not Path(action["path"]).exists() and time.monotonic() < deadline:
-                    time.sleep(0.002)
-                records.append(record)
-                continue
-            if op == "touch":
-                Path(action["path"]).touch()
-                records.append(record)
-                continue
             if op == "flush_metrics":
                 flush_metrics()
                 records.append(record)
@@ -227,14 +216,12 @@ def run(spec: dict[str, Any]) -> list[dict[str, Any]]:
             kv = expected_kv(tokens, config.chunk_size, shape, dtype)
             files = chunk_files(engine, tokens)
             t0 = time.perf_counter()
-            record["started_at"] = time.time()
             if op == "store":
                 engine.store(tokens, kvcaches=kv)
                 deadline = time.monotonic() + STORE_TIMEOUT_S
                 while not all((base / f).exists() for f in files) and time.monotonic() < deadline:
                     time.sleep(0.001)
                 record["seconds"] = time.perf_counter() - t0
-                record["ended_at"] = time.time()
                 wait_for_remote_puts(engine)
                 record["stored_files"] = sum((base / f).exists() for f in files)
                 record["bytes"] = sum((base / f).stat().st_size for f in files if (base / f).exists())
