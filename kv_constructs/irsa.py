@@ -34,6 +34,8 @@ class IrsaRole(Construct):
             ``sts:AssumeRole`` (the HyperPod inference operator's execution role is trusted by
             ``sagemaker.amazonaws.com`` as well).
         description: IAM role description.
+        role_name: a fixed IAM role name, for roles other resources name rather than reference
+            (default: a name CloudFormation generates).
 
     Raises:
         ValueError: ``namespace`` or ``service_account`` is not a valid Kubernetes name.
@@ -49,6 +51,7 @@ class IrsaRole(Construct):
         service_account: str,
         extra_service_principals: Sequence[str] = (),
         description: str | None = None,
+        role_name: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         for field, value in (("namespace", namespace), ("service_account", service_account)):
@@ -74,6 +77,7 @@ class IrsaRole(Construct):
             "Role",
             assumed_by=principal,
             description=description or f"IRSA role of {namespace}/{service_account}",
+            role_name=role_name,
         )
         for service in extra_service_principals:
             self.role.assume_role_policy.add_statements(  # type: ignore[union-attr]

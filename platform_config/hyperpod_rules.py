@@ -154,8 +154,7 @@ def instance_group_problems(
         problems.append(
             f"deep_health_checks: HyperPod runs deep health checks on GPU and Trainium instances only; "
             f"{instance_type} has neither; allowed: []")
-    pairs = [(k, e) for k, e in taints]
-    dupes = sorted({f"{k}:{e}" for k, e in pairs if pairs.count((k, e)) > 1})
+    dupes = sorted({f"{k}:{e}" for k, e in taints if taints.count((k, e)) > 1})
     if dupes:
         problems.append(f"taints: {', '.join(dupes)} repeated; a node's taints are unique by key and effect")
     if min_instance_count is not None and min_instance_count > instance_count:

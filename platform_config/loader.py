@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from platform_config import models, node_fit
 from platform_config.instances import INSTANCE_TYPES
-from platform_config.models import BusinessLineConfig, InstanceGroupConfig, PlatformConfig
+from platform_config.models import BusinessLineConfig, PlatformConfig
 
 PLATFORM_FILE = "platform.yaml"
 
@@ -191,15 +191,14 @@ def cross_check(
                 str(path), "cache.l2_enabled",
                 f"L2 needs Curvine, but curvine.enabled is false in {platform_path}; allowed: false", True))
         if line.cache.l2_enabled and platform.curvine.worker_instance_groups:
-            worker_types = {g.instance_type for g in platform.hyperpod.instance_groups
-                            if g.name in platform.curvine.worker_instance_groups}
+            worker_types = {g.instance_type for g in platform.curvine_worker_groups()}
             if line.instance_type not in worker_types:
                 problems.append(ConfigProblem(
                     str(path), "instance_type",
                     "L2 is on but no Curvine Worker runs on this instance type "
                     f"(curvine.worker_instance_groups in {platform_path})", line.instance_type))
         serving_groups = [g for g in platform.hyperpod.instance_groups if g.instance_type == line.instance_type]
-        if serving_groups and all(any(t.effect != "PreferNoSchedule" for t in g.taints) for g in serving_groups):
+        if serving_groups and not node_fit.schedulable_groups(platform, line.instance_type):
             problems.append(ConfigProblem(
                 str(path), "instance_type",
                 f"every instance group of this type ({', '.join(g.name for g in serving_groups)}) has a "
@@ -253,13 +252,6 @@ def node_fit_problems(
     return problems
 
 
-def worker_groups(platform: PlatformConfig) -> list[InstanceGroupConfig]:
-    """The instance groups whose nodes run a Curvine Worker: ``curvine.worker_instance_groups``,
-    every group when empty."""
-    names = platform.curvine.worker_instance_groups
-    return [g for g in platform.hyperpod.instance_groups if not names or g.name in names]
-
-
 def nvme_gib(instance_type: str) -> float:
     """Local NVMe of ``instance_type`` in GiB (the table's ``nvme_gb`` is decimal GB)."""
     return INSTANCE_TYPES[instance_type].nvme_gb * 10**9 / 2**30
@@ -268,14 +260,14 @@ def nvme_gib(instance_type: str) -> float:
 def l2_pool_gib(platform: PlatformConfig) -> tuple[int, float]:
     """(Worker count, usable L2 pool in GiB): the Workers' tiers x (1 - ``l2_pool_reserve_fraction``).
 
-    A Worker runs on every node of :func:`worker_groups`; its tier is ``worker_capacity_gib``, and
+    A Worker runs on every node of ``platform.curvine_worker_groups()``; its tier is ``worker_capacity_gib``, and
     never more than the node's NVMe (a larger bound is refused by :func:`_l2_pool_problems`).
     Curvine keeps one replica of each block (docs/sources.md §4), so the pool is the sum of the
     Workers' tiers. The one pool figure: the config check compares the lines' ``l2_size`` with it
     and ``scripts/plan.py`` prints it. Example: 3 Workers x 2,000 GiB x 0.9 = 5,400 GiB.
     """
     c = platform.curvine
-    groups = worker_groups(platform)
+    groups = platform.curvine_worker_groups()
     tiers = sum(g.instance_count * min(c.worker_capacity_gib, nvme_gib(g.instance_type)) for g in groups)
     return sum(g.instance_count for g in groups), tiers * (1 - c.l2_pool_reserve_fraction)
 
@@ -297,7 +289,7 @@ def _l2_pool_problems(
         f"of NVMe of {g.instance_type} (instance group {g.name}), so Curvine would accept blocks the disk cannot "
         f"hold; allowed: at most {int(nvme_gib(g.instance_type))}, less what model weights and logs need there",
         platform.curvine.worker_capacity_gib)
-        for g in worker_groups(platform) if platform.curvine.worker_capacity_gib > nvme_gib(g.instance_type)]
+        for g in platform.curvine_worker_groups() if platform.curvine.worker_capacity_gib > nvme_gib(g.instance_type)]
     l2_lines = [(p, l) for p, l in lines if l.cache.l2_enabled]
     if problems or not l2_lines:
         return problems
@@ -420,7 +412,8 @@ def load_project(config_dir: str | Path = "config") -> ProjectConfig:
         except ConfigError as exc:
             problems.extend(exc.problems)
     if duplicates:  # the files collide with each other; cross-checking them repeats that problem
-        lines = [(p, l) for p, l in lines if sum(q.stem == p.stem for q in line_files) == 1]
+        colliding = {Path(d.file).stem for d in duplicates}
+        lines = [(p, l) for p, l in lines if p.stem not in colliding]
     warnings: list[str] = []
     if platform is not None:
         problems.extend(cross_check(platform, platform_path, lines))

@@ -837,6 +837,12 @@ class PlatformConfig(StrictModel):
     tags: dict[str, str] = Field(default_factory=dict)
     lmcache: LMCacheSettings = LMCacheSettings()
 
+    def curvine_worker_groups(self) -> list[InstanceGroupConfig]:
+        """The instance groups whose nodes run a Curvine Worker: ``curvine.worker_instance_groups``,
+        every group when that is empty (whether Curvine is enabled is the caller's question)."""
+        names = self.curvine.worker_instance_groups
+        return [g for g in self.hyperpod.instance_groups if not names or g.name in names]
+
     @model_validator(mode="after")
     def _kube_proxy_matches_kubernetes(self) -> "PlatformConfig":
         # kube-proxy is built per Kubernetes minor version (v1.33.x-eksbuild.N for 1.33; EKS

@@ -115,7 +115,7 @@ def platform_pods(platform: PlatformConfig, group: InstanceGroupConfig,
     pods: list[tuple[pr.PodResources, int]] = []
     c = platform.curvine
     if c.enabled:
-        if not c.worker_instance_groups or group.name in c.worker_instance_groups:
+        if group.name in {g.name for g in platform.curvine_worker_groups()}:
             pods.append((pr.CURVINE_WORKER_POD, 1))
         pods.append((pr.CSI_NODE_POD, 1))
         if l2_lines:
@@ -312,8 +312,8 @@ def fit_lines(platform: PlatformConfig, lines: list[tuple[Path, BusinessLineConf
         groups = schedulable_groups(platform, instance_type)
         if not groups:
             continue
-        nodes = tuple(NodeLoad(node_budget(platform, g, every_line))
-                      for g in groups for _ in range(g.instance_count))
+        budgets = {g.name: node_budget(platform, g, every_line) for g in groups}  # one per group, shared by its nodes
+        nodes = tuple(NodeLoad(budgets[g.name]) for g in groups for _ in range(g.instance_count))
         on_type = tuple((p, l) for p, l in lines if l.instance_type == instance_type)
         if not nodes:
             result[instance_type] = TypeFit(instance_type, on_type, nodes, (), ())

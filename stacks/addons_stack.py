@@ -181,11 +181,8 @@ class AddonsStack(Stack):
         self.inference_execution_role = IrsaRole(
             self, "InferenceExecutionRole", cluster=cluster, namespace=INFERENCE_NAMESPACE,
             service_account=INFERENCE_CONTROLLER_SA, extra_service_principals=["sagemaker.amazonaws.com"],
-            description="HyperPod inference operator execution role")
+            description="HyperPod inference operator execution role", role_name=inference_execution_role_name(platform))
         execution = self.inference_execution_role.role
-        cfn_execution = execution.node.default_child
-        assert isinstance(cfn_execution, iam.CfnRole)
-        cfn_execution.role_name = inference_execution_role_name(platform)
         execution.add_managed_policy(
             iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSageMakerHyperPodInferenceAccess"))
         certificates = self.tls_bucket.bucket.arn_for_objects("*")

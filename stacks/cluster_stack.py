@@ -48,22 +48,19 @@ CORE_ADDONS = {
     "eks-pod-identity-agent": "eks_pod_identity_agent",
 }
 
-#: ``configuration_values`` of the core add-ons (JSON-encoded by ``eks_v2.Addon``), defined in
-#: :mod:`platform_config.addon_configuration` so scripts/preflight.py checks the same keys.
-#:
-#: vpc-cni ``enableNetworkPolicy`` (a *string*, per the add-on's configuration schema and the EKS
-#: user guide, "Restrict Pod network traffic with Kubernetes network policies"): runs the network
-#: policy agent (container ``aws-eks-nodeagent`` in the ``aws-node`` DaemonSet, VPC CNI >= 1.14).
-#: Without it the platform's NetworkPolicies (Curvine Primary, business-line namespaces) are
-#: accepted by the API server and enforced by nothing. Caveats, all outside what CDK can check:
-#: - The agent enforces with eBPF and needs Linux >= 5.10 with the BPF file system mounted at
-#:   /sys/fs/bpf. EKS AMIs guarantee that; HyperPod nodes run HyperPod's own AMI, so after the
-#:   first deployment check that ``aws-eks-nodeagent`` is healthy on a HyperPod node
-#:   (``kubectl -n kube-system logs ds/aws-node -c aws-eks-nodeagent``) before relying on a policy.
-#: - hostNetwork pods are never subject to NetworkPolicy (the Curvine FUSE pods of the CSI driver).
-#: - Default (``standard``) enforcing mode: a new pod is allow-all until its policies reconcile,
-#:   usually within seconds.
-ADDON_CONFIGURATION = CORE_ADDON_CONFIGURATION
+# The core add-ons' ``configuration_values`` (JSON-encoded by ``eks_v2.Addon``) are
+# :data:`platform_config.addon_configuration.CORE_ADDON_CONFIGURATION`, so scripts/preflight.py
+# checks the same keys. Its vpc-cni ``enableNetworkPolicy`` runs the network policy agent
+# (container ``aws-eks-nodeagent`` in the ``aws-node`` DaemonSet, VPC CNI >= 1.14); without it the
+# platform's NetworkPolicies (Curvine Primary, business-line namespaces) are accepted by the API
+# server and enforced by nothing. Caveats, all outside what CDK can check:
+# - The agent enforces with eBPF and needs Linux >= 5.10 with the BPF file system mounted at
+#   /sys/fs/bpf. EKS AMIs guarantee that; HyperPod nodes run HyperPod's own AMI, so after the
+#   first deployment check that ``aws-eks-nodeagent`` is healthy on a HyperPod node
+#   (``kubectl -n kube-system logs ds/aws-node -c aws-eks-nodeagent``) before relying on a policy.
+# - hostNetwork pods are never subject to NetworkPolicy (the Curvine FUSE pods of the CSI driver).
+# - Default (``standard``) enforcing mode: a new pod is allow-all until its policies reconcile,
+#   usually within seconds.
 
 
 class ClusterStack(Stack):
@@ -85,7 +82,7 @@ class ClusterStack(Stack):
       Primary's EBS volume lives in that zone, so the Primary must be schedulable there, and
       the data plane (HyperPod, the volume) is single-zone anyway.
     - Managed core add-ons at pinned versions: vpc-cni (network policy agent on, see
-      :data:`ADDON_CONFIGURATION`), coredns, kube-proxy, eks-pod-identity-agent.
+      :data:`~platform_config.addon_configuration.CORE_ADDON_CONFIGURATION`), coredns, kube-proxy, eks-pod-identity-agent.
     - The cluster's IAM OIDC provider (native ``AWS::IAM::OIDCProvider``) for IRSA.
     - A kubectl/helm handler (the ``KubectlV<NN>Layer`` of ``eks.version``, from
       :func:`k8s.kube.kubectl_layer_class`) so later stacks can apply manifests and charts; their
@@ -189,7 +186,7 @@ class ClusterStack(Stack):
                 addon_name=name,
                 addon_version=getattr(versions, attr),
                 preserve_on_delete=False,
-                configuration_values=ADDON_CONFIGURATION.get(name),
+                configuration_values=CORE_ADDON_CONFIGURATION.get(name),
             )
             # EKS bootstraps self-managed vpc-cni/coredns/kube-proxy; OVERWRITE lets the managed
             # add-on adopt them instead of failing on field conflicts.

@@ -107,7 +107,7 @@ def lifecycle_env(platform: PlatformConfig, group: str) -> str:
     or the group not in ``curvine.worker_instance_groups``); the script then tolerates a node
     without instance storage instead of failing it.
     """
-    workers = set(platform.curvine.worker_instance_groups) or {g.name for g in platform.hyperpod.instance_groups}
+    workers = {g.name for g in platform.curvine_worker_groups()}
     data_dir = platform.curvine.worker_data_dir if platform.curvine.enabled and group in workers else ""
     return (
         f"KVCACHE_INSTANCE_GROUP={group}\n"

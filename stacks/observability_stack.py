@@ -71,7 +71,6 @@ class ObservabilityStack(Stack):
             ``grafana_provisioning``: :class:`GrafanaProvisioning` or None.
         dcgm_exporter: ``eks.HelmChart`` or None; ``monitoring_namespace``: its ``eks.KubernetesManifest``.
         dashboards: the dashboard JSON models (dicts), for ``app.py`` to write after synthesis.
-        scrape_configuration: the scraper's configuration (dict, before base64).
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig,
@@ -80,8 +79,6 @@ class ObservabilityStack(Stack):
         super().__init__(scope, construct_id, **kwargs)
         obs = platform.observability
         name = f"{platform.project}-kv-cache"
-        self.platform = platform
-        self.business_lines = business_lines
 
         # The workspace uses this key only with workspace_key: customer-managed (README,
         # "Observability": an older AMP user guide said such workspaces cannot use managed
@@ -116,9 +113,8 @@ class ObservabilityStack(Stack):
             self, "Rules", workspace=self.workspace.attr_arn, name=alerts.RULES_NAMESPACE,
             data=alerts.rule_groups_yaml(platform, business_lines))
 
-        self.scrape_configuration = targets.scrape_configuration(platform, business_lines)
         blob = base64.b64encode(targets.scrape_configuration_yaml(platform, business_lines).encode()).decode()
-        self.scraper_security_group = self._scraper_security_group(vpc, cluster, name, business_lines)
+        self.scraper_security_group = self._scraper_security_group(vpc, cluster, name, platform, business_lines)
         self.scraper = aps.CfnScraper(
             self, "Scraper", alias=name,
             source=aps.CfnScraper.SourceProperty(eks_configuration=aps.CfnScraper.EksConfigurationProperty(
@@ -181,7 +177,7 @@ class ObservabilityStack(Stack):
                   description="SNS topic every alert is published to; subscribe on-call here")
         CfnOutput(self, "ScraperId", value=self.scraper.attr_scraper_id)
 
-    def _scraper_security_group(self, vpc: ec2.IVpc, cluster: eks.ICluster, name: str,
+    def _scraper_security_group(self, vpc: ec2.IVpc, cluster: eks.ICluster, name: str, platform: PlatformConfig,
                                 business_lines: tuple[BusinessLineConfig, ...]) -> ec2.SecurityGroup:
         """The scraper ENIs' group, admitted into the EKS cluster security group on the scrape ports and 443.
 
@@ -194,6 +190,6 @@ class ObservabilityStack(Stack):
             self, "EksClusterSecurityGroup", cluster.cluster_security_group_id, mutable=True)
         cluster_group.add_ingress_rule(group, ec2.Port.tcp(targets.API_SERVER_PORT),
                                        "AMP scraper: Kubernetes API (pod discovery, private endpoint)")
-        for port, jobs in targets.scrape_ports(self.platform, business_lines).items():
+        for port, jobs in targets.scrape_ports(platform, business_lines).items():
             cluster_group.add_ingress_rule(group, ec2.Port.tcp(port), f"AMP scraper: {', '.join(jobs)}"[:255])
         return group

@@ -170,12 +170,17 @@ def _create_only(region: str, type_name: str) -> list[str]:
     return sorted(dict.fromkeys(paths))
 
 
-def _dependencies(templates: Mapping[str, Mapping[str, Any]], stack: str, values: Mapping[str, Any],
-                  region: str) -> dict[str, Any]:
-    """Every resource the ``values`` (property -> value) refer to, transitively, with its create-only properties."""
-    exports = {out["Export"]["Name"]: (name, out["Value"])
-               for name, template in templates.items()
-               for out in template.get("Outputs", {}).values() if isinstance(out.get("Export"), dict)}
+def _exports(templates: Mapping[str, Mapping[str, Any]]) -> dict[str, tuple[str, Any]]:
+    """Export name -> (stack name, exported value) over every template."""
+    return {out["Export"]["Name"]: (name, out["Value"])
+            for name, template in templates.items()
+            for out in template.get("Outputs", {}).values() if isinstance(out.get("Export"), dict)}
+
+
+def _dependencies(templates: Mapping[str, Mapping[str, Any]], exports: Mapping[str, tuple[str, Any]], stack: str,
+                  values: Mapping[str, Any], region: str) -> dict[str, Any]:
+    """Every resource the ``values`` (property -> value) refer to, transitively, with its create-only
+    properties (``exports``: :func:`_exports` of ``templates``)."""
     found: dict[str, Any] = {}
     todo = [(stack, ref, prop) for prop, value in values.items() for ref in _references(value)]
     while todo:
@@ -192,15 +197,10 @@ def _dependencies(templates: Mapping[str, Mapping[str, Any]], stack: str, values
             continue
         props = resource.get("Properties", {})
         paths = _create_only(region, resource["Type"])
-        found[key] = {"type": resource["Type"], "via": via,
-                      "properties": {p: _get(props, p.split("/")) for p in paths}}
-        todo += [(here, ref, via) for p in paths for ref in _references(_get(props, p.split("/")))]
+        properties = {p: _get(props, p.split("/")) for p in paths}
+        found[key] = {"type": resource["Type"], "via": via, "properties": properties}
+        todo += [(here, ref, via) for value in properties.values() for ref in _references(value)]
     return dict(sorted(found.items()))
-
-
-def config_value(platform: PlatformConfig, dotted: str) -> Any:
-    """The JSON value of a dotted config field (``"eks.cluster_name"``) of ``platform``."""
-    return _get(platform.model_dump(mode="json"), dotted.split("."))
 
 
 def snapshot(templates: Mapping[str, Mapping[str, Any]], platform: PlatformConfig, *,
@@ -215,8 +215,11 @@ def snapshot(templates: Mapping[str, Mapping[str, Any]], platform: PlatformConfi
         ValueError: a stack holds more than one resource of a stateful type.
     """
     resources: dict[str, Any] = {}
+    config = platform.model_dump(mode="json")
+    exports = _exports(templates)
     for spec in STATEFUL_RESOURCES:
-        entry: dict[str, Any] = {"config": {f: config_value(platform, f) for f in spec.config_fields}}
+        # Each config field's JSON value, by its dotted name ("eks.cluster_name").
+        entry: dict[str, Any] = {"config": {f: _get(config, f.split(".")) for f in spec.config_fields}}
         stack = stack_names[spec.stack_role]
         found = {lid: r for lid, r in templates.get(stack, {}).get("Resources", {}).items() if r["Type"] == spec.type}
         if len(found) > 1:
@@ -227,7 +230,7 @@ def snapshot(templates: Mapping[str, Mapping[str, Any]], platform: PlatformConfi
             props = resource.get("Properties", {})
             values = {p: _get(props, p.split("/")) for p in spec.properties}
             entry.update(stack=stack, type=spec.type, logical_id=logical_id, properties=values,
-                         dependencies=_dependencies(templates, stack, values, platform.region))
+                         dependencies=_dependencies(templates, exports, stack, values, platform.region))
         resources[spec.role] = entry
     return {"config_dir": config_dir, "resources": resources}
 
