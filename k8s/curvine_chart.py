@@ -32,7 +32,7 @@ from k8s.curvine_config import (
     INIT_MARKER, JOURNAL_DIR, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT, META_DIR, PRIMARY_MOUNT, PRIMARY_ROOT,
     ROCKSDB_DATA_SUBDIR, WORKER_RPC_PORT, WORKER_WEB_PORT, fuse_mount_parameters, master_addrs, render_cluster_toml,
 )
-from k8s.nodes import HYPERPOD_GROUP_LABEL, HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, instance_group_tolerations
+from k8s.nodes import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, hyperpod_node_requirements, instance_group_tolerations
 from platform_config import PlatformConfig
 from platform_config.models import AZ_NAME_PATTERN, ExistingVpcConfig
 
@@ -312,9 +312,7 @@ class CurvineChart(cdk8s.Chart):
                 k8s.EnvVar(name="ORPC_BIND_HOSTNAME", value="0.0.0.0"), *extra]
 
     def _hyperpod_affinity(self, groups: tuple[str, ...]) -> k8s.Affinity:
-        exprs = [k8s.NodeSelectorRequirement(key=HYPERPOD_NODE_LABEL, operator="In", values=[HYPERPOD_NODE_VALUE])]
-        if groups:
-            exprs.append(k8s.NodeSelectorRequirement(key=HYPERPOD_GROUP_LABEL, operator="In", values=list(groups)))
+        exprs = [k8s.NodeSelectorRequirement(**r) for r in hyperpod_node_requirements(groups)]
         return k8s.Affinity(node_affinity=k8s.NodeAffinity(
             required_during_scheduling_ignored_during_execution=k8s.NodeSelector(
                 node_selector_terms=[k8s.NodeSelectorTerm(match_expressions=exprs)])))

@@ -49,7 +49,7 @@ from constructs import Construct
 
 from k8s import names, pod_resources
 from k8s.lmcache import l2_cache_dir
-from k8s.nodes import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, instance_group_tolerations
+from k8s.nodes import hyperpod_node_requirements, instance_group_tolerations
 from k8s.patch import L2_MOUNT_PATH
 from kv_tools import l2_janitor
 from platform_config import BusinessLineConfig, PlatformConfig
@@ -172,8 +172,8 @@ class L2Janitor(Construct):
             # HyperPod nodes only: only they run the Curvine CSI node plugin that mounts the PVC.
             affinity=k8s.Affinity(node_affinity=k8s.NodeAffinity(
                 required_during_scheduling_ignored_during_execution=k8s.NodeSelector(node_selector_terms=[
-                    k8s.NodeSelectorTerm(match_expressions=[k8s.NodeSelectorRequirement(
-                        key=HYPERPOD_NODE_LABEL, operator="In", values=[HYPERPOD_NODE_VALUE])])]))),
+                    k8s.NodeSelectorTerm(match_expressions=[
+                        k8s.NodeSelectorRequirement(**r) for r in hyperpod_node_requirements()])]))),
             tolerations=[k8s.Toleration(**t) for t in instance_group_tolerations(platform)],
             volumes=[k8s.Volume(name="config", config_map=k8s.ConfigMapVolumeSource(name=NAME)),
                      k8s.Volume(name=names.L2_VOLUME_NAME, persistent_volume_claim=k8s.PersistentVolumeClaimVolumeSource(

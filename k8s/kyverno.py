@@ -251,8 +251,7 @@ def policy_spec(platform: PlatformConfig, line: BusinessLineConfig) -> dict[str,
         # (a Pod created while the policy was not ready never gets it).
         "mutate": {"patchesJson6902": _yaml_patch([
             *({"op": "add", "path": "/spec/volumes/-", "value": v} for v, _ in volumes),
-            {"op": "add", "path": "/metadata/labels/" + names.L2_MUTATED_LABEL.replace("~", "~0").replace("/", "~1"),
-             "value": names.L2_MUTATED_VALUE},
+            {"op": "add", "path": f"/metadata/labels/{names.L2_MUTATED_LABEL_POINTER}", "value": names.L2_MUTATED_VALUE},
         ])},
     }
     return {

@@ -174,16 +174,13 @@ PINNED_SETTINGS: Final[tuple[PinnedSetting, ...]] = (
         "fs_connector.py FSConnector.get"),
 )
 
-#: The vLLM flag tables and aliases, shared with every other reader of ``vllm.args``
+#: The KV-neutral vLLM flags, shared with every other reader of ``vllm.args``
 #: (:mod:`platform_config.vllm_args`): a flag of :data:`KV_NEUTRAL_VLLM_FLAGS` does not change the
 #: content or layout of a token sequence's KV, so a change of it keeps the line's L2 directory.
 #: Every other argument of ``vllm.args`` (model path, ``--dtype``, ``--kv-cache-dtype``,
 #: ``--tensor-parallel-size``, ``--quantization``, ``--revision``, ``--hf-overrides``, anything
 #: unknown...) is part of :func:`l2_cache_dir`.
-KV_NEUTRAL_VLLM_FLAG_VALUES = vllm_args.KV_NEUTRAL_VLLM_FLAG_VALUES
 KV_NEUTRAL_VLLM_FLAGS = vllm_args.KV_NEUTRAL_VLLM_FLAGS
-KV_RELEVANT_VLLM_FLAG_VALUES = vllm_args.KV_RELEVANT_VLLM_FLAG_VALUES
-VLLM_FLAG_ALIASES = vllm_args.VLLM_FLAG_ALIASES
 
 
 def env_name(key: str) -> str:

@@ -67,6 +67,9 @@ def line_chart_name(line: BusinessLineConfig) -> str:
 #: for pods of a line that lack it.
 L2_MUTATED_LABEL: Final = "kvcache.io/l2-cache"
 L2_MUTATED_VALUE: Final = "curvine"
+#: :data:`L2_MUTATED_LABEL` as one JSON Pointer token (RFC 6901: ``~`` -> ``~0``, ``/`` -> ``~1``),
+#: for the JSON patches that add it under ``.../metadata/labels/``.
+L2_MUTATED_LABEL_POINTER: Final = L2_MUTATED_LABEL.replace("~", "~0").replace("/", "~1")
 
 #: The per-line L2 janitor (k8s/janitor.py): object name, the pod label the observability stack's
 #: scrape job selects on (observability/targets.py) and the name of its container port serving

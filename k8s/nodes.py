@@ -1,7 +1,7 @@
 """Scheduling onto HyperPod nodes, shared by every chart and Helm value set that runs pods there.
 
-One definition of the node labels HyperPod puts on its nodes and of "tolerate the taints of the
-instance groups", used by the Curvine chart (Workers), each line's L2 janitor and the DCGM
+One definition of the node labels HyperPod puts on its nodes, of "only HyperPod nodes (of these
+instance groups)" and of "tolerate the taints of the instance groups", used by the Curvine chart (Workers), each line's L2 janitor and the DCGM
 exporter's Helm values (observability), so the three cannot drift apart.
 """
 
@@ -17,6 +17,21 @@ HYPERPOD_NODE_LABEL: Final = "sagemaker.amazonaws.com/compute-type"
 HYPERPOD_NODE_VALUE: Final = "hyperpod"
 #: Label with the HyperPod instance group name of a node.
 HYPERPOD_GROUP_LABEL: Final = "sagemaker.amazonaws.com/instance-group-name"
+
+
+def hyperpod_node_requirements(groups: tuple[str, ...] = ()) -> list[dict[str, object]]:
+    """Node-selector requirements of "a HyperPod node", and "of the instance groups ``groups``"
+    when that is not empty; all must hold (one ``NodeSelectorTerm``'s ``matchExpressions``).
+
+    Returns:
+        Kubernetes ``NodeSelectorRequirement`` objects as plain dicts, whose keys are also the
+        keyword arguments of the cdk8s ``k8s.NodeSelectorRequirement`` class.
+    """
+    requirements: list[dict[str, object]] = [
+        {"key": HYPERPOD_NODE_LABEL, "operator": "In", "values": [HYPERPOD_NODE_VALUE]}]
+    if groups:
+        requirements.append({"key": HYPERPOD_GROUP_LABEL, "operator": "In", "values": list(groups)})
+    return requirements
 
 
 def instance_group_tolerations(platform: PlatformConfig, groups: tuple[str, ...] = ()) -> list[dict[str, str]]:

@@ -267,8 +267,8 @@ def endpoint_json_patch(platform: PlatformConfig, line: BusinessLineConfig, *,
             ops.append({"op": "add", "path": path, "value": []})
     if deployment is not None:
         # The label of the L2 mutation, as the Kyverno policy sets it (verify.py checks it).
-        label = names.L2_MUTATED_LABEL.replace("~", "~0").replace("/", "~1")
-        ops.append({"op": "add", "path": f"/spec/template/metadata/labels/{label}", "value": names.L2_MUTATED_VALUE})
+        ops.append({"op": "add", "path": f"/spec/template/metadata/labels/{names.L2_MUTATED_LABEL_POINTER}",
+                    "value": names.L2_MUTATED_VALUE})
     for volume, mount in owned_volumes(line):
         ops.append({"op": "add", "path": f"{spec_path}/volumes/-", "value": volume})
         ops.append({"op": "add", "path": f"{cpath}/volumeMounts/-", "value": mount})

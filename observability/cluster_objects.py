@@ -34,7 +34,7 @@ import csv
 import io
 from typing import Any, Final
 
-from k8s.nodes import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, instance_group_tolerations
+from k8s.nodes import hyperpod_node_requirements, instance_group_tolerations
 from observability import metrics
 from platform_config import PlatformConfig
 
@@ -104,7 +104,7 @@ def dcgm_exporter_values(platform: PlatformConfig) -> dict[str, Any]:
     return {
         "serviceMonitor": {"enabled": False},
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": HYPERPOD_NODE_LABEL, "operator": "In", "values": [HYPERPOD_NODE_VALUE]}]}]}}},
+            {"matchExpressions": hyperpod_node_requirements()}]}}},
         "tolerations": tolerations,
         "securityContext": dcgm_security_context(),
         "arguments": ["-f", DCGM_COUNTERS_PATH],

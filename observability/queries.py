@@ -62,10 +62,11 @@ def line_labels(line: BusinessLineConfig) -> dict[str, str]:
     return {"job": targets.JOB_VLLM, "business_line": line.name}
 
 
-def rate_sum(name: str, labels: dict[str, str], by: str = "") -> str:
-    """``sum [by (..)] (rate(<series>[RATE_WINDOW]))`` of a counter."""
+def rate_sum(name: str, labels: dict[str, str], by: str = "", *, window: str = RATE_WINDOW, offset: str = "") -> str:
+    """``sum [by (..)] (rate(<series>[window] [offset ..]))`` of a counter."""
     grouping = f" by ({by})" if by else ""
-    return f"sum{grouping}(rate({selector(name, **labels)}[{RATE_WINDOW}]))"
+    off = f" offset {offset}" if offset else ""
+    return f"sum{grouping}(rate({selector(name, **labels)}[{window}]{off}))"
 
 
 def quantile(q: float, name: str, labels: dict[str, str], by: str = "") -> str:
@@ -112,9 +113,8 @@ def lmcache_hit_rate(line: BusinessLineConfig) -> str:
 
 def l2_hit_tokens_rate(line: BusinessLineConfig, window: str = RATE_WINDOW, offset: str = "") -> str:
     """Tokens per second read from L2: rank-0 chunk reads x ``chunk_size_tokens``."""
-    off = f" offset {offset}" if offset else ""
-    reads = selector("lmcache:num_remote_read_requests", **line_labels(line), **RANK0)
-    return f"(sum(rate({reads}[{window}]{off})) * {line.cache.chunk_size_tokens})"
+    reads = rate_sum("lmcache:num_remote_read_requests", {**line_labels(line), **RANK0}, window=window, offset=offset)
+    return f"({reads} * {line.cache.chunk_size_tokens})"
 
 
 def l1_hit_tokens_rate(line: BusinessLineConfig) -> str:
@@ -124,8 +124,7 @@ def l1_hit_tokens_rate(line: BusinessLineConfig) -> str:
 
 def l2_hit_share(line: BusinessLineConfig, window: str = RATE_WINDOW, offset: str = "") -> str:
     """L2 hit rate of a line: L2-served tokens / prompt tokens over ``window`` (0-1)."""
-    off = f" offset {offset}" if offset else ""
-    prompts = f"sum(rate({selector('vllm:prompt_tokens', **line_labels(line))}[{window}]{off}))"
+    prompts = rate_sum("vllm:prompt_tokens", line_labels(line), window=window, offset=offset)
     return f"{l2_hit_tokens_rate(line, window, offset)} / {prompts}"
 
 

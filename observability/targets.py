@@ -134,6 +134,11 @@ class Job:
 
 
 def _vllm(lines: tuple[BusinessLineConfig, ...]) -> tuple[Job, list[dict[str, Any]]]:
+    """The vLLM job: every line's endpoint pods, ``business_line`` from the namespace.
+
+    The operator labels the pods ``app=<endpoint name>`` (:data:`k8s.names.OPERATOR_POD_LABEL`);
+    the port is the line's ``vllm.port``. Each line's namespace maps to ``business_line=<name>``.
+    """
     job = Job(name=JOB_VLLM, namespaces=tuple(l.namespace for l in lines),
               pod_label=(names.OPERATOR_POD_LABEL, ""),
               port_numbers=tuple(sorted({l.vllm.port for l in lines})))
@@ -148,16 +153,6 @@ def _vllm(lines: tuple[BusinessLineConfig, ...]) -> tuple[Job, list[dict[str, An
                "target_label": "business_line", "replacement": l.name} for l in lines]
     extra.append({"source_labels": [meta_label(names.L2_MUTATED_LABEL)], "target_label": L2_CACHE_TARGET_LABEL})
     return job, extra
-
-
-def vllm_job(lines: tuple[BusinessLineConfig, ...]) -> dict[str, Any]:
-    """The vLLM job: every line's endpoint pods, ``business_line`` from the namespace.
-
-    The operator labels the pods ``app=<endpoint name>`` (:data:`k8s.names.OPERATOR_POD_LABEL`);
-    the port is the line's ``vllm.port``. Each line's namespace maps to ``business_line=<name>``.
-    """
-    job, extra = _vllm(lines)
-    return job.scrape_config(extra)
 
 
 def _jobs(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> list[tuple[Job, list[dict[str, Any]]]]:
