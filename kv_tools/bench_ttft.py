@@ -113,10 +113,13 @@ class BenchConfig:
         if problems:
             raise ValueError("; ".join(problems))
 
+    def base(self, kind: str) -> str:
+        """The base URL of the ``kind`` (``cold``/``warm``) phase: ``read_base_url`` for warm, when set."""
+        return self.base_url if kind == "cold" or not self.read_base_url else self.read_base_url
+
     def url(self, kind: str) -> str:
         """The full URL the ``kind`` (``cold``/``warm``) phase posts to."""
-        base = self.base_url if kind == "cold" or not self.read_base_url else self.read_base_url
-        return endpoint_url(base, self.endpoint)
+        return endpoint_url(self.base(kind), self.endpoint)
 
     @property
     def split(self) -> tuple[int, int]:
@@ -323,21 +326,29 @@ def send_streaming(client: _Client, cfg: BenchConfig, base_url: str, prompt: str
         client.drop(base_url)
 
 
+def duration_bound_reason(duration_s: float) -> str:
+    """The reason recorded (:meth:`BenchReport.skip`) for requests the duration bound kept from starting."""
+    return f"the duration bound of {duration_s:g} s had passed"
+
+
 @dataclass
 class BenchReport:
     """The run's results and summary (see :meth:`to_dict`)."""
 
     config: BenchConfig
     results: list[RequestResult] = field(default_factory=list)
-    skipped: int = 0
     wall_s: float = 0.0
     #: Requests not started, per phase and reason (the duration bound; no cold success).
     skipped_by: dict[str, Counter] = field(default_factory=lambda: {"cold": Counter(), "warm": Counter()})
 
     def skip(self, kind: str, reason: str, n: int = 1) -> None:
         """Count ``n`` ``kind`` requests not started for ``reason``."""
-        self.skipped += n
         self.skipped_by[kind][reason] += n
+
+    @property
+    def skipped(self) -> int:
+        """Requests not started, over both phases and every reason."""
+        return sum(sum(reasons.values()) for reasons in self.skipped_by.values())
 
     @property
     def unanswered(self) -> str | None:
@@ -360,6 +371,10 @@ class BenchReport:
             parts += [f"{n} not started ({why})" for why, n in self.skipped_by[kind].items()]
             phases.append("; ".join(parts))
         return "cold vs warm TTFT not measured: " + ". ".join(phases)
+
+    def stopped_by_duration(self, kind: str) -> bool:
+        """Some ``kind`` requests never started because the duration bound had passed."""
+        return duration_bound_reason(self.config.duration_s) in self.skipped_by[kind]
 
     @property
     def all_unreachable(self) -> bool:
@@ -385,13 +400,13 @@ class BenchReport:
     def to_dict(self) -> dict[str, Any]:
         cfg = self.config
         cold, warm = cfg.split
-        ratio = self.cold_warm_ratio
+        ratio, unanswered = self.cold_warm_ratio, self.unanswered
         by_kind = {kind: {"requests": len(self._ok(kind)), "ttft_ms": _stats(self.ttft(kind)),
                           "e2e_ms": _stats([r.e2e_ms for r in self._ok(kind) if r.e2e_ms is not None])}
                    for kind in ("cold", "warm")}
         return {
-            "answered": self.unanswered is None,
-            "unanswered_reason": self.unanswered,
+            "answered": unanswered is None,
+            "unanswered_reason": unanswered,
             "urls": {"cold": cfg.url("cold"), "warm": cfg.url("warm")},
             "ttft_ms": _stats(self.ttft()),
             "e2e_ms": _stats([r.e2e_ms for r in self._ok() if r.e2e_ms is not None]),
@@ -427,10 +442,10 @@ def run(cfg: BenchConfig, *, tokenizer_path: str | None = None, progress: bool =
         bar = tqdm(total=len(plan), unit="req", file=sys.stderr, desc="ttft", delay=progress_delay_s)
 
     def one(kind: str, prefix_id: int, prompt: str) -> None:
-        url = cfg.base_url if kind == "cold" or not cfg.read_base_url else cfg.read_base_url
+        url = cfg.base(kind)
         if clock() >= deadline:
             with lock:
-                report.skip(kind, f"the duration bound of {cfg.duration_s:g} s had passed")
+                report.skip(kind, duration_bound_reason(cfg.duration_s))
                 if bar is not None:
                     bar.update(1)
             return

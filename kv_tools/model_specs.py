@@ -254,11 +254,9 @@ def load_hf_config(path: str | Path, *, name: str = "") -> ModelSpec:
         raise ValueError(f"{path}: not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path}: must be a JSON object")
-    spec = spec_from_hf_config(data, name=name or str(data.get("_name_or_path") or "") or _hub_repo_id(path) or "",
-                               source=str(path))
-    if name or data.get("_name_or_path") or _hub_repo_id(path):
-        return spec
-    return replace(spec, name=describe_architecture(spec, data))
+    given = name or str(data.get("_name_or_path") or "") or _hub_repo_id(path) or ""
+    spec = spec_from_hf_config(data, name=given, source=str(path))
+    return spec if given else replace(spec, name=describe_architecture(spec, data))
 
 
 def _hub_repo_id(path: Path) -> str | None:

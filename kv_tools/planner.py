@@ -415,7 +415,6 @@ class Plan:
     fit: Fit
     min_tp: int | None
     kv_bytes_per_token: int
-    l1_gib_per_node: float
     l2_nodes: int
     l2_gib_per_node: float
     timing: Timing
@@ -442,6 +441,16 @@ class Plan:
         default per TP rank x TP (0 with L1 off)."""
         given = self.inputs.l1_gib_per_replica
         return LMCACHE_DEFAULT_L1_GIB_PER_RANK * self.fit.tp if given is None else given
+
+    @property
+    def replicas_on_a_node(self) -> int:
+        """Replicas one node holds: the line's replicas, at most :attr:`replicas_per_node`."""
+        return min(self.inputs.replicas, self.replicas_per_node)
+
+    @property
+    def l1_gib_per_node(self) -> float:
+        """L1 of one node, GiB: :attr:`l1_gib_per_replica` x :attr:`replicas_on_a_node`."""
+        return self.l1_gib_per_replica * self.replicas_on_a_node
 
     @property
     def l2_pool_gib(self) -> float:
@@ -554,8 +563,6 @@ def plan(inputs: PlanInputs, *, prices: PriceTable | None = None,
     )
     return Plan(inputs=inputs, instance=instance, fit=fit, min_tp=min_tp,
                 kv_bytes_per_token=inputs.model.kv_bytes_per_token(kv_dtype),
-                l1_gib_per_node=((LMCACHE_DEFAULT_L1_GIB_PER_RANK * fit.tp if inputs.l1_gib_per_replica is None
-                                  else inputs.l1_gib_per_replica) * min(inputs.replicas, max(1, instance.gpus // fit.tp))),
                 l2_nodes=inputs.l2_nodes if inputs.l2_nodes is not None else nodes,
                 l2_gib_per_node=l2_per_node, timing=t, cost=cost, warnings=tuple(warnings),
                 calibration=calibration)
@@ -810,7 +817,7 @@ def format_plan(p: Plan, recommendation: Recommendation | None = None, *,
     kv_per_token = p.kv_bytes_per_token
     fit = "fits" if p.fit.fits else "DOES NOT FIT"
     min_tp = f"smallest TP that fits: {p.min_tp}" if p.min_tp else f"no TP on {inst.name} fits"
-    per_node = round(p.l1_gib_per_node / p.l1_gib_per_replica) if p.l1_gib_per_replica else 0
+    per_node = p.replicas_on_a_node
     l1_basis = ("L1 off" if p.l1_gib_per_replica == 0 else
                 f"{p.l1_gib_per_replica:g} GiB x {per_node} replicas" if i.l1_gib_per_replica is not None else
                 f"LMCache default {LMCACHE_DEFAULT_L1_GIB_PER_RANK:g} GiB x TP {p.fit.tp} x {per_node} replicas")

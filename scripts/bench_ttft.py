@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         hint = ""
         if report.all_unreachable:
             hint = "; is the endpoint up (kubectl port-forward running) and the URL right?"
-        elif any("duration bound" in why for why in report.skipped_by["warm"]):
+        elif report.stopped_by_duration("warm"):
             hint = "; raise --duration or lower --requests"
         return cli.fail(report.unanswered + hint)
     ratio = report.cold_warm_ratio
