@@ -333,14 +333,14 @@ def run_preflight(platform: PlatformConfig, session_factory: Callable[..., Any] 
     eks = session.client("eks")
     offered: dict[str, list[str]] = {}
     paginator = eks.get_paginator("describe_addon_versions")
-    for name in pinned_addons(platform):
+    pinned = pinned_addons(platform)
+    for name in pinned:
         for page in paginator.paginate(kubernetesVersion=platform.eks.version, addonName=name):
             for addon in page.get("addons", []):
                 offered.setdefault(addon["addonName"], []).extend(
                     v["addonVersion"] for v in addon.get("addonVersions", []))
     results.extend(check_addon_versions(platform, offered))
 
-    pinned = pinned_addons(platform)
     for name, configuration in configured_addons(platform).items():
         try:
             response = eks.describe_addon_configuration(addonName=name, addonVersion=pinned[name])
