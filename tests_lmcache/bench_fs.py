@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests_lmcache.conftest import QWEN2_7B, Tier, export_env
+from tests_lmcache.conftest import QWEN2_7B, Tier, export_env, make_tier
 
 LINE = "rag-assistant"
 PROMPT = [[7, 2048]]
@@ -57,10 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         runs = []
         for n in range(args.runs):
             base = Path(tmp) / f"run{n}"
-            dirs = [base / d for d in ("l2cache", "home", "work")]
-            for d in dirs:
-                d.mkdir(parents=True)
-            runs.append(one_run(Tier(doc, *dirs)))
+            base.mkdir()
+            runs.append(one_run(make_tier(doc, base)))
     gib = 2048 * BYTES_PER_TOKEN / 2**30
 
     def fmt(key: str) -> str:

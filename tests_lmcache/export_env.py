@@ -31,6 +31,7 @@ from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL
 from k8s.render import render_manifests
 from observability import alerts, dashboards
 from platform_config import ProjectConfig, load_project
+from platform_config.vllm_args import TENSOR_PARALLEL_FLAG, parallel_sizes
 from tests.example_config import FIXTURE_CONFIG, copy_example_config, edit_yaml
 from tests.k8s.kyverno_eval import apply_policy
 from tests.k8s.operator_render import pod
@@ -46,15 +47,6 @@ ZONE = "us-west-2a"
 def _one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     (obj,) = [o for o in objects if o["kind"] == kind]
     return obj
-
-
-def _tp_size(args: list[str]) -> int:
-    """``--tensor-parallel-size``/``-tp`` of the rendered worker args (vLLM's default is 1)."""
-    for i, arg in enumerate(args):
-        flag, sep, value = arg.partition("=")
-        if flag in ("--tensor-parallel-size", "-tp"):
-            return int(value if sep else args[i + 1])
-    return 1
 
 
 def _metrics_dir(admitted: dict[str, Any], vllm: dict[str, Any]) -> dict[str, Any] | None:
@@ -107,7 +99,7 @@ def export_project(project: ProjectConfig, pods: int, seed_base: int) -> dict[st
             "metrics_dir": metrics_dirs[0],
             # What vLLM puts in LMCache's engine metadata: the model *path* it was started with
             # (first worker arg), the world size, the model dtype (docs/l2-cache.md).
-            "engine": {"model_name": worker["args"][0], "world_size": _tp_size(worker["args"]),
+            "engine": {"model_name": worker["args"][0], "world_size": parallel_sizes(worker["args"]).get(TENSOR_PARALLEL_FLAG, 1),
                        "dtype": line.model.dtype},
             "lmcache_release": line.vllm.lmcache_release,
             "model": line.model.name,
