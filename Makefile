@@ -11,7 +11,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 # jsii's end-of-life notice for Node 20 is silenced by the Python code itself
 # (platform_config/runtime.py), so commands run outside make are quiet too.
 
-.PHONY: setup synth test test-lmcache manifests bench docs clean
+.PHONY: setup system-deps synth test test-lmcache manifests bench docs clean
 
 # Set-up output goes to stderr, so `make bench` (JSON) keeps a clean stdout on a fresh machine too.
 $(VENV)/.installed: requirements.txt requirements-dev.txt
@@ -26,6 +26,19 @@ node_modules/.installed: package.json package-lock.json
 	@touch $@
 
 setup: $(VENV)/.installed node_modules/.installed
+
+## make system-deps: the Debian packages of debian-packages.txt (the test tiers' FUSE, Prometheus, ...).
+## Does nothing when every one is installed; otherwise `apt-get update` once, then
+## `apt-get install -y --no-install-recommends` of the missing ones (needs root, as CI runs).
+DEBIAN_PACKAGES := $(shell sed -e 's/\#.*//' debian-packages.txt 2>/dev/null | tr -s ' \n' ' ')
+system-deps:
+	@set -eu; missing=""; \
+	for p in $(DEBIAN_PACKAGES); do dpkg-query -W -f='$${Status}' "$$p" 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "missing Debian packages:$$missing; run 'make system-deps' as root" >&2; exit 2; fi; \
+	  echo "installing Debian packages:$$missing" >&2; \
+	  apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >&2; \
+	fi
 
 ## make synth: validate config/, then `cdk synth` every stack into cdk.out/ (no AWS access needed).
 ## Synthesizes into a temporary directory beside it and swaps it in only on success, so a bad
@@ -45,7 +58,7 @@ synth: setup
 	echo "synthesized $$(ls "$(CDK_OUT)"/*.template.json | wc -l) stack templates into $(CDK_OUT)/"
 
 ## make test: the whole test suite (config, stacks, charts, tools, cfn-lint, cdk-nag).
-test: setup
+test: setup system-deps
 	$(PY) -m pytest
 
 ## make test-lmcache: the real-LMCache tier (tests_lmcache/): LMCache from PyPI on CPU, one process
@@ -62,7 +75,7 @@ $(LMCACHE_VENV)/.installed: requirements-lmcache.txt constraints-lmcache.txt
 	$(LMCACHE_VENV)/bin/pip install --quiet -r requirements-lmcache.txt
 	touch $@
 
-test-lmcache: setup $(LMCACHE_VENV)/.installed
+test-lmcache: setup system-deps $(LMCACHE_VENV)/.installed
 	$(LMCACHE_VENV)/bin/python -m pytest tests_lmcache -p no:cacheprovider
 	$(LMCACHE_VENV)/bin/python -m tests_lmcache.bench_fs
 
