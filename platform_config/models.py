@@ -656,8 +656,9 @@ class ImageVersions(StrictModel):
     csi_node_driver_registrar: PinnedImage
     csi_provisioner: PinnedImage
     livenessprobe: PinnedImage
-    #: Runs each line's L2 janitor (kv_tools/l2_janitor.py, standard library only, shipped in a
-    #: ConfigMap): any pinned Python >= 3.10 image.
+    #: Runs each line's L2 janitor (kv_tools/l2_janitor.py) and cross-pod hit canary
+    #: (kv_tools/kv_canary.py), both standard library only, shipped in ConfigMaps: any pinned
+    #: Python >= 3.10 image.
     l2_janitor: PinnedImage = "python:3.12.8-slim-bookworm"
 
 
@@ -773,6 +774,13 @@ class AlertsConfig(StrictModel):
     l2_hit_rate_collapse_ratio: Annotated[float, Field(gt=0, lt=1)] = 0.5
     #: ... and only for lines whose 6-hour L2 hit rate (L2 tokens / prompt tokens) was at least this.
     l2_hit_rate_baseline_min: Annotated[float, Field(gt=0, lt=1)] = 0.05
+    #: The cross-pod hit canary's alert fires when its ratio (L2-served share of the canary
+    #: prompt on the second replica; 1 when L2 works) is below this in ``canary_low_runs`` runs
+    #: in a row. 0.5: a working L2 serves every full chunk of the fresh prompt.
+    canary_min_hit_ratio: Annotated[float, Field(gt=0, le=1)] = 0.5
+    #: Runs in a row (each ``canary.period_minutes`` apart) the ratio must stay low; at least 2,
+    #: so one failed run (a replica restarting) does not page.
+    canary_low_runs: Annotated[int, Field(ge=2, le=12)] = 3
 
 
 class ObservabilityConfig(StrictModel):
@@ -1020,6 +1028,21 @@ class CacheConfig(StrictModel):
         return self
 
 
+class CanaryConfig(StrictModel):
+    """The line's cross-pod hit canary (docs/observability.md): a small Deployment that every
+    ``period_minutes`` sends a fresh prompt of ``prompt_chunks`` chunks to one replica, then to
+    another, and exports how much of it the second served from L2. Only lines with L2 run it."""
+
+    #: false: no canary (and no canary alert) for this line.
+    enabled: bool = True
+    #: Minutes between two runs. Each run sends exactly 2 completion requests of
+    #: ``max_tokens`` 1 (one per replica), so the canary adds at most 2 requests per period.
+    period_minutes: Annotated[int, Field(ge=1, le=60)] = 5
+    #: Full LMCache chunks (``cache.chunk_size_tokens`` each) in the canary prompt, plus 16
+    #: tokens; each run writes this many new chunks to L2, which the janitor ages out.
+    prompt_chunks: Annotated[int, Field(ge=1, le=16)] = 4
+
+
 class SloConfig(StrictModel):
     """Service-level objectives of a line, drawn on its dashboard row and alerted on."""
 
@@ -1050,6 +1073,7 @@ class BusinessLineConfig(StrictModel):
     vllm: VllmConfig
     resources: ResourcesConfig = ResourcesConfig()
     slo: SloConfig = SloConfig()
+    canary: CanaryConfig = CanaryConfig()
     #: PYTHONHASHSEED shared by every pod of the line. vLLM derives from it the initial prefix
     #: hash (`NONE_HASH`, random per process when unset) from which LMCache chains its chunk
     #: keys, so pods with different or unset seeds never hit each other's chunks. LMCache alone
