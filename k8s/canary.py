@@ -53,7 +53,7 @@ LABELS: Final = {"app.kubernetes.io/name": NAME, names.KV_CANARY_COMPONENT_LABEL
 
 def enabled(platform: PlatformConfig, line: BusinessLineConfig) -> bool:
     """Whether the line runs a canary: L2 on (and Curvine on) and ``canary.enabled``."""
-    return line.cache.l2_enabled and platform.curvine.enabled and line.canary.enabled
+    return platform.curvine.enabled and line.runs_canary
 
 
 def canary_config(line: BusinessLineConfig) -> dict[str, Any]:

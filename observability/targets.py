@@ -14,13 +14,14 @@ job                       pods                        port
 ``kvcache-kyverno``       Kyverno admission pods      container port ``metrics-port`` (8000)
 ``kvcache-dcgm``          DCGM exporter pods          container port ``metrics`` (9400)
 ``kvcache-l2-janitor``    each line's L2 janitor      container port ``metrics`` (9100, k8s/janitor.py)
+``kvcache-kv-canary``     each line's hit canary      container port ``metrics`` (9100, k8s/canary.py)
 ========================  ==========================  ===========================================
 
 Target labels added by relabelling: ``business_line`` (vLLM, from the namespace), ``namespace``
 and ``pod`` (vLLM, Curvine, Kyverno), ``l2_cache`` (vLLM: the value of the pod label
 :data:`k8s.names.L2_MUTATED_LABEL` the Kyverno policy sets; absent on a pod it did not mutate),
 ``node`` (all). The DCGM exporter and the janitor expose their own ``namespace``/``pod``/``line``
-labels (the pod *using* a GPU; the line measured), so those jobs add no target label of the same
+labels (the pod *using* a GPU; the line measured), as does the canary, so those jobs add no target label of the same
 name (a clash would rename theirs to ``exported_*``).
 
 Every job keeps its targets by port *number* too, so :func:`scrape_ports` is the exact set of TCP
@@ -40,7 +41,7 @@ import yaml
 from k8s import names
 from k8s.curvine_config import MASTER_WEB_PORT, WORKER_WEB_PORT
 from k8s.kyverno import KYVERNO_NAMESPACE
-from kv_tools import l2_janitor
+from kv_tools import kv_canary, l2_janitor
 from platform_config import BusinessLineConfig, PlatformConfig
 
 JOB_VLLM: Final = "kvcache-vllm"
@@ -49,6 +50,7 @@ JOB_CURVINE_WORKER: Final = "kvcache-curvine-worker"
 JOB_KYVERNO: Final = "kvcache-kyverno"
 JOB_DCGM: Final = "kvcache-dcgm"
 JOB_L2_JANITOR: Final = "kvcache-l2-janitor"
+JOB_KV_CANARY: Final = "kvcache-kv-canary"
 
 #: Pod labels of the Curvine chart (k8s/curvine_chart.py; a test checks they match).
 CURVINE_NAME_LABEL: Final = ("app.kubernetes.io/name", "curvine")
@@ -75,6 +77,11 @@ API_SERVER_PORT: Final = 443
 L2_JANITOR_COMPONENT: Final = names.L2_JANITOR_COMPONENT_LABEL
 L2_JANITOR_METRICS_PORT_NAME: Final = names.L2_JANITOR_METRICS_PORT_NAME
 L2_JANITOR_METRICS_PORT: Final = l2_janitor.METRICS_PORT
+#: The cross-pod hit canary's pods and port (k8s/names.py, k8s/canary.py, kv_tools/kv_canary.py);
+#: the same port number as the janitor's, so the scraper needs no other security-group rule.
+KV_CANARY_COMPONENT: Final = names.KV_CANARY_COMPONENT_LABEL
+KV_CANARY_METRICS_PORT_NAME: Final = names.KV_CANARY_METRICS_PORT_NAME
+KV_CANARY_METRICS_PORT: Final = kv_canary.METRICS_PORT
 
 #: Target label holding the pod's :data:`k8s.names.L2_MUTATED_LABEL` value (vLLM job).
 L2_CACHE_TARGET_LABEL: Final = "l2_cache"
@@ -166,6 +173,11 @@ def _jobs(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> li
             out.append((Job(name=JOB_L2_JANITOR, namespaces=tuple(l.namespace for l in l2_lines),
                             pod_label=L2_JANITOR_COMPONENT, port_name=L2_JANITOR_METRICS_PORT_NAME,
                             port_numbers=(L2_JANITOR_METRICS_PORT,), pod_target_labels=False), []))
+        canary_lines = [l for l in l2_lines if l.runs_canary and platform.curvine.enabled]
+        if canary_lines:
+            out.append((Job(name=JOB_KV_CANARY, namespaces=tuple(l.namespace for l in canary_lines),
+                            pod_label=KV_CANARY_COMPONENT, port_name=KV_CANARY_METRICS_PORT_NAME,
+                            port_numbers=(KV_CANARY_METRICS_PORT,), pod_target_labels=False), []))
     if platform.curvine.enabled:
         ns = (platform.curvine.namespace,)
         for name, component, port in ((JOB_CURVINE_MASTER, "master", MASTER_WEB_PORT),

@@ -1141,6 +1141,12 @@ class BusinessLineConfig(StrictModel):
         return self
 
     @property
+    def runs_canary(self) -> bool:
+        """Whether the line runs the cross-pod hit canary: L2 on and ``canary.enabled`` (L2 on
+        already requires ``curvine.enabled``, checked by the loader)."""
+        return self.cache.l2_enabled and self.canary.enabled
+
+    @property
     def tensor_parallel_size(self) -> int:
         """TP degree: ``--tensor-parallel-size`` of ``vllm.args`` (1 when unset). Equals
         ``gpus_per_replica`` unless pipeline or data parallelism share the replica's GPUs
