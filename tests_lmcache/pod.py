@@ -184,8 +184,13 @@ def _evict(path: Path) -> None:
         os.close(fd)
 
 
-def run(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    geometry, meta = spec["geometry"], spec["engine"]
+def build_engine(geometry: dict[str, int], meta: dict[str, Any]):
+    """A real ``LMCacheEngine`` configured from this process's environment alone (as the vLLM
+    integration reads it), with the engine metadata vLLM would give it and :class:`CPUConnector`.
+
+    Returns:
+        (engine, config, L2 base path, (layers, kv_heads, head_dim), torch dtype).
+    """
     config = lmcache_get_or_create_config()
     base = Path(parse_remote_url(config.remote_url).path)
     dtype = DTYPES[meta["dtype"]]
@@ -197,6 +202,11 @@ def run(spec: dict[str, Any]) -> list[dict[str, Any]]:
     engine = LMCacheEngineBuilder.get_or_create(INSTANCE, config, metadata, CPUConnector(shape[0], shape[1] * shape[2]),
                                                 None, None)
     engine.post_init()
+    return engine, config, base, shape, dtype
+
+
+def run(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    engine, config, base, shape, dtype = build_engine(spec["geometry"], spec["engine"])
     barrier = spec.get("rename_barrier")
     rename_counters = (install_rename_barrier(Path(barrier["dir"]), barrier["pod"], barrier["peers"])
                        if barrier else None)
