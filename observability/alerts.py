@@ -44,6 +44,10 @@ JANITOR_FAILED_PASSES: Final = 3
 #: worth of requested tokens in every 10-minute window for 10 minutes (retrieve).
 L2_FAILURE_WINDOW: Final = "10m"
 L2_FAILURE_FOR: Final = "10m"
+#: Share of the chunks a pod certainly had to write that must be missing from L2 for the store
+#: alert: more than half. A duplicate write LMCache skips while the same chunk is in flight, or a
+#: store cut short by a full CPU buffer, lose a few; half of everything over 20 minutes is a fault.
+L2_STORE_MISSING_SHARE: Final = 0.5
 
 
 @dataclass(frozen=True)
@@ -134,18 +138,23 @@ def line_alerts(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...])
         action=f"kubectl -n <namespace> logs deploy/{names.L2_JANITOR} | tail -1 (the 'errors' field); "
                f"'listing Pods' errors: check the Role and RoleBinding {names.L2_JANITOR}; 'not a directory': "
                "the PVC is not mounted; unlink/rmtree errors: Curvine's health."))
-    out += _per_line(l2_lines, lambda line: Alert(
-        name="KvCacheL2StoreFailing",
-        expr=f"({queries.l2_store_shortfall(line, L2_FAILURE_WINDOW)}) >= 1",
-        for_=L2_FAILURE_FOR, severity="warning", labels={"business_line": line.name},
-        summary=f"{line.name}: {{{{ $labels.pod }}}} stores KV chunks but none reaches L2",
-        meaning=f"Over {L2_FAILURE_WINDOW}, LMCache in this vLLM pod stored at least one full chunk and wrote "
-                "not one to L2 (the Curvine directory), for "
-                f"{L2_FAILURE_FOR}: every L2 write fails (mount dead or read-only, ENOSPC, I/O errors), or the "
-                "pod's CPU buffer is so full it stores nothing. Other pods miss what this one computes.",
-        action="kubectl -n <namespace> logs <pod> | grep -E 'Put task failed|remote'; kubectl -n <namespace> exec <pod> "
-               "-- df -h /mnt/curvine/l2cache (a FUSE mount, not overlay; 'Transport endpoint is not connected' = "
-               "the mount is dead: delete the pod); check KvCacheCurvinePoolAlmostFull and Curvine's health."))
+    def store_failing(line: BusinessLineConfig) -> Alert:
+        due, written = queries.l2_store_chunks(line, L2_FAILURE_WINDOW)
+        return Alert(
+            name="KvCacheL2StoreFailing",
+            expr=f"({due} >= 1) and ({due} - ({written} or {due} * 0) > {L2_STORE_MISSING_SHARE:g} * {due})",
+            for_=L2_FAILURE_FOR, severity="warning", labels={"business_line": line.name},
+            summary=f"{line.name}: {{{{ $labels.pod }}}} stores KV chunks that do not reach L2",
+            meaning=f"Over {L2_FAILURE_WINDOW}, LMCache in this vLLM pod wrote to L2 (the Curvine directory) less "
+                    f"than {1 - L2_STORE_MISSING_SHARE:.0%} of the full chunks it certainly stored, for "
+                    f"{L2_FAILURE_FOR}: L2 writes fail (mount dead or read-only, ENOSPC, I/O errors), or the "
+                    "pod's CPU buffer is so full it stores little. Other pods miss what this one computes.",
+            action="kubectl -n <namespace> logs <pod> | grep -E 'Put task failed|remote'; kubectl -n <namespace> "
+                   "exec <pod> -- df -h /mnt/curvine/l2cache (a FUSE mount, not overlay; 'Transport endpoint is "
+                   "not connected' = the mount is dead: delete the pod); check KvCacheCurvinePoolAlmostFull and "
+                   "Curvine's health.")
+
+    out += _per_line(l2_lines, store_failing)
     out += _per_line(l2_lines, lambda line: Alert(
         name="KvCacheL2RetrieveFailing",
         expr=f"{queries.l2_retrieve_shortfall(line, L2_FAILURE_WINDOW)} >= {line.cache.chunk_size_tokens}",

@@ -178,23 +178,24 @@ def canary_runs_by_line_and_result() -> str:
             f"[1h]))")
 
 
-def l2_store_shortfall(line: BusinessLineConfig, window: str) -> str:
-    """Per pod of the line: full chunks certainly stored by LMCache over ``window`` when not one
-    chunk reached L2 (empty for a pod that wrote any).
+def l2_store_chunks(line: BusinessLineConfig, window: str) -> tuple[str, str]:
+    """Per pod of the line, over ``window``: (full chunks LMCache certainly had to write to L2,
+    chunks it wrote).
 
     LMCache counts every store request's tokens (``num_stored_tokens``) and writes every full
     chunk of them to L2 (``num_remote_write_requests``, counted only after a write succeeded;
     lmcache 0.5.5). A request leaves at most ``chunk_size - 1`` tokens of a tail unstored, so
-    ``(stored tokens - (chunk_size - 1) x store requests) / chunk_size`` chunks were certainly due.
-    Rank 0 only (every TP rank writes its own shard of each chunk).
+    ``(stored tokens - (chunk_size - 1) x store requests) / chunk_size`` chunks were certainly due
+    (a lower bound: requests of a tail only count negative). Rank 0 only (every TP rank writes its
+    own shard of each chunk).
     """
     labels = {**line_labels(line), **RANK0}
     chunk = line.cache.chunk_size_tokens
     by = "sum by (namespace, pod)"
-    due = (f"({by}(increase({selector('lmcache:num_stored_tokens', **labels)}[{window}])) - {chunk - 1} * "
-           f"{by}(increase({selector('lmcache:num_store_requests', **labels)}[{window}]))) / {chunk}")
+    due = (f"(({by}(increase({selector('lmcache:num_stored_tokens', **labels)}[{window}])) - {chunk - 1} * "
+           f"{by}(increase({selector('lmcache:num_store_requests', **labels)}[{window}]))) / {chunk})")
     written = f"{by}(increase({selector('lmcache:num_remote_write_requests', **labels)}[{window}]))"
-    return f"({due}) unless on (namespace, pod) ({written} > 0)"
+    return due, written
 
 
 def l2_retrieve_shortfall(line: BusinessLineConfig, window: str) -> str:
