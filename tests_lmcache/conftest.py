@@ -203,3 +203,19 @@ def make_tier(exported: dict[str, Any], base: Path) -> Tier:
 @pytest.fixture
 def tier(exported, tmp_path) -> Tier:
     return make_tier(exported, tmp_path)
+
+
+@pytest.fixture
+def live_prometheus(exported, tmp_path):
+    """A started :class:`tests_lmcache.prometheus.LivePrometheus` with the generated rule file and
+    scrape jobs (``for:`` 0, 1-s intervals); give it targets with ``set_targets`` and read alerts
+    with ``wait_for_alert`` / ``wait_for_resolved``. Stopped after the test. For other tiers (the
+    L2 fault tier) that scrape their own processes."""
+    from tests_lmcache.prometheus import LivePrometheus
+
+    prometheus = LivePrometheus(tmp_path / "prometheus", rule_file=exported["rule_file"],
+                                scrape_config=exported["scrape_config"]).start()
+    try:
+        yield prometheus
+    finally:
+        prometheus.stop()
