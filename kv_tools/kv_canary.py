@@ -361,7 +361,6 @@ class Canary:
         self._lock = threading.Lock()
         self.runs = 0
         self.last: RunResult | None = None
-        self.last_measured: RunResult | None = None
         self.results = {r: 0 for r in RESULTS}
         #: le -> count of the canary's requests (cumulative on output); sum of their TTFTs.
         self.ttft_counts: dict[str, int] = {}
@@ -408,8 +407,6 @@ class Canary:
         with self._lock:
             self.last = r
             self.results[r.result] += 1
-            if r.result == "measured":
-                self.last_measured = r
         self.log(json.dumps(asdict(r), separators=(",", ":")))
         return r
 
@@ -453,12 +450,11 @@ class Canary:
     def metrics(self) -> str:
         """:func:`prometheus_text` of the runs so far."""
         with self._lock:
-            return prometheus_text(self.config, self.last, self.last_measured, dict(self.results),
-                                   dict(self.ttft_counts), self.ttft_sum)
+            return prometheus_text(self.config, self.last, dict(self.results), dict(self.ttft_counts), self.ttft_sum)
 
 
-def prometheus_text(config: CanaryConfig, last: RunResult | None, last_measured: RunResult | None,
-                    results: dict[str, int], ttft_counts: dict[str, int], ttft_sum: float) -> str:
+def prometheus_text(config: CanaryConfig, last: RunResult | None, results: dict[str, int],
+                    ttft_counts: dict[str, int], ttft_sum: float) -> str:
     """The canary's metrics in the Prometheus text format, labelled ``line`` and ``namespace``.
 
     * ``kvcache_canary_cross_pod_hit_ratio`` (0-1) and ``kvcache_canary_ttft_seconds{phase=cold|warm}``:

@@ -157,16 +157,6 @@ def canary_hit_ratio(line: BusinessLineConfig) -> str:
     return f"max({selector(kv_canary.RATIO_METRIC, **canary_labels(line))})"
 
 
-def canary_ttft(line: BusinessLineConfig, phase: str) -> str:
-    """TTFT of the last measured canary run, seconds; ``phase`` ``cold`` (first replica) | ``warm``."""
-    return f"max({selector(kv_canary.TTFT_METRIC, **canary_labels(line), phase=phase)})"
-
-
-def canary_runs_by_result(line: BusinessLineConfig) -> str:
-    """Canary runs per hour of the line, by result (measured, busy, one_replica, no_pair, error)."""
-    return f"sum by (result)(increase({selector(kv_canary.RUNS_METRIC + '_total', **canary_labels(line))}[1h]))"
-
-
 def canary_by_line(name: str, by: str = "line") -> str:
     """``max by (<by>)`` of canary gauge ``name`` over every line (one dashboard query for all lines)."""
     return f"max by ({by})({selector(name, job=targets.JOB_KV_CANARY)})"
