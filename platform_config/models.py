@@ -1028,6 +1028,11 @@ class CacheConfig(StrictModel):
         return self
 
 
+#: Tokens after the full chunks of a canary prompt (``kv_tools.kv_canary.TAIL_TOKENS``, which runs
+#: alone from a ConfigMap and so keeps its own copy; a test holds the two equal).
+CANARY_TAIL_TOKENS = 16
+
+
 class CanaryConfig(StrictModel):
     """The line's cross-pod hit canary (docs/observability.md): a small Deployment that every
     ``period_minutes`` sends a fresh prompt of ``prompt_chunks`` chunks to one replica, then to
@@ -1138,6 +1143,24 @@ class BusinessLineConfig(StrictModel):
                 f"cache.l1_cpu_gib {l1:g} GiB must be below resources.memory {self.resources.memory} "
                 f"({memory_gib:g} GiB): the L1 buffer lives in the pod's memory"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _canary_prompt_fits_the_model_length(self) -> "BusinessLineConfig":
+        """The canary's prompt (and its one generated token) must fit ``--max-model-len`` when
+        ``vllm.args`` sets it, or vLLM refuses every canary request."""
+        if not self.runs_canary:
+            return self
+        value = " ".join(vllm_flags.flag_values(self.vllm.args).get("--max-model-len") or [])
+        if not value.isdigit():  # not set (the model's own limit), or a form vLLM parses itself
+            return self
+        chunk = self.cache.chunk_size_tokens
+        needed = self.canary.prompt_chunks * chunk + CANARY_TAIL_TOKENS + 1
+        if needed > int(value):
+            raise ValueError(
+                f"canary.prompt_chunks {self.canary.prompt_chunks} x cache.chunk_size_tokens {chunk} + "
+                f"{CANARY_TAIL_TOKENS + 1} = {needed} tokens exceed vllm.args --max-model-len {value}; allowed: "
+                f"canary.prompt_chunks 1..{(int(value) - CANARY_TAIL_TOKENS - 1) // chunk} (or canary.enabled: false)")
         return self
 
     @property

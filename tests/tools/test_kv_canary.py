@@ -190,3 +190,22 @@ def test_the_script_needs_only_the_standard_library_and_the_janitor_beside_it() 
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert imported - {"__future__"} <= set(sys.stdlib_module_names) | {"l2_janitor"}, imported
+
+
+def test_the_prompt_must_fit_max_model_len_and_the_tail_is_the_configs(tmp_path) -> None:
+    from platform_config import ConfigError, load_project
+    from platform_config.models import CANARY_TAIL_TOKENS
+    from tests.example_config import copy_example_config, edit_yaml
+
+    assert kv_canary.TAIL_TOKENS == CANARY_TAIL_TOKENS
+    copy = copy_example_config(tmp_path / "config")
+    # rag-assistant: --max-model-len 8192, 256-token chunks: 31 chunks + 17 tokens fit, 32 do not.
+    edit_yaml(copy / "business-lines" / "rag-assistant.yaml", lambda d: d.update(canary={"prompt_chunks": 16}))
+    assert load_project(copy).business_line("rag-assistant").canary.prompt_chunks == 16
+    edit_yaml(copy / "business-lines" / "rag-assistant.yaml",
+              lambda d: d.update(canary={"prompt_chunks": 16}, cache={**d["cache"], "chunk_size_tokens": 512}))
+    with pytest.raises(ConfigError) as error:
+        load_project(copy)
+    text = str(error.value)
+    assert "rag-assistant.yaml" in text and "exceed vllm.args --max-model-len 8192" in text
+    assert "canary.prompt_chunks 1..15" in text
