@@ -18,9 +18,11 @@ starts after the file was replaced sees the new mode; nothing depends on a polli
     metadata RPC is retried (``ClusterConnector::rpc``) until the retry window closes and the
     error maps to ``EIO`` (``FuseError::from(FsError::IO)``); an attempt that starts after the
     Primary is back succeeds, which is why a mode switch ends the wait with the operation
-    carried out. Reads and writes of an open file go to a Worker, not the Primary, and pass
-    (so do ``release``, which must close the backing descriptor); ``flush`` of a file opened
-    for writing completes the file at the Primary and waits like a metadata operation.
+    carried out. The ``read`` and ``write`` requests of an open file go to a Worker, not the
+    Primary, and pass (so does ``release``, which must close the backing descriptor); the
+    kernel's attribute request before a read still waits (Curvine's attribute cache expires after
+    1 s, this one's at once), and ``flush`` of a file opened for writing completes the file at
+    the Primary and waits like a metadata operation.
 ``enotconn`` (a dead FUSE session)
     every operation fails with ``ENOTCONN``, the errno the kernel returns for every operation on
     a mount whose FUSE daemon is gone. Switching the mode back to ``ok`` stands for the mount
