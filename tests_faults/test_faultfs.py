@@ -89,3 +89,13 @@ def test_slow_read_delays_reads_only(fs):
     t0 = time.monotonic()
     assert (fs.mount / "d" / "f").read_bytes() == b"x" * 1000
     assert time.monotonic() - t0 >= 0.3
+
+
+def test_enotconn_is_what_the_kernel_answers_for_a_dead_session(fs):
+    """The ``enotconn`` mode stands for a FUSE daemon that is gone: with the daemon killed, the
+    kernel itself answers every operation on the mount with ENOTCONN."""
+    fs.proc.kill()
+    fs.proc.wait(timeout=30)
+    assert _errno(lambda: os.stat(fs.mount / "d" / "f")) == errno.ENOTCONN
+    assert _errno(lambda: os.listdir(fs.mount)) == errno.ENOTCONN
+    assert (fs.backing / "d" / "f").exists()
