@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import shutil
 import statistics
@@ -199,9 +200,9 @@ class FaultResult:
 
 
 def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0-100)."""
+    """Nearest-rank percentile (q in 0-100): of 10 values, p99 is the largest."""
     ranked = sorted(values)
-    return ranked[max(0, min(len(ranked) - 1, round(q / 100 * len(ranked) + 0.5) - 1))]
+    return ranked[max(0, math.ceil(q / 100 * len(ranked)) - 1)]
 
 
 def _snapshot(root: Path) -> set[str]:
