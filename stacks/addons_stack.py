@@ -219,6 +219,10 @@ class AddonsStack(Stack):
             "this region and account: Describe/Get actions have no resource-level permissions, and the "
             "mutating ones are conditioned on the elbv2.k8s.aws/cluster tags the controller sets.")
 
+        # Trusted by the keda-operator service account only (sub and aud), as AWS's add-on setup guide
+        # creates it ("Create the KEDA operator role"). AWS's helm_to_addon.sh also trusts
+        # sagemaker.amazonaws.com, which no AWS page asks for and nothing here needs: KEDA reads metrics
+        # from inside the cluster. docs/sources.md §15.
         self.keda_role = IrsaRole(self, "InferenceKedaRole", cluster=cluster, namespace=INFERENCE_NAMESPACE,
                                   service_account=INFERENCE_KEDA_SA,
                                   description="KEDA operator of the HyperPod inference operator (autoscaling)")
