@@ -147,6 +147,7 @@ WAIT_PROPERTIES = {
     "Custom::AWSCDK-EKS-HelmChart": "Timeout",
     "Custom::AWSCDK-EKS-KubernetesObjectValue": "TimeoutSeconds",
     "Custom::GrafanaProvisioning": "ReadyTimeoutSeconds",
+    "Custom::LoadBalancersGone": "TimeoutSeconds",  # each line's teardown wait (kv_constructs/teardown_wait.py)
 }
 #: Flags that switch a wait on; their duration is the property above.
 WAIT_FLAGS = {"Wait", "Atomic"}
