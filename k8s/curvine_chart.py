@@ -32,7 +32,8 @@ from k8s.curvine_config import (
     INIT_MARKER, JOURNAL_DIR, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT, META_DIR, PRIMARY_MOUNT, PRIMARY_ROOT,
     ROCKSDB_DATA_SUBDIR, WORKER_RPC_PORT, WORKER_WEB_PORT, fuse_mount_parameters, master_addrs, render_cluster_toml,
 )
-from k8s.nodes import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, hyperpod_node_requirements, instance_group_tolerations
+from k8s.nodes import (HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, hyperpod_node_requirements, instance_group_tolerations,
+                       system_node_requirements)
 from platform_config import PlatformConfig
 from platform_config.models import AZ_NAME_PATTERN, ExistingVpcConfig
 
@@ -385,13 +386,13 @@ class CurvineChart(cdk8s.Chart):
                     metadata=k8s.ObjectMeta(labels=labels),
                     spec=k8s.PodSpec(
                         service_account_name="curvine", automount_service_account_token=False,
-                        # The zone is forced by the PV's node affinity; prefer the system nodes
-                        # over the GPU nodes for the metadata server.
+                        # Only where the volume is known to attach: a system node (EC2, the EBS
+                        # CSI driver's ec2:AttachVolume) in the volume's zone; never a HyperPod node
+                        # (k8s.nodes.system_node_requirements, docs/sources.md §15).
                         affinity=k8s.Affinity(node_affinity=k8s.NodeAffinity(
-                            preferred_during_scheduling_ignored_during_execution=[k8s.PreferredSchedulingTerm(
-                                weight=100, preference=k8s.NodeSelectorTerm(match_expressions=[
-                                    k8s.NodeSelectorRequirement(key=HYPERPOD_NODE_LABEL, operator="NotIn",
-                                                                values=[HYPERPOD_NODE_VALUE])]))])),
+                            required_during_scheduling_ignored_during_execution=k8s.NodeSelector(
+                                node_selector_terms=[k8s.NodeSelectorTerm(match_expressions=[
+                                    k8s.NodeSelectorRequirement(**r) for r in system_node_requirements(zone)])]))),
                         termination_grace_period_seconds=60,
                         init_containers=[init], containers=[master],
                         volumes=[self._config_volume(),

@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from platform_config import hyperpod_rules as hp_rules
+from platform_config import kubernetes_versions as k8s_versions
 from platform_config import vllm_args as vllm_flags
 from platform_config.instances import INSTANCE_TYPES
 
@@ -245,48 +246,42 @@ class ExistingVpcConfig(StrictModel):
 NetworkConfig = Annotated[Union[CreateVpcConfig, ExistingVpcConfig], Field(discriminator="mode")]
 
 
-#: Kubernetes versions HyperPod supports for its EKS cluster, as the English page of AWS's
-#: "Getting started with Amazon EKS support in SageMaker HyperPod" lists them (docs/sources.md
-#: §11). ``eks.version`` must be one of them; ``scripts/preflight.py`` checks the running
-#: cluster's version against the same list.
-HyperPodKubernetesVersion = Literal["1.28", "1.29", "1.30", "1.31", "1.32", "1.33"]
-HYPERPOD_KUBERNETES_VERSIONS: tuple[str, ...] = get_args(HyperPodKubernetesVersion)
+#: Kubernetes versions HyperPod supports for its EKS cluster (data:
+#: :data:`platform_config.kubernetes_versions.HYPERPOD_KUBERNETES_VERSIONS`, docs/sources.md §15).
+#: ``eks.version`` must be one of them; ``scripts/preflight.py`` checks the running cluster's
+#: version against the same list.
+HyperPodKubernetesVersion = Literal[k8s_versions.HYPERPOD_KUBERNETES_VERSIONS]  # type: ignore[valid-type]
+HYPERPOD_KUBERNETES_VERSIONS: tuple[str, ...] = k8s_versions.HYPERPOD_KUBERNETES_VERSIONS
 
 
 def _check_kubernetes_packages(version: str) -> str:
-    """The cdk8s-plus / kubectl-layer pair of ``version`` is installed (and is the only cdk8s-plus)."""
-    try:
-        from k8s import kube  # here, not at the top: k8s.kube resolves the installed packages on import
-
-        missing = kube.missing_packages(version)
-        charts_version = kube.KUBERNETES_VERSION
-    except (ImportError, ValueError) as exc:
-        raise ValueError(str(exc)) from None
-    if missing or charts_version != version:
-        raise ValueError(kube.install_hint(version))
+    """``version`` has a row in the version table and its cdk8s-plus / kubectl-layer pair is installed."""
+    missing = k8s_versions.missing_packages(version)  # ValueError (no row) becomes the field's error
+    if missing:
+        raise ValueError(k8s_versions.install_hint(version))
     return version
 
 
-#: A HyperPod-supported Kubernetes minor version whose packages are installed (``k8s.kube``).
+#: A HyperPod-supported Kubernetes minor version with a row in the version table and its packages installed.
 KubernetesVersion = Annotated[HyperPodKubernetesVersion, AfterValidator(_check_kubernetes_packages)]
 
 
 class EksConfig(StrictModel):
     """The EKS cluster that orchestrates HyperPod.
 
-    ``version`` decides every version-coupled pin: the kubectl Lambda layer and the
-    cdk8s-plus-NN package (both pinned in requirements.txt; a missing pair is a config error that
-    says what to install, see ``k8s.kube``) and the ``kube-proxy`` add-on, whose minor version
-    must match. 1.33 is the newest version HyperPod's English prerequisites page lists; EKS
-    standard support for 1.33 ended 2026-07-29, so the cluster runs on EKS extended support (an
-    extra charge per cluster hour) until HyperPod supports a newer one (docs/sources.md §11).
+    ``version`` is the one knob of everything version-coupled: its row in
+    :data:`platform_config.kubernetes_versions.KUBERNETES_RELEASES` names the kubectl Lambda layer
+    and cdk8s-plus-NN packages (both pinned in requirements.txt; a missing pair is a config error
+    that says what to pin) and the kube-proxy, CoreDNS and VPC CNI add-on pins. 1.34 is the newest
+    version HyperPod lists (docs/sources.md §15); the in-place upgrade order is in docs/day-two.md.
     """
 
     #: Name of the EKS cluster (also used in `aws eks update-kubeconfig`).
     cluster_name: DnsLabel = "kvcache-eks"
-    #: Kubernetes minor version, one HyperPod supports; selects the kubectl layer and
-    #: cdk8s-plus-NN packages (requirements.txt) and must match the kube-proxy add-on.
-    version: KubernetesVersion = "1.33"
+    #: Kubernetes minor version, one HyperPod supports and platform_config/kubernetes_versions.py
+    #: has a row for; selects the kubectl layer and cdk8s-plus-NN packages (requirements.txt) and the
+    #: kube-proxy, CoreDNS and VPC CNI pins (docs/day-two.md).
+    version: KubernetesVersion = k8s_versions.DEFAULT_KUBERNETES_VERSION
     #: private: API reachable only inside the VPC (default, no public endpoint);
     #: public_and_private: also from ``public_access_cidrs``.
     endpoint_access: Literal["private", "public_and_private"] = "private"
@@ -614,17 +609,22 @@ class AddonVersions(StrictModel):
     """Pinned EKS add-on versions, each offered for ``eks.version``
     (``aws eks describe-addon-versions --kubernetes-version <eks.version>``).
 
-    Synthesis is offline, so ``scripts/preflight.py`` confirms every pin is offered for the
-    cluster's version before a deploy; ``kube-proxy``'s minor version must equal ``eks.version``
-    (checked here). Minimums for the inference add-on's dependencies come from docs/sources.md
-    §1; where each example pin comes from: docs/sources.md §11.
+    ``vpc-cni``, ``coredns`` and ``kube-proxy`` follow ``eks.version``: left out, they are the pins of
+    its row in :data:`platform_config.kubernetes_versions.KUBERNETES_RELEASES` (docs/sources.md §15);
+    set one only to override that row. Synthesis is offline, so ``scripts/preflight.py`` confirms
+    every pin is offered for the cluster's version before a deploy; ``kube-proxy``'s minor version
+    must equal ``eks.version`` (checked here). Minimums for the inference add-on's dependencies come
+    from docs/sources.md §1; where each other example pin comes from: docs/sources.md §11.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    vpc_cni: PinnedVersion = Field(alias="vpc-cni")
-    coredns: PinnedVersion
-    kube_proxy: PinnedVersion = Field(alias="kube-proxy")
+    #: Default: the row of ``eks.version`` (platform_config/kubernetes_versions.py).
+    vpc_cni: PinnedVersion | None = Field(default=None, alias="vpc-cni")
+    #: Default: the row of ``eks.version``.
+    coredns: PinnedVersion | None = None
+    #: Default: the row of ``eks.version``; an override must be ``v<eks.version>.<patch>-eksbuild.<n>``.
+    kube_proxy: PinnedVersion | None = Field(default=None, alias="kube-proxy")
     eks_pod_identity_agent: PinnedVersion = Field(alias="eks-pod-identity-agent")
     aws_ebs_csi_driver: PinnedVersion = Field(alias="aws-ebs-csi-driver")
     aws_mountpoint_s3_csi_driver: PinnedVersion = Field(alias="aws-mountpoint-s3-csi-driver")
@@ -632,6 +632,10 @@ class AddonVersions(StrictModel):
     metrics_server: PinnedVersion = Field(alias="metrics-server")
     cert_manager: PinnedVersion = Field(alias="cert-manager")
     amazon_sagemaker_hyperpod_inference: PinnedVersion = Field(alias="amazon-sagemaker-hyperpod-inference")
+
+
+#: The core add-ons whose pins follow ``eks.version``: alias -> field name.
+VERSION_COUPLED_ADDONS = {"vpc-cni": "vpc_cni", "coredns": "coredns", "kube-proxy": "kube_proxy"}
 
 
 class HelmChartVersion(StrictModel):
@@ -842,6 +846,29 @@ class PlatformConfig(StrictModel):
         every group when that is empty (whether Curvine is enabled is the caller's question)."""
         names = self.curvine.worker_instance_groups
         return [g for g in self.hyperpod.instance_groups if not names or g.name in names]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _core_addons_follow_kubernetes(cls, data: Any) -> Any:
+        """Fill the left-out ``vpc-cni``/``coredns``/``kube-proxy`` pins from ``eks.version``'s row.
+
+        A version without a row is left alone: the ``eks.version`` field reports it.
+        """
+        if not isinstance(data, dict):
+            return data
+        eks = data.get("eks", {})
+        version = eks.get("version", k8s_versions.DEFAULT_KUBERNETES_VERSION) if isinstance(eks, dict) else \
+            getattr(eks, "version", None)
+        row = k8s_versions.KUBERNETES_RELEASES.get(str(version))
+        versions = data.get("versions")
+        if row is None or not isinstance(versions, dict) or not isinstance(versions.get("addons"), dict):
+            return data
+        addons = dict(versions["addons"])
+        for alias, field in VERSION_COUPLED_ADDONS.items():
+            if addons.get(alias) is None and addons.get(field) is None:
+                addons.pop(field, None)
+                addons[alias] = row.addon_pins[alias]
+        return {**data, "versions": {**versions, "addons": addons}}
 
     @model_validator(mode="after")
     def _kube_proxy_matches_kubernetes(self) -> "PlatformConfig":

@@ -49,6 +49,24 @@ def test_primary_pv_is_the_cdk_volume_in_its_zone(curvine):
     assert pv["claimRef"] == {"kind": "PersistentVolumeClaim", "namespace": "curvine", "name": names.CURVINE_PRIMARY_PV}
 
 
+def test_primary_only_on_a_system_node_in_the_volume_zone(curvine):
+    """Required, not preferred: the Primary runs only where its EBS volume is known to attach (an EC2
+    system node, the EBS CSI driver's ec2:AttachVolume path) and only in the volume's zone, which is the
+    PV's zone (docs/sources.md §15). A HyperPod node never matches: it has no system label."""
+    sts = find(curvine, "StatefulSet", names.CURVINE_MASTER)
+    affinity = _pod(sts)["affinity"]["nodeAffinity"]
+    assert "preferredDuringSchedulingIgnoredDuringExecution" not in affinity
+    (term,) = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [
+        {"key": "kvcache.io/node-role", "operator": "In", "values": ["system"]},
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [ZONE]}]
+    pv = find(curvine, "PersistentVolume", names.CURVINE_PRIMARY_PV)["spec"]
+    (pv_term,) = pv["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    assert pv_term["matchExpressions"][0]["values"] == term["matchExpressions"][1]["values"]
+    hyperpod_node = {"sagemaker.amazonaws.com/compute-type": "hyperpod", "topology.kubernetes.io/zone": ZONE}
+    assert not all(hyperpod_node.get(e["key"]) in e["values"] for e in term["matchExpressions"])
+
+
 def test_primary_pvc_binds_the_pv_by_name(curvine):
     pvc = find(curvine, "PersistentVolumeClaim", names.CURVINE_PRIMARY_PV)["spec"]
     assert pvc["volumeName"] == names.CURVINE_PRIMARY_PV
