@@ -11,7 +11,10 @@ Objects (namespace ``curvine.namespace``, default ``curvine``):
 * CSI: CSIDriver ``curvine``, controller Deployment (provisioner), node plugin DaemonSet, RBAC,
   and the StorageClass the business lines' RWX PVCs use (its parameters carry the web port to
   the FUSE pods). At run time the node plugin also creates standalone FUSE pods in this
-  namespace (privileged, hostNetwork, hostPID); they are not objects of this chart.
+  namespace (privileged, hostNetwork, hostPID); they are not objects of this chart, but their
+  resources (Guaranteed QoS) are, through the node plugin's ``STANDALONE_*`` variables.
+* Mount lifetime: a ValidatingAdmissionPolicy and its binding that refuse the node plugin's delete
+  of a healthy FUSE pod (:mod:`k8s.fuse_pod_guard`).
 * NetworkPolicy on the Primary (the business-line side is in :mod:`k8s.line_chart`).
 
 Plain cdk8s (the Kubernetes L1 classes of :mod:`k8s.kube`); no aws_cdk import, so the same chart renders in
@@ -28,6 +31,7 @@ from k8s.kube import k8s
 from constructs import Construct
 
 from k8s import names, pod_resources
+from k8s.fuse_pod_guard import fuse_pod_guard
 from k8s.curvine_config import (
     INIT_MARKER, JOURNAL_DIR, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT, META_DIR, PRIMARY_MOUNT, PRIMARY_ROOT,
     ROCKSDB_DATA_SUBDIR, WORKER_RPC_PORT, WORKER_WEB_PORT, fuse_mount_parameters, master_addrs, render_cluster_toml,
@@ -241,7 +245,7 @@ def _master_start_script(*, conf: str) -> str:
 
 
 class CurvineChart(cdk8s.Chart):
-    """Curvine Primary, Workers, CSI driver, StorageClass and NetworkPolicy.
+    """Curvine Primary, Workers, CSI driver, StorageClass, FUSE pod guard and NetworkPolicy.
 
     Args:
         scope: the cdk8s App (or any construct).
@@ -628,6 +632,11 @@ class CurvineChart(cdk8s.Chart):
                                 path="/var/lib/kubelet/plugins_registry/", type="Directory")),
                             self._config_volume()])))))
         self.csi_node.add_dependency(self.config_map, self.csi_driver)
+        # The guard is in place before the node plugin runs: without it the plugin's first
+        # NodeUnpublishVolume may delete the FUSE pod under every other pod of the node.
+        self.fuse_pod_guard, self.fuse_pod_guard_binding = (
+            self._add(obj) for obj in fuse_pod_guard(self, namespace=self.ns, node_service_account=names.CSI_NODE))
+        self.csi_node.add_dependency(self.fuse_pod_guard_binding)
 
     # --- NetworkPolicy ------------------------------------------------------------------------
 
