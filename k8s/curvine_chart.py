@@ -579,7 +579,9 @@ class CurvineChart(cdk8s.Chart):
                  # hostNetwork, hostPID, with /dev/fuse and a Bidirectional hostPath mount, one
                  # per node and (master-addrs, fs-path), in this namespace, under the
                  # curvine-csi-node service account; hence the namespace's "privileged" Pod
-                 # Security level. Their resources come from the STANDALONE_* variables below.
+                 # Security level. Their resources come from the STANDALONE_* variables below
+                 # (requests = limits: Guaranteed, k8s/pod_resources.py), and the FUSE pod guard
+                 # keeps this plugin from deleting a healthy one (k8s/fuse_pod_guard.py).
                  k8s.EnvVar(name="MOUNT_MODE", value="standalone"),
                  k8s.EnvVar(name="STANDALONE_IMAGE", value=img.curvine_csi),
                  k8s.EnvVar(name="STANDALONE_SERVICE_ACCOUNT", value=names.CSI_NODE),

@@ -135,6 +135,21 @@ def test_the_guard_is_rendered_for_the_node_plugin_and_applied_before_it(curvine
             < order.index(("DaemonSet", names.CSI_NODE)))
 
 
+def test_the_synthesized_l2_stack_applies_the_guard_before_the_node_plugin(templates, project):
+    """``make synth``: the L2 stack's Curvine manifest carries the same two objects, in the same order."""
+    import json
+
+    l2 = templates[f"{project.platform.project}-l2-cache"]
+    found = []
+    for resource in l2.find_resources("Custom::AWSCDK-EKS-KubernetesResource").values():
+        manifest = resource["Properties"]["Manifest"]
+        if isinstance(manifest, dict):  # Fn::Join around the Primary's volume ID token
+            manifest = "".join(p if isinstance(p, str) else "vol-0feedfacecafe0000" for p in manifest["Fn::Join"][1])
+        found += [(o["kind"], o["metadata"]["name"]) for o in json.loads(manifest)]
+    guard = [("ValidatingAdmissionPolicy", FUSE_POD_GUARD), ("ValidatingAdmissionPolicyBinding", FUSE_POD_GUARD)]
+    assert found.index(guard[0]) < found.index(guard[1]) < found.index(("DaemonSet", names.CSI_NODE))
+
+
 def test_the_guard_objects_validate_strictly(guard):
     for obj in guard:
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
