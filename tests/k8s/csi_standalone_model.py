@@ -31,7 +31,8 @@ Around it:
 Left out, because they do not change which FUSE pod is deleted or which mount is bound to which
 session: request IDs, logging, ``ValidateFuseParameters`` of static volumes (NS l.146-153; the
 platform's volumes are dynamic), the sub-path and target directory handling of NodePublishVolume
-(NS l.337-377), ``ensureCleanMountPath`` (SM l.1025-1088: cleans a stale host mount point before a
+(NS l.337-377) and NodeUnpublishVolume's early return for a target path that does not exist
+(NS l.417-421; the kubelet's target directory exists when it unpublishes), ``ensureCleanMountPath`` (SM l.1025-1088: cleans a stale host mount point before a
 pod is re-created), the grace period of a deletion (a deleted FUSE pod is gone at once; its
 ``preStop`` unmounts FUSE, so its session ends at once either way), the real durations of the
 waits (``WaitForStandaloneReady`` polls for 60 s: here the pod is Ready at once when FUSE can
