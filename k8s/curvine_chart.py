@@ -31,11 +31,11 @@ from k8s.kube import k8s
 from constructs import Construct
 
 from k8s import names, pod_resources
-from k8s.fuse_pod_guard import fuse_pod_guard
 from k8s.curvine_config import (
     INIT_MARKER, JOURNAL_DIR, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT, META_DIR, PRIMARY_MOUNT, PRIMARY_ROOT,
     ROCKSDB_DATA_SUBDIR, WORKER_RPC_PORT, WORKER_WEB_PORT, fuse_mount_parameters, master_addrs, render_cluster_toml,
 )
+from k8s.fuse_pod_guard import fuse_pod_guard
 from k8s.nodes import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, hyperpod_node_requirements, instance_group_tolerations
 from platform_config import PlatformConfig
 from platform_config.models import AZ_NAME_PATTERN, ExistingVpcConfig

@@ -47,7 +47,7 @@ import copy
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 #: SM l.32-61: names, labels, paths and timeouts of the standalone manager.
@@ -202,7 +202,7 @@ class DeleteRecord:
     message: str = ""
 
 
-AdmitDelete = Callable[[dict, dict], "Any"]  # (request, old_object) -> vap_eval.Decision-like
+AdmitDelete = Callable[[dict, dict], Any]  # (request, stored pod) -> an object with .allowed and .message
 
 
 class ApiServer:
