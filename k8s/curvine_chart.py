@@ -11,7 +11,10 @@ Objects (namespace ``curvine.namespace``, default ``curvine``):
 * CSI: CSIDriver ``curvine``, controller Deployment (provisioner), node plugin DaemonSet, RBAC,
   and the StorageClass the business lines' RWX PVCs use (its parameters carry the web port to
   the FUSE pods). At run time the node plugin also creates standalone FUSE pods in this
-  namespace (privileged, hostNetwork, hostPID); they are not objects of this chart.
+  namespace (privileged, hostNetwork, hostPID); they are not objects of this chart, but their
+  resources (Guaranteed QoS) are, through the node plugin's ``STANDALONE_*`` variables.
+* Mount lifetime: a ValidatingAdmissionPolicy and its binding that refuse the node plugin's delete
+  of a healthy FUSE pod (:mod:`k8s.fuse_pod_guard`).
 * NetworkPolicy on the Primary (the business-line side is in :mod:`k8s.line_chart`).
 
 Plain cdk8s (the Kubernetes L1 classes of :mod:`k8s.kube`); no aws_cdk import, so the same chart renders in
@@ -32,6 +35,7 @@ from k8s.curvine_config import (
     INIT_MARKER, JOURNAL_DIR, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT, META_DIR, PRIMARY_MOUNT, PRIMARY_ROOT,
     ROCKSDB_DATA_SUBDIR, WORKER_RPC_PORT, WORKER_WEB_PORT, fuse_mount_parameters, master_addrs, render_cluster_toml,
 )
+from k8s.fuse_pod_guard import fuse_pod_guard
 from k8s.nodes import (HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, hyperpod_node_requirements, instance_group_tolerations,
                        system_node_requirements)
 from platform_config import PlatformConfig
@@ -242,7 +246,7 @@ def _master_start_script(*, conf: str) -> str:
 
 
 class CurvineChart(cdk8s.Chart):
-    """Curvine Primary, Workers, CSI driver, StorageClass and NetworkPolicy.
+    """Curvine Primary, Workers, CSI driver, StorageClass, FUSE pod guard and NetworkPolicy.
 
     Args:
         scope: the cdk8s App (or any construct).
@@ -576,7 +580,9 @@ class CurvineChart(cdk8s.Chart):
                  # hostNetwork, hostPID, with /dev/fuse and a Bidirectional hostPath mount, one
                  # per node and (master-addrs, fs-path), in this namespace, under the
                  # curvine-csi-node service account; hence the namespace's "privileged" Pod
-                 # Security level. Their resources come from the STANDALONE_* variables below.
+                 # Security level. Their resources come from the STANDALONE_* variables below
+                 # (requests = limits: Guaranteed, k8s/pod_resources.py), and the FUSE pod guard
+                 # keeps this plugin from deleting a healthy one (k8s/fuse_pod_guard.py).
                  k8s.EnvVar(name="MOUNT_MODE", value="standalone"),
                  k8s.EnvVar(name="STANDALONE_IMAGE", value=img.curvine_csi),
                  k8s.EnvVar(name="STANDALONE_SERVICE_ACCOUNT", value=names.CSI_NODE),
@@ -629,6 +635,11 @@ class CurvineChart(cdk8s.Chart):
                                 path="/var/lib/kubelet/plugins_registry/", type="Directory")),
                             self._config_volume()])))))
         self.csi_node.add_dependency(self.config_map, self.csi_driver)
+        # The guard is in place before the node plugin runs: without it the plugin's first
+        # NodeUnpublishVolume may delete the FUSE pod under every other pod of the node.
+        self.fuse_pod_guard, self.fuse_pod_guard_binding = (
+            self._add(obj) for obj in fuse_pod_guard(self, namespace=self.ns, node_service_account=names.CSI_NODE))
+        self.csi_node.add_dependency(self.fuse_pod_guard_binding)
 
     # --- NetworkPolicy ------------------------------------------------------------------------
 
