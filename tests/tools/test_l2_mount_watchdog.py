@@ -13,6 +13,7 @@ import errno
 import json
 import threading
 import time
+import urllib.error
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -385,3 +386,38 @@ def test_config_rejects_a_probe_timeout_not_below_the_period() -> None:
         wd.config_from_dict({"period_s": 10, "probe_timeout_s": 10})
     with pytest.raises(ValueError, match="unexpected keyword"):
         wd.config_from_dict({"heal": True, "evict": True})
+
+
+def test_http_server_serves_the_metric_table_the_report_and_health(tmp_path: Path, fake_api) -> None:
+    """What the scrape job, verify.py and the liveness probe read from a running watchdog; every
+    watchdog metric of observability/metrics.py with its labels (so dashboards and alerts match)."""
+    import urllib.request
+
+    from observability import metrics
+
+    api = fake_api([pod(UID_A, "rag-a")], {PV: "rag-assistant"})
+    w, _, _, clock = watchdog(tmp_path, api, {}, {UID_A: "0:40"})
+    server = wd.make_server(w, 0, host="127.0.0.1")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        assert urllib.request.urlopen(base + wd.MOUNTS_PATH).read() == b"null"  # before the first pass
+        w.run_pass()
+        text = urllib.request.urlopen(base + wd.METRICS_PATH).read().decode()
+        report = json.loads(urllib.request.urlopen(base + wd.MOUNTS_PATH).read())
+        assert urllib.request.urlopen(base + wd.LIVENESS_PATH).status == 200
+        clock.t += 3 * 30 + 1  # three periods without a pass
+        with pytest.raises(urllib.error.HTTPError) as stale:
+            urllib.request.urlopen(base + wd.LIVENESS_PATH)
+        assert stale.value.code == 503
+    finally:
+        server.shutdown()
+    assert [(m["namespace"], m["pod"], m["state"], m["action"]) for m in report["mounts"]] == [
+        ("rag-assistant", "rag-a", DEAD, "evicted")]
+    samples = {s.name: s for f in text_string_to_metric_families(text) for s in f.samples}
+    table = [m for m in metrics.METRICS.values() if m.source is metrics.L2_MOUNT_WATCHDOG]
+    assert {m.name for m in table} == {wd.UP_METRIC, wd.STATE_METRIC, wd.EVICTIONS_METRIC, wd.UNMOUNTS_METRIC,
+                                       wd.LAST_PASS_METRIC}
+    for m in table:
+        [series] = m.series()
+        assert set(samples[series].labels) == set(m.labels), m.name
