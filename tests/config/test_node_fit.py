@@ -159,7 +159,7 @@ def test_cpu_only_packing_leaves_a_replica_out(config_dir: Path) -> None:
     edit_yaml(path, lambda d: d.update(replicas=3))
     message = _only_problem(config_dir)
     assert "first that does not fit: rag-assistant replica 3 of 3 (1 GPU, 10 CPU, 80.00 GiB)" in message
-    assert "when the nodes had free node 1: 2 GPU, 2.1 CPU, 140.65 GiB" in message
+    assert "when the nodes had free node 1: 2 GPU, 2.08 CPU, 140.59 GiB" in message
 
 
 @pytest.mark.parametrize("field, value, expected", [
