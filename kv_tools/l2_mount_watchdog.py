@@ -1,6 +1,6 @@
 """The L2 mount watchdog: finds every pod on its node whose Curvine L2 mount is dead, and heals it.
 
-Why it exists (docs/l2-cache.md, "Dead L2 mounts"; sources in docs/sources.md §15). The Curvine CSI
+Why it exists (docs/l2-cache.md, "Dead L2 mounts"; sources in docs/sources.md §17). The Curvine CSI
 driver (v0.3.2-alpha, ``MOUNT_MODE=standalone``) runs curvine-fuse in a *FUSE pod* per node and
 mount key, mounted at ``/var/lib/kubelet/plugins/curvine/<mount key>/fuse-mount`` on the host
 (``standalone_manager.go`` ``GetHostMountPath``); ``NodePublishVolume`` bind-mounts a directory of
@@ -70,7 +70,7 @@ from typing import Any, Callable, Iterable, Protocol
 KUBELET_DIR = "/var/lib/kubelet"
 #: Kubelet layout of a pod's CSI volume: ``pods/<uid>/volumes/kubernetes.io~csi/<spec volume>/``
 #: holding ``vol_data.json`` and the target ``mount`` (kubernetes ``pkg/volume/csi/csi_mounter.go``
-#: ``getTargetPath``, ``GetCSIMounterPath``, ``saveVolumeData``; docs/sources.md §15).
+#: ``getTargetPath``, ``GetCSIMounterPath``, ``saveVolumeData``; docs/sources.md §17).
 CSI_VOLUMES_DIR = "volumes/kubernetes.io~csi"
 VOL_DATA_FILE = "vol_data.json"
 MOUNT_DIR = "mount"

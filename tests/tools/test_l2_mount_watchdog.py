@@ -1,7 +1,7 @@
 """The L2 mount watchdog (kv_tools/l2_mount_watchdog.py): classification on injected mountinfo and a
 fake kubelet layout, and healing against a fake API server (standard library ``http.server``).
 
-The layouts are the real ones (docs/sources.md §15): the kubelet keeps a pod's CSI volume in
+The layouts are the real ones (docs/sources.md §17): the kubelet keeps a pod's CSI volume in
 ``pods/<uid>/volumes/kubernetes.io~csi/<pv>/`` with ``vol_data.json`` beside the target ``mount``;
 Curvine's FUSE pods mount at ``plugins/curvine/<mount key>/fuse-mount``; each FUSE session has its
 own anonymous device (``0:<minor>``), and a bind of it keeps that device.
