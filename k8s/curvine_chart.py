@@ -16,6 +16,7 @@ Objects (namespace ``curvine.namespace``, default ``curvine``):
 * Mount lifetime: a ValidatingAdmissionPolicy and its binding that refuse the node plugin's delete
   of a healthy FUSE pod (:mod:`k8s.fuse_pod_guard`).
 * NetworkPolicy on the Primary (the business-line side is in :mod:`k8s.line_chart`).
+* The L2 mount watchdog DaemonSet and its ConfigMap and RBAC (:mod:`k8s.mount_watchdog`).
 
 Plain cdk8s (the Kubernetes L1 classes of :mod:`k8s.kube`); no aws_cdk import, so the same chart renders in
 the CDK app (with CDK tokens for the volume ID and zone) and in ``make manifests``.
@@ -36,6 +37,7 @@ from k8s.curvine_config import (
     ROCKSDB_DATA_SUBDIR, WORKER_RPC_PORT, WORKER_WEB_PORT, fuse_mount_parameters, master_addrs, render_cluster_toml,
 )
 from k8s.fuse_pod_guard import fuse_pod_guard
+from k8s.mount_watchdog import L2MountWatchdog
 from k8s.nodes import (HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, hyperpod_node_requirements, instance_group_tolerations,
                        system_node_requirements)
 from platform_config import PlatformConfig
@@ -294,6 +296,11 @@ class CurvineChart(cdk8s.Chart):
             # The L2 directory of a deleted line is recomputable cache: delete it with the PVC.
             reclaim_policy="Delete", volume_binding_mode="Immediate", allow_volume_expansion=False)
         self._network_policy()
+        # Finds and heals dead L2 mounts on every HyperPod node (k8s/mount_watchdog.py).
+        self.mount_watchdog: L2MountWatchdog | None = None
+        if c.mount_watchdog.enabled:
+            self.mount_watchdog = L2MountWatchdog(self, "MountWatchdog", platform=platform)
+            self._objects += self.mount_watchdog.objects
         for obj in self._objects:
             obj.add_dependency(self.namespace_obj)
 

@@ -54,6 +54,10 @@ FUSE_POD_RESOURCES: Final = {"cpu_request": "2", "cpu_limit": "2", "memory_reque
                              "memory_limit": "2Gi"}
 #: A line's L2 janitor (one pass every 10 minutes, standard library only).
 JANITOR_RESOURCES: Final[Resources] = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+#: The L2 mount watchdog (k8s/mount_watchdog.py), one per HyperPod node: a pass every 30 s reads
+#: mountinfo and a few JSON files and makes one statvfs per L2 mount; 64 MiB of Python is ample.
+MOUNT_WATCHDOG_RESOURCES: Final[Resources] = {"requests": {"cpu": "20m", "memory": "64Mi"},
+                                              "limits": {"memory": "256Mi"}}
 #: The DCGM exporter's requests when its Helm values set none: chart ``dcgm-exporter`` 4.8.2,
 #: ``deployment/values.yaml`` ``resources`` (NVIDIA/dcgm-exporter tag 4.5.3-4.8.2; docs/sources.md
 #: §13). :func:`platform_config.node_fit.platform_pods` reads the platform's values first
@@ -87,3 +91,4 @@ FUSE_POD: Final = PodResources(
                           "limits": {"cpu": FUSE_POD_RESOURCES["cpu_limit"],
                                      "memory": FUSE_POD_RESOURCES["memory_limit"]}},))
 JANITOR_POD: Final = PodResources("L2 janitor", (JANITOR_RESOURCES,))
+MOUNT_WATCHDOG_POD: Final = PodResources("L2 mount watchdog", (MOUNT_WATCHDOG_RESOURCES,))

@@ -564,6 +564,44 @@ class CurvineEvictionConfig(StrictModel):
         return self
 
 
+class MountWatchdogConfig(StrictModel):
+    """The L2 mount watchdog (``k8s/mount_watchdog.py``, ``kv_tools/l2_mount_watchdog.py``): a pod
+    per HyperPod node that finds every pod whose Curvine L2 mount is dead (its FUSE session was
+    restarted under it) and heals it (docs/l2-cache.md, "Dead L2 mounts").
+
+    Defaults: a dead mount is seen within one ``period_seconds`` (30 s); a FUSE answer slower
+    than ``probe_timeout_seconds`` (10 s) marks the mount hung (never healed); one eviction per
+    node per ``eviction_interval_seconds`` (60 s), so the up to 8 L2 pods of a node whose FUSE pod
+    restarted come back one after another, within about 8 minutes, not all at once.
+
+    Raises (at load):
+        ValueError: ``probe_timeout_seconds`` not below ``period_seconds``, or
+            ``eviction_interval_seconds`` below ``period_seconds``.
+    """
+
+    #: Deploy the watchdog DaemonSet (and its metrics, alert and RBAC).
+    enabled: bool = True
+    #: Evict pods with a dead mount and unmount the dead binds of terminating pods. False: report
+    #: only; the DaemonSet then runs unprivileged and gets no eviction right.
+    heal: bool = True
+    #: Seconds between the starts of two passes.
+    period_seconds: Annotated[int, Field(ge=10, le=300)] = 30
+    #: A mount whose ``statvfs`` has not answered after this many seconds is hung.
+    probe_timeout_seconds: Annotated[int, Field(ge=1, le=120)] = 10
+    #: At most one eviction per node per this many seconds.
+    eviction_interval_seconds: Annotated[int, Field(ge=10, le=3600)] = 60
+
+    @model_validator(mode="after")
+    def _bounds_ordered(self) -> "MountWatchdogConfig":
+        if self.probe_timeout_seconds >= self.period_seconds:
+            raise ValueError(f"probe_timeout_seconds ({self.probe_timeout_seconds}) must be below "
+                             f"period_seconds ({self.period_seconds}): a pass must end before the next starts")
+        if self.eviction_interval_seconds < self.period_seconds:
+            raise ValueError(f"eviction_interval_seconds ({self.eviction_interval_seconds}) must be at least "
+                             f"period_seconds ({self.period_seconds})")
+        return self
+
+
 #: ``curvine.worker_data_dir``: a directory below /opt/dlami/nvme or /opt/sagemaker
 #: (``hyperpod_rules.INSTANCE_STORE_MOUNTS``, where ``lifecycle/on_create.sh`` looks for instance
 #: storage; docs/sources.md §10).
@@ -603,6 +641,8 @@ class CurvineConfig(StrictModel):
     #: Fraction of the pool (Workers x worker_capacity_gib) kept out of the lines' l2_size sum:
     #: room for what lines write between two janitor runs and for a Worker being replaced.
     l2_pool_reserve_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    #: Detects and heals dead L2 mounts on every HyperPod node (:class:`MountWatchdogConfig`).
+    mount_watchdog: MountWatchdogConfig = MountWatchdogConfig()
 
 
 class AddonVersions(StrictModel):

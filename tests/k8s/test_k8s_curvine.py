@@ -245,7 +245,10 @@ def test_workers_on_hyperpod_nvme(curvine, k8s_project):
     assert env["CURVINE_WORKER_HOSTNAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
 
 
-def test_only_the_csi_node_plugin_is_privileged(curvine):
+def test_only_the_csi_node_plugin_and_the_healing_mount_watchdog_are_privileged(curvine, k8s_project):
+    """Both act on mounts in the host's mount namespace (FUSE binds; the lazy unmount of a dead bind).
+    The watchdog only while ``curvine.mount_watchdog.heal`` (tests/k8s/test_k8s_mount_watchdog.py)."""
+    assert k8s_project.platform.curvine.mount_watchdog.heal
     privileged = set()
     for obj in curvine:
         if obj["kind"] not in ("StatefulSet", "DaemonSet", "Deployment"):
@@ -258,7 +261,7 @@ def test_only_the_csi_node_plugin_is_privileged(curvine):
             else:
                 assert sc.get("allowPrivilegeEscalation") is False, (obj["metadata"]["name"], c["name"])
                 assert sc["capabilities"]["drop"] == ["ALL"]
-    assert privileged == {(names.CSI_NODE, "csi-plugin")}
+    assert privileged == {(names.CSI_NODE, "csi-plugin"), (names.L2_MOUNT_WATCHDOG, "watchdog")}
     node = _container(find(curvine, "DaemonSet", names.CSI_NODE), "csi-plugin")
     assert {"name": "kubelet-dir", "mountPath": "/var/lib/kubelet", "mountPropagation": "Bidirectional"} \
         in node["volumeMounts"]
