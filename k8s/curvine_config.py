@@ -88,7 +88,7 @@ FUSE_WEB_PORT_PARAMETER: Final = "web-port"
 @dataclass(frozen=True)
 class ClientTimeouts:
     """The Curvine client's timeouts and RPC retry window, in ms (``[client]`` of ``ClientConf``,
-    curvine-common ``src/conf/client_conf.rs`` at v0.3.2-alpha; docs/sources.md §15).
+    curvine-common ``src/conf/client_conf.rs`` at v0.3.2-alpha; docs/sources.md §18).
 
     Meaning, from orpc at the same tag: ``conn_timeout_ms`` bounds one TCP connect
     (``RawClient::conn``); ``rpc_timeout_ms`` one request to the Primary and ``data_timeout_ms``

@@ -18,6 +18,8 @@ Objects, in apply order (cdk8s orders them by the dependencies declared here):
 6. The L2 janitor (:mod:`k8s.janitor`): ConfigMap, ServiceAccount, Role, RoleBinding and a
    single-replica Deployment that keep the line's L2 directory within ``l2_size`` and ``ttl_hours``
    and serve its use as metrics.
+7. Role and RoleBinding ``l2-mount-watchdog`` (:func:`k8s.mount_watchdog.line_rbac`): the L2 mount
+   watchdog of Curvine's namespace may list this namespace's Pods and (healing on) evict them.
 
 With ``cache.l2_enabled: false`` only 1, 2 and 5 are emitted (no PVC, no policy, no janitor,
 ``enableL2Cache: false``).
@@ -44,6 +46,7 @@ from imports.com.amazon.aws.sagemaker import inference as iec
 from k8s import names
 from k8s.curvine_config import CURVINE_PORTS
 from k8s.janitor import L2Janitor
+from k8s.mount_watchdog import line_rbac
 from k8s.kyverno import BUSINESS_LINE_NAMESPACE_LABEL, policy_manifest
 from k8s.lmcache import PYTHONHASHSEED_ENV, env_name
 from k8s.patch import line_cache_env
@@ -181,6 +184,8 @@ class BusinessLineChart(cdk8s.Chart):
         namespace_obj, network_policy, pvc, policy, endpoint: the ApiObjects (``pvc`` and
         ``policy`` are None when L2 is off), for dependency wiring in the CDK stack.
         janitor: the :class:`k8s.janitor.L2Janitor` construct (None when L2 is off).
+        mount_watchdog_rbac: the watchdog's Role and RoleBinding here (empty when L2 or the
+            watchdog is off).
 
     Raises:
         ValueError: L2 on while ``curvine.enabled`` is false (the loader reports it first).
@@ -210,6 +215,7 @@ class BusinessLineChart(cdk8s.Chart):
         self.pvc: cdk8s.ApiObject | None = None
         self.policy: cdk8s.ApiObject | None = None
         self.janitor: L2Janitor | None = None
+        self.mount_watchdog_rbac: list[cdk8s.ApiObject] = []
         if line.cache.l2_enabled:
             self.pvc = k8s.KubePersistentVolumeClaim(
                 self, "L2Pvc", metadata=k8s.ObjectMeta(name=names.pvc_name(line), namespace=ns),
@@ -229,6 +235,9 @@ class BusinessLineChart(cdk8s.Chart):
             for obj in self.janitor.objects:
                 obj.add_dependency(self.namespace_obj)
             self.janitor.deployment.add_dependency(self.pvc)
+            self.mount_watchdog_rbac = line_rbac(self, platform=platform, namespace=ns)
+            for obj in self.mount_watchdog_rbac:
+                obj.add_dependency(self.namespace_obj)
         self.endpoint = iec.InferenceEndpointConfig(
             self, "Endpoint", metadata=cdk8s.ApiObjectMetadata(name=names.endpoint_name(line), namespace=ns),
             spec=endpoint_spec(platform, line))

@@ -275,7 +275,7 @@ def lmcache_env(platform: PlatformConfig, line: BusinessLineConfig, *, tmp_dir_t
 #: lmcache 0.5.5 by ``LookupClientFactory._create_zmq_client_transport`` (the scheduler's ZMQ
 #: receive timeout, ``v1/lookup_client/factory.py``) and ``RemoteBackend.get_blocking`` /
 #: ``batched_get_blocking`` (``future.result(blocking_timeout_secs)``,
-#: ``v1/storage_backend/remote_backend.py``); docs/sources.md §15. Not part of
+#: ``v1/storage_backend/remote_backend.py``); docs/sources.md §18. Not part of
 #: :func:`l2_cache_dir`: they do not change what the files mean.
 L2_FAULT_TIMEOUT_KEYS: Final = ("lookup_timeout_ms", "blocking_timeout_secs")
 

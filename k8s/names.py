@@ -77,3 +77,11 @@ L2_MUTATED_LABEL_POINTER: Final = L2_MUTATED_LABEL.replace("~", "~0").replace("/
 L2_JANITOR: Final = "l2-janitor"
 L2_JANITOR_COMPONENT_LABEL: Final = ("app.kubernetes.io/component", L2_JANITOR)
 L2_JANITOR_METRICS_PORT_NAME: Final = "metrics"
+
+#: The L2 mount watchdog (k8s/mount_watchdog.py, a DaemonSet in Curvine's namespace): object name
+#: (also its ServiceAccount, which each L2 line's RoleBinding names), the pod label the scrape job
+#: selects on and the name of its container port serving ``/metrics`` (the number is
+#: :data:`kv_tools.l2_mount_watchdog.METRICS_PORT`).
+L2_MOUNT_WATCHDOG: Final = "l2-mount-watchdog"
+L2_MOUNT_WATCHDOG_COMPONENT_LABEL: Final = ("app.kubernetes.io/component", L2_MOUNT_WATCHDOG)
+L2_MOUNT_WATCHDOG_METRICS_PORT_NAME: Final = "metrics"

@@ -3,7 +3,7 @@ LMCache's lookup and blocking timeouts in the pods' env, and the bound they give
 
 The bound itself is measured with the real LMCache and a FUSE mount that fails on command by
 ``make test-faults`` (tests_faults/); here: that the rendered manifests carry the settings, and that
-the bound of one FUSE operation follows from Curvine's retry logic (docs/sources.md §15).
+the bound of one FUSE operation follows from Curvine's retry logic (docs/sources.md §18).
 """
 
 from __future__ import annotations
