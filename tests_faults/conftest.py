@@ -51,7 +51,7 @@ def throughput(exported, tmp_path_factory) -> dict[str, dict[str, list[float]]]:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    for key, title in (("table", "L2 faults: real LMCache pods and the real janitor on a failing FUSE mount"),
+    for key, title in (("table", "L2 faults: real LMCache pods, the janitor and the mount watchdog on a failing FUSE mount"),
                        ("throughput", "Throughput through the FUSE layer")):
         if key in _REPORT:
             terminalreporter.write_sep("=", title)

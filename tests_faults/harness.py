@@ -5,7 +5,12 @@ One :class:`Rig` per test module: the FUSE mount over a plain backing directory,
 the line's Curvine PVC; a writer pod and a reader pod (processes of :mod:`tests_lmcache.pod`,
 each a real ``LMCacheEngine`` built from the env the line's rendered Policy gives the vLLM
 container, kept up across faults); the line's janitor (``kv_tools/l2_janitor.py``'s
-``JanitorService``, one pass at a time, with its metrics), pointed at the mount. :func:`run_fault`
+``JanitorService``, one pass at a time, with its metrics), pointed at the mount; and the node's L2
+mount watchdog (``kv_tools/l2_mount_watchdog.py``'s ``Watchdog``, issue 15 item 2, report only:
+there is no API server to name or evict pods), which finds the mount where the kubelet keeps a
+pod's CSI volume (the mount point is ``<kubelet>/pods/<uid>/volumes/kubernetes.io~csi/<pv>/mount``
+under the rig's directory) and publishes ``kvcache_l2_mount_up``, what ``KvCacheL2MountDead``
+reads. :func:`run_fault`
 takes one mode through the same steps every time (healthy lookups, the fault, lookups, a
 retrieve whose lookup succeeded just before it, a store, a janitor pass, the metrics, switch-off,
 recovery) and returns what happened; the tests assert on it and the terminal summary prints it.
@@ -17,7 +22,6 @@ latencies are measured and printed, and asserted only against bounds with a wide
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
@@ -30,9 +34,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kv_tools import l2_janitor
+from kv_tools import l2_janitor, l2_mount_watchdog
 from tests_faults.faultfs import write_control
-from tests_lmcache.conftest import REPO, ServedPod, Tier, make_tier
+from tests_lmcache.conftest import REPO, ServedPod, Tier
 from tests_lmcache.test_lmcache_metrics import scrape
 
 #: The line the tier runs (rag-assistant: the tightest TTFT SLO, 1,000 ms).
@@ -70,8 +74,8 @@ OLD_S = 2 * 24 * 3600
 class FaultMount:
     """A :mod:`tests_faults.faultfs` process mounting ``backing`` at ``mount``.
 
-    :meth:`watch_target` is what a mount watchdog (issue 15 item 2, ``kvcache_l2_mount_up``)
-    would be pointed at.
+    :meth:`watch_target` names what a mount watchdog (issue 15 item 2, ``kvcache_l2_mount_up``)
+    looks at; the rig points the real one at it through a kubelet-like layout (:func:`start_rig`).
     """
 
     def __init__(self, backing: Path, mount: Path, control: Path, log: Path) -> None:
@@ -120,6 +124,7 @@ class Rig:
     writer: ServedPod
     reader: ServedPod
     janitor: l2_janitor.JanitorService
+    watchdog: l2_mount_watchdog.Watchdog
     hang_ms: int
     lookup_timeout_ms: int
     blocking_timeout_s: int
@@ -146,11 +151,32 @@ def pod_object(name: str, env: dict[str, str]) -> dict[str, Any]:
             "spec": {"containers": [{"name": "vllm", "env": [{"name": k, "value": v} for k, v in env.items()]}]}}
 
 
+#: The pod volume the watchdog finds: the kubelet's layout of a CSI volume
+#: (``<kubelet>/pods/<uid>/volumes/kubernetes.io~csi/<pv>/{vol_data.json,mount}``, docs/sources.md §17).
+POD_UID = "7e57f4a1-0000-4000-8000-000000000001"
+PV_NAME = "pvc-l2-rag-assistant"
+NODE = "fault-tier-node"
+
+
+def kubelet_volume(kubelet: Path) -> Path:
+    """Create the kubelet's directory of one Curvine CSI volume under ``kubelet``; returns its
+    ``mount`` directory (the mount point)."""
+    volume = kubelet / "pods" / POD_UID / l2_mount_watchdog.CSI_VOLUMES_DIR / PV_NAME
+    (volume / l2_mount_watchdog.MOUNT_DIR).mkdir(parents=True)
+    (volume / l2_mount_watchdog.VOL_DATA_FILE).write_text(json.dumps({
+        "driverName": l2_mount_watchdog.DRIVER_NAME, "specVolID": PV_NAME, "volumeHandle": PV_NAME,
+        "nodeName": NODE, "volumeLifecycleMode": "Persistent"}), encoding="utf-8")
+    return volume / l2_mount_watchdog.MOUNT_DIR
+
+
 def start_rig(exported: dict[str, Any], base: Path) -> Rig:
-    """Mount the fault file system at the tier's L2 root and start a writer and a reader pod."""
-    tier = make_tier(exported, base)
-    backing = base / "backing"
-    backing.mkdir()
+    """Mount the fault file system where the kubelet keeps a pod's CSI volume, make it the tier's L2
+    root, and start a writer and a reader pod, the janitor and the watchdog."""
+    home, work, backing = base / "home", base / "work", base / "backing"
+    for d in (home, work, backing):
+        d.mkdir()
+    kubelet = base / "kubelet"
+    tier = Tier(exported, kubelet_volume(kubelet), home, work)
     mount = FaultMount(backing, tier.root, base / "faultfs.control.json", base / "faultfs.log")
     overrides = json.loads(os.environ.get(CONTROL_ENV, "{}"))
     try:
@@ -163,8 +189,15 @@ def start_rig(exported: dict[str, Any], base: Path) -> Rig:
     config = l2_janitor.config_from_dict({**exported["lines"][LINE]["janitor_config"], "mount_path": str(tier.root)})
     pods = [pod_object("writer", writer.env), pod_object("reader", reader.env)]
     janitor = l2_janitor.JanitorService(config, tier.root, list_pods=lambda: pods, log=lambda line: None)
+    # The rendered watchdog.json, the host paths re-pointed at the rig's (its plugin directory
+    # holds no FUSE session, so the watchdog probes the pod's mount with statvfs).
+    (base / "plugins").mkdir()
+    watchdog = l2_mount_watchdog.Watchdog(
+        NODE, l2_mount_watchdog.config_from_dict({**exported["mount_watchdog_config"], "kubelet_dir": str(kubelet),
+                                                  "plugin_dir": str(base / "plugins")}),
+        api=None, log=lambda line: None)
     timeouts = exported["lmcache_timeouts"]
-    return Rig(tier, mount, writer, reader, janitor, exported["fuse_master_op_bound_ms"],
+    return Rig(tier, mount, writer, reader, janitor, watchdog, exported["fuse_master_op_bound_ms"],
                timeouts["lookup_timeout_ms"], timeouts["blocking_timeout_secs"])
 
 
@@ -183,7 +216,9 @@ class FaultResult:
     janitor_metrics: dict[str, float]
     janitor_ready: bool
     signals: dict[str, float]
-    mount_probe: str
+    #: The watchdog's pass during the fault: the mount's state and ``kvcache_l2_mount_up``.
+    watchdog_state: str
+    mount_up: float | None
     recovery_s: float
     recovery_lookups: int
     #: The pods' own failure counters (``RemoteBackend``), beside what /metrics shows of them.
@@ -241,15 +276,6 @@ def _metrics(rig: Rig) -> dict[str, float]:
     return {**{f"reader {k}": v for k, v in reader.items()}, **{f"writer {k}": v for k, v in writer.items()}}
 
 
-def mount_probe(mount: Path) -> str:
-    """What a watchdog's stat of the mount point sees: ``ok`` or the errno's name."""
-    try:
-        os.stat(mount)
-        return "ok"
-    except OSError as exc:
-        return errno.errorcode.get(exc.errno, str(exc.errno))
-
-
 def _prompt(seed: int) -> list[list[int]]:
     return [[seed, PROMPT_TOKENS]]
 
@@ -279,7 +305,10 @@ def run_fault(rig: Rig, mode: str, index: int) -> FaultResult:
     janitor_metrics = {line.split("{")[0]: float(line.rsplit(" ", 1)[1])
                        for line in rig.janitor.metrics().splitlines() if line and not line.startswith("#")}
     deleted = sorted(files_before - _snapshot(rig.mount.backing))
-    probe = mount_probe(rig.mount.mount)
+    watched = rig.watchdog.run_pass()
+    (watched_mount,) = watched.mounts
+    up = [float(line.rsplit(" ", 1)[1]) for line in rig.watchdog.metrics().splitlines()
+          if line.startswith(l2_mount_watchdog.UP_METRIC + "{")]
     metrics_after = _metrics(rig)
     counters = {"reader": rig.reader.act({"op": "counters"}), "writer": rig.writer.act({"op": "counters"})}
     writer_tmp = rig.backing_line_dir() / json.loads(rig.writer.env["LMCACHE_EXTRA_CONFIG"])["fs_connector_relative_tmp_dir"]
@@ -298,6 +327,7 @@ def run_fault(rig: Rig, mode: str, index: int) -> FaultResult:
     after_lookup = rig.reader.act({"op": "lookup_rpc", "prompt": retrieved_after})
     after_retrieve = rig.reader.act({"op": "retrieve", "prompt": retrieved_after, "req_id": after_lookup["lookup_id"]})
     after_janitor = rig.janitor.run_pass()
+    (after_watch,) = rig.watchdog.run_pass().mounts
     # Leave no janitor fixture behind for the next mode.
     shutil.rmtree(rig.mount.backing / STALE_MODEL_DIR, ignore_errors=True)
     shutil.rmtree(rig.backing_line_dir() / ORPHAN_TMP_DIR, ignore_errors=True)
@@ -310,10 +340,12 @@ def run_fault(rig: Rig, mode: str, index: int) -> FaultResult:
         janitor={**asdict(summary), "exit_code": summary.exit_code, "planted": sorted(planted)},
         janitor_deleted=deleted, janitor_metrics=janitor_metrics, janitor_ready=janitor_ready,
         signals={k: metrics_after[k] - metrics_before[k] for k in metrics_after},
-        mount_probe=probe, recovery_s=recovery_s, recovery_lookups=n, counters=counters,
+        watchdog_state=watched_mount.state, mount_up=up[0] if len(up) == 1 else None,
+        recovery_s=recovery_s, recovery_lookups=n, counters=counters,
         temp_files_left=temp_files_left,
         after={"lookup": again, "store": after_store, "retrieve": after_retrieve,
                "retrieve_lookup": after_lookup, "janitor_exit": after_janitor.exit_code,
+               "watchdog_state": after_watch.state,
                "janitor_ready": rig.janitor.readiness()[0]})
 
 
@@ -352,7 +384,7 @@ SIGNAL_NAMES = {
 def signals_text(r: FaultResult) -> str:
     parts = [f"{short} +{r.signals[key]:g}" for key, short in SIGNAL_NAMES.items() if r.signals.get(key)]
     parts.append(f"janitor errors {r.janitor_metrics.get('kvcache_l2_janitor_errors', 0):g}")
-    parts.append(f"mount stat: {r.mount_probe}")
+    parts.append(f"kvcache_l2_mount_up {r.mount_up:g} ({r.watchdog_state})")
     return "; ".join(parts)
 
 

@@ -15,14 +15,18 @@ import os
 
 import pytest
 
+from kv_tools.l2_mount_watchdog import find_volumes
 from tests_faults.harness import CHUNKS, FAULTS, FULL_HIT
 
 #: Slack on every latency bound, for a loaded 2-core machine (ms).
 MARGIN_MS = 1000
 #: Faults in which the mount answers nothing (every operation fails or hangs).
 DOWN = ("hang", "enotconn", "eio")
-#: The errno a watchdog's stat of the mount point sees in each of those.
-PROBE = {"hang": "EIO", "enotconn": "ENOTCONN", "eio": "EIO", "enospc": "ok", "slow_read": "ok"}
+#: What the L2 mount watchdog (issue 15 item 2) makes of the mount in each fault: its ``statvfs``
+#: fails with ENOTCONN (dead), fails otherwise (error; in ``hang`` after the 3 s of the Curvine
+#: client, or hung if the watchdog's 10 s probe timeout came first), or answers (alive).
+WATCHDOG = {"hang": {"error", "hung"}, "enotconn": {"dead"}, "eio": {"error"}, "enospc": {"alive"},
+            "slow_read": {"alive"}}
 
 
 def test_the_pods_run_the_rendered_bound(rig, exported):
@@ -111,7 +115,8 @@ def test_the_janitor_deletes_nothing_it_should_not(results, mode):
 def test_the_failure_shows_in_the_metrics(results, mode):
     """What /metrics shows (the pods' Prometheus multiprocess files, read as vLLM's API server
     reads them; the janitor's /metrics): L2 reads tried that did not succeed, stored tokens with
-    no L2 write, lookups with no hit, janitor errors; and what a mount watchdog's stat sees."""
+    no L2 write, lookups with no hit, janitor errors; and the L2 mount watchdog's
+    ``kvcache_l2_mount_up``, which ``KvCacheL2MountDead`` reads (0 while the mount does not answer)."""
     r = results[mode]
     sig = r.signals
     tried, ok = sig["reader lmcache:remote_time_to_get_sync_count"], sig["reader lmcache:num_remote_read_requests_total"]
@@ -121,7 +126,8 @@ def test_the_failure_shows_in_the_metrics(results, mode):
     assert stored > 0 and written == (CHUNKS if mode == "slow_read" else 0)
     if mode in ("eio", "enotconn"):
         assert sig["reader lmcache:lookup_0_hit_requests_total"] >= 1
-    assert r.mount_probe == PROBE[mode]
+    assert r.watchdog_state in WATCHDOG[mode]
+    assert r.mount_up == (0 if mode in DOWN else 1)
 
 
 def test_lmcache_failure_gauges_do_not_reach_metrics(results):
@@ -148,12 +154,16 @@ def test_service_recovers_by_itself(results, mode):
     assert a["retrieve_lookup"]["hit_tokens"] == FULL_HIT
     assert a["retrieve"]["retrieved_tokens"] == FULL_HIT and all(a["retrieve"]["chunks_identical"])
     assert a["janitor_exit"] == 0 and a["janitor_ready"]
+    assert a["watchdog_state"] == "alive"
 
 
-def test_the_watchdog_hook_names_the_mount(rig):
-    """What issue 15 item 2's watchdog is to be pointed at: the FUSE mount point, listed in
-    /proc/self/mountinfo with type fuse, and the daemon's pid."""
+def test_the_watchdog_finds_the_mount_where_the_kubelet_keeps_it(rig):
+    """The watchdog is pointed at the mount the way it finds mounts on a node: the kubelet's
+    directory of the pod's Curvine CSI volume (``vol_data.json``), the mount point listed in
+    /proc/self/mountinfo as a FUSE mount of the fault file system's daemon."""
     target = rig.mount.watch_target()
+    (volume,) = find_volumes(rig.watchdog.config.kubelet_dir)
+    assert volume.target == target["mount"] == str(rig.tier.root)
     mounts = [line.split() for line in open("/proc/self/mountinfo", encoding="utf-8")]
     (entry,) = [m for m in mounts if m[4] == target["mount"]]
     sep = entry.index("-")

@@ -11,7 +11,7 @@ every value comes from the rendered objects. It also writes, for every LMCache s
 dashboards and alerts of the same config select, the label matchers they select it with (the
 scrape's own target labels left out), so the tier can check LMCache's exposition against them; and, for the fault tier (tests_faults/),
 each line's rendered ``janitor.json``, the FUSE operation bound of the StorageClass's Curvine client
-settings and LMCache's lookup and blocking timeouts.
+settings, LMCache's lookup and blocking timeouts, and the L2 mount watchdog's ``watchdog.json``.
 
 Usage::
 
@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from k8s import janitor, names
+from k8s import janitor, mount_watchdog, names
 from k8s.curvine_config import fuse_master_op_bound_ms
 from k8s.lmcache import LMCACHE_CONFIG_KEYS, LMCACHE_VERSION, l2_fault_timeouts
 from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL
@@ -127,12 +127,18 @@ def export(pods: int = 4) -> dict[str, Any]:
         edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", fine_tune)
         changed = export_project(load_project(cfg), pods, seed_base=200)
     lines[CHANGED_MODEL_LINE] = changed["rag-assistant"]
+    curvine_objects = render_manifests(project, volume_id=VOLUME_ID, availability_zone=ZONE)["curvine"]
+    watchdog_cms = [o for o in curvine_objects
+                    if o["kind"] == "ConfigMap" and mount_watchdog.CONFIG_FILE in (o.get("data") or {})]
     return {
         "lmcache_version": LMCACHE_VERSION,
         # The longest a FUSE operation waits on an absent Curvine Primary with the StorageClass's
         # client settings: what the fault tier's ``hang`` models (tests_faults/faultfs.py).
         "fuse_master_op_bound_ms": fuse_master_op_bound_ms(),
         "lmcache_timeouts": l2_fault_timeouts(project.platform),
+        # The L2 mount watchdog's rendered watchdog.json (issue 15 item 2), for the fault tier.
+        "mount_watchdog_config": (json.loads(watchdog_cms[0]["data"][mount_watchdog.CONFIG_FILE])
+                                  if watchdog_cms else None),
         "config_keys": sorted(LMCACHE_CONFIG_KEYS),
         "l2_mount_path": L2_MOUNT_PATH,
         "l2_root_url": L2_REMOTE_URL,
