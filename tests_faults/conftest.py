@@ -4,7 +4,6 @@ every fault, and the table printed at the end of the run (``pytest_terminal_summ
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import pytest
