@@ -854,6 +854,20 @@ class LMCacheSettings(StrictModel):
     #: `DO_NOT_TRACK=1` (lmcache/usage_telemetry/identity.py, docs/sources.md §8). Off (both
     #: set) unless this is true; a private inference cluster should not phone home.
     usage_telemetry: bool = False
+    #: How long vLLM's scheduler waits for an LMCache lookup, in ms, before it counts the
+    #: request as a miss (`LMCACHE_LOOKUP_TIMEOUT_MS`; LMCache 0.5.5's default is 3,000). The
+    #: most an unhealthy L2 (an absent Curvine Primary, a hung FUSE mount) adds to a request's
+    #: lookup, and the time it holds the scheduler meanwhile; a healthy lookup slower than this
+    #: (very long prompts on a slow file system) loses its hit. Must be below every L2 line's
+    #: `slo.ttft_p90_ms`. 200 ms: rag-assistant's cold prefill of about 774 ms (docs/sources.md
+    #: §1) plus 200 ms stays under its 1,000 ms SLO; measured by `make test-faults`
+    #: (docs/l2-cache.md, "The fault tier").
+    lookup_timeout_ms: Annotated[int, Field(ge=20, le=3000)] = 200
+    #: How long an LMCache retrieve waits for each chunk read from L2, in whole seconds, before
+    #: it gives up and the rest is recomputed (`LMCACHE_BLOCKING_TIMEOUT_SECS`; LMCache 0.5.5
+    #: reads it with `int()`, default 10). 1 is the smallest that LMCache can express; it bounds
+    #: what a failing L2 adds to a request whose lookup found its prefix just before the fault.
+    blocking_timeout_secs: Annotated[int, Field(ge=1, le=10)] = 1
 
 
 class PlatformConfig(StrictModel):

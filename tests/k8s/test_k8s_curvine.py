@@ -278,6 +278,12 @@ def test_csi_driver_and_storage_class(curvine, k8s_project):
         "path-type": "DirectoryOrCreate",
         # The FUSE pods' web port (--web-port 9003), apart from the Worker's 9002 on the host.
         "web-port": "9003",
+        # Curvine client timeouts (--client.*): an absent Primary costs an operation at most 3 s
+        # (tests/k8s/test_k8s_l2_faults.py).
+        **{f"client.{k}": v for k, v in (("conn-timeout-ms", "250"), ("rpc-timeout-ms", "1000"),
+                                         ("data-timeout-ms", "1000"), ("rpc-retry-max-duration-ms", "500"),
+                                         ("rpc-retry-min-sleep-ms", "50"), ("rpc-retry-max-sleep-ms", "200"),
+                                         ("conn-retry-max-duration-ms", "500"))},
     }
     svc = find(curvine, "Service", names.CURVINE_MASTER)
     host, port = sc["parameters"]["master-addrs"].split(":")
