@@ -11,7 +11,7 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 # jsii's end-of-life notice for Node 20 is silenced by the Python code itself
 # (platform_config/runtime.py), so commands run outside make are quiet too.
 
-.PHONY: setup system-deps synth test test-lmcache manifests bench docs clean
+.PHONY: setup system-deps synth test test-lmcache test-faults manifests bench docs clean
 
 # Set-up output goes to stderr, so `make bench` (JSON) keeps a clean stdout on a fresh machine too.
 $(VENV)/.installed: requirements.txt requirements-dev.txt
@@ -78,6 +78,13 @@ $(LMCACHE_VENV)/.installed: requirements-lmcache.txt constraints-lmcache.txt
 test-lmcache: setup system-deps $(LMCACHE_VENV)/.installed
 	$(LMCACHE_VENV)/bin/python -m pytest tests_lmcache -p no:cacheprovider
 	$(LMCACHE_VENV)/bin/python -m tests_lmcache.bench_fs
+
+## make test-faults: the fault tier (tests_faults/): the real-LMCache pods and the real L2 janitor on a FUSE
+## mount (PyPI mfusepy over Debian's fuse3) that the tests switch to hang, ENOTCONN, EIO, ENOSPC and slow
+## reads while in use; prints a table per fault and store/retrieve GiB/s through FUSE beside the plain
+## directory. Same virtualenv as test-lmcache; mounting needs root and /dev/fuse (as CI runs).
+test-faults: setup system-deps $(LMCACHE_VENV)/.installed
+	$(LMCACHE_VENV)/bin/python -m pytest tests_faults -p no:cacheprovider
 
 ## make manifests: the same cdk8s charts as plain YAML in dist/, for GitOps or kubectl users.
 ## The Curvine volume ID comes from CURVINE_VOLUME_ID or cdk-outputs.json (cdk deploy --outputs-file).

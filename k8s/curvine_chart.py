@@ -11,8 +11,12 @@ Objects (namespace ``curvine.namespace``, default ``curvine``):
 * CSI: CSIDriver ``curvine``, controller Deployment (provisioner), node plugin DaemonSet, RBAC,
   and the StorageClass the business lines' RWX PVCs use (its parameters carry the web port to
   the FUSE pods). At run time the node plugin also creates standalone FUSE pods in this
-  namespace (privileged, hostNetwork, hostPID); they are not objects of this chart.
+  namespace (privileged, hostNetwork, hostPID); they are not objects of this chart, but their
+  resources (Guaranteed QoS) are, through the node plugin's ``STANDALONE_*`` variables.
+* Mount lifetime: a ValidatingAdmissionPolicy and its binding that refuse the node plugin's delete
+  of a healthy FUSE pod (:mod:`k8s.fuse_pod_guard`).
 * NetworkPolicy on the Primary (the business-line side is in :mod:`k8s.line_chart`).
+* The L2 mount watchdog DaemonSet and its ConfigMap and RBAC (:mod:`k8s.mount_watchdog`).
 
 Plain cdk8s (the Kubernetes L1 classes of :mod:`k8s.kube`); no aws_cdk import, so the same chart renders in
 the CDK app (with CDK tokens for the volume ID and zone) and in ``make manifests``.
@@ -32,7 +36,10 @@ from k8s.curvine_config import (
     INIT_MARKER, JOURNAL_DIR, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT, META_DIR, PRIMARY_MOUNT, PRIMARY_ROOT,
     ROCKSDB_DATA_SUBDIR, WORKER_RPC_PORT, WORKER_WEB_PORT, fuse_mount_parameters, master_addrs, render_cluster_toml,
 )
-from k8s.nodes import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, hyperpod_node_requirements, instance_group_tolerations
+from k8s.fuse_pod_guard import fuse_pod_guard
+from k8s.mount_watchdog import L2MountWatchdog
+from k8s.nodes import (HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, hyperpod_node_requirements, instance_group_tolerations,
+                       system_node_requirements)
 from platform_config import PlatformConfig
 from platform_config.models import AZ_NAME_PATTERN, ExistingVpcConfig
 
@@ -241,7 +248,7 @@ def _master_start_script(*, conf: str) -> str:
 
 
 class CurvineChart(cdk8s.Chart):
-    """Curvine Primary, Workers, CSI driver, StorageClass and NetworkPolicy.
+    """Curvine Primary, Workers, CSI driver, StorageClass, FUSE pod guard and NetworkPolicy.
 
     Args:
         scope: the cdk8s App (or any construct).
@@ -289,6 +296,11 @@ class CurvineChart(cdk8s.Chart):
             # The L2 directory of a deleted line is recomputable cache: delete it with the PVC.
             reclaim_policy="Delete", volume_binding_mode="Immediate", allow_volume_expansion=False)
         self._network_policy()
+        # Finds and heals dead L2 mounts on every HyperPod node (k8s/mount_watchdog.py).
+        self.mount_watchdog: L2MountWatchdog | None = None
+        if c.mount_watchdog.enabled:
+            self.mount_watchdog = L2MountWatchdog(self, "MountWatchdog", platform=platform)
+            self._objects += self.mount_watchdog.objects
         for obj in self._objects:
             obj.add_dependency(self.namespace_obj)
 
@@ -385,13 +397,13 @@ class CurvineChart(cdk8s.Chart):
                     metadata=k8s.ObjectMeta(labels=labels),
                     spec=k8s.PodSpec(
                         service_account_name="curvine", automount_service_account_token=False,
-                        # The zone is forced by the PV's node affinity; prefer the system nodes
-                        # over the GPU nodes for the metadata server.
+                        # Only where the volume is known to attach: a system node (EC2, the EBS
+                        # CSI driver's ec2:AttachVolume) in the volume's zone; never a HyperPod node
+                        # (k8s.nodes.system_node_requirements, docs/sources.md §15).
                         affinity=k8s.Affinity(node_affinity=k8s.NodeAffinity(
-                            preferred_during_scheduling_ignored_during_execution=[k8s.PreferredSchedulingTerm(
-                                weight=100, preference=k8s.NodeSelectorTerm(match_expressions=[
-                                    k8s.NodeSelectorRequirement(key=HYPERPOD_NODE_LABEL, operator="NotIn",
-                                                                values=[HYPERPOD_NODE_VALUE])]))])),
+                            required_during_scheduling_ignored_during_execution=k8s.NodeSelector(
+                                node_selector_terms=[k8s.NodeSelectorTerm(match_expressions=[
+                                    k8s.NodeSelectorRequirement(**r) for r in system_node_requirements(zone)])]))),
                         termination_grace_period_seconds=60,
                         init_containers=[init], containers=[master],
                         volumes=[self._config_volume(),
@@ -575,7 +587,9 @@ class CurvineChart(cdk8s.Chart):
                  # hostNetwork, hostPID, with /dev/fuse and a Bidirectional hostPath mount, one
                  # per node and (master-addrs, fs-path), in this namespace, under the
                  # curvine-csi-node service account; hence the namespace's "privileged" Pod
-                 # Security level. Their resources come from the STANDALONE_* variables below.
+                 # Security level. Their resources come from the STANDALONE_* variables below
+                 # (requests = limits: Guaranteed, k8s/pod_resources.py), and the FUSE pod guard
+                 # keeps this plugin from deleting a healthy one (k8s/fuse_pod_guard.py).
                  k8s.EnvVar(name="MOUNT_MODE", value="standalone"),
                  k8s.EnvVar(name="STANDALONE_IMAGE", value=img.curvine_csi),
                  k8s.EnvVar(name="STANDALONE_SERVICE_ACCOUNT", value=names.CSI_NODE),
@@ -628,6 +642,11 @@ class CurvineChart(cdk8s.Chart):
                                 path="/var/lib/kubelet/plugins_registry/", type="Directory")),
                             self._config_volume()])))))
         self.csi_node.add_dependency(self.config_map, self.csi_driver)
+        # The guard is in place before the node plugin runs: without it the plugin's first
+        # NodeUnpublishVolume may delete the FUSE pod under every other pod of the node.
+        self.fuse_pod_guard, self.fuse_pod_guard_binding = (
+            self._add(obj) for obj in fuse_pod_guard(self, namespace=self.ns, node_service_account=names.CSI_NODE))
+        self.csi_node.add_dependency(self.fuse_pod_guard_binding)
 
     # --- NetworkPolicy ------------------------------------------------------------------------
 

@@ -85,8 +85,86 @@ ENABLE_QUOTA_EVICTION: Final = False
 FUSE_WEB_PORT_PARAMETER: Final = "web-port"
 
 
+@dataclass(frozen=True)
+class ClientTimeouts:
+    """The Curvine client's timeouts and RPC retry window, in ms (``[client]`` of ``ClientConf``,
+    curvine-common ``src/conf/client_conf.rs`` at v0.3.2-alpha; docs/sources.md §18).
+
+    Meaning, from orpc at the same tag: ``conn_timeout_ms`` bounds one TCP connect
+    (``RawClient::conn``); ``rpc_timeout_ms`` one request to the Primary and ``data_timeout_ms``
+    one to a Worker (``ClusterConnector``, ``BlockClient``); a failed request to the Primary is
+    retried with sleeps from ``rpc_retry_min_sleep_ms`` doubling up to ``rpc_retry_max_sleep_ms``
+    until ``rpc_retry_max_duration_ms`` has passed (``TimeBondedRetry``, ``io_retry_*`` in orpc's
+    ``ClientConf``); ``conn_retry_max_duration_ms`` bounds ``RawClient::conn_retry``, which
+    nothing calls at this tag (set all the same, so a Curvine that starts using it keeps the
+    bound). The FUSE client then answers the operation with ``EIO`` (``FuseError::from``,
+    ``curvine-fuse/src/fuse_error.rs``); curvine-fuse has no timeout of its own, and the kernel's
+    FUSE request has none either, so these settings are what ends a wait on an absent Primary.
+    """
+
+    conn_timeout_ms: int
+    rpc_timeout_ms: int
+    data_timeout_ms: int
+    rpc_retry_max_duration_ms: int
+    rpc_retry_min_sleep_ms: int
+    rpc_retry_max_sleep_ms: int
+    conn_retry_max_duration_ms: int
+
+    def parameters(self) -> dict[str, str]:
+        """StorageClass parameters, one per field: ``client.<field with '-' for '_'>`` -> ms.
+
+        curvine-fuse v0.3.2-alpha takes every ``#[client_cli]`` field of ``ClientConf`` as the
+        flag ``--client.<kebab name>`` (``ClientCliArgs``, curvine-common ``macros/src/
+        client_cli.rs`` ``cli_long_name``: prefix ``client``, ``_`` -> ``-``), flattened into its
+        mount arguments (``FuseRuntimeArgs``, ``curvine-fuse/src/cli/mount_args.rs``), and the CSI
+        passes the parameter ``k`` as ``--k <value>``.
+        """
+        return {f"client.{name.replace('_', '-')}": str(getattr(self, name)) for name in self.__dataclass_fields__}
+
+    def master_op_bound_ms(self) -> int:
+        """The longest one FUSE operation waits on an unreachable Primary, in ms.
+
+        ``ClusterConnector::rpc`` (orpc ``src/client/cluster_connector.rs``) first tries the
+        known leader once, then retries every Primary until the retry window closes; each attempt
+        connects (at most ``conn_timeout_ms``) and waits for the answer (at most
+        ``rpc_timeout_ms``), and the last attempt may start just before the window closes
+        (``TimeBondedRetry::attempt`` sleeps at most until the window's end, then lets one more
+        attempt run). So: leader attempt + window + last attempt. A Primary that refuses
+        connections fails each attempt at once (about ``rpc_retry_max_duration_ms``); a
+        black-holed one costs ``conn_timeout_ms`` per attempt; a hung one ``rpc_timeout_ms``.
+        """
+        attempt = self.conn_timeout_ms + self.rpc_timeout_ms
+        return attempt + self.rpc_retry_max_duration_ms + attempt
+
+
+#: Curvine v0.3.2-alpha's defaults (``ClientConf::default``, client_conf.rs), for comparison: an
+#: operation could wait 150 s + 120 s + 150 s = 420 s on an absent Primary.
+CURVINE_DEFAULT_CLIENT_TIMEOUTS: Final = ClientTimeouts(
+    conn_timeout_ms=30_000, rpc_timeout_ms=120_000, data_timeout_ms=120_000, rpc_retry_max_duration_ms=120_000,
+    rpc_retry_min_sleep_ms=100, rpc_retry_max_sleep_ms=10_000, conn_retry_max_duration_ms=60_000)
+
+#: What the FUSE pods run with. A connect inside the VPC takes well under a millisecond, so 250 ms
+#: only gives up on a Primary that is not there (a lost SYN is left to the retry); 1,000 ms per
+#: request leaves room for the Primary's slowest legitimate answers (a janitor listing a large
+#: directory, a burst of creates), not measured against a real Primary here; 500 ms of retries
+#: rides out a connection reset without waiting for a Primary that is being rescheduled (a drain
+#: takes about a minute, docs/l2-cache.md). Bound: 1,250 + 500 + 1,250 = 3,000 ms per operation
+#: (:meth:`ClientTimeouts.master_op_bound_ms`), the ``hang`` the fault tier models. A request
+#: does not wait that long: LMCache's own timeouts end its wait first (``platform.lmcache``);
+#: this bound is how long a stuck LMCache thread, and a janitor pass, stay stuck.
+FUSE_CLIENT_TIMEOUTS: Final = ClientTimeouts(
+    conn_timeout_ms=250, rpc_timeout_ms=1_000, data_timeout_ms=1_000, rpc_retry_max_duration_ms=500,
+    rpc_retry_min_sleep_ms=50, rpc_retry_max_sleep_ms=200, conn_retry_max_duration_ms=500)
+
+
+def fuse_master_op_bound_ms() -> int:
+    """:meth:`ClientTimeouts.master_op_bound_ms` of :data:`FUSE_CLIENT_TIMEOUTS`: 3,000 ms."""
+    return FUSE_CLIENT_TIMEOUTS.master_op_bound_ms()
+
+
 def fuse_mount_parameters(platform: PlatformConfig) -> dict[str, str]:
-    """StorageClass parameters the CSI passes to ``curvine-fuse`` as flags: ``{"web-port": "9003"}``.
+    """StorageClass parameters the CSI passes to ``curvine-fuse`` as flags: ``{"web-port": "9003"}``
+    and the client timeouts (:data:`FUSE_CLIENT_TIMEOUTS`, ``client.conn-timeout-ms`` ...).
 
     The node plugin starts ``curvine-fuse --master-addrs .. --fs-path .. --mnt-path ..`` in
     standalone pods that do not mount our ConfigMap (no ``--conf``: ``buildFuseArgs`` in
@@ -96,7 +174,7 @@ def fuse_mount_parameters(platform: PlatformConfig) -> dict[str, str]:
     (module docstring).
     """
     del platform  # one StorageClass, one FUSE pod per node and mount key: one port suffices
-    return {FUSE_WEB_PORT_PARAMETER: str(FUSE_WEB_PORT)}
+    return {FUSE_WEB_PORT_PARAMETER: str(FUSE_WEB_PORT), **FUSE_CLIENT_TIMEOUTS.parameters()}
 
 
 @dataclass(frozen=True)

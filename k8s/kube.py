@@ -6,32 +6,38 @@ cluster (``eks.version`` in ``config/platform.yaml``):
 - ``cdk8s-plus-<NN>`` ships the Kubernetes API classes (``cdk8s_plus_<NN>.k8s``) the charts use;
 - ``aws-cdk.lambda-layer-kubectl-v<NN>`` ships kubectl and Helm for the CDK's kubectl handler.
 
-Charts import the API classes from here (``from k8s.kube import k8s``), the cluster stack asks
-:func:`kubectl_layer_class` for the layer of ``eks.version``, and the config model refuses an
-``eks.version`` whose packages are not installed (:func:`missing_packages`), so a version bump
-is one config value plus the two pins in ``requirements.txt``; no other code names a minor version.
+Which pins belong to which version is data in the bottom layer,
+:data:`platform_config.kubernetes_versions.KUBERNETES_RELEASES` (one row per version, with the
+core add-on pins); this module only imports what a row names. Charts import the API classes from
+here (``from k8s.kube import k8s``), the cluster stack asks :func:`kubectl_layer_class` for the
+layer of ``eks.version``, and the config model refuses an ``eks.version`` whose packages are not
+installed, so a version bump is one config value plus the two pins in ``requirements.txt``.
 
-Only the standard library is imported at module level: the charts' ``k8s`` package must stay
-importable without aws_cdk (``make manifests``), and :mod:`platform_config` imports this module.
+Several ``cdk8s-plus-<NN>`` may be installed side by side (``pip install -r requirements.txt`` into
+an existing environment adds the new pair and keeps the old one): the charts then use the newest
+prepared one (:data:`KUBERNETES_VERSION`), which is never older than ``eks.version`` (whose pair the
+config requires), and every manifest is still validated against ``eks.version``'s schemas by the
+tests (``tests/k8s/test_k8s_schemas.py``).
+
+Only the standard library and :mod:`platform_config` are imported at module level: the charts'
+``k8s`` package must stay importable without aws_cdk (``make manifests``).
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
-import re
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Final
 
-#: ``1.<minor>``, as EKS and ``eks.version`` spell a Kubernetes version.
-KUBERNETES_VERSION_PATTERN: Final = r"^1\.([0-9]{2})$"
+from platform_config import kubernetes_versions as versions
 
-_CDK8S_PLUS_DIST = re.compile(r"^cdk8s[-_.]plus[-_.]([0-9]{2})$", re.IGNORECASE)
+#: ``1.<minor>``, as EKS and ``eks.version`` spell a Kubernetes version.
+KUBERNETES_VERSION_PATTERN: Final = versions.KUBERNETES_VERSION_PATTERN
 
 
 class KubernetesPackageError(ImportError):
-    """The packages matching a Kubernetes version are missing, or ambiguous. The message says what to install."""
+    """The packages matching a Kubernetes version are missing. The message says what to install."""
 
 
 @dataclass(frozen=True)
@@ -39,12 +45,12 @@ class KubePackages:
     """The PyPI distributions and Python names that belong to one Kubernetes minor version.
 
     Attributes:
-        version: ``"1.33"``.
-        cdk8s_plus: PyPI name, ``cdk8s-plus-33``; its module ``cdk8s_plus_33`` has ``k8s``.
-        cdk8s_plus_module: ``cdk8s_plus_33``.
-        kubectl_layer: PyPI name, ``aws-cdk.lambda-layer-kubectl-v33``.
-        kubectl_layer_module: ``aws_cdk.lambda_layer_kubectl_v33``.
-        kubectl_layer_class: ``KubectlV33Layer``.
+        version: ``"1.34"``.
+        cdk8s_plus: PyPI name, ``cdk8s-plus-34``; its module ``cdk8s_plus_34`` has ``k8s``.
+        cdk8s_plus_module: ``cdk8s_plus_34``.
+        kubectl_layer: PyPI name, ``aws-cdk.lambda-layer-kubectl-v34``.
+        kubectl_layer_module: ``aws_cdk.lambda_layer_kubectl_v34``.
+        kubectl_layer_class: ``KubectlV34Layer``.
     """
 
     version: str
@@ -61,60 +67,22 @@ class KubePackages:
 
 
 def packages_for(version: str) -> KubePackages:
-    """The packages of Kubernetes ``version`` (``"1.33"`` -> ``cdk8s-plus-33``, ``...-kubectl-v33``).
+    """The packages of Kubernetes ``version`` (``"1.34"`` -> ``cdk8s-plus-34``, ``...-kubectl-v34``).
 
     Raises:
-        ValueError: ``version`` is not ``1.<two-digit minor>``.
+        ValueError: ``version`` is not one HyperPod supports, or has no row in
+            :data:`platform_config.kubernetes_versions.KUBERNETES_RELEASES`.
     """
-    match = re.match(KUBERNETES_VERSION_PATTERN, version)
-    if not match:
-        raise ValueError(f"not a Kubernetes minor version: {version!r} (expected e.g. '1.33')")
-    minor = match.group(1)
-    return KubePackages(
-        version=version,
-        cdk8s_plus=f"cdk8s-plus-{minor}",
-        cdk8s_plus_module=f"cdk8s_plus_{minor}",
-        kubectl_layer=f"aws-cdk.lambda-layer-kubectl-v{minor}",
-        kubectl_layer_module=f"aws_cdk.lambda_layer_kubectl_v{minor}",
-        kubectl_layer_class=f"KubectlV{minor}Layer",
-    )
+    row = versions.release(version)
+    return KubePackages(version=row.version, cdk8s_plus=row.cdk8s_plus, cdk8s_plus_module=row.cdk8s_plus_module,
+                        kubectl_layer=row.kubectl_layer, kubectl_layer_module=row.kubectl_layer_module,
+                        kubectl_layer_class=row.kubectl_layer_class)
 
 
-def _installed(distribution: str) -> bool:
-    try:
-        importlib.metadata.distribution(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-def installed_versions() -> tuple[str, ...]:
-    """Kubernetes versions whose ``cdk8s-plus-<NN>`` is installed, sorted (``("1.33",)``)."""
-    found = set()
-    for dist in importlib.metadata.distributions():
-        match = _CDK8S_PLUS_DIST.match(dist.metadata["Name"] or "")
-        if match:
-            found.add(f"1.{match.group(1)}")
-    return tuple(sorted(found, key=lambda v: int(v.split(".")[1])))
-
-
-def missing_packages(version: str) -> list[str]:
-    """PyPI names of ``version``'s packages that are not installed (empty: ready to synthesize).
-
-    Raises:
-        ValueError: malformed ``version`` (see :func:`packages_for`).
-    """
-    return [name for name in packages_for(version).distributions if not _installed(name)]
-
-
-def install_hint(version: str) -> str:
-    """What to do when ``version``'s packages are missing: the exact pins to put in requirements.txt."""
-    wanted = packages_for(version)
-    have = installed_versions()
-    installed = f"installed for Kubernetes {', '.join(have)}" if have else "no cdk8s-plus package installed"
-    return (f"Kubernetes {version} needs the PyPI packages {wanted.cdk8s_plus} and {wanted.kubectl_layer} "
-            f"({installed}): pin both in requirements.txt in place of the other version's pair, then "
-            f"`make setup` (or `pip uninstall` the old pair and `pip install -r requirements.txt`)")
+#: Re-exported from the bottom layer (the config model uses the same functions).
+installed_versions = versions.installed_cdk8s_plus_versions
+missing_packages = versions.missing_packages
+install_hint = versions.install_hint
 
 
 def kubectl_layer_class(version: str) -> type:
@@ -145,32 +113,24 @@ def api(version: str) -> ModuleType:
 
 
 def _charts_version() -> str:
-    """The single installed Kubernetes version the charts are generated for.
-
-    Exactly one ``cdk8s-plus-<NN>`` must be installed: with two, which API the charts should use
-    would depend on import order, not on ``eks.version``.
-    """
-    versions = installed_versions()
-    if len(versions) == 1:
-        return versions[0]
-    if not versions:
-        raise KubernetesPackageError(
-            "no cdk8s-plus-<NN> package is installed; `make setup` installs the one pinned in requirements.txt")
+    """The newest installed ``cdk8s-plus-<NN>`` that has a row in the version table."""
+    prepared = [v for v in installed_versions() if v in versions.KUBERNETES_RELEASES]
+    if prepared:
+        return prepared[-1]
     raise KubernetesPackageError(
-        f"several cdk8s-plus packages are installed (Kubernetes {', '.join(versions)}); keep only the one "
-        f"matching eks.version in config/platform.yaml (`pip uninstall cdk8s-plus-<NN>` for the others)")
+        "no cdk8s-plus-<NN> package of a prepared Kubernetes version is installed "
+        f"({', '.join(versions.KUBERNETES_RELEASES)}); `make setup` installs the pair pinned in requirements.txt")
 
 
-#: Kubernetes version of the installed ``cdk8s-plus-<NN>``; the config model requires
-#: ``eks.version`` to equal it, so the charts' API classes always match the cluster.
+#: Kubernetes version of the ``cdk8s-plus-<NN>`` the charts are built with (see the module doc).
 KUBERNETES_VERSION: Final = _charts_version()
 
 
 def __getattr__(name: str) -> ModuleType:
     """``k8s``: the Kubernetes API classes of :data:`KUBERNETES_VERSION` (``k8s.KubeNamespace``, ...).
 
-    Resolved on first use (PEP 562), so validating a config, which imports this module, does
-    not start the jsii runtime that importing ``cdk8s_plus_<NN>`` starts.
+    Resolved on first use (PEP 562), so validating a config does not start the jsii runtime that
+    importing ``cdk8s_plus_<NN>`` starts.
     """
     if name == "k8s":
         module = api(KUBERNETES_VERSION)

@@ -18,7 +18,9 @@ Objects, in apply order (cdk8s orders them by the dependencies declared here):
 6. The L2 janitor (:mod:`k8s.janitor`): ConfigMap, ServiceAccount, Role, RoleBinding and a
    single-replica Deployment that keep the line's L2 directory within ``l2_size`` and ``ttl_hours``
    and serve its use as metrics.
-7. The cross-pod hit canary (:mod:`k8s.canary`, unless ``canary.enabled: false``): ConfigMap,
+7. Role and RoleBinding ``l2-mount-watchdog`` (:func:`k8s.mount_watchdog.line_rbac`): the L2 mount
+   watchdog of Curvine's namespace may list this namespace's Pods and (healing on) evict them.
+8. The cross-pod hit canary (:mod:`k8s.canary`, unless ``canary.enabled: false``): ConfigMap,
    ServiceAccount, Role, RoleBinding and a single-replica Deployment that check, every few
    minutes, that one replica's prefix reaches another through L2.
 
@@ -49,6 +51,7 @@ from k8s.curvine_config import CURVINE_PORTS
 from k8s import canary
 from k8s.canary import KvCanary
 from k8s.janitor import L2Janitor
+from k8s.mount_watchdog import line_rbac
 from k8s.kyverno import BUSINESS_LINE_NAMESPACE_LABEL, policy_manifest
 from k8s.lmcache import PYTHONHASHSEED_ENV, env_name
 from k8s.patch import line_cache_env
@@ -186,6 +189,8 @@ class BusinessLineChart(cdk8s.Chart):
         namespace_obj, network_policy, pvc, policy, endpoint: the ApiObjects (``pvc`` and
         ``policy`` are None when L2 is off), for dependency wiring in the CDK stack.
         janitor: the :class:`k8s.janitor.L2Janitor` construct (None when L2 is off).
+        mount_watchdog_rbac: the watchdog's Role and RoleBinding here (empty when L2 or the
+            watchdog is off).
         canary: the :class:`k8s.canary.KvCanary` construct (None when L2 or the canary is off).
 
     Raises:
@@ -216,6 +221,7 @@ class BusinessLineChart(cdk8s.Chart):
         self.pvc: cdk8s.ApiObject | None = None
         self.policy: cdk8s.ApiObject | None = None
         self.janitor: L2Janitor | None = None
+        self.mount_watchdog_rbac: list[cdk8s.ApiObject] = []
         self.canary: KvCanary | None = None
         if line.cache.l2_enabled:
             self.pvc = k8s.KubePersistentVolumeClaim(
@@ -236,6 +242,9 @@ class BusinessLineChart(cdk8s.Chart):
             for obj in self.janitor.objects:
                 obj.add_dependency(self.namespace_obj)
             self.janitor.deployment.add_dependency(self.pvc)
+            self.mount_watchdog_rbac = line_rbac(self, platform=platform, namespace=ns)
+            for obj in self.mount_watchdog_rbac:
+                obj.add_dependency(self.namespace_obj)
             if canary.enabled(platform, line):
                 self.canary = KvCanary(self, "KvCanary", platform=platform, line=line)
                 for obj in self.canary.objects:

@@ -26,8 +26,10 @@ from platform_config.models import LMCACHE_VERSION
 __all__ = [
     "LMCACHE_CONFIG_KEYS",
     "LMCACHE_VERSION",
+    "L2_FAULT_TIMEOUT_KEYS",
     "PINNED_SETTINGS",
     "l2_cache_dir",
+    "l2_fault_timeouts",
     "lmcache_env",
     "owned_env_names",
 ]
@@ -237,7 +239,8 @@ def lmcache_env(platform: PlatformConfig, line: BusinessLineConfig, *, tmp_dir_t
         ``PRE_CACHING_HASH_ALGORITHM=builtin``); ``LMCACHE_EXTRA_CONFIG`` (JSON,
         :func:`extra_config`: the per-pod temp dir and ``save_chunk_meta``; the operator's own
         extra config carries ``sagemaker_hyperpod_*`` keys that only the ``sagemaker-hyperpod://``
-        connector reads, meaningless once the URL is ``fs://``); ``PYTHONHASHSEED``; unless
+        connector reads, meaningless once the URL is ``fs://``); ``LMCACHE_LOOKUP_TIMEOUT_MS`` and
+        ``LMCACHE_BLOCKING_TIMEOUT_SECS`` (:func:`l2_fault_timeouts`); ``PYTHONHASHSEED``; unless
         ``lmcache.usage_telemetry`` is on, ``LMCACHE_TRACK_USAGE=false`` and ``DO_NOT_TRACK=1``;
         ``PROMETHEUS_MULTIPROC_DIR`` = :data:`METRICS_DIR` (so LMCache's metrics reach vLLM's
         ``/metrics``; the patch mounts an ``emptyDir`` there); and, only when
@@ -254,6 +257,8 @@ def lmcache_env(platform: PlatformConfig, line: BusinessLineConfig, *, tmp_dir_t
         if not setting.key.startswith("extra_config."):
             env[env_name(setting.key)] = setting.value
     env[env_name("extra_config")] = json.dumps(extra_config(tmp_dir_token), separators=(", ", ": "))
+    for key, value in l2_fault_timeouts(platform).items():
+        env[env_name(key)] = str(value)
     env[PYTHONHASHSEED_ENV] = str(line.python_hash_seed)
     if not platform.lmcache.usage_telemetry:
         env[TRACK_USAGE_ENV] = "false"
@@ -263,6 +268,27 @@ def lmcache_env(platform: PlatformConfig, line: BusinessLineConfig, *, tmp_dir_t
     if l1_size is not None:
         env[env_name("max_local_cpu_size")] = l1_size
     return env
+
+
+#: LMCache keys that bound what an unhealthy L2 costs a request (docs/l2-cache.md, "When the
+#: Curvine Primary is down"), set from ``platform.lmcache`` (:func:`l2_fault_timeouts`). Read in
+#: lmcache 0.5.5 by ``LookupClientFactory._create_zmq_client_transport`` (the scheduler's ZMQ
+#: receive timeout, ``v1/lookup_client/factory.py``) and ``RemoteBackend.get_blocking`` /
+#: ``batched_get_blocking`` (``future.result(blocking_timeout_secs)``,
+#: ``v1/storage_backend/remote_backend.py``); docs/sources.md §18. Not part of
+#: :func:`l2_cache_dir`: they do not change what the files mean.
+L2_FAULT_TIMEOUT_KEYS: Final = ("lookup_timeout_ms", "blocking_timeout_secs")
+
+
+def l2_fault_timeouts(platform: PlatformConfig) -> dict[str, int]:
+    """``{"lookup_timeout_ms": ms, "blocking_timeout_secs": s}`` from ``platform.lmcache``.
+
+    ``lookup_timeout_ms`` bounds a lookup (vLLM's scheduler counts a timeout as 0 hit tokens);
+    ``blocking_timeout_secs`` (whole seconds: LMCache converts it with ``int()``) bounds each
+    chunk read of a retrieve. Units as the keys say; defaults and their reasons in
+    :class:`platform_config.models.LMCacheSettings`.
+    """
+    return {key: getattr(platform.lmcache, key) for key in L2_FAULT_TIMEOUT_KEYS}
 
 
 def max_local_cpu_size(line: BusinessLineConfig) -> str | None:
@@ -295,7 +321,7 @@ def owned_env_names(line: BusinessLineConfig) -> tuple[str, ...]:
     """
     names = (env_name("remote_url"), env_name("chunk_size"),
              *(env_name(s.key) for s in PINNED_SETTINGS if not s.key.startswith("extra_config.")),
-             env_name("extra_config"), PYTHONHASHSEED_ENV, TRACK_USAGE_ENV, DO_NOT_TRACK_ENV,
+             env_name("extra_config"), *(env_name(k) for k in L2_FAULT_TIMEOUT_KEYS), PYTHONHASHSEED_ENV, TRACK_USAGE_ENV, DO_NOT_TRACK_ENV,
              PROMETHEUS_MULTIPROC_DIR_ENV, POD_NAME_ENV)
     if line.cache.l1_cpu_gib is not None:
         names += (env_name("max_local_cpu_size"),)

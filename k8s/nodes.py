@@ -17,6 +17,27 @@ HYPERPOD_NODE_LABEL: Final = "sagemaker.amazonaws.com/compute-type"
 HYPERPOD_NODE_VALUE: Final = "hyperpod"
 #: Label with the HyperPod instance group name of a node.
 HYPERPOD_GROUP_LABEL: Final = "sagemaker.amazonaws.com/instance-group-name"
+#: Label the eks stack puts on its system node group (an EKS managed node group in the GPU zone's
+#: subnet, ``stacks.cluster_stack``), and its value: where the Curvine Primary's EBS volume attaches.
+SYSTEM_NODE_LABEL: Final = "kvcache.io/node-role"
+SYSTEM_NODE_VALUE: Final = "system"
+#: Well-known node label of the zone (set by the kubelet on every node).
+ZONE_NODE_LABEL: Final = "topology.kubernetes.io/zone"
+
+
+def system_node_requirements(zone: str) -> list[dict[str, object]]:
+    """Node-selector requirements of "a system node in ``zone``" (all must hold).
+
+    The Curvine Primary's EBS volume is attached only there: to an EC2 instance of the EKS managed
+    node group, the EBS CSI driver's ordinary ``ec2:AttachVolume`` path. Attaching to a HyperPod
+    node goes through ``sagemaker:AttachClusterNodeVolume`` instead, which this platform has not
+    seen work (docs/sources.md §15), so the Primary never lands there.
+
+    Args:
+        zone: zone name of the volume (``us-west-2a``) or a CDK token.
+    """
+    return [{"key": SYSTEM_NODE_LABEL, "operator": "In", "values": [SYSTEM_NODE_VALUE]},
+            {"key": ZONE_NODE_LABEL, "operator": "In", "values": [zone]}]
 
 
 def hyperpod_node_requirements(groups: tuple[str, ...] = ()) -> list[dict[str, object]]:

@@ -31,12 +31,33 @@ WORKER_RESOURCES: Final[Resources] = {"requests": {"cpu": "1", "memory": "2Gi"},
 SIDECAR_RESOURCES: Final[Resources] = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}
 #: The Curvine CSI plugin container (controller and node plugin).
 CSI_RESOURCES: Final[Resources] = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
-#: Resources of the standalone FUSE pods the node plugin starts (curvine-csi chart defaults),
-#: passed to it as its ``STANDALONE_*`` variables.
-FUSE_POD_RESOURCES: Final = {"cpu_request": "500m", "cpu_limit": "2", "memory_request": "512Mi",
+#: Resources of the standalone FUSE pods the node plugin starts, passed to it as its
+#: ``STANDALONE_*`` variables (curvine-csi ``buildResourceRequirements``, standalone_manager.go
+#: l.569-618: the pod's only resources; the driver sets no priorityClassName and has no variable
+#: for one). Requests equal limits, so the pods are Guaranteed: the kubelet's memory-pressure
+#: eviction ranks a pod within its requests behind every pod above them, and the kernel's OOM
+#: killer sees ``oom_score_adj`` -997 instead of a Burstable ~999 (docs/l2-cache.md "Mount
+#: lifetime", docs/sources.md §16). The requests were *raised to the former limits* (2 CPUs,
+#: 2 GiB; before: 500m / 512Mi requests), so no FUSE pod is throttled or OOM-killed earlier than
+#: before. 2 GiB against curvine-fuse's own buffers at v0.3.2-alpha with the defaults the FUSE pods
+#: run (no ``--conf``; only ``--web-port`` is passed): 32 FUSE channels (``mnt_per_task`` =
+#: ``io_threads`` 32, fuse_conf.rs) of one 1 MiB + 4 KiB receive buffer each (``get_fuse_buf_size``:
+#: 256 pages + header) plus their pipes, about 100 MiB; the inode cache (``node_cache_size``
+#: 200,000 entries), tens of MiB; per file open at once, a writer holds ``write_chunk_size``
+#: 128 KiB x (``write_chunk_num`` 8 + 1) = 1.1 MiB and a reader ``read_chunk_size`` 128 KiB x
+#: ``read_chunk_num`` 8 = 1 MiB (one reader per file below ``large_file_size`` 10GB;
+#: client_conf.rs). That leaves room for about 1,700 chunk files open at once on a node, e.g. 8 TP
+#: ranks with about 200 stores or loads in flight each (LMCache's remote backend does not bound
+#: its put tasks). Not measured on HyperPod; the CPU figure keeps the former limit (the FUSE data
+#: path copies every byte through user space) and is not measured either.
+FUSE_POD_RESOURCES: Final = {"cpu_request": "2", "cpu_limit": "2", "memory_request": "2Gi",
                              "memory_limit": "2Gi"}
 #: A line's L2 janitor (one pass every 10 minutes, standard library only).
 JANITOR_RESOURCES: Final[Resources] = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+#: The L2 mount watchdog (k8s/mount_watchdog.py), one per HyperPod node: a pass every 30 s reads
+#: mountinfo and a few JSON files and makes one statvfs per L2 mount; 64 MiB of Python is ample.
+MOUNT_WATCHDOG_RESOURCES: Final[Resources] = {"requests": {"cpu": "20m", "memory": "64Mi"},
+                                              "limits": {"memory": "256Mi"}}
 #: The DCGM exporter's requests when its Helm values set none: chart ``dcgm-exporter`` 4.8.2,
 #: ``deployment/values.yaml`` ``resources`` (NVIDIA/dcgm-exporter tag 4.5.3-4.8.2; docs/sources.md
 #: §13). :func:`platform_config.node_fit.platform_pods` reads the platform's values first
@@ -70,3 +91,4 @@ FUSE_POD: Final = PodResources(
                           "limits": {"cpu": FUSE_POD_RESOURCES["cpu_limit"],
                                      "memory": FUSE_POD_RESOURCES["memory_limit"]}},))
 JANITOR_POD: Final = PodResources("L2 janitor", (JANITOR_RESOURCES,))
+MOUNT_WATCHDOG_POD: Final = PodResources("L2 mount watchdog", (MOUNT_WATCHDOG_RESOURCES,))

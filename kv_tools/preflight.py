@@ -24,7 +24,8 @@ from platform_config.addon_configuration import (
     OMITTED_KEYS_WITH_REQUIRED_DEFAULT,
     configured_addons,
 )
-from platform_config.models import HYPERPOD_KUBERNETES_VERSIONS
+from platform_config.kubernetes_versions import HYPERPOD_KUBERNETES_VERSIONS
+from platform_config.stack_names import platform_stack_name
 
 #: Minimum add-on versions the inference add-on depends on (docs/sources.md §1, from the
 #: HyperPod inference setup guide).
@@ -37,6 +38,15 @@ INFERENCE_DEPENDENCY_MINIMUMS = {
 #: HyperPod needs VPC CNI 1.18.3 or newer (HyperPod EKS prerequisites).
 VPC_CNI_MINIMUM = "v1.18.3-eksbuild.1"
 CDK_BOOTSTRAP_STACK = "CDKToolkit"
+
+#: Node statuses during which an update of the HyperPod cluster must wait. AWS, "Updating SageMaker
+#: HyperPod cluster configuration": "If deep health checks are running on the cluster, this API will
+#: not function as expected [...] you should wait until the deep health checks finish"; the node's
+#: status while they run is ``DeepHealthCheckInProgress`` (SageMaker API, ``ClusterInstanceStatus``,
+#: in botocore's service model). docs/sources.md §15.
+UPDATE_BLOCKING_NODE_STATUSES: tuple[str, ...] = ("DeepHealthCheckInProgress",)
+#: Name of the check that guards updates of the HyperPod cluster (``scripts/preflight.py --only``).
+HYPERPOD_UPDATE_CHECK = "hyperpod update"
 
 
 @dataclass(frozen=True)
@@ -316,17 +326,170 @@ def check_bootstrap(stacks_response: dict[str, Any] | None) -> CheckResult:
     return CheckResult("cdk bootstrap", ok, f"{CDK_BOOTSTRAP_STACK} is {status}")
 
 
-def run_preflight(platform: PlatformConfig, session_factory: Callable[..., Any] | None = None) -> list[CheckResult]:
+# --- No update of the HyperPod cluster while deep health checks run (issue 19) ---------------------
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """One HyperPod node as ``sagemaker:DescribeClusterNode`` (or ``ListClusterNodes``) reports it.
+
+    Attributes:
+        node: the instance ID, or the logical ID of a node still being provisioned.
+        group: its instance group; ``status``: ``ClusterInstanceStatusDetails.Status``;
+        message: ``ClusterInstanceStatusDetails.Message`` ("" when absent).
+    """
+
+    node: str
+    group: str
+    status: str
+    message: str = ""
+
+    def describe(self) -> str:
+        """``i-0abc (g6e-inference): DeepHealthCheckInProgress, <message>``."""
+        return f"{self.node} ({self.group}): {self.status}" + (f", {self.message}" if self.message else "")
+
+
+def _comparable(template: dict[str, Any]) -> dict[str, Any]:
+    """A template without what changes no resource: metadata (``aws:cdk:path``, cdk-nag notes) and
+    the ``AWS::CDK::Metadata`` resource."""
+    resources = {lid: {k: v for k, v in r.items() if k != "Metadata"}
+                 for lid, r in (template.get("Resources") or {}).items() if r.get("Type") != "AWS::CDK::Metadata"}
+    rest = {k: v for k, v in template.items() if k not in ("Resources", "Metadata")}
+    return {**rest, "Resources": resources}
+
+
+def template_changes(synthesized: dict[str, Any], deployed: dict[str, Any]) -> list[str]:
+    """What a deploy of ``synthesized`` over ``deployed`` would change, as short phrases.
+
+    Any difference counts (a role replaced by the same deploy changes the cluster's ``ExecutionRole``
+    without its properties' text changing), except resource metadata and ``AWS::CDK::Metadata``.
+
+    Returns:
+        ``["HyperPodCluster changes", "LifecycleScripts added", "Outputs change"]``; empty: no change.
+    """
+    new, old = _comparable(synthesized), _comparable(deployed)
+    changes = []
+    for lid in sorted(set(new["Resources"]) | set(old["Resources"])):
+        if lid not in old["Resources"]:
+            changes.append(f"{lid} added")
+        elif lid not in new["Resources"]:
+            changes.append(f"{lid} removed")
+        elif new["Resources"][lid] != old["Resources"][lid]:
+            changes.append(f"{lid} changes")
+    for section in sorted((set(new) | set(old)) - {"Resources"}):
+        if new.get(section) != old.get(section):
+            changes.append(f"{section} change")
+    return changes
+
+
+def hyperpod_nodes(sagemaker: Any, cluster_name: str) -> list[NodeStatus] | None:
+    """Every node of the HyperPod cluster with its status; ``None`` when the cluster does not exist.
+
+    ``sagemaker:ListClusterNodes`` (paginated, ``IncludeNodeLogicalIds`` so nodes still being
+    provisioned are listed too), then ``sagemaker:DescribeClusterNode`` of every node not
+    ``Running`` for its current status and message (the API reference: "You can use
+    DescribeClusterNode API to track progress of the deep health checks").
+    """
+    nodes: list[NodeStatus] = []
+    try:
+        for page in sagemaker.get_paginator("list_cluster_nodes").paginate(
+                ClusterName=cluster_name, IncludeNodeLogicalIds=True):
+            for summary in page.get("ClusterNodeSummaries", []):
+                status = summary.get("InstanceStatus", {})
+                node_id = summary.get("InstanceId") or summary.get("NodeLogicalId", "?")
+                node = NodeStatus(node_id, summary.get("InstanceGroupName", "?"), status.get("Status", "?"),
+                                  status.get("Message", ""))
+                if node.status != "Running":
+                    key = {"NodeId": summary["InstanceId"]} if summary.get("InstanceId") else \
+                        {"NodeLogicalId": summary.get("NodeLogicalId", "")}
+                    details = sagemaker.describe_cluster_node(ClusterName=cluster_name, **key)["NodeDetails"]
+                    status = details.get("InstanceStatus", {})
+                    node = NodeStatus(node_id, details.get("InstanceGroupName", node.group),
+                                      status.get("Status", node.status), status.get("Message", ""))
+                nodes.append(node)
+    except sagemaker.exceptions.ResourceNotFound:
+        return None
+    return nodes
+
+
+def _deployed_template(cloudformation: Any, stack_name: str) -> dict[str, Any] | None:
+    """The template ``stack_name`` was deployed with (``cloudformation:GetTemplate``); None: no such stack."""
+    try:
+        body = cloudformation.get_template(StackName=stack_name, TemplateStage="Original").get("TemplateBody") or {}
+    except cloudformation.exceptions.ClientError as exc:
+        if "does not exist" in str(exc):
+            return None
+        raise
+    # botocore decodes a JSON body into a dict (its GetTemplate handler); a string is parsed here.
+    return json.loads(body) if isinstance(body, str) else dict(body)
+
+
+def check_hyperpod_update(platform: PlatformConfig, sagemaker: Any, cloudformation: Any,
+                          synthesized: dict[str, Any] | None) -> CheckResult:
+    """The deploy does not update the HyperPod cluster while deep health checks run on its nodes.
+
+    Passes when the hyperpod stack does not exist yet (the deploy creates the cluster), when the
+    synthesized template of that stack equals the deployed one (no update), when the cluster does
+    not exist, or when no node is in :data:`UPDATE_BLOCKING_NODE_STATUSES`. Fails otherwise, naming
+    every such node and its status: CloudFormation's UpdateCluster in that window can leave the stack
+    ``UPDATE_FAILED`` or ``UPDATE_ROLLBACK_FAILED``.
+
+    Args:
+        sagemaker, cloudformation: boto3 clients (read-only calls: ``ListClusterNodes``,
+            ``DescribeClusterNode``, ``GetTemplate``).
+        synthesized: the hyperpod stack's template from the cloud assembly about to be deployed;
+            ``None``: not known, so any deploy is taken to change the stack.
+    """
+    stack = platform_stack_name(platform.project, "hyperpod")
+    cluster = platform.hyperpod.cluster_name
+    deployed = _deployed_template(cloudformation, stack)
+    if deployed is None:
+        return CheckResult(HYPERPOD_UPDATE_CHECK, True, f"{stack} not deployed yet: the deploy creates {cluster}")
+    if synthesized is None:
+        reason = f"no cloud assembly given (--cloud-assembly), so the deploy is taken to change {stack}"
+    else:
+        changes = template_changes(synthesized, deployed)
+        if not changes:
+            return CheckResult(HYPERPOD_UPDATE_CHECK, True, f"{stack} does not change: no update of {cluster}")
+        shown = ", ".join(changes[:5]) + (f" and {len(changes) - 5} more" if len(changes) > 5 else "")
+        reason = f"{stack} changes ({shown})"
+    nodes = hyperpod_nodes(sagemaker, cluster)
+    if nodes is None:
+        return CheckResult(HYPERPOD_UPDATE_CHECK, True, f"{reason}; HyperPod cluster {cluster} not found")
+    blocking = [n for n in nodes if n.status in UPDATE_BLOCKING_NODE_STATUSES]
+    if blocking:
+        return CheckResult(HYPERPOD_UPDATE_CHECK, False, (
+            f"{reason}, but deep health checks run on {len(blocking)} node(s) of {cluster}: "
+            f"{'; '.join(n.describe() for n in blocking)}. UpdateCluster does not work while they run (AWS, "
+            f"'Updating SageMaker HyperPod cluster configuration'), and the stack could end UPDATE_FAILED or "
+            f"UPDATE_ROLLBACK_FAILED: deploy again once they finish (InstanceStress takes about 2 h per node)"))
+    others = [n for n in nodes if n.status != "Running"]
+    note = f"; not Running: {'; '.join(n.describe() for n in others)}" if others else ""
+    return CheckResult(HYPERPOD_UPDATE_CHECK, True,
+                       f"{reason}; no deep health checks on the {len(nodes)} node(s) of {cluster}{note}")
+
+
+def run_preflight(platform: PlatformConfig, session_factory: Callable[..., Any] | None = None, *,
+                  hyperpod_template: dict[str, Any] | None = None, only: str | None = None) -> list[CheckResult]:
     """Run every check against AWS with standard credential resolution; read-only calls.
 
     Args:
         session_factory: returns a ``boto3.Session``-like object (tests inject one).
+        hyperpod_template: the hyperpod stack's synthesized template (``cdk.out``), for
+            :func:`check_hyperpod_update`; ``None``: any deploy is taken to change that stack.
+        only: :data:`HYPERPOD_UPDATE_CHECK` runs that check alone (CI, right before the hyperpod stack).
     """
     if session_factory is None:
         import boto3  # imported here so the pure checks need no AWS SDK
 
         session_factory = boto3.Session
     session = session_factory(region_name=platform.region)
+    update_check = lambda: check_hyperpod_update(  # noqa: E731
+        platform, session.client("sagemaker"), session.client("cloudformation"), hyperpod_template)
+    if only == HYPERPOD_UPDATE_CHECK:
+        return [update_check()]
+    if only is not None:
+        raise ValueError(f"unknown check {only!r}; allowed: {HYPERPOD_UPDATE_CHECK!r}")
     results = [check_account(platform, session.client("sts").get_caller_identity())]
     results.append(check_zones(platform, session.client("ec2").describe_availability_zones()))
 
@@ -363,4 +526,5 @@ def run_preflight(platform: PlatformConfig, session_factory: Callable[..., Any] 
     except cloudformation.exceptions.ClientError:
         stacks = None
     results.append(check_bootstrap(stacks))
+    results.append(update_check())
     return results

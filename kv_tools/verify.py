@@ -10,6 +10,7 @@ platform
   * the Curvine Primary StatefulSet and the Worker DaemonSet are ready;
   * the ``curvine`` CSIDriver exists and its node plugin is registered (``CSINode``) on as
     many nodes as the node-plugin DaemonSet wants;
+  * the L2 mount watchdog DaemonSet is ready (``curvine.mount_watchdog.enabled``);
 business line (L2 enabled)
   * its RWX PVC is ``Bound``; its inference pods (label ``app=<line>``) are Ready;
   * every pod's vLLM container has exactly one ``LMCACHE_REMOTE_URL``, equal to the line's fs://
@@ -32,6 +33,13 @@ business line (L2 enabled)
     (``kvcache.io/l2-cache=curvine``, set by the line's Kyverno Policy): a pod created while
     the policy was not ready (or while Kyverno skipped it) was never mutated, since the policy
     acts at CREATE only; delete it and its ReplicaSet recreates it mutated;
+  * the L2 mount of every inference pod (and of the line's janitor) is alive, as the L2 mount
+    watchdog on the pod's node saw it in its last pass (``GET /mounts`` of each watchdog pod,
+    through the API server's pod proxy): a dead mount (a restarted FUSE session), a hung or a
+    failing one is listed with its reason and what the watchdog did about it. Read from the
+    watchdogs rather than by ``exec`` into each pod: they already bound every probe (a ``stat`` of
+    a hung FUSE mount never returns), it needs only ``get pods/proxy`` in Curvine's namespace
+    instead of ``create pods/exec`` (a shell) in every line's, and it is what the alert reads;
   * optionally (``cross_pod=True``): the same fresh prompt sent to pod A then pod B shows
     "LMCache hit tokens: N > 0" in pod B's log.
 
@@ -52,6 +60,7 @@ from typing import Any, Iterable, Protocol
 from k8s import names
 from k8s.lmcache import POD_NAME_ENV, PYTHONHASHSEED_ENV, TMP_DIR_PREFIX, env_name, owned_env_names
 from k8s.patch import DEPLOYMENT_TMP_TOKEN, find_vllm_container, line_cache_env, owned_volumes
+from kv_tools import l2_mount_watchdog
 from kv_tools.l2_janitor import TMP_DIR_KEY  # the LMCACHE_EXTRA_CONFIG key of the temp dir (tested equal)
 from kv_tools.preflight import CheckResult
 from platform_config import BusinessLineConfig, PlatformConfig, ProjectConfig
@@ -344,6 +353,57 @@ def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]], *
     return results
 
 
+def watchdog_reports(reader: "Reader", platform: PlatformConfig) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """The last pass of the L2 mount watchdog on each node: (node -> its ``/mounts`` report,
+    problems reaching them). A watchdog pod not Running, not answering or without a finished
+    pass is a problem, never an exception."""
+    ns = platform.curvine.namespace
+    reports: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+    for pod in reader.list("Pod", ns, f"app.kubernetes.io/name={names.L2_MOUNT_WATCHDOG}"):
+        name, node = _pod_name(pod), (pod.get("spec") or {}).get("nodeName", "?")
+        phase = (pod.get("status") or {}).get("phase")
+        if phase != "Running":
+            problems.append(f"watchdog {name} on {node} is {phase}")
+            continue
+        try:
+            report = reader.pod_get(ns, name, l2_mount_watchdog.METRICS_PORT, l2_mount_watchdog.MOUNTS_PATH.lstrip("/"))
+        except Exception as exc:  # any transport error is a finding, not a crash
+            problems.append(f"watchdog {name} on {node} did not answer: {exc}")
+            continue
+        if not isinstance(report, dict):
+            problems.append(f"watchdog {name} on {node} has not finished a pass yet")
+            continue
+        reports[node] = report
+    return reports, problems
+
+
+def check_l2_mounts(line: BusinessLineConfig, pods: list[dict[str, Any]], reports: dict[str, dict[str, Any]],
+                    reading_problems: list[str]) -> CheckResult:
+    """Every pod of ``pods`` (the line's inference pods and janitor) has its Curvine mount alive in
+    the last pass of the watchdog on its node (:func:`watchdog_reports`)."""
+    problems: list[str] = []
+    for pod in pods:
+        pname, node = _pod_name(pod), (pod.get("spec") or {}).get("nodeName", "?")
+        uid = (pod.get("metadata") or {}).get("uid")
+        report = reports.get(node)
+        if report is None:
+            problems.append(f"{pname}: no report from the L2 mount watchdog on {node}")
+            continue
+        mounts = [m for m in report.get("mounts") or [] if m.get("pod_uid") == uid]
+        if not mounts:
+            problems.append(f"{pname}: the watchdog on {node} sees no Curvine mount of it")
+        for m in mounts:
+            if m.get("state") != l2_mount_watchdog.ALIVE:
+                action = f"; {m['action']}" if m.get("action") else ""
+                problems.append(f"{pname} on {node}: {m.get('state')} ({m.get('reason')}){action}")
+    if problems and reading_problems:
+        problems.append("; ".join(reading_problems))
+    nodes = len({(p.get("spec") or {}).get("nodeName") for p in pods})
+    return CheckResult(f"{line.name}: L2 mounts alive", not problems, "; ".join(problems) or
+                       f"alive in all {len(pods)} pod(s), per the L2 mount watchdog on {nodes} node(s)")
+
+
 def parse_hit_tokens(log_text: str) -> int | None:
     """The last "LMCache hit tokens: N" in a log, or None if the line never appears."""
     hits = HIT_LOG_PATTERN.findall(log_text)
@@ -426,6 +486,12 @@ def verify(reader: Reader, project: ProjectConfig, *, lines: Iterable[str] | Non
                                            f"{ns}/{names.CURVINE_WORKER}"))
             results.append(check_csi_driver(reader.get("CSIDriver", None, names.CSI_DRIVER_NAME),
                                             reader.list("CSINode"), reader.get("DaemonSet", ns, names.CSI_NODE)))
+            if platform.curvine.mount_watchdog.enabled:
+                results.append(daemonset_ready("L2 mount watchdog ready",
+                                               reader.get("DaemonSet", ns, names.L2_MOUNT_WATCHDOG),
+                                               f"{ns}/{names.L2_MOUNT_WATCHDOG}"))
+    watch = platform.curvine.enabled and platform.curvine.mount_watchdog.enabled
+    reports: tuple[dict[str, dict[str, Any]], list[str]] | None = None
     for line in selected:
         if not line.cache.l2_enabled:
             results.append(_ok(f"{line.name}: L2", "cache.l2_enabled is false; nothing to check"))
@@ -433,6 +499,11 @@ def verify(reader: Reader, project: ProjectConfig, *, lines: Iterable[str] | Non
         results.append(check_pvc(line, reader.get("PersistentVolumeClaim", line.namespace, names.pvc_name(line))))
         pods = reader.list("Pod", line.namespace, f"{names.OPERATOR_POD_LABEL}={names.endpoint_name(line)}")
         results += check_inference_pods(line, pods, platform=project.platform)
+        if watch:
+            if reports is None:
+                reports = watchdog_reports(reader, platform)
+            janitors = reader.list("Pod", line.namespace, f"app.kubernetes.io/name={names.L2_JANITOR}")
+            results.append(check_l2_mounts(line, pods + janitors, *reports))
         if cross_pod:
             try:
                 results.append(cross_pod_probe(reader, line, pods))

@@ -26,7 +26,7 @@ from typing import Any, Final
 import yaml
 
 from k8s import names
-from kv_tools import l2_janitor
+from kv_tools import l2_janitor, l2_mount_watchdog
 from observability import queries, targets
 from platform_config import BusinessLineConfig, PlatformConfig
 
@@ -39,15 +39,34 @@ JANITOR_STALE_PERIODS: Final = 3
 JANITOR_STALE_LOOKBACK: Final = "1d"
 #: Failing passes in a row before the janitor's failure alert fires.
 JANITOR_FAILED_PASSES: Final = 3
-#: Window over which an L2 store or retrieve shortfall is counted, and how long it must last:
-#: a pod stored full chunks for 10 minutes and not one reached L2 (store), or missed a chunk's
-#: worth of requested tokens in every 10-minute window for 10 minutes (retrieve).
+#: Window over which an L2 store or retrieve shortfall is counted, and how long it must last: a
+#: pod wrote to L2 less than half of the chunks it certainly stored, in every 10-minute window for
+#: 10 minutes (store), or missed a chunk's worth of requested tokens so (retrieve).
 L2_FAILURE_WINDOW: Final = "10m"
 L2_FAILURE_FOR: Final = "10m"
 #: Share of the chunks a pod certainly had to write that must be missing from L2 for the store
 #: alert: more than half. A duplicate write LMCache skips while the same chunk is in flight, or a
 #: store cut short by a full CPU buffer, lose a few; half of everything over 20 minutes is a fault.
 L2_STORE_MISSING_SHARE: Final = 0.5
+#: Most L2 pods one node can hold whose mounts die together when its FUSE pod restarts: one vLLM
+#: pod per GPU of the largest instance types (8) and the janitors that land there; healing evicts
+#: them one per ``curvine.mount_watchdog.eviction_interval_seconds``.
+MOUNT_HEAL_PODS_PER_NODE: Final = 10
+#: Time a replacement pod takes to be scheduled and to mount L2 afresh after its eviction (the old
+#: vLLM pod's graceful termination included): the alert waits this much beyond the evictions.
+MOUNT_HEAL_RESTART_S: Final = 300
+
+
+def mount_dead_hold_minutes(platform: PlatformConfig) -> int:
+    """``for`` of ``KvCacheL2MountDead``: longer than healing normally takes, in whole minutes.
+
+    One pass to see the mount (``period_seconds``), then up to :data:`MOUNT_HEAL_PODS_PER_NODE`
+    evictions one ``eviction_interval_seconds`` apart, then :data:`MOUNT_HEAL_RESTART_S` for the
+    last replacement: 30 + 10 x 60 + 300 s = 15.5 min -> 16 min with the defaults.
+    """
+    w = platform.curvine.mount_watchdog
+    seconds = w.period_seconds + MOUNT_HEAL_PODS_PER_NODE * w.eviction_interval_seconds + MOUNT_HEAL_RESTART_S
+    return -(-seconds // 60)
 
 
 @dataclass(frozen=True)
@@ -243,7 +262,27 @@ def platform_alerts(platform: PlatformConfig, lines: tuple[BusinessLineConfig, .
             action=f"kubectl -n {platform.curvine.namespace} get pods -l app.kubernetes.io/component=worker -o wide; "
                    "check the node and its NVMe (failed_disks on the dashboard)."),
     ]
-    if l2_lines:
+    if l2_lines and platform.curvine.mount_watchdog.enabled:
+        hold = mount_dead_hold_minutes(platform)
+        w = platform.curvine.mount_watchdog
+        out.append(Alert(
+            name="KvCacheL2MountDead",
+            expr=f"{queries.l2_mounts_up()} == 0",
+            for_=f"{hold}m", severity="warning",
+            summary="{{ $labels.namespace }}/{{ $labels.pod }} on {{ $labels.node }}: its L2 mount has not answered "
+                    f"for {hold} minutes",
+            meaning=f"The L2 mount watchdog on the pod's node found its Curvine mount dead (its FUSE session "
+                    f"was restarted under it: ENOTCONN, or a device other than the node's live session), hung "
+                    f"(no answer within {w.probe_timeout_seconds} s) or failing (EIO: often the Primary) in every "
+                    f"pass for {hold} minutes, longer than healing takes. LMCache's L2 lookups and stores fail "
+                    "there: the pod serves with a full prefill, and a pod terminating with a dead mount keeps "
+                    "its GPUs until the mount is gone.",
+            action=f"kubectl -n {platform.curvine.namespace} logs ds/{names.L2_MOUNT_WATCHDOG} (the pod's node) "
+                   f"shows the state and what healing did; {l2_mount_watchdog.STATE_METRIC} says which. dead: "
+                   "healing off (curvine.mount_watchdog.heal), no controller (delete the pod), or evictions "
+                   "refused by a PodDisruptionBudget; delete the pod. hung or error: check KvCacheCurvinePrimaryDown "
+                   f"and the FUSE pod (kubectl -n {platform.curvine.namespace} get pods -l app=curvine-standalone "
+                   "-o wide); restarting pods does not help. scripts/verify.py lists every pod's mount."))
         out += [
             Alert(
                 name="KvCacheAdmissionWebhookDown",

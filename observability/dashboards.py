@@ -109,6 +109,14 @@ def platform_panels(platform: PlatformConfig) -> list[Any]:
                   queries.curvine_workers("lost"), steps=((None, "green"), (1, "red"))),
             _stat("Worker failed disks", "Failed storage directories over all Workers.",
                   queries.worker_failed_disks(), steps=((None, "green"), (1, "red"))),
+        ]
+        if platform.curvine.mount_watchdog.enabled:
+            panels.append(_series(
+                "L2 mounts not alive", "Pods whose Curvine L2 mount the watchdog on their node found dead (a "
+                "restarted FUSE session; healed by evicting the pod), hung or failing (the Primary or the FUSE "
+                "pod; never healed), by state.", "short",
+                [(queries.l2_mounts_not_alive_by_state(), "{{state}}")]))
+        panels += [
             _stat("Kyverno admission up", "Admission-controller pods answering; 0 blocks every new vLLM pod of "
                   "an L2 line (the policy fails closed).", queries.targets_up(targets.JOB_KYVERNO),
                   steps=((None, "red"), (1, "orange"), (2, "green"))),

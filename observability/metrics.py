@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, Literal
 
-from kv_tools import kv_canary, l2_janitor
+from kv_tools import kv_canary, l2_janitor, l2_mount_watchdog
 
 Kind = Literal["counter", "gauge", "histogram"]
 
@@ -137,6 +137,10 @@ L2_JANITOR: Final = Source(
     component="L2 janitor (k8s/janitor.py Deployment)", repository="this project", path="kv_tools/l2_janitor.py",
     versions=("this repository",), naming=Naming.PROJECT,
     read_from="prometheus_text() of the janitor, served on GET /metrics by its --serve HTTP server")
+L2_MOUNT_WATCHDOG: Final = Source(
+    component="L2 mount watchdog (k8s/mount_watchdog.py DaemonSet)", repository="this project",
+    path="kv_tools/l2_mount_watchdog.py", versions=("this repository",), naming=Naming.PROJECT,
+    read_from="prometheus_text() of the watchdog, served on GET /metrics by its --serve HTTP server")
 KV_CANARY: Final = Source(
     component="Cross-pod hit canary (k8s/canary.py Deployment)", repository="this project",
     path="kv_tools/kv_canary.py", versions=("this repository",), naming=Naming.PROJECT,
@@ -228,6 +232,18 @@ METRICS: Final[dict[str, Metric]] = {m.name: m for m in (
        "when the janitor's last pass for the line finished", L2_JANITOR),
     _m(l2_janitor.ERRORS_METRIC, "gauge", "count", ("line", "namespace"),
        "errors of the janitor's last pass (0 = it succeeded)", L2_JANITOR),
+    # L2 mount watchdog (one per HyperPod node: every pod's Curvine L2 mount).
+    _m(l2_mount_watchdog.UP_METRIC, "gauge", "1/0", ("namespace", "pod", "node", "volume", "pod_uid"),
+       "1 if the pod's L2 mount answered in the watchdog's last pass, 0 if dead, hung or failing",
+       L2_MOUNT_WATCHDOG),
+    _m(l2_mount_watchdog.STATE_METRIC, "gauge", "1/0", ("namespace", "pod", "node", "volume", "pod_uid", "state"),
+       "1 for the mount's state in the last pass: alive, dead, hung or error", L2_MOUNT_WATCHDOG),
+    _m(l2_mount_watchdog.EVICTIONS_METRIC, "counter", "pods", ("node", "result"),
+       "evictions of pods with a dead L2 mount: result=evicted|refused|failed", L2_MOUNT_WATCHDOG),
+    _m(l2_mount_watchdog.UNMOUNTS_METRIC, "counter", "mounts", ("node", "result"),
+       "lazy unmounts of dead L2 binds of terminating pods: result=unmounted|failed", L2_MOUNT_WATCHDOG),
+    _m(l2_mount_watchdog.LAST_PASS_METRIC, "gauge", "unix seconds", ("node",),
+       "when the watchdog's last pass on the node finished", L2_MOUNT_WATCHDOG),
     # Cross-pod hit canary (one per L2 line).
     _m(kv_canary.RATIO_METRIC, "gauge", "ratio", ("line", "namespace"),
        "L2-served share of the last measured canary prompt on the second replica (1 = every chunk)", KV_CANARY),

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Final
 
 from k8s import names
-from kv_tools import kv_canary, l2_janitor
+from kv_tools import kv_canary, l2_janitor, l2_mount_watchdog
 from observability import targets
 from observability.metrics import series
 from platform_config import BusinessLineConfig, PlatformConfig
@@ -297,6 +297,17 @@ def curvine_workers(tag: str) -> str:
 def targets_up(job: str) -> str:
     """Targets of ``job`` whose last scrape succeeded."""
     return f"sum({selector('up', job=job)})"
+
+
+def l2_mounts_up() -> str:
+    """Every pod's L2 mount as the node's watchdog saw it last: 1 alive, 0 dead, hung or failing."""
+    return selector(l2_mount_watchdog.UP_METRIC, job=targets.JOB_L2_MOUNT_WATCHDOG)
+
+
+def l2_mounts_not_alive_by_state() -> str:
+    """L2 mounts that are not alive, counted by ``state`` (dead, hung, error) over the cluster."""
+    bad = "|".join(s for s in l2_mount_watchdog.STATES if s != l2_mount_watchdog.ALIVE)
+    return (f"sum by (state) ({selector(l2_mount_watchdog.STATE_METRIC, job=targets.JOB_L2_MOUNT_WATCHDOG, state=bad + '~')})")
 
 
 def target_up_absent(job: str) -> str:

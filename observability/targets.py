@@ -14,15 +14,18 @@ job                       pods                        port
 ``kvcache-kyverno``       Kyverno admission pods      container port ``metrics-port`` (8000)
 ``kvcache-dcgm``          DCGM exporter pods          container port ``metrics`` (9400)
 ``kvcache-l2-janitor``    each line's L2 janitor      container port ``metrics`` (9100, k8s/janitor.py)
+``kvcache-l2-mount-       the L2 mount watchdog on    container port ``metrics`` (9101,
+watchdog``                every HyperPod node         k8s/mount_watchdog.py)
 ``kvcache-kv-canary``     each line's hit canary      container port ``metrics`` (9100, k8s/canary.py)
 ========================  ==========================  ===========================================
 
 Target labels added by relabelling: ``business_line`` (vLLM, from the namespace), ``namespace``
 and ``pod`` (vLLM, Curvine, Kyverno), ``l2_cache`` (vLLM: the value of the pod label
 :data:`k8s.names.L2_MUTATED_LABEL` the Kyverno policy sets; absent on a pod it did not mutate),
-``node`` (all). The DCGM exporter and the janitor expose their own ``namespace``/``pod``/``line``
-labels (the pod *using* a GPU; the line measured), as does the canary, so those jobs add no target label of the same
-name (a clash would rename theirs to ``exported_*``).
+``node`` (all but the mount watchdog). The DCGM exporter, the janitor, the canary and the mount
+watchdog expose their own ``namespace``/``pod``/``line`` labels (the pod *using* a GPU; the line
+measured; the pod whose mount was checked; the watchdog also its ``node``), so those jobs add no
+target label of the same name (a clash would rename theirs to ``exported_*``).
 
 Every job keeps its targets by port *number* too, so :func:`scrape_ports` is the exact set of TCP
 ports the scraper opens; the observability stack admits the scraper on those ports (and the API
@@ -41,7 +44,7 @@ import yaml
 from k8s import names
 from k8s.curvine_config import MASTER_WEB_PORT, WORKER_WEB_PORT
 from k8s.kyverno import KYVERNO_NAMESPACE
-from kv_tools import kv_canary, l2_janitor
+from kv_tools import kv_canary, l2_janitor, l2_mount_watchdog
 from platform_config import BusinessLineConfig, PlatformConfig
 
 JOB_VLLM: Final = "kvcache-vllm"
@@ -50,6 +53,7 @@ JOB_CURVINE_WORKER: Final = "kvcache-curvine-worker"
 JOB_KYVERNO: Final = "kvcache-kyverno"
 JOB_DCGM: Final = "kvcache-dcgm"
 JOB_L2_JANITOR: Final = "kvcache-l2-janitor"
+JOB_L2_MOUNT_WATCHDOG: Final = "kvcache-l2-mount-watchdog"
 JOB_KV_CANARY: Final = "kvcache-kv-canary"
 
 #: Pod labels of the Curvine chart (k8s/curvine_chart.py; a test checks they match).
@@ -77,6 +81,10 @@ API_SERVER_PORT: Final = 443
 L2_JANITOR_COMPONENT: Final = names.L2_JANITOR_COMPONENT_LABEL
 L2_JANITOR_METRICS_PORT_NAME: Final = names.L2_JANITOR_METRICS_PORT_NAME
 L2_JANITOR_METRICS_PORT: Final = l2_janitor.METRICS_PORT
+#: The L2 mount watchdog's pods and port (k8s/names.py, k8s/mount_watchdog.py, kv_tools/l2_mount_watchdog.py).
+L2_MOUNT_WATCHDOG_COMPONENT: Final = names.L2_MOUNT_WATCHDOG_COMPONENT_LABEL
+L2_MOUNT_WATCHDOG_METRICS_PORT_NAME: Final = names.L2_MOUNT_WATCHDOG_METRICS_PORT_NAME
+L2_MOUNT_WATCHDOG_METRICS_PORT: Final = l2_mount_watchdog.METRICS_PORT
 #: The cross-pod hit canary's pods and port (k8s/names.py, k8s/canary.py, kv_tools/kv_canary.py);
 #: the same port number as the janitor's, so the scraper needs no other security-group rule.
 KV_CANARY_COMPONENT: Final = names.KV_CANARY_COMPONENT_LABEL
@@ -110,6 +118,8 @@ class Job:
     port_numbers: tuple[int, ...] = ()
     #: Target labels: namespace and pod of the scraped pod (off where the target exposes its own).
     pod_target_labels: bool = True
+    #: Target label: node of the scraped pod (off where the target exposes its own).
+    node_target_label: bool = True
 
     def scrape_config(self, extra_relabel: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """The job's ``scrape_configs`` entry (Prometheus configuration format)."""
@@ -129,7 +139,8 @@ class Job:
                 {"source_labels": ["__meta_kubernetes_namespace"], "target_label": "namespace"},
                 {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
             ]
-        relabel.append({"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"})
+        if self.node_target_label:
+            relabel.append({"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"})
         relabel += extra_relabel or []
         return {
             "job_name": self.name,
@@ -186,6 +197,10 @@ def _jobs(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> li
                             port_name=CURVINE_WEB_PORT_NAME, port_numbers=(port,)),
                         [{"source_labels": [meta_label(CURVINE_NAME_LABEL[0])],
                           "regex": re.escape(CURVINE_NAME_LABEL[1]), "action": "keep"}]))
+        if platform.curvine.mount_watchdog.enabled:
+            out.append((Job(name=JOB_L2_MOUNT_WATCHDOG, namespaces=ns, pod_label=L2_MOUNT_WATCHDOG_COMPONENT,
+                            port_name=L2_MOUNT_WATCHDOG_METRICS_PORT_NAME, port_numbers=(L2_MOUNT_WATCHDOG_METRICS_PORT,),
+                            pod_target_labels=False, node_target_label=False), []))
         out.append((Job(name=JOB_KYVERNO, namespaces=(KYVERNO_NAMESPACE,), pod_label=KYVERNO_COMPONENT,
                         port_name=KYVERNO_METRICS_PORT_NAME, port_numbers=(KYVERNO_METRICS_PORT,)), []))
     # An exporter installed by someone else (install: false): any namespace (empty = all).

@@ -156,7 +156,8 @@ def cross_check(
     platform: PlatformConfig, platform_path: Path, lines: list[tuple[Path, BusinessLineConfig]],
     *, check_node_fit: bool = True,
 ) -> list[ConfigProblem]:
-    """Rules spanning files: instance types, taints, namespaces, L2 prerequisites, the L2 pool, and
+    """Rules spanning files: instance types, taints, namespaces, L2 prerequisites (an L2 line's
+    TTFT SLO above ``lmcache.lookup_timeout_ms``, what an unhealthy L2 adds to each request), the L2 pool, and
     whether the lines' pods fit the nodes (GPUs, CPU and memory: :func:`node_fit_problems`).
 
     Args:
@@ -190,6 +191,13 @@ def cross_check(
             problems.append(ConfigProblem(
                 str(path), "cache.l2_enabled",
                 f"L2 needs Curvine, but curvine.enabled is false in {platform_path}; allowed: false", True))
+        timeout = platform.lmcache.lookup_timeout_ms
+        if line.cache.l2_enabled and line.slo.ttft_p90_ms <= timeout:
+            problems.append(ConfigProblem(
+                str(path), "slo.ttft_p90_ms",
+                f"an unhealthy L2 adds up to lmcache.lookup_timeout_ms ({timeout} ms, {platform_path}) to every "
+                f"request's lookup, which leaves no room for the prefill under this SLO; allowed: more than "
+                f"{timeout} (or lower lmcache.lookup_timeout_ms)", line.slo.ttft_p90_ms))
         if line.cache.l2_enabled and platform.curvine.worker_instance_groups:
             worker_types = {g.instance_type for g in platform.curvine_worker_groups()}
             if line.instance_type not in worker_types:

@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from platform_config import hyperpod_rules as hp_rules
+from platform_config import kubernetes_versions as k8s_versions
 from platform_config import vllm_args as vllm_flags
 from platform_config.instances import INSTANCE_TYPES
 
@@ -245,48 +246,42 @@ class ExistingVpcConfig(StrictModel):
 NetworkConfig = Annotated[Union[CreateVpcConfig, ExistingVpcConfig], Field(discriminator="mode")]
 
 
-#: Kubernetes versions HyperPod supports for its EKS cluster, as the English page of AWS's
-#: "Getting started with Amazon EKS support in SageMaker HyperPod" lists them (docs/sources.md
-#: §11). ``eks.version`` must be one of them; ``scripts/preflight.py`` checks the running
-#: cluster's version against the same list.
-HyperPodKubernetesVersion = Literal["1.28", "1.29", "1.30", "1.31", "1.32", "1.33"]
-HYPERPOD_KUBERNETES_VERSIONS: tuple[str, ...] = get_args(HyperPodKubernetesVersion)
+#: Kubernetes versions HyperPod supports for its EKS cluster (data:
+#: :data:`platform_config.kubernetes_versions.HYPERPOD_KUBERNETES_VERSIONS`, docs/sources.md §15).
+#: ``eks.version`` must be one of them; ``scripts/preflight.py`` checks the running cluster's
+#: version against the same list.
+HyperPodKubernetesVersion = Literal[k8s_versions.HYPERPOD_KUBERNETES_VERSIONS]  # type: ignore[valid-type]
+HYPERPOD_KUBERNETES_VERSIONS: tuple[str, ...] = k8s_versions.HYPERPOD_KUBERNETES_VERSIONS
 
 
 def _check_kubernetes_packages(version: str) -> str:
-    """The cdk8s-plus / kubectl-layer pair of ``version`` is installed (and is the only cdk8s-plus)."""
-    try:
-        from k8s import kube  # here, not at the top: k8s.kube resolves the installed packages on import
-
-        missing = kube.missing_packages(version)
-        charts_version = kube.KUBERNETES_VERSION
-    except (ImportError, ValueError) as exc:
-        raise ValueError(str(exc)) from None
-    if missing or charts_version != version:
-        raise ValueError(kube.install_hint(version))
+    """``version`` has a row in the version table and its cdk8s-plus / kubectl-layer pair is installed."""
+    missing = k8s_versions.missing_packages(version)  # ValueError (no row) becomes the field's error
+    if missing:
+        raise ValueError(k8s_versions.install_hint(version))
     return version
 
 
-#: A HyperPod-supported Kubernetes minor version whose packages are installed (``k8s.kube``).
+#: A HyperPod-supported Kubernetes minor version with a row in the version table and its packages installed.
 KubernetesVersion = Annotated[HyperPodKubernetesVersion, AfterValidator(_check_kubernetes_packages)]
 
 
 class EksConfig(StrictModel):
     """The EKS cluster that orchestrates HyperPod.
 
-    ``version`` decides every version-coupled pin: the kubectl Lambda layer and the
-    cdk8s-plus-NN package (both pinned in requirements.txt; a missing pair is a config error that
-    says what to install, see ``k8s.kube``) and the ``kube-proxy`` add-on, whose minor version
-    must match. 1.33 is the newest version HyperPod's English prerequisites page lists; EKS
-    standard support for 1.33 ended 2026-07-29, so the cluster runs on EKS extended support (an
-    extra charge per cluster hour) until HyperPod supports a newer one (docs/sources.md §11).
+    ``version`` is the one knob of everything version-coupled: its row in
+    :data:`platform_config.kubernetes_versions.KUBERNETES_RELEASES` names the kubectl Lambda layer
+    and cdk8s-plus-NN packages (both pinned in requirements.txt; a missing pair is a config error
+    that says what to pin) and the kube-proxy, CoreDNS and VPC CNI add-on pins. 1.34 is the newest
+    version HyperPod lists (docs/sources.md §15); the in-place upgrade order is in docs/day-two.md.
     """
 
     #: Name of the EKS cluster (also used in `aws eks update-kubeconfig`).
     cluster_name: DnsLabel = "kvcache-eks"
-    #: Kubernetes minor version, one HyperPod supports; selects the kubectl layer and
-    #: cdk8s-plus-NN packages (requirements.txt) and must match the kube-proxy add-on.
-    version: KubernetesVersion = "1.33"
+    #: Kubernetes minor version, one HyperPod supports and platform_config/kubernetes_versions.py
+    #: has a row for; selects the kubectl layer and cdk8s-plus-NN packages (requirements.txt) and the
+    #: kube-proxy, CoreDNS and VPC CNI pins (docs/day-two.md).
+    version: KubernetesVersion = k8s_versions.DEFAULT_KUBERNETES_VERSION
     #: private: API reachable only inside the VPC (default, no public endpoint);
     #: public_and_private: also from ``public_access_cidrs``.
     endpoint_access: Literal["private", "public_and_private"] = "private"
@@ -569,6 +564,44 @@ class CurvineEvictionConfig(StrictModel):
         return self
 
 
+class MountWatchdogConfig(StrictModel):
+    """The L2 mount watchdog (``k8s/mount_watchdog.py``, ``kv_tools/l2_mount_watchdog.py``): a pod
+    per HyperPod node that finds every pod whose Curvine L2 mount is dead (its FUSE session was
+    restarted under it) and heals it (docs/l2-cache.md, "Dead L2 mounts").
+
+    Defaults: a dead mount is seen within one ``period_seconds`` (30 s); a FUSE answer slower
+    than ``probe_timeout_seconds`` (10 s) marks the mount hung (never healed); one eviction per
+    node per ``eviction_interval_seconds`` (60 s), so the up to 8 L2 pods of a node whose FUSE pod
+    restarted come back one after another, within about 8 minutes, not all at once.
+
+    Raises (at load):
+        ValueError: ``probe_timeout_seconds`` not below ``period_seconds``, or
+            ``eviction_interval_seconds`` below ``period_seconds``.
+    """
+
+    #: Deploy the watchdog DaemonSet (and its metrics, alert and RBAC).
+    enabled: bool = True
+    #: Evict pods with a dead mount and unmount the dead binds of terminating pods. False: report
+    #: only; the DaemonSet then runs unprivileged and gets no eviction right.
+    heal: bool = True
+    #: Seconds between the starts of two passes.
+    period_seconds: Annotated[int, Field(ge=10, le=300)] = 30
+    #: A mount whose ``statvfs`` has not answered after this many seconds is hung.
+    probe_timeout_seconds: Annotated[int, Field(ge=1, le=120)] = 10
+    #: At most one eviction per node per this many seconds.
+    eviction_interval_seconds: Annotated[int, Field(ge=10, le=3600)] = 60
+
+    @model_validator(mode="after")
+    def _bounds_ordered(self) -> "MountWatchdogConfig":
+        if self.probe_timeout_seconds >= self.period_seconds:
+            raise ValueError(f"probe_timeout_seconds ({self.probe_timeout_seconds}) must be below "
+                             f"period_seconds ({self.period_seconds}): a pass must end before the next starts")
+        if self.eviction_interval_seconds < self.period_seconds:
+            raise ValueError(f"eviction_interval_seconds ({self.eviction_interval_seconds}) must be at least "
+                             f"period_seconds ({self.period_seconds})")
+        return self
+
+
 #: ``curvine.worker_data_dir``: a directory below /opt/dlami/nvme or /opt/sagemaker
 #: (``hyperpod_rules.INSTANCE_STORE_MOUNTS``, where ``lifecycle/on_create.sh`` looks for instance
 #: storage; docs/sources.md §10).
@@ -608,23 +641,30 @@ class CurvineConfig(StrictModel):
     #: Fraction of the pool (Workers x worker_capacity_gib) kept out of the lines' l2_size sum:
     #: room for what lines write between two janitor runs and for a Worker being replaced.
     l2_pool_reserve_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    #: Detects and heals dead L2 mounts on every HyperPod node (:class:`MountWatchdogConfig`).
+    mount_watchdog: MountWatchdogConfig = MountWatchdogConfig()
 
 
 class AddonVersions(StrictModel):
     """Pinned EKS add-on versions, each offered for ``eks.version``
     (``aws eks describe-addon-versions --kubernetes-version <eks.version>``).
 
-    Synthesis is offline, so ``scripts/preflight.py`` confirms every pin is offered for the
-    cluster's version before a deploy; ``kube-proxy``'s minor version must equal ``eks.version``
-    (checked here). Minimums for the inference add-on's dependencies come from docs/sources.md
-    §1; where each example pin comes from: docs/sources.md §11.
+    ``vpc-cni``, ``coredns`` and ``kube-proxy`` follow ``eks.version``: left out, they are the pins of
+    its row in :data:`platform_config.kubernetes_versions.KUBERNETES_RELEASES` (docs/sources.md §15);
+    set one only to override that row. Synthesis is offline, so ``scripts/preflight.py`` confirms
+    every pin is offered for the cluster's version before a deploy; ``kube-proxy``'s minor version
+    must equal ``eks.version`` (checked here). Minimums for the inference add-on's dependencies come
+    from docs/sources.md §1; where each other example pin comes from: docs/sources.md §11.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    vpc_cni: PinnedVersion = Field(alias="vpc-cni")
-    coredns: PinnedVersion
-    kube_proxy: PinnedVersion = Field(alias="kube-proxy")
+    #: Default: the row of ``eks.version`` (platform_config/kubernetes_versions.py).
+    vpc_cni: PinnedVersion | None = Field(default=None, alias="vpc-cni")
+    #: Default: the row of ``eks.version``.
+    coredns: PinnedVersion | None = None
+    #: Default: the row of ``eks.version``; an override must be ``v<eks.version>.<patch>-eksbuild.<n>``.
+    kube_proxy: PinnedVersion | None = Field(default=None, alias="kube-proxy")
     eks_pod_identity_agent: PinnedVersion = Field(alias="eks-pod-identity-agent")
     aws_ebs_csi_driver: PinnedVersion = Field(alias="aws-ebs-csi-driver")
     aws_mountpoint_s3_csi_driver: PinnedVersion = Field(alias="aws-mountpoint-s3-csi-driver")
@@ -632,6 +672,10 @@ class AddonVersions(StrictModel):
     metrics_server: PinnedVersion = Field(alias="metrics-server")
     cert_manager: PinnedVersion = Field(alias="cert-manager")
     amazon_sagemaker_hyperpod_inference: PinnedVersion = Field(alias="amazon-sagemaker-hyperpod-inference")
+
+
+#: The core add-ons whose pins follow ``eks.version``: alias -> field name.
+VERSION_COUPLED_ADDONS = {"vpc-cni": "vpc_cni", "coredns": "coredns", "kube-proxy": "kube_proxy"}
 
 
 class HelmChartVersion(StrictModel):
@@ -818,6 +862,20 @@ class LMCacheSettings(StrictModel):
     #: `DO_NOT_TRACK=1` (lmcache/usage_telemetry/identity.py, docs/sources.md §8). Off (both
     #: set) unless this is true; a private inference cluster should not phone home.
     usage_telemetry: bool = False
+    #: How long vLLM's scheduler waits for an LMCache lookup, in ms, before it counts the
+    #: request as a miss (`LMCACHE_LOOKUP_TIMEOUT_MS`; LMCache 0.5.5's default is 3,000). The
+    #: most an unhealthy L2 (an absent Curvine Primary, a hung FUSE mount) adds to a request's
+    #: lookup, and the time it holds the scheduler meanwhile; a healthy lookup slower than this
+    #: (very long prompts on a slow file system) loses its hit. Must be below every L2 line's
+    #: `slo.ttft_p90_ms`. 200 ms: rag-assistant's cold prefill of about 774 ms (docs/sources.md
+    #: §1) plus 200 ms stays under its 1,000 ms SLO; measured by `make test-faults`
+    #: (docs/l2-cache.md, "The fault tier").
+    lookup_timeout_ms: Annotated[int, Field(ge=20, le=3000)] = 200
+    #: How long an LMCache retrieve waits for each chunk read from L2, in whole seconds, before
+    #: it gives up and the rest is recomputed (`LMCACHE_BLOCKING_TIMEOUT_SECS`; LMCache 0.5.5
+    #: reads it with `int()`, default 10). 1 is the smallest that LMCache can express; it bounds
+    #: what a failing L2 adds to a request whose lookup found its prefix just before the fault.
+    blocking_timeout_secs: Annotated[int, Field(ge=1, le=10)] = 1
 
 
 class PlatformConfig(StrictModel):
@@ -850,6 +908,29 @@ class PlatformConfig(StrictModel):
         every group when that is empty (whether Curvine is enabled is the caller's question)."""
         names = self.curvine.worker_instance_groups
         return [g for g in self.hyperpod.instance_groups if not names or g.name in names]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _core_addons_follow_kubernetes(cls, data: Any) -> Any:
+        """Fill the left-out ``vpc-cni``/``coredns``/``kube-proxy`` pins from ``eks.version``'s row.
+
+        A version without a row is left alone: the ``eks.version`` field reports it.
+        """
+        if not isinstance(data, dict):
+            return data
+        eks = data.get("eks", {})
+        version = eks.get("version", k8s_versions.DEFAULT_KUBERNETES_VERSION) if isinstance(eks, dict) else \
+            getattr(eks, "version", None)
+        row = k8s_versions.KUBERNETES_RELEASES.get(str(version))
+        versions = data.get("versions")
+        if row is None or not isinstance(versions, dict) or not isinstance(versions.get("addons"), dict):
+            return data
+        addons = dict(versions["addons"])
+        for alias, field in VERSION_COUPLED_ADDONS.items():
+            if addons.get(alias) is None and addons.get(field) is None:
+                addons.pop(field, None)
+                addons[alias] = row.addon_pins[alias]
+        return {**data, "versions": {**versions, "addons": addons}}
 
     @model_validator(mode="after")
     def _kube_proxy_matches_kubernetes(self) -> "PlatformConfig":

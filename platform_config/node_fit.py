@@ -21,7 +21,8 @@ planner (``scripts/plan.py --business-line``, which prints the node budget and t
 * less the requests of the platform's own pods that may run on the node (:func:`platform_pods`),
   read from the constants the charts render (:mod:`k8s.pod_resources`): the Curvine Worker (nodes
   of ``curvine.worker_instance_groups``), the Curvine CSI node plugin and one standalone FUSE pod
-  (one per node and StorageClass; only when a line uses L2), the DCGM exporter (its values, else
+  (one per node and StorageClass; only when a line uses L2), the L2 mount watchdog (one per node,
+  ``curvine.mount_watchdog.enabled``), the DCGM exporter (its values, else
   its chart's defaults), and every L2 line's janitor (a Deployment the scheduler may put on any
   HyperPod node, so every node keeps room for all of them: the worst case).
 
@@ -120,6 +121,8 @@ def platform_pods(platform: PlatformConfig, group: InstanceGroupConfig,
         pods.append((pr.CSI_NODE_POD, 1))
         if l2_lines:
             pods.append((pr.FUSE_POD, 1))
+        if c.mount_watchdog.enabled:
+            pods.append((pr.MOUNT_WATCHDOG_POD, 1))
     obs = platform.observability
     if obs.enabled and obs.dcgm_exporter.install:
         # Helm merges the values' resources into the chart's, key by key.

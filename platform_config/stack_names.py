@@ -20,11 +20,22 @@ def line_stack_prefix(project_name: str) -> str:
     return f"{project_name}-line-"
 
 
+def platform_stack_name(project_name: str, role: str) -> str:
+    """``<project>-<role>`` for a role of :data:`PLATFORM_ROLES` (``kvcache-hyperpod``).
+
+    Raises:
+        ValueError: ``role`` is not a platform role.
+    """
+    if role not in PLATFORM_ROLES:
+        raise ValueError(f"not a platform stack role: {role!r}; allowed: {', '.join(PLATFORM_ROLES)}")
+    return f"{project_name}-{role}"
+
+
 def stack_ids(project: ProjectConfig) -> dict[str, str]:
     """Stack name per role (``network``, ``eks``, ``hyperpod``, ``addons``, ``l2-cache``, ``line-<name>``,
     and ``observability`` when ``observability.enabled``)."""
     p = project.platform.project
-    ids = {role: f"{p}-{role}" for role in PLATFORM_ROLES}
+    ids = {role: platform_stack_name(p, role) for role in PLATFORM_ROLES}
     ids.update({f"line-{line.name}": line_stack_prefix(p) + line.name for line in project.business_lines})
     if project.platform.observability.enabled:
         ids["observability"] = f"{p}-observability"

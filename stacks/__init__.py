@@ -182,6 +182,7 @@ def build_platform(app: cdk.App, project: ProjectConfig) -> PlatformStacks:
         stack = BusinessLineStack(
             app, ids[f"line-{line.name}"], platform=platform, line=line, cluster=cluster.cluster,
             policy_engine=l2_cache.kyverno, inference_operator=addons.inference_operator,
+            teardown_service_token=addons.teardown_waiter.service_token,
             **stack_kwargs(f"line-{line.name}", f"Tiered KV cache: business line {line.name}"))
         lines[line.name] = stack
 

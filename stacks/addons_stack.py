@@ -13,6 +13,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from kv_constructs import IrsaRole, SecureBucket, nag, prefixed_bucket_name
+from kv_constructs.teardown_wait import LoadBalancerTeardownWaiter
 from platform_config import BusinessLineConfig, PlatformConfig
 from platform_config.addon_configuration import INFERENCE_ADDON, inference_addon_configuration
 from platform_config.models import S3ModelSource
@@ -101,6 +102,8 @@ class AddonsStack(Stack):
             InferenceEndpointConfig CRD, so business-line manifests depend on it).
         tls_bucket: :class:`kv_constructs.SecureBucket` for the operator's TLS certificates;
             deleted (emptied first) with the stack, its access logs retained.
+        teardown_waiter: :class:`kv_constructs.teardown_wait.LoadBalancerTeardownWaiter`, whose
+            ``service_token`` each line stack's ``Custom::LoadBalancersGone`` names.
         inference_execution_role, alb_role, keda_role, ebs_csi_role: :class:`kv_constructs.IrsaRole`.
         s3_csi_role, gateway_role: :class:`kv_constructs.IrsaRole` or ``None``.
     """
@@ -219,6 +222,10 @@ class AddonsStack(Stack):
             "this region and account: Describe/Get actions have no resource-level permissions, and the "
             "mutating ones are conditioned on the elbv2.k8s.aws/cluster tags the controller sets.")
 
+        # Trusted by the keda-operator service account only (sub and aud), as AWS's add-on setup guide
+        # creates it ("Create the KEDA operator role"). AWS's helm_to_addon.sh also trusts
+        # sagemaker.amazonaws.com, which no AWS page asks for and nothing here needs: KEDA reads metrics
+        # from inside the cluster. docs/sources.md §15.
         self.keda_role = IrsaRole(self, "InferenceKedaRole", cluster=cluster, namespace=INFERENCE_NAMESPACE,
                                   service_account=INFERENCE_KEDA_SA,
                                   description="KEDA operator of the HyperPod inference operator (autoscaling)")
@@ -276,6 +283,10 @@ class AddonsStack(Stack):
         for role in (self.inference_execution_role, self.keda_role):
             if role.policy is not None:
                 inference.node.add_dependency(role.policy)
+
+        # The lines' teardown waits (kv_constructs/teardown_wait.py): here, because this stack outlives
+        # every line stack and holds the add-on whose load balancer controller the waits are for.
+        self.teardown_waiter = LoadBalancerTeardownWaiter(self, "LoadBalancerTeardownWaiter")
 
         CfnOutput(self, "TlsCertificateBucket", value=self.tls_bucket.bucket.bucket_name,
                   description="S3 bucket of the inference endpoints' TLS certificates")

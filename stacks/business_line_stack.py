@@ -3,11 +3,13 @@
 Contract used by ``stacks.build_platform``:
     BusinessLineStack(scope, construct_id, *, platform: PlatformConfig, line: BusinessLineConfig,
                       cluster: eks_v2.Cluster, policy_engine: Construct | None = None,
-                      inference_operator: Construct | None = None, **stack_kwargs)
+                      inference_operator: Construct | None = None,
+                      teardown_service_token: str | None = None, **stack_kwargs)
 The caller adds the stack dependencies on the add-ons and L2-cache stacks; ``policy_engine``
 (the Kyverno HelmChart) and ``inference_operator`` (the add-on that installs the
 InferenceEndpointConfig CRD), when given, become explicit construct dependencies of the
-manifests whose kinds they define.
+manifests whose kinds they define. ``teardown_service_token`` (the addons stack's
+:class:`kv_constructs.teardown_wait.LoadBalancerTeardownWaiter`) adds the line's teardown wait.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from k8s import names
+from kv_constructs.teardown_wait import wait_for_load_balancers
 from k8s.kyverno import POLICY_READY_JSONPATH
 from k8s.render import build_line_chart
 from platform_config import BusinessLineConfig, PlatformConfig
@@ -46,16 +49,23 @@ class BusinessLineStack(Stack):
       created before that would never get the L2 patch;
     * ``Endpoint`` (manifest): the InferenceEndpointConfig (kind from the inference operator's
       CRD), after the namespace and after the Policy is ready, so the operator's first Pods are
-      mutated.
+      mutated;
+    * ``LoadBalancersGone`` (``Custom::LoadBalancersGone``, with ``teardown_service_token``): every
+      other resource depends on it, so on delete it runs last: after the endpoint and the namespace
+      are deleted it waits (at most 10 minutes) until the load balancer, target groups and security
+      group the add-on's load balancer controller made for the namespace are gone, and fails
+      naming them otherwise, before the addons stack can remove the controller (docs/day-two.md).
 
     Attributes:
         chart: the cdk8s chart; ``namespace``, ``storage``, ``endpoint``: the manifests;
-        ``policy_ready``: the ``KubernetesObjectValue`` (None when L2 is off).
+        ``policy_ready``: the ``KubernetesObjectValue`` (None when L2 is off);
+        ``load_balancers_gone``: the teardown wait (None without ``teardown_service_token``).
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig,
                  line: BusinessLineConfig, cluster: eks.ICluster, policy_engine: Construct | None = None,
-                 inference_operator: Construct | None = None, **kwargs: Any) -> None:
+                 inference_operator: Construct | None = None, teardown_service_token: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self.line = line
         self.chart = build_line_chart(cdk8s.App(), platform, line)
@@ -70,6 +80,12 @@ class BusinessLineStack(Stack):
                 by_kind["storage"].append(obj)
         self.namespace = eks.KubernetesManifest(self, "Namespace", cluster=cluster, manifest=by_kind["namespace"],
                                                 overwrite=True)
+        self.load_balancers_gone = None
+        if teardown_service_token is not None:
+            self.load_balancers_gone = wait_for_load_balancers(
+                self, "LoadBalancersGone", service_token=teardown_service_token, namespace=line.namespace)
+            # Everything else hangs off the namespace, so this is created first and deleted last.
+            self.namespace.node.add_dependency(self.load_balancers_gone)
         self.storage = eks.KubernetesManifest(self, "Storage", cluster=cluster, manifest=by_kind["storage"],
                                               overwrite=True)
         self.storage.node.add_dependency(self.namespace)

@@ -11,6 +11,7 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from k8s import kube
+from k8s.nodes import SYSTEM_NODE_LABEL, SYSTEM_NODE_VALUE
 from kv_constructs import nag
 from platform_config import PlatformConfig
 from platform_config.addon_configuration import CORE_ADDON_CONFIGURATION
@@ -162,7 +163,7 @@ class ClusterStack(Stack):
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
             capacity_type=eks.CapacityType.ON_DEMAND,
             subnets=ec2.SubnetSelection(subnets=[system_subnet]),
-            labels={"kvcache.io/node-role": "system"},
+            labels={SYSTEM_NODE_LABEL: SYSTEM_NODE_VALUE},
         )
         nag.acknowledge_managed_policies(
             self.system_nodegroup.role,

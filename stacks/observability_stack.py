@@ -87,12 +87,16 @@ class ObservabilityStack(Stack):
         self.key = kms.Key(self, "Key", enable_key_rotation=True,
                            description=f"{name}: {'Prometheus workspace and ' if workspace_key else ''}alert topic")
         # The alert manager publishes to the topic as the service principal; an SSE-KMS topic
-        # needs the service to use the key (AMP user guide, alert receiver permissions).
+        # needs the service to use the key. The statement is the form the AMP user guide gives
+        # ("Giving Amazon Managed Service for Prometheus permission to send alert messages to your
+        # Amazon SNS topic"): no condition. No source says AMP's KMS request (made through SNS for
+        # the publish) carries aws:SourceAccount, and a condition the request lacks would make every
+        # alert fail at KMS; the confused-deputy guard stays on the topic policy below (aws:SourceArn
+        # of this workspace and aws:SourceAccount, as that page documents). docs/sources.md §15.
         self.key.add_to_resource_policy(iam.PolicyStatement(
             sid="PrometheusAlertManagerPublishesToEncryptedTopic",
             principals=[iam.ServicePrincipal("aps.amazonaws.com")],
-            actions=["kms:GenerateDataKey*", "kms:Decrypt"], resources=["*"],
-            conditions={"StringEquals": {"aws:SourceAccount": self.account}}))
+            actions=["kms:GenerateDataKey*", "kms:Decrypt"], resources=["*"]))
 
         self.topic = sns.Topic(self, "AlertTopic", display_name=f"{name} alerts", master_key=self.key,
                                enforce_ssl=True)

@@ -150,6 +150,27 @@ class Tier:
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         return proc, Path(spec["result"]), pod_env
 
+    def serve(self, line: str, *, pod: int = 0, geometry: dict[str, int] = SMALL,
+              env: dict[str, str] | None = None) -> "ServedPod":
+        """Start one pod process that stays up and runs actions one at a time
+        (:func:`tests_lmcache.pod.serve`); returns once its engine is built."""
+        self._n[0] += 1
+        n = self._n[0]
+        replies_r, replies_w = os.pipe()
+        spec = {"geometry": geometry, "engine": self.doc["lines"][line]["engine"], "actions": [],
+                "result": str(self.work / f"pod{n}.result.json"), "serve_replies_fd": replies_w}
+        spec_path = self.work / f"pod{n}.spec.json"
+        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        log_path = self.work / f"pod{n}.log"
+        pod_env = env if env is not None else self.pod_env(line, pod)
+        with log_path.open("w", encoding="utf-8") as log:
+            proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "tests_lmcache.pod", str(spec_path)],
+                                    cwd=REPO, env=pod_env, stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
+                                    text=True, pass_fds=(replies_w,))
+        os.close(replies_w)
+        served = ServedPod(proc, os.fdopen(replies_r, encoding="utf-8"), log_path, pod_env)
+        served.ready = served.reply()
+        return served
     def start_replica(self, line: str, name: str, *, pod: int = 0, env: dict[str, str] | None = None,
                       geometry: dict[str, int] = SMALL) -> ReplicaProcess:
         """Start a stand-in replica (:mod:`tests_lmcache.replica`) of ``line`` with the env of
@@ -185,6 +206,45 @@ class Tier:
     def run(self, line: str, actions: list[dict[str, Any]], **kwargs: Any) -> PodRun:
         """Start one pod process and wait for it."""
         return self.finish(self.start(line, actions, **kwargs))
+
+
+@dataclass
+class ServedPod:
+    """A pod process that stays up (:meth:`Tier.serve`): :meth:`act` sends one action and
+    waits for its record; its log is a file (``log_path``)."""
+
+    proc: subprocess.Popen
+    replies: Any
+    log_path: Path
+    env: dict[str, str]
+    ready: dict[str, Any] | None = None
+
+    def reply(self) -> dict[str, Any]:
+        line = self.replies.readline()
+        if not line:
+            self.proc.wait(timeout=POD_TIMEOUT_S)
+            raise AssertionError(f"pod exited ({self.proc.returncode}):\n{self.log()[-4000:]}")
+        return json.loads(line)
+
+    def act(self, action: dict[str, Any]) -> dict[str, Any]:
+        """Run ``action`` in the pod and return its record."""
+        self.proc.stdin.write(json.dumps(action) + "\n")
+        self.proc.stdin.flush()
+        return self.reply()
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def stop(self) -> str:
+        """Ask the pod to exit (it waits for its L2 writes first); returns its log. Fails if it
+        exits with an error."""
+        if self.proc.poll() is None:
+            self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+            self.proc.stdin.close()
+            self.proc.wait(timeout=POD_TIMEOUT_S)
+        self.replies.close()
+        assert self.proc.returncode == 0, self.log()[-4000:]
+        return self.log()
 
 
 @pytest.fixture(scope="session")

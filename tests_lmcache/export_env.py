@@ -9,7 +9,9 @@ them, applies the Policy (``tests.k8s.kyverno_eval``) to the Pod the operator re
 the volume mounted at its ``PROMETHEUS_MULTIPROC_DIR``. Nothing LMCache reads is typed here:
 every value comes from the rendered objects. It also writes, for every LMCache series the
 dashboards and alerts of the same config select, the label matchers they select it with (the
-scrape's own target labels left out), so the tier can check LMCache's exposition against them.
+scrape's own target labels left out), so the tier can check LMCache's exposition against them; and, for the fault tier (tests_faults/),
+each line's rendered ``janitor.json``, the FUSE operation bound of the StorageClass's Curvine client
+settings, LMCache's lookup and blocking timeouts, and the L2 mount watchdog's ``watchdog.json``.
 
 Usage::
 
@@ -26,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from k8s import canary as canary_chart
-from k8s import janitor as janitor_chart
-from k8s import names
-from k8s.lmcache import LMCACHE_CONFIG_KEYS, LMCACHE_VERSION
+from k8s import janitor, mount_watchdog, names
+from k8s.curvine_config import fuse_master_op_bound_ms
+from k8s.lmcache import LMCACHE_CONFIG_KEYS, LMCACHE_VERSION, l2_fault_timeouts
 from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL
 from k8s.render import render_manifests
 from observability import alerts, dashboards, targets
@@ -118,8 +120,11 @@ def export_project(project: ProjectConfig, pods: int, seed_base: int) -> dict[st
                 meta[job] = scrape_meta(line.namespace, template["metadata"]["labels"], container["ports"][0])
         if any(m != metrics_dirs[0] for m in metrics_dirs):
             raise AssertionError(f"{line.name}: the metrics directory differs between admitted pods: {metrics_dirs}")
+        janitor_cms = [o for o in objects if o["kind"] == "ConfigMap" and janitor.CONFIG_FILE in (o.get("data") or {})]
         out[line.name] = {
             "envs": envs,
+            # The janitor.json the line's chart renders (its ConfigMap), for the fault tier.
+            "janitor_config": json.loads(janitor_cms[0]["data"][janitor.CONFIG_FILE]) if janitor_cms else None,
             "metrics_dir": metrics_dirs[0],
             # What vLLM puts in LMCache's engine metadata: the model *path* it was started with
             # (first worker arg), the world size, the model dtype (docs/l2-cache.md).
@@ -130,7 +135,6 @@ def export_project(project: ProjectConfig, pods: int, seed_base: int) -> dict[st
             "namespace": line.namespace,
             # What the live Prometheus and the canary of the tier are given, as rendered.
             "scrape_meta": meta,
-            "janitor_config": janitor_chart.janitor_config(project.platform, line),
             "canary_config": canary_chart.canary_config(line) if canary_chart.enabled(project.platform, line) else None,
         }
     return out
@@ -150,8 +154,18 @@ def export(pods: int = 4) -> dict[str, Any]:
         edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", fine_tune)
         changed = export_project(load_project(cfg), pods, seed_base=200)
     lines[CHANGED_MODEL_LINE] = changed["rag-assistant"]
+    curvine_objects = render_manifests(project, volume_id=VOLUME_ID, availability_zone=ZONE)["curvine"]
+    watchdog_cms = [o for o in curvine_objects
+                    if o["kind"] == "ConfigMap" and mount_watchdog.CONFIG_FILE in (o.get("data") or {})]
     return {
         "lmcache_version": LMCACHE_VERSION,
+        # The longest a FUSE operation waits on an absent Curvine Primary with the StorageClass's
+        # client settings: what the fault tier's ``hang`` models (tests_faults/faultfs.py).
+        "fuse_master_op_bound_ms": fuse_master_op_bound_ms(),
+        "lmcache_timeouts": l2_fault_timeouts(project.platform),
+        # The L2 mount watchdog's rendered watchdog.json (issue 15 item 2), for the fault tier.
+        "mount_watchdog_config": (json.loads(watchdog_cms[0]["data"][mount_watchdog.CONFIG_FILE])
+                                  if watchdog_cms else None),
         "config_keys": sorted(LMCACHE_CONFIG_KEYS),
         "l2_mount_path": L2_MOUNT_PATH,
         "l2_root_url": L2_REMOTE_URL,

@@ -23,6 +23,15 @@ of the page cache afterwards; ``flush_metrics`` and ``metrics_state``: see :func
 appends a record (with ``seconds``) to the result. With ``"read_back": true`` instead, no engine
 is built: :func:`read_back` reports the loaded config. ``"rename_barrier"`` {``dir``, ``pod``,
 ``peers``} lines concurrent pods up at LMCache's rename: see :func:`install_rename_barrier`.
+
+The fault tier (``tests_faults``) keeps a pod up across faults (``"serve_replies_fd"``: see
+:func:`serve`) and uses four more ops (:meth:`Pod.act`): ``lookup_rpc`` (a lookup through
+LMCache's lookup client and server, as vLLM's scheduler makes it, with ``lookup_timeout_ms``),
+``retrieve`` with ``"req_id"`` (the id of that lookup, as vLLM's worker passes it; a lookup
+with ``"unpin": true`` releases its pins at once, as for a request that retrieves nothing),
+``store_drain`` (the store call, then its L2 writes until they end, ``"files_dir"`` where to
+count the files) and ``counters`` / ``clear_l1`` (the remote backend's failure counters; empty
+the L1 buffer so the next retrieve reads L2).
 """
 
 from __future__ import annotations
@@ -184,85 +193,171 @@ def _evict(path: Path) -> None:
         os.close(fd)
 
 
-def build_engine(geometry: dict[str, int], meta: dict[str, Any]):
-    """A real ``LMCacheEngine`` configured from this process's environment alone (as the vLLM
-    integration reads it), with the engine metadata vLLM would give it and :class:`CPUConnector`.
+class Pod:
+    """One pod's engine and the actions it runs (:meth:`act`), built from this process's env.
 
-    Returns:
-        (engine, config, L2 base path, (layers, kv_heads, head_dim), torch dtype).
+    ``spec`` as in the module docstring. The engine is built exactly as before the fault tier
+    existed; the lookup server and client (:meth:`lookup_rpc`) are started only when an action
+    needs them.
     """
-    config = lmcache_get_or_create_config()
-    base = Path(parse_remote_url(config.remote_url).path)
-    dtype = DTYPES[meta["dtype"]]
-    shape = (geometry["layers"], geometry["kv_heads"], geometry["head_dim"])
-    metadata = LMCacheMetadata(
-        model_name=meta["model_name"], world_size=meta["world_size"], local_world_size=meta["world_size"],
-        worker_id=0, local_worker_id=0, kv_dtype=dtype,
-        kv_shape=(shape[0], 2, config.chunk_size, shape[1], shape[2]), chunk_size=config.chunk_size)
-    engine = LMCacheEngineBuilder.get_or_create(INSTANCE, config, metadata, CPUConnector(shape[0], shape[1] * shape[2]),
-                                                None, None)
-    engine.post_init()
-    return engine, config, base, shape, dtype
+
+    def __init__(self, spec: dict[str, Any]):
+        geometry, meta = spec["geometry"], spec["engine"]
+        self.config = config = lmcache_get_or_create_config()
+        self.base = Path(parse_remote_url(config.remote_url).path)
+        self.dtype = DTYPES[meta["dtype"]]
+        self.shape = (geometry["layers"], geometry["kv_heads"], geometry["head_dim"])
+        self.metadata = LMCacheMetadata(
+            model_name=meta["model_name"], world_size=meta["world_size"], local_world_size=meta["world_size"],
+            worker_id=0, local_worker_id=0, kv_dtype=self.dtype,
+            kv_shape=(self.shape[0], 2, config.chunk_size, self.shape[1], self.shape[2]), chunk_size=config.chunk_size,
+            engine_id=f"tier-{os.getpid()}")
+        self.engine = LMCacheEngineBuilder.get_or_create(
+            INSTANCE, config, self.metadata, CPUConnector(self.shape[0], self.shape[1] * self.shape[2]), None, None)
+        self.engine.post_init()
+        barrier = spec.get("rename_barrier")
+        self.rename_counters = (install_rename_barrier(Path(barrier["dir"]), barrier["pod"], barrier["peers"])
+                                if barrier else None)
+        self._lookups: Any = None
+        self._n_lookups = 0
+
+    def close(self) -> None:
+        """Stop the lookup server and client (if started) and destroy the engine."""
+        if self._lookups is not None:
+            server, client = self._lookups
+            client.close()
+            server.close()
+        LMCacheEngineBuilder.destroy(INSTANCE)
+
+    def remote(self):
+        """The engine's ``RemoteBackend`` (the fs:// connector's backend)."""
+        (backend,) = [b for b in self.engine.storage_manager.storage_backends.values() if hasattr(b, "put_tasks")]
+        return backend
+
+    def lookup_rpc(self, tokens: torch.Tensor) -> tuple[int, str]:
+        """A lookup the way vLLM's scheduler makes it: LMCache's lookup client sends the chunk
+        hashes over ZMQ to the lookup server of the worker, whose one thread runs
+        ``engine.lookup(..., pin=True)``; the client waits ``lookup_timeout_ms`` and counts a
+        timeout as 0 hit tokens (``LookupClientFactory``, ``LMCacheLookupClient.lookup``,
+        ``ZmqReqRepClientTransport.send_and_recv_all``, lmcache 0.5.5). Returns the hit tokens
+        and the lookup id (the request id a following retrieve passes as ``req_id``)."""
+        if self._lookups is None:
+            from lmcache.v1.lookup_client.factory import LookupClientFactory
+
+            server = LookupClientFactory.create_lookup_server(self.engine, self.metadata)
+            client = LookupClientFactory.create_lookup_client(self.config, self.metadata)
+            self._lookups = (server, client)
+        self._n_lookups += 1
+        lookup_id = f"req-{self._n_lookups}"
+        return int(self._lookups[1].lookup(tokens, lookup_id=lookup_id) or 0), lookup_id
+
+    def act(self, action: dict[str, Any]) -> dict[str, Any]:
+        """Run one action and return its record (module docstring)."""
+        engine, config, base, shape, dtype = self.engine, self.config, self.base, self.shape, self.dtype
+        op = action["op"]
+        record: dict[str, Any] = {"op": op}
+        if op == "flush_metrics":
+            flush_metrics()
+            return record
+        if op == "metrics_state":
+            return {**record, **metrics_state()}
+        if op == "counters":
+            remote = self.remote()
+            return {**record, "put_failed": remote.put_failed_count,
+                    "get_blocking_failed": remote.get_blocking_failed_count, "put_tasks": len(remote.put_tasks)}
+        if op == "clear_l1":
+            record["tokens_cleared"] = int(engine.clear(locations=["LocalCPUBackend"]))
+            return record
+        tokens = prompt_tokens(action["prompt"])
+        # Built only by the ops that use them (a 7B-shaped 4,096-token KV is 224 MiB), before the clock starts.
+        kv = (expected_kv(tokens, config.chunk_size, shape, dtype)
+              if op in ("store", "store_drain", "retrieve") else None)
+        files = chunk_files(engine, tokens) if op in ("store", "store_drain", "files") else None
+        t0 = time.perf_counter()
+        if op == "store":
+            engine.store(tokens, kvcaches=kv)
+            deadline = time.monotonic() + STORE_TIMEOUT_S
+            while not all((base / f).exists() for f in files) and time.monotonic() < deadline:
+                time.sleep(0.001)
+            record["seconds"] = time.perf_counter() - t0
+            wait_for_remote_puts(engine)
+            record["stored_files"] = sum((base / f).exists() for f in files)
+            record["bytes"] = sum((base / f).stat().st_size for f in files if (base / f).exists())
+            if self.rename_counters is not None:
+                record["rename_barrier"] = dict(self.rename_counters)
+            if action.get("fsync_evict"):
+                for f in files:
+                    _evict(base / f)
+        elif op == "store_drain":
+            # The request path of a store (vLLM calls it after the forward pass), then the
+            # asynchronous L2 writes until they end, however they end; files counted in
+            # ``files_dir`` (the backing directory when the mount may be failing).
+            failed_before = self.remote().put_failed_count
+            engine.store(tokens, kvcaches=kv)
+            record["seconds"] = time.perf_counter() - t0
+            wait_for_remote_puts(engine)
+            record["drain_seconds"] = time.perf_counter() - t0
+            record["put_failed"] = self.remote().put_failed_count - failed_before
+            files_dir = Path(action.get("files_dir") or base)
+            record["stored_files"] = sum((files_dir / f).exists() for f in files)
+            record["chunks"] = len(files)
+        elif op == "lookup":
+            record["hit_tokens"] = int(engine.lookup(tokens))
+            record["seconds"] = time.perf_counter() - t0
+        elif op == "lookup_rpc":
+            record["hit_tokens"], record["lookup_id"] = self.lookup_rpc(tokens)
+            record["seconds"] = time.perf_counter() - t0
+            if action.get("unpin"):  # a request that will not retrieve: vLLM unpins it when it ends
+                engine.lookup_unpin(record["lookup_id"])
+        elif op == "retrieve":
+            out = torch.zeros_like(kv)
+            failed_before = self.remote().get_blocking_failed_count
+            kwargs = {"req_id": action["req_id"]} if action.get("req_id") else {}
+            mask = engine.retrieve(tokens, kvcaches=out, **kwargs)
+            record["seconds"] = time.perf_counter() - t0
+            if action.get("req_id"):
+                engine.lookup_unpin(action["req_id"])
+            record["get_blocking_failed"] = self.remote().get_blocking_failed_count - failed_before
+            record["retrieved_tokens"] = int(mask.sum())
+            chunk = config.chunk_size
+            starts = range(0, len(tokens) - len(tokens) % chunk, chunk)
+            record["chunks_retrieved"] = [bool(mask[s:s + chunk].all()) for s in starts]
+            record["chunks_identical"] = [torch.equal(out[:, :, s:s + chunk], kv[:, :, s:s + chunk]) for s in starts]
+            record["bytes"] = int(mask.sum()) * kv[:, :, :1].numel() * kv.element_size()
+        elif op == "files":
+            record["files"] = files
+        else:
+            raise ValueError(f"unknown op {op!r}")
+        record["tokens"] = len(tokens)
+        return record
 
 
 def run(spec: dict[str, Any]) -> list[dict[str, Any]]:
-    engine, config, base, shape, dtype = build_engine(spec["geometry"], spec["engine"])
-    barrier = spec.get("rename_barrier")
-    rename_counters = (install_rename_barrier(Path(barrier["dir"]), barrier["pod"], barrier["peers"])
-                       if barrier else None)
-    records: list[dict[str, Any]] = []
+    pod = Pod(spec)
     try:
-        for action in spec["actions"]:
-            op = action["op"]
-            record: dict[str, Any] = {"op": op}
-            if op == "flush_metrics":
-                flush_metrics()
-                records.append(record)
-                continue
-            if op == "metrics_state":
-                records.append({**record, **metrics_state()})
-                continue
-            tokens = prompt_tokens(action["prompt"])
-            # Built only by the ops that use them (a 7B-shaped 4,096-token KV is 224 MiB), before the clock starts.
-            kv = expected_kv(tokens, config.chunk_size, shape, dtype) if op in ("store", "retrieve") else None
-            files = chunk_files(engine, tokens) if op in ("store", "files") else None
-            t0 = time.perf_counter()
-            if op == "store":
-                engine.store(tokens, kvcaches=kv)
-                deadline = time.monotonic() + STORE_TIMEOUT_S
-                while not all((base / f).exists() for f in files) and time.monotonic() < deadline:
-                    time.sleep(0.001)
-                record["seconds"] = time.perf_counter() - t0
-                wait_for_remote_puts(engine)
-                record["stored_files"] = sum((base / f).exists() for f in files)
-                record["bytes"] = sum((base / f).stat().st_size for f in files if (base / f).exists())
-                if rename_counters is not None:
-                    record["rename_barrier"] = dict(rename_counters)
-                if action.get("fsync_evict"):
-                    for f in files:
-                        _evict(base / f)
-            elif op == "lookup":
-                record["hit_tokens"] = int(engine.lookup(tokens))
-                record["seconds"] = time.perf_counter() - t0
-            elif op == "retrieve":
-                out = torch.zeros_like(kv)
-                mask = engine.retrieve(tokens, kvcaches=out)
-                record["seconds"] = time.perf_counter() - t0
-                record["retrieved_tokens"] = int(mask.sum())
-                chunk = config.chunk_size
-                starts = range(0, len(tokens) - len(tokens) % chunk, chunk)
-                record["chunks_retrieved"] = [bool(mask[s:s + chunk].all()) for s in starts]
-                record["chunks_identical"] = [torch.equal(out[:, :, s:s + chunk], kv[:, :, s:s + chunk]) for s in starts]
-                record["bytes"] = int(mask.sum()) * kv[:, :, :1].numel() * kv.element_size()
-            elif op == "files":
-                record["files"] = files
-            else:
-                raise ValueError(f"unknown op {op!r}")
-            record["tokens"] = len(tokens)
-            records.append(record)
+        return [pod.act(action) for action in spec["actions"]]
     finally:
-        LMCacheEngineBuilder.destroy(INSTANCE)
-    return records
+        pod.close()
+
+
+def serve(spec: dict[str, Any], replies: int) -> None:
+    """A pod that stays up: one action per line of stdin (JSON), one record per line written to
+    the file descriptor ``replies``; ``{"op": "exit"}`` or the end of stdin stops it. The first
+    line written is ``{"op": "ready"}``, once the engine is built."""
+    pod = Pod(spec)
+    with os.fdopen(replies, "w", encoding="utf-8") as out:
+        try:
+            out.write(json.dumps({"op": "ready", "pid": os.getpid()}) + "\n")
+            out.flush()
+            for line in sys.stdin:
+                action = json.loads(line)
+                if action["op"] == "exit":
+                    break
+                out.write(json.dumps(pod.act(action)) + "\n")
+                out.flush()
+        finally:
+            wait_for_remote_puts(pod.engine)
+            pod.close()
 
 
 def read_back() -> list[dict[str, Any]]:
@@ -295,6 +390,9 @@ def read_back() -> list[dict[str, Any]]:
 
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    if spec.get("serve_replies_fd") is not None:
+        serve(spec, spec["serve_replies_fd"])
+        return 0
     records = read_back() if spec.get("read_back") else run(spec)
     Path(spec["result"]).write_text(json.dumps(records), encoding="utf-8")
     return 0

@@ -45,8 +45,7 @@ import torch
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 
 from kv_tools.kv_canary import TOKEN_ID_RANGE, VLLM_TTFT_BUCKETS
-from lmcache.v1.cache_engine import LMCacheEngineBuilder
-from tests_lmcache.pod import INSTANCE, build_engine, expected_kv, flush_metrics, wait_for_remote_puts
+from tests_lmcache.pod import Pod, expected_kv, flush_metrics, wait_for_remote_puts
 
 #: vLLM 0.29.0's labels of its engine metrics (``vllm/v1/metrics/loggers.py``: ``["model_name", "engine"]``).
 VLLM_LABELS = ("model_name", "engine")
@@ -63,7 +62,8 @@ class Replica:
     and vLLM's metrics."""
 
     def __init__(self, spec: dict[str, Any]) -> None:
-        self.engine, self.config, self.base, self.shape, self.dtype = build_engine(spec["geometry"], spec["engine"])
+        self.pod = Pod(spec)  # the tier's engine construction (tests_lmcache.pod)
+        self.engine, self.config, self.shape, self.dtype = self.pod.engine, self.pod.config, self.pod.shape, self.pod.dtype
         self.lock = threading.Lock()
         labels = {"model_name": spec["served_model_name"], "engine": "0"}
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
@@ -150,7 +150,7 @@ def main(argv: list[str]) -> int:
     server.shutdown()
     with replica.lock:
         wait_for_remote_puts(replica.engine)
-        LMCacheEngineBuilder.destroy(INSTANCE)
+        replica.pod.close()
     return 0
 
 

@@ -59,6 +59,8 @@ MEANT = {
     "LMCACHE_PRE_CACHING_HASH_ALGORITHM": ("pre_caching_hash_algorithm", str),
     "LMCACHE_EXTRA_CONFIG": ("extra_config", json.loads),
     "LMCACHE_MAX_LOCAL_CPU_SIZE": ("max_local_cpu_size", float),
+    "LMCACHE_LOOKUP_TIMEOUT_MS": ("lookup_timeout_ms", int),
+    "LMCACHE_BLOCKING_TIMEOUT_SECS": ("blocking_timeout_secs", int),
     # Set by the operator (tests/k8s/operator_render.py), not by us; read back all the same.
     "LMCACHE_LOCAL_CPU": ("local_cpu", {"True": True}.__getitem__),
 }

@@ -240,8 +240,8 @@ def test_all_lines_must_fit_on_their_instance_groups(config_dir: Path) -> None:
     assert ("replicas: the lines on ml.g6e.12xlarge (rag-assistant 9 x (1 GPU, 4 CPU, 40.00 GiB)) do not fit on "
             "its 2 node(s)") in message
     assert "first that does not fit: rag-assistant replica 9 of 9" in message
-    # 22.1 CPU and 300.65 GiB per node for the lines (tests/config/test_node_fit.py), less 4 x (4 CPU, 40 GiB).
-    assert "when the nodes had free node 1: 0 GPU, 6.1 CPU, 140.65 GiB; node 2: 0 GPU, 6.1 CPU, 140.65 GiB" in message
+    # 20.58 CPU and 299.09 GiB per node for the lines (tests/config/test_node_fit.py), less 4 x (4 CPU, 40 GiB).
+    assert "when the nodes had free node 1: 0 GPU, 4.58 CPU, 139.09 GiB; node 2: 0 GPU, 4.58 CPU, 139.09 GiB" in message
 
 
 def test_lines_sharing_an_instance_type_share_its_gpus(config_dir: Path) -> None:
@@ -593,3 +593,44 @@ def test_the_reference_gives_cpu_a_cpu_example_and_sizes_a_size_example() -> Non
     assert "Gi" not in rows["`cpu`"].split("|")[2]
     for size in ("`memory`", "`l2_size`"):
         assert "a Kubernetes quantity such as 500Gi or 2Ti, quoted or not, > 0" in rows[size]
+
+
+# --- what an unhealthy L2 may cost a request (platform.lmcache, docs/l2-cache.md) --------------------
+
+
+def test_l2_fault_timeouts_default_to_the_documented_bound(config_dir: Path) -> None:
+    """200 ms per lookup, 1 s per chunk read of a retrieve; LMCache 0.5.5's own defaults (3,000 ms,
+    10 s) would cost a request seconds whenever the Curvine Primary is away."""
+    lmcache = load_project(config_dir).platform.lmcache
+    assert (lmcache.lookup_timeout_ms, lmcache.blocking_timeout_secs) == (200, 1)
+
+
+def test_an_l2_lines_slo_must_exceed_the_lookup_timeout(config_dir: Path) -> None:
+    """A line whose TTFT SLO is at or below the lookup timeout would miss it on every request while
+    L2 is unhealthy, prefill not even counted: refused, naming the line, the field and the bound."""
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit_yaml(path, lambda d: d["slo"].update(ttft_p90_ms=200))
+    found = only_problem(config_dir)
+    assert f"{path}: slo.ttft_p90_ms: an unhealthy L2 adds up to lmcache.lookup_timeout_ms (200 ms" in found
+    assert "allowed: more than 200 (or lower lmcache.lookup_timeout_ms)" in found
+    edit_yaml(config_dir / "platform.yaml", lambda d: d.setdefault("lmcache", {}).update(lookup_timeout_ms=150))
+    assert load_project(config_dir).business_line("rag-assistant").slo.ttft_p90_ms == 200
+
+
+def test_an_slo_below_the_lookup_timeout_is_fine_without_l2(config_dir: Path) -> None:
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit_yaml(path, lambda d: (d["slo"].update(ttft_p90_ms=100), d["cache"].update(l2_enabled=False)))
+    assert load_project(config_dir).business_line("rag-assistant").slo.ttft_p90_ms == 100
+
+
+@pytest.mark.parametrize(("key", "value", "allowed"), [
+    ("lookup_timeout_ms", 10, "greater than or equal to 20"),
+    ("lookup_timeout_ms", 5000, "less than or equal to 3000"),
+    ("blocking_timeout_secs", 0, "greater than or equal to 1"),
+    # LMCache converts the variable with int(): "0.5" would become None and a wait without end.
+    ("blocking_timeout_secs", 0.5, "valid integer"),
+])
+def test_l2_fault_timeouts_out_of_range_are_refused(config_dir: Path, key: str, value: float, allowed: str) -> None:
+    edit_yaml(config_dir / "platform.yaml", lambda d: d.setdefault("lmcache", {}).update({key: value}))
+    found = only_problem(config_dir)
+    assert f"platform.yaml: lmcache.{key}:" in found and allowed in found, found

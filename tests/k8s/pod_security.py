@@ -1,28 +1,29 @@
-"""A model of Pod Security admission's ``baseline`` level at Kubernetes 1.33, for the tests.
+"""A model of Pod Security admission's ``baseline`` level at Kubernetes 1.34, for the tests.
 
 This is a model, not the real checker. The real one is the Go library
 ``k8s.io/pod-security-admission`` (the API server's PodSecurity admission plugin; Kyverno's
 ``podSecurity`` rule runs a fork of it); neither runs here, and nothing on PyPI implements it.
-So this module restates, check by check, the baseline checks of that library at ``v0.33.13``
-(the release for Kubernetes 1.33, the version the line namespaces pin with
+So this module restates, check by check, the baseline checks of that library at ``v0.34.9``
+(the release for Kubernetes 1.34, the version the line namespaces pin with
 ``pod-security.kubernetes.io/enforce-version``), ``policy/check_*.go``, which implement the
 "Pod Security Standards" page's Baseline table (docs/sources.md §9). Each violation is
 formatted as the library formats it, ``<reason> (<detail>)``, in its order (check IDs sorted),
 so a test compares with what the API server answers::
 
-    pods "x" is forbidden: violates PodSecurity "baseline:v1.33": hostPath volumes (volume "host-shm")
+    pods "x" is forbidden: violates PodSecurity "baseline:v1.34": hostPath volumes (volume "host-shm")
 
-Covered (every baseline check of v0.33.13): ``appArmorProfile``, ``capabilities_baseline``,
-``hostNamespaces``, ``hostPathVolumes``, ``hostPorts``, ``privileged``, ``procMount``,
+Covered (every baseline check of v0.34.9): ``appArmorProfile``, ``capabilities_baseline``,
+``hostNamespaces``, ``hostPathVolumes``, ``hostPorts``, ``hostProbesAndHostLifecycle`` (new in
+1.34: ``host`` in probes and lifecycle handlers), ``privileged``, ``procMount``,
 ``seLinuxOptions`` (1.31+ types), ``seccompProfile_baseline`` (1.19+ fields), ``sysctls``
 (1.32+ safe set), ``windowsHostProcess``; init, regular and ephemeral containers alike.
 
 Not covered: the ``restricted`` level (the line namespaces only warn and audit it); the
 pre-1.19 seccomp annotations; the ``procMount`` relaxation for ``hostUsers: false`` Pods (an
 opt-in that only loosens); exemptions from the admission configuration (usernames, runtime
-classes, namespaces); checks of later versions (1.34 adds ``hostProbesAndhostLifecycle``:
-``host`` in probes and lifecycle handlers), hence :data:`KUBERNETES_VERSION` and the test that
-pins it to the cluster's version. Exact message text beyond what the library's own test cases
+classes, namespaces); checks of later versions, hence :data:`KUBERNETES_VERSION` and the test
+that pins it to the cluster's version (between v0.33.13 and v0.34.9 the library's ``policy/``
+changed only by adding ``check_hostProbesAndhostLifecycle.go``, read for the check below). Exact message text beyond what the library's own test cases
 show (Go's ``%q`` escaping of unusual characters) is not reproduced.
 """
 
@@ -30,8 +31,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Final, Iterator
 
-#: The Kubernetes minor version whose checks this module states (k8s.io/pod-security-admission v0.33.13).
-KUBERNETES_VERSION: Final = "1.33"
+#: The Kubernetes minor version whose checks this module states (k8s.io/pod-security-admission v0.34.9).
+KUBERNETES_VERSION: Final = "1.34"
 
 #: ``capabilities_baseline``: capabilities a container may add.
 BASELINE_CAPABILITIES: Final = frozenset({
@@ -148,6 +149,25 @@ def _host_ports(meta: dict[str, Any], spec: dict[str, Any]) -> tuple[str, str] |
                         f"{_plural('hostPort', 'hostPorts', len(ports))} {', '.join(sorted(ports))}")
 
 
+def _host_probes_and_lifecycle(meta: dict[str, Any], spec: dict[str, Any]) -> tuple[str, str] | None:
+    """``hostProbesAndHostLifecycle`` (1.34+): ``host`` of an httpGet/tcpSocket probe or lifecycle handler."""
+    hosts: set[str] = set()
+    bad = []
+    for c in _containers(spec):
+        handlers = [c.get(p) for p in ("livenessProbe", "readinessProbe", "startupProbe")]
+        handlers += [(c.get("lifecycle") or {}).get(h) for h in ("postStart", "preStop")]
+        used = {(h.get(kind) or {}).get("host") for h in handlers if h for kind in ("httpGet", "tcpSocket")} - {None, ""}
+        if used:
+            bad.append(c["name"])
+            hosts |= used
+    if not bad:
+        return None
+    names = sorted(set(bad))
+    return ("probe or lifecycle host", f"{_containers_phrase(names)} {_plural('uses', 'use', len(names))} "
+                                       f"{_plural('probe or lifecycle host', 'probe or lifecycle hosts', len(hosts))} "
+                                       f"{_quote(sorted(hosts))}")
+
+
 def _privileged(meta: dict[str, Any], spec: dict[str, Any]) -> tuple[str, str] | None:
     bad = _bad_containers(spec, lambda c: _sc(c).get("privileged") is True)
     return ("privileged", f"{_containers_phrase(bad)} must not set securityContext.privileged=true") if bad else None
@@ -220,6 +240,7 @@ CHECKS: Final = (
     ("hostNamespaces", _host_namespaces),
     ("hostPathVolumes", _host_path_volumes),
     ("hostPorts", _host_ports),
+    ("hostProbesAndHostLifecycle", _host_probes_and_lifecycle),
     ("privileged", _privileged),
     ("procMount", _proc_mount),
     ("seLinuxOptions", _se_linux),

@@ -49,6 +49,24 @@ def test_primary_pv_is_the_cdk_volume_in_its_zone(curvine):
     assert pv["claimRef"] == {"kind": "PersistentVolumeClaim", "namespace": "curvine", "name": names.CURVINE_PRIMARY_PV}
 
 
+def test_primary_only_on_a_system_node_in_the_volume_zone(curvine):
+    """Required, not preferred: the Primary runs only where its EBS volume is known to attach (an EC2
+    system node, the EBS CSI driver's ec2:AttachVolume path) and only in the volume's zone, which is the
+    PV's zone (docs/sources.md §15). A HyperPod node never matches: it has no system label."""
+    sts = find(curvine, "StatefulSet", names.CURVINE_MASTER)
+    affinity = _pod(sts)["affinity"]["nodeAffinity"]
+    assert "preferredDuringSchedulingIgnoredDuringExecution" not in affinity
+    (term,) = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [
+        {"key": "kvcache.io/node-role", "operator": "In", "values": ["system"]},
+        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": [ZONE]}]
+    pv = find(curvine, "PersistentVolume", names.CURVINE_PRIMARY_PV)["spec"]
+    (pv_term,) = pv["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    assert pv_term["matchExpressions"][0]["values"] == term["matchExpressions"][1]["values"]
+    hyperpod_node = {"sagemaker.amazonaws.com/compute-type": "hyperpod", "topology.kubernetes.io/zone": ZONE}
+    assert not all(hyperpod_node.get(e["key"]) in e["values"] for e in term["matchExpressions"])
+
+
 def test_primary_pvc_binds_the_pv_by_name(curvine):
     pvc = find(curvine, "PersistentVolumeClaim", names.CURVINE_PRIMARY_PV)["spec"]
     assert pvc["volumeName"] == names.CURVINE_PRIMARY_PV
@@ -227,7 +245,10 @@ def test_workers_on_hyperpod_nvme(curvine, k8s_project):
     assert env["CURVINE_WORKER_HOSTNAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.hostIP"
 
 
-def test_only_the_csi_node_plugin_is_privileged(curvine):
+def test_only_the_csi_node_plugin_and_the_healing_mount_watchdog_are_privileged(curvine, k8s_project):
+    """Both act on mounts in the host's mount namespace (FUSE binds; the lazy unmount of a dead bind).
+    The watchdog only while ``curvine.mount_watchdog.heal`` (tests/k8s/test_k8s_mount_watchdog.py)."""
+    assert k8s_project.platform.curvine.mount_watchdog.heal
     privileged = set()
     for obj in curvine:
         if obj["kind"] not in ("StatefulSet", "DaemonSet", "Deployment"):
@@ -240,7 +261,7 @@ def test_only_the_csi_node_plugin_is_privileged(curvine):
             else:
                 assert sc.get("allowPrivilegeEscalation") is False, (obj["metadata"]["name"], c["name"])
                 assert sc["capabilities"]["drop"] == ["ALL"]
-    assert privileged == {(names.CSI_NODE, "csi-plugin")}
+    assert privileged == {(names.CSI_NODE, "csi-plugin"), (names.L2_MOUNT_WATCHDOG, "watchdog")}
     node = _container(find(curvine, "DaemonSet", names.CSI_NODE), "csi-plugin")
     assert {"name": "kubelet-dir", "mountPath": "/var/lib/kubelet", "mountPropagation": "Bidirectional"} \
         in node["volumeMounts"]
@@ -257,6 +278,12 @@ def test_csi_driver_and_storage_class(curvine, k8s_project):
         "path-type": "DirectoryOrCreate",
         # The FUSE pods' web port (--web-port 9003), apart from the Worker's 9002 on the host.
         "web-port": "9003",
+        # Curvine client timeouts (--client.*): an absent Primary costs an operation at most 3 s
+        # (tests/k8s/test_k8s_l2_faults.py).
+        **{f"client.{k}": v for k, v in (("conn-timeout-ms", "250"), ("rpc-timeout-ms", "1000"),
+                                         ("data-timeout-ms", "1000"), ("rpc-retry-max-duration-ms", "500"),
+                                         ("rpc-retry-min-sleep-ms", "50"), ("rpc-retry-max-sleep-ms", "200"),
+                                         ("conn-retry-max-duration-ms", "500"))},
     }
     svc = find(curvine, "Service", names.CURVINE_MASTER)
     host, port = sc["parameters"]["master-addrs"].split(":")

@@ -29,7 +29,8 @@ def test_each_line_gets_its_own_namespace_pvc_and_endpoint(manifests, k8s_projec
         if line.cache.l2_enabled:
             assert kinds[0] == "Namespace" and kinds[-2:] == ["Policy", "InferenceEndpointConfig"]
             assert sorted(kinds[1:-2]) == sorted(["NetworkPolicy", "PersistentVolumeClaim"] + 2 * [
-                "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Deployment"])  # janitor and canary
+                "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Deployment"]  # janitor and canary
+                + ["Role", "RoleBinding"])  # the mount watchdog's rights
             assert kinds.index("PersistentVolumeClaim") < kinds.index("Deployment")
         else:  # no L2: no PVC, no mutation, no janitor
             assert kinds == ["Namespace", "NetworkPolicy", "InferenceEndpointConfig"]
@@ -122,7 +123,8 @@ def test_every_lmcache_variable_is_one_lmcache_reads(manifests, k8s_project):
     lmcache = {n for n in names_set if n.startswith("LMCACHE_")}
     assert lmcache == {"LMCACHE_REMOTE_URL", "LMCACHE_REMOTE_SERDE", "LMCACHE_CHUNK_SIZE", "LMCACHE_EXTRA_CONFIG",
                        "LMCACHE_MAX_LOCAL_CPU_SIZE", "LMCACHE_SAVE_UNFULL_CHUNK",
-                       "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "LMCACHE_TRACK_USAGE"}
+                       "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "LMCACHE_TRACK_USAGE", "LMCACHE_LOOKUP_TIMEOUT_MS",
+                       "LMCACHE_BLOCKING_TIMEOUT_SECS"}
     assert all(is_lmcache_env(n) for n in lmcache)
     assert not is_lmcache_env("LMCACHE_USE_EXPERIMENTAL")  # removed from LMCache (docs/sources.md §5)
     assert not is_lmcache_env("LMCACHE_RUN_SCRIPT_API_ENABLED")  # a 0.5.6 key, not read by 0.5.5
@@ -163,6 +165,10 @@ def test_cache_env_values(k8s_project):
         "LMCACHE_SAVE_UNFULL_CHUNK": "false",  # LMCache #2206 / PR #2207
         "LMCACHE_PRE_CACHING_HASH_ALGORITHM": "builtin",
         "LMCACHE_EXTRA_CONFIG": '{"fs_connector_relative_tmp_dir": ".tmp-$(KVCACHE_POD_NAME)", "save_chunk_meta": true}',
+        # What an unhealthy L2 may add to a request (platform.lmcache, docs/l2-cache.md): 200 ms to
+        # its lookup, 1 s to each chunk read of its retrieve (LMCache's defaults: 3,000 ms, 10 s).
+        "LMCACHE_LOOKUP_TIMEOUT_MS": "200",
+        "LMCACHE_BLOCKING_TIMEOUT_SECS": "1",
         "PYTHONHASHSEED": "0",
         "LMCACHE_TRACK_USAGE": "false",  # lmcache.usage_telemetry off by default
         "DO_NOT_TRACK": "1",
@@ -242,7 +248,8 @@ def test_static_patch_matches_the_reference_layout(k8s_project):
     env_ops = ops[4:]
     assert [op["value"]["name"] for op in env_ops] == [
         "KVCACHE_POD_NAME", "LMCACHE_REMOTE_URL", "LMCACHE_CHUNK_SIZE", "LMCACHE_REMOTE_SERDE",
-        "LMCACHE_SAVE_UNFULL_CHUNK", "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "LMCACHE_EXTRA_CONFIG", "PYTHONHASHSEED",
+        "LMCACHE_SAVE_UNFULL_CHUNK", "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "LMCACHE_EXTRA_CONFIG",
+        "LMCACHE_LOOKUP_TIMEOUT_MS", "LMCACHE_BLOCKING_TIMEOUT_SECS", "PYTHONHASHSEED",
         "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK", "PROMETHEUS_MULTIPROC_DIR", "LMCACHE_MAX_LOCAL_CPU_SIZE"]
     patched = jsonpatch.apply_patch(deployment(line), ops)
     env_list = patched["spec"]["template"]["spec"]["containers"][0]["env"]

@@ -108,7 +108,7 @@ def test_container_without_env_or_mounts(policy, line, k8s_project):
     assert env == {"LMCACHE_REMOTE_URL", "LMCACHE_REMOTE_SERDE", "LMCACHE_CHUNK_SIZE", "LMCACHE_EXTRA_CONFIG",
                    "PYTHONHASHSEED", "LMCACHE_MAX_LOCAL_CPU_SIZE", "LMCACHE_SAVE_UNFULL_CHUNK",
                    "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK",
-                   "PROMETHEUS_MULTIPROC_DIR"}
+                   "PROMETHEUS_MULTIPROC_DIR", "LMCACHE_LOOKUP_TIMEOUT_MS", "LMCACHE_BLOCKING_TIMEOUT_SECS"}
     assert _vllm(after, line)["volumeMounts"] == [{"name": names.L2_VOLUME_NAME, "mountPath": L2_MOUNT_PATH},
                                                   {"name": names.METRICS_VOLUME_NAME, "mountPath": METRICS_DIR}]
 

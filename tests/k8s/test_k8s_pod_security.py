@@ -126,17 +126,32 @@ def test_checker_reports_every_violation_in_the_library_order():
                      "host namespaces (hostPID=true)", 'hostPath volumes (volume "shm")',
                      'privileged (container "vllm" must not set securityContext.privileged=true)']
     assert forbidden_message("p-1", found[2:3]) == (
-        'pods "p-1" is forbidden: violates PodSecurity "baseline:v1.33": hostPath volumes (volume "shm")')
+        'pods "p-1" is forbidden: violates PodSecurity "baseline:v1.34": hostPath volumes (volume "shm")')
 
 
 def test_checker_is_pinned_to_the_clusters_version(k8s_project):
-    """The model states the 1.33 checks (1.34 adds one): a cluster upgrade must revisit it."""
+    """The model states the 1.34 checks: a cluster upgrade must revisit it (1.34 added one, below)."""
     assert k8s_project.platform.eks.version == KUBERNETES_VERSION
     for line in k8s_project.business_lines:
         assert namespace_labels(k8s_project.platform, line)["pod-security.kubernetes.io/enforce-version"] == (
             f"v{KUBERNETES_VERSION}")
-    with pytest.raises(ValueError, match="1.34"):
-        baseline_violations({"containers": []}, version="1.34")
+    with pytest.raises(ValueError, match="1.35"):
+        baseline_violations({"containers": []}, version="1.35")
+
+
+@pytest.mark.parametrize("containers, detail", [
+    # The cases of k8s.io/pod-security-admission v0.34.9 policy/check_hostProbesAndhostLifecycle_test.go.
+    ([{"name": "a", "livenessProbe": {"httpGet": {"host": "localhost", "port": 80}},
+       "readinessProbe": {"tcpSocket": {"host": "127.0.0.1", "port": 80}},
+       "lifecycle": {"preStop": {"httpGet": {"host": "::1", "port": 80}}}}],
+     'container "a" uses probe or lifecycle hosts "127.0.0.1", "::1", "localhost"'),
+    ([{"name": "invalid2", "startupProbe": {"httpGet": {"host": "b.com", "port": 80}}},
+      {"name": "invalid1", "lifecycle": {"postStart": {"tcpSocket": {"host": "a.com", "port": 80}}}},
+      {"name": "fine", "livenessProbe": {"httpGet": {"host": "", "port": 80}}}],
+     'containers "invalid1", "invalid2" use probe or lifecycle hosts "a.com", "b.com"'),
+])
+def test_the_134_check_of_probe_and_lifecycle_hosts(containers, detail):
+    assert baseline_violations({"containers": containers}) == [f"probe or lifecycle host ({detail})"]
 
 
 # --- The operator's pods under the policy and under the Deployment patch ----------------------
@@ -182,7 +197,7 @@ def _assert_admitted(p: dict, line) -> None:
     for c in spec.get("initContainers", []) + spec["containers"]:
         assert {m["name"] for m in c.get("volumeMounts", [])} <= volumes, c["name"]
         assert not any(m["mountPath"].startswith("/dev/shm/") for m in c.get("volumeMounts", [])), c["name"]
-    kubernetes_validate.validate({**p, "metadata": {**p["metadata"], "name": "x"}}, "1.33", strict=True)
+    kubernetes_validate.validate({**p, "metadata": {**p["metadata"], "name": "x"}}, KUBERNETES_VERSION, strict=True)
     assert baseline_violations(spec, p.get("metadata")) == []
     # What the L2 tier needs is still there.
     vllm = [c for c in spec["containers"] if c["name"] == names.endpoint_name(line)][0]
@@ -280,7 +295,7 @@ def test_only_the_shared_memory_is_removed_anything_else_is_refused_loudly(polic
         assert {"name": "dshm", "mountPath": "/dev/shm"} in result["containers"][0]["volumeMounts"]
         assert baseline_violations(result) == expected
     assert forbidden_message("p", expected) == (
-        'pods "p" is forbidden: violates PodSecurity "baseline:v1.33": host namespaces (hostNetwork=true), '
+        'pods "p" is forbidden: violates PodSecurity "baseline:v1.34": host namespaces (hostNetwork=true), '
         'hostPath volumes (volumes "nvme", "shm-like")')
 
 

@@ -23,7 +23,7 @@ def test_the_issue_alerts_are_all_there(all_alerts) -> None:
         "KvCacheLineL2AboveHighWatermark", "KvCacheCurvinePoolAlmostFull", "KvCacheCurvinePrimaryDown",
         "KvCacheAdmissionWebhookDown", "KvCacheAdmissionFailing", "KvCacheL2HitRateCollapsed",
         "KvCacheTtftP90OverSlo", "KvCachePodWithoutL2", "KvCacheCurvineWorkersLost",
-        "KvCacheL2JanitorStale", "KvCacheL2JanitorFailing",
+        "KvCacheL2JanitorStale", "KvCacheL2JanitorFailing", "KvCacheL2MountDead",
         # issue 16: L2 stores and retrieves failing, the cross-pod hit canary failing
         "KvCacheL2StoreFailing", "KvCacheL2RetrieveFailing", "KvCacheCrossPodCanaryFailing"}
     for alert in all_alerts:
@@ -153,3 +153,26 @@ def test_alert_manager_sends_everything_to_the_sns_topic_with_sigv4_region() -> 
     assert sns["topic_arn"] == "arn:aws:sns:us-west-2:111122223333:t"
     assert sns["sigv4"] == {"region": "us-west-2"}
     assert "api_url" not in sns and "http_config" not in sns  # AMP refuses both
+
+
+def test_mount_dead_alert_reads_the_watchdogs_gauge_and_outlasts_healing(obs_project, all_alerts) -> None:
+    """Named and read exactly as the alert tests of the live-Prometheus tier expect
+    (``KvCacheL2MountDead``, ``kvcache_l2_mount_up``); held longer than the watchdog needs to evict
+    every L2 pod of a node whose FUSE pod restarted (one per eviction interval) and to see the
+    replacements mount."""
+    [alert] = by_name(all_alerts)["KvCacheL2MountDead"]
+    assert alert.expr == 'kvcache_l2_mount_up{job="kvcache-l2-mount-watchdog"} == 0'
+    w = obs_project.platform.curvine.mount_watchdog
+    assert (w.period_seconds, w.eviction_interval_seconds) == (30, 60)
+    healing_s = w.period_seconds + 10 * w.eviction_interval_seconds + 300  # 10 pods, then 5 min to restart
+    assert alert.for_ == "16m" and 16 * 60 >= healing_s > 15 * 60
+    assert alert.severity == "warning" and "{{ $labels.pod }}" in alert.summary
+    assert "kubectl -n curvine logs ds/l2-mount-watchdog" in alert.action
+
+
+def test_no_mount_dead_alert_without_the_watchdog(obs_project) -> None:
+    platform = obs_project.platform
+    off = platform.model_copy(update={"curvine": platform.curvine.model_copy(update={
+        "mount_watchdog": platform.curvine.mount_watchdog.model_copy(update={"enabled": False})})})
+    assert "KvCacheL2MountDead" not in {a.name for a in alerts.all_alerts(off, obs_project.business_lines)}
+    assert targets.JOB_L2_MOUNT_WATCHDOG not in {j["job_name"] for j in targets.jobs(off, obs_project.business_lines)}

@@ -49,7 +49,9 @@ def test_workspace_and_topic_are_encrypted_with_a_rotating_key(template, obs_pro
     statements = key["Properties"]["KeyPolicy"]["Statement"]
     (aps,) = [s for s in statements if _service(s) == "aps.amazonaws.com"]
     assert sorted(aps["Action"]) == ["kms:Decrypt", "kms:GenerateDataKey*"]
-    assert aps["Condition"] == {"StringEquals": {"aws:SourceAccount": "111122223333"}}
+    # Issue 19: the AMP user guide's form, with no condition (no source says AMP's KMS request carries
+    # aws:SourceAccount; docs/sources.md §15). The guard against other workspaces is the topic policy's.
+    assert "Condition" not in aps and aps["Resource"] == "*"
 
 
 def test_only_this_workspaces_alert_manager_may_publish_to_the_topic(template) -> None:
@@ -58,6 +60,8 @@ def test_only_this_workspaces_alert_manager_may_publish_to_the_topic(template) -
     statements = policy["Properties"]["PolicyDocument"]["Statement"]
     (publish,) = [s for s in statements if _service(s) == "aps.amazonaws.com"]
     assert sorted(publish["Action"]) == ["sns:GetTopicAttributes", "sns:Publish"]
+    assert publish["Condition"] == {"ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": [workspace_id, "Arn"]}},
+                                    "StringEquals": {"aws:SourceAccount": "111122223333"}}
     assert publish["Condition"]["ArnEquals"] == {"aws:SourceArn": {"Fn::GetAtt": [workspace_id, "Arn"]}}
     assert any(s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
                for s in statements)

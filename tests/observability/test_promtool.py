@@ -3,7 +3,7 @@
 The rule file is the one the observability stack sends to AMP (the ``Data`` of its
 ``AWS::APS::RuleGroupsNamespace`` in the synthesized template). AMP takes a rules file "of the same
 format as a rules file in standalone Prometheus" and evaluates its PromQL (AMP user guide,
-docs/sources.md §15); the engine here is Debian 12's Prometheus 2.42.0.
+docs/sources.md §19); the engine here is Debian 12's Prometheus 2.42.0.
 
 For every alert (:data:`CASES`, which must cover every alert name of the rule file: a test fails
 naming any alert without one) the input series fire it at the right time after its ``for:``, the
@@ -270,6 +270,21 @@ def _hit_rate_collapsed(ann) -> list[dict[str, Any]]:
     return [fires, quiet]
 
 
+def _mount_dead(ann) -> list[dict[str, Any]]:
+    """The per-node L2 mount watchdog's signal (issue 15): healing normally ends within the hold."""
+    mount = {"job": targets.JOB_L2_MOUNT_WATCHDOG, "namespace": NS, "pod": "rag-7d9-a", "node": "hyperpod-i-0abc",
+             "volume": "pvc-1234", "pod_uid": "0b9c"}
+    fires = {"interval": "1m", "input_series": [series("kvcache_l2_mount_up", mount, "1x4 0x30")],
+             "alert_rule_test": [expect("KvCacheL2MountDead", "20m", []),
+                                 expect("KvCacheL2MountDead", "22m", [({"severity": "warning", **mount}, ann(
+                                     f"{NS}/rag-7d9-a on hyperpod-i-0abc: its L2 mount has not answered for 16 minutes"))])]}
+    # Dead for 10 minutes, then the watchdog's eviction replaced the pod (alive again).
+    healed = {"interval": "1m", "input_series": [series("kvcache_l2_mount_up", mount, "1x4 0x10 1x20"),
+                                                 series("kvcache_l2_mount_up", {**mount, "pod": "rag-7d9-b"}, "1x35")],
+              "alert_rule_test": [expect("KvCacheL2MountDead", "30m", [])]}
+    return [fires, healed]
+
+
 #: alertname -> its promtool test groups (given a function that completes the annotations).
 CASES: dict[str, Callable[[Callable[..., dict[str, str]]], list[dict[str, Any]]]] = {
     "KvCacheCurvinePoolAlmostFull": _pool_full,
@@ -286,6 +301,7 @@ CASES: dict[str, Callable[[Callable[..., dict[str, str]]], list[dict[str, Any]]]
     "KvCacheL2RetrieveFailing": _retrieve_failing,
     "KvCacheCrossPodCanaryFailing": _canary,
     "KvCacheL2HitRateCollapsed": _hit_rate_collapsed,
+    "KvCacheL2MountDead": _mount_dead,
 }
 
 

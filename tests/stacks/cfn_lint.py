@@ -13,11 +13,13 @@ from cfnlint.api import lint
 #:   frameworks: CDK adds an explicit DependsOn on the function's role that a GetAtt already
 #:   implies. Harmless and not ours to change; the allowlist names the CDK-generated resources.
 #:   ``lambda_.Function`` does the same for a function of ours given a role (the Grafana
-#:   provisioning handler of the observability stack, and its provider framework).
+#:   provisioning handler of the observability stack, the lines' teardown waiter of the addons
+#:   stack, and their provider frameworks).
 IGNORED_WARNINGS = {
     "W3005": ("AWSCDKCfnUtilsProvider", "ClusterKubectlProvider", "CustomCDKBucketDeployment",
               "CustomS3AutoDeleteObjectsCustomResourceProvider", "CustomVpcRestrictDefaultSG",
-              "GrafanaProvisioningHandler", "GrafanaProvisioningProviderframeworkonEvent"),
+              "GrafanaProvisioningHandler", "GrafanaProvisioningProviderframeworkonEvent",
+              "LoadBalancerTeardownWaiterHandler", "LoadBalancerTeardownWaiterProviderframeworkonEvent"),
 }
 
 

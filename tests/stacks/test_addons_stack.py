@@ -280,6 +280,20 @@ def test_alb_policy_is_narrowed_to_this_region_and_account(templates) -> None:
     assert ":*:*:" not in resources
 
 
+def test_keda_role_is_trusted_by_its_service_account_only(templates) -> None:
+    """Issue 19: AWS's add-on setup guide trusts only the cluster's OIDC provider for keda-operator (sub and
+    aud); the migration script's extra sagemaker.amazonaws.com principal is left out (docs/sources.md §15)."""
+    _, role = role_by_subject(templates, "system:serviceaccount:hyperpod-inference-system:keda-operator")
+    (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Action"] == "sts:AssumeRoleWithWebIdentity" and "Federated" in statement["Principal"]
+    assert "sagemaker.amazonaws.com" not in json.dumps(role["Properties"]["AssumeRolePolicyDocument"])
+    (condition,) = [r for r in templates[ADDONS].find_resources("Custom::AWSCDKCfnJson").values()
+                    if "keda-operator" in json.dumps(r["Properties"]["Value"])]
+    keys = json.dumps(condition["Properties"]["Value"])
+    assert ":sub" in keys
+    assert ":aud" in keys and "sts.amazonaws.com" in keys
+
+
 def test_keda_role_can_only_read_metrics(templates) -> None:
     role_id, _ = role_by_subject(templates, "system:serviceaccount:hyperpod-inference-system:keda-operator")
     actions = {a for s in statements_of(templates, role_id) for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}

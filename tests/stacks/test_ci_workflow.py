@@ -132,8 +132,10 @@ def test_platform_deploy_checks_the_account_and_deploys_the_planned_stacks() -> 
     job = jobs()["deploy-platform"]
     runs = [s.get("run", "") for s in job["steps"]]
     assert any("aws sts get-caller-identity" in r and "$ACCOUNT" in r for r in runs)
-    (deploy,) = [s for s in job["steps"] if "cdk deploy --app cdk.out" in s.get("run", "")]
-    assert deploy["env"]["STACKS"] == "${{ needs.test.outputs.platform_stacks }}" and "--exclusively" in deploy["run"]
+    first, rest = [s for s in job["steps"] if "cdk deploy --app cdk.out" in s.get("run", "")]
+    assert first["env"]["STACKS"] == "${{ needs.test.outputs.stacks_before_hyperpod }}"
+    assert rest["env"]["STACKS"] == "${{ needs.test.outputs.stacks_from_hyperpod }}"
+    assert all("--exclusively $STACKS" in s["run"] for s in (first, rest))
 
 
 def test_orphaned_line_stacks_are_listed_then_destroyed_behind_the_approval() -> None:
@@ -182,15 +184,23 @@ def _step_index(job: dict, text: str) -> int:
     return index
 
 
+#: The full preflight of the platform job (the "hyperpod update" check alone runs again later).
+PREFLIGHT = "scripts/preflight.py --config config --cloud-assembly cdk.out | tee preflight.txt"
+
+
+def _first_deploy(job: dict) -> int:
+    return min(i for i, s in enumerate(job["steps"]) if "cdk deploy --app cdk.out" in s.get("run", ""))
+
+
 def test_platform_deploy_runs_the_preflight_before_any_stack_changes() -> None:
     """A key the add-on does not know (or any failed check) stops the pipeline before `cdk deploy`,
     not at CreateAddon after the network, eks and hyperpod stacks are up."""
     job = jobs()["deploy-platform"]
-    preflight = _step_index(job, "scripts/preflight.py")
+    preflight = _step_index(job, PREFLIGHT)
     step = job["steps"][preflight]
-    assert ".venv/bin/python scripts/preflight.py --config config" in step["run"]
+    assert ".venv/bin/python scripts/preflight.py --config config --cloud-assembly cdk.out" in step["run"]
     assert "continue-on-error" not in step and "if" not in step
-    assert _step_index(job, "aws sts get-caller-identity") < preflight < _step_index(job, "cdk deploy --app cdk.out")
+    assert _step_index(job, "aws sts get-caller-identity") < preflight < _first_deploy(job)
     assert _step_index(job, "pip install --quiet -r requirements.txt") < preflight
     # The line jobs and the orphan removal come after the platform job, so they are stopped too.
     assert "deploy-platform" in needs(jobs()["deploy-line"]) and "deploy-platform" in needs(jobs()["remove-orphans"])
@@ -199,7 +209,7 @@ def test_platform_deploy_runs_the_preflight_before_any_stack_changes() -> None:
 @pytest.mark.parametrize("rc, step_ok", [(0, True), (1, False), (2, False)])
 def test_preflight_step_fails_on_any_failed_check_and_shows_the_table(tmp_path, rc, step_ok) -> None:
     """The step's shell, with preflight.py replaced by a stub exiting ``rc``."""
-    step = jobs()["deploy-platform"]["steps"][_step_index(jobs()["deploy-platform"], "scripts/preflight.py")]
+    step = jobs()["deploy-platform"]["steps"][_step_index(jobs()["deploy-platform"], PREFLIGHT)]
     stub = tmp_path / "stub.py"
     stub.write_text(f"import sys\nprint('FAIL  add-on x configuration  schema lacks y')\nsys.exit({rc})\n")
     script = step["run"].replace(".venv/bin/python scripts/preflight.py", f"{sys.executable} {stub}")
@@ -382,7 +392,7 @@ def test_the_chart_guard_runs_before_any_stack_change_when_the_chart_is_installe
     assert step["env"] == {"HYPERPOD_STACK": "${{ needs.test.outputs.hyperpod_stack }}",
                            "FIRST_STACKS": "${{ needs.test.outputs.stacks_before_hyperpod }}"}
     guard = _step_index(job, "aws cloudformation describe-stacks")
-    assert _step_index(job, "aws sts get-caller-identity") < guard < _step_index(job, "cdk deploy --app cdk.out")
+    assert _step_index(job, "aws sts get-caller-identity") < guard < _first_deploy(job)
     assert "continue-on-error" not in step
     # Read-only: the only AWS call is DescribeStacks, which the header already grants the role.
     assert re.findall(r"\baws [a-z-]+ [a-z-]+", step["run"]) == ["aws cloudformation describe-stacks"]
@@ -466,3 +476,53 @@ def test_the_readme_gives_ci_s_torch_index_for_machines_without_a_cpu_build() ->
     (size,) = re.findall(r"\.venv-lmcache \(about ([0-9.]+ GB)\)", makefile)
     sizes = set(re.findall(r"([0-9.]+ GB)", tier)) | set(re.findall(r"about ([0-9.]+ GB)", readme))
     assert sizes == {size}, sizes
+
+
+# --- No HyperPod update while deep health checks run (issue 19) -----------------------------------
+
+GUARD = 'scripts/preflight.py --config config --cloud-assembly cdk.out --only "hyperpod update"'
+
+
+def test_the_update_guard_runs_right_before_the_hyperpod_stack() -> None:
+    """Stacks before hyperpod, then the guard, then hyperpod and the rest: the check is as close to the
+    UpdateCluster as the pipeline gets, and it also ran in the full preflight before any stack changed."""
+    job = jobs()["deploy-platform"]
+    first, rest = [i for i, s in enumerate(job["steps"]) if "cdk deploy --app cdk.out" in s.get("run", "")]
+    guard = _step_index(job, GUARD)
+    assert _step_index(job, PREFLIGHT) < first < guard < rest
+    step = job["steps"][guard]
+    assert "continue-on-error" not in step and "if" not in step
+    assert any(s.get("with", {}).get("name") == "cdk-out" for s in steps_using(job, "actions/download-artifact"))
+    from kv_tools.preflight import HYPERPOD_UPDATE_CHECK
+    assert f'--only "{HYPERPOD_UPDATE_CHECK}"' in step["run"]
+
+
+@pytest.mark.parametrize("rc, step_ok", [(0, True), (1, False), (2, False)])
+def test_update_guard_step_stops_the_job_and_names_the_nodes(tmp_path, rc, step_ok) -> None:
+    """The step's shell, with preflight.py a stub answering as the check does."""
+    job = jobs()["deploy-platform"]
+    step = job["steps"][_step_index(job, GUARD)]
+    stub = tmp_path / "stub.py"
+    stub.write_text("import sys\nprint('FAIL  hyperpod update  kvcache-hyperpod changes (HyperPodCluster changes), but "
+                    f"deep health checks run on 1 node(s) of kvcache-hyperpod: i-0bbb (g6e-inference): "
+                    f"DeepHealthCheckInProgress')\nsys.exit({rc})\n")
+    script = step["run"].replace(".venv/bin/python scripts/preflight.py", f"{sys.executable} {stub}")
+    summary = tmp_path / "summary"
+    result = subprocess.run(["bash", "-eo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "GITHUB_STEP_SUMMARY": str(summary)})
+    assert (result.returncode == 0) is step_ok
+    assert "i-0bbb (g6e-inference): DeepHealthCheckInProgress" in summary.read_text()
+
+
+def test_plan_splits_the_platform_stacks_at_the_hyperpod_stack(tmp_path) -> None:
+    project = load_project(FIXTURE_CONFIG)
+    result = subprocess.run([sys.executable, "-c", _plan_script()], cwd=REPO, capture_output=True, text=True,
+                            env={**os.environ, "KVCACHE_CONFIG_DIR": str(FIXTURE_CONFIG),
+                                 "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")}, timeout=120)
+    assert result.returncode == 0, result.stderr
+    outputs = dict(line.split("=", 1) for line in result.stdout.splitlines())
+    ids = stack_ids(project)
+    before, after = outputs["stacks_before_hyperpod"].split(), outputs["stacks_from_hyperpod"].split()
+    assert after == [ids[r] for r in ("hyperpod", "addons", "l2-cache", "observability")]
+    assert before + after == outputs["platform_stacks"].split()  # every platform stack, each once, in order
+    assert "stacks_from_hyperpod" in jobs()["test"]["outputs"]

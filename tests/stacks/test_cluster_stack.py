@@ -10,6 +10,7 @@ import pytest
 from aws_cdk.assertions import Capture, Match
 
 from k8s import kube
+from platform_config.kubernetes_versions import KUBERNETES_RELEASES
 from platform_config.models import HYPERPOD_KUBERNETES_VERSIONS
 from stacks.cluster_stack import CLUSTER_LOGICAL_ID, HELM_TIMEOUT
 
@@ -29,7 +30,7 @@ def test_cluster_logical_id_is_pinned_to_eks_cluster(templates) -> None:
 
 def test_cluster_version_name_and_authentication_mode(templates, project) -> None:
     props = cluster(templates)["Properties"]
-    assert props["Version"] == project.platform.eks.version == "1.33"
+    assert props["Version"] == project.platform.eks.version == "1.34"
     # The newest version HyperPod's English prerequisites page lists (docs/sources.md §11).
     assert props["Version"] == HYPERPOD_KUBERNETES_VERSIONS[-1]
     assert props["Name"] == project.platform.eks.cluster_name
@@ -146,6 +147,7 @@ WAIT_PROPERTIES = {
     "Custom::AWSCDK-EKS-HelmChart": "Timeout",
     "Custom::AWSCDK-EKS-KubernetesObjectValue": "TimeoutSeconds",
     "Custom::GrafanaProvisioning": "ReadyTimeoutSeconds",
+    "Custom::LoadBalancersGone": "TimeoutSeconds",  # each line's teardown wait (kv_constructs/teardown_wait.py)
 }
 #: Flags that switch a wait on; their duration is the property above.
 WAIT_FLAGS = {"Wait", "Atomic"}
@@ -309,45 +311,79 @@ def _config_problems(tmp_path: Path, change) -> list:
 
 
 def test_a_version_hyperpod_does_not_list_is_refused(tmp_path) -> None:
-    def use_134(data):
-        data["eks"]["version"] = "1.34"
-        data["versions"]["addons"]["kube-proxy"] = "v1.34.1-eksbuild.2"
+    """1.35 is outside HyperPod's list (docs/sources.md §15): one error naming the allowed versions."""
+    def use_135(data):
+        data["eks"]["version"] = "1.35"
 
-    problems = _config_problems(tmp_path, use_134)
+    problems = _config_problems(tmp_path, use_135)
     (problem,) = [p for p in problems if p.field == "eks.version"]
     assert problem.file.endswith("platform.yaml")
-    assert "'1.28', '1.29', '1.30', '1.31', '1.32' or '1.33'" in problem.message
+    assert "'1.28', '1.29', '1.30', '1.31', '1.32', '1.33' or '1.34'" in problem.message
 
 
-def test_a_supported_version_without_its_packages_says_what_to_install(tmp_path) -> None:
+def test_a_listed_version_without_a_row_names_the_prepared_ones(tmp_path) -> None:
     def use_132(data):
         data["eks"]["version"] = "1.32"
-        data["versions"]["addons"]["kube-proxy"] = "v1.32.9-eksbuild.2"
 
     (problem,) = _config_problems(tmp_path, use_132)
     assert problem.field == "eks.version"
-    assert "cdk8s-plus-32 and aws-cdk.lambda-layer-kubectl-v32" in problem.message
-    assert "installed for Kubernetes 1.33" in problem.message and "requirements.txt" in problem.message
+    assert "HyperPod supports Kubernetes 1.32, but this repository has no pins for it; allowed: 1.33, 1.34" \
+        in problem.message and "platform_config/kubernetes_versions.py" in problem.message
+
+
+def test_a_prepared_version_without_its_packages_says_what_to_pin(tmp_path, monkeypatch) -> None:
+    """1.33 has a row; with its pair not installed the config error gives the exact pins."""
+    from platform_config import kubernetes_versions
+
+    monkeypatch.setattr(kubernetes_versions, "installed", lambda name: not name.endswith("33"))
+
+    def use_133(data):
+        data["eks"]["version"] = "1.33"
+
+    (problem,) = _config_problems(tmp_path, use_133)
+    assert problem.field == "eks.version"
+    assert "cdk8s-plus-33 and aws-cdk.lambda-layer-kubectl-v33" in problem.message
+    assert "cdk8s-plus-33==2.5.63 and aws-cdk.lambda-layer-kubectl-v33==2.2.2" in problem.message
+    assert "requirements.txt" in problem.message
 
 
 def test_kube_proxy_must_match_the_cluster_version(tmp_path) -> None:
     def skew(data):
-        data["versions"]["addons"]["kube-proxy"] = "v1.32.9-eksbuild.2"
+        data["versions"]["addons"]["kube-proxy"] = "v1.33.5-eksbuild.2"
 
     (problem,) = _config_problems(tmp_path, skew)
-    assert "kube-proxy v1.32.9-eksbuild.2 does not match eks.version 1.33" in problem.message
-    assert "v1.33.<patch>-eksbuild.<n>" in problem.message
+    assert "kube-proxy v1.33.5-eksbuild.2 does not match eks.version 1.34" in problem.message
+    assert "v1.34.<patch>-eksbuild.<n>" in problem.message
 
 
-def test_missing_packages_raise_a_clear_error() -> None:
-    assert kube.missing_packages("1.33") == []
-    assert kube.missing_packages("1.29") == ["cdk8s-plus-29", "aws-cdk.lambda-layer-kubectl-v29"]
-    for load in (kube.api, kube.kubectl_layer_class):
-        with pytest.raises(kube.KubernetesPackageError, match="cdk8s-plus-29 and aws-cdk.lambda-layer-kubectl-v29"):
-            load("1.29")
-    with pytest.raises(ValueError, match="not a Kubernetes minor version"):
-        kube.packages_for("v1.33")
-    assert kube.kubectl_layer_class("1.33").__name__ == "KubectlV33Layer"
+def test_the_core_addons_follow_eks_version_unless_overridden(tmp_path) -> None:
+    """Left out, vpc-cni / coredns / kube-proxy are the pins of eks.version's row; set, they override it."""
+    from platform_config import load_platform
+    from platform_config.kubernetes_versions import KUBERNETES_RELEASES
+    from tests.example_config import FIXTURE_CONFIG, copy_example_config, edit_yaml
+
+    addons = load_platform(FIXTURE_CONFIG / "platform.yaml").versions.addons
+    assert (addons.vpc_cni, addons.coredns, addons.kube_proxy) == ("v1.20.4-eksbuild.2", "v1.12.4-eksbuild.1",
+                                                                   "v1.34.1-eksbuild.2")
+    assert KUBERNETES_RELEASES["1.34"].addon_pins == {"vpc-cni": "v1.20.4-eksbuild.2", "coredns": "v1.12.4-eksbuild.1",
+                                                      "kube-proxy": "v1.34.1-eksbuild.2"}
+    config = copy_example_config(tmp_path / "config")
+    edit_yaml(config / "platform.yaml", lambda data: data["versions"]["addons"].update({"coredns": "v1.13.2-eksbuild.7"}))
+    assert load_platform(config / "platform.yaml").versions.addons.coredns == "v1.13.2-eksbuild.7"
+
+
+def test_missing_packages_raise_a_clear_error(monkeypatch) -> None:
+    from platform_config import kubernetes_versions
+
+    assert kube.missing_packages("1.34") == []
+    monkeypatch.setattr(kubernetes_versions, "installed", lambda name: False)
+    assert kube.missing_packages("1.33") == ["cdk8s-plus-33", "aws-cdk.lambda-layer-kubectl-v33"]
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="no pins for it"):
+        kube.packages_for("1.29")
+    with pytest.raises(ValueError, match="not one SageMaker HyperPod supports"):
+        kube.packages_for("v1.34")
+    assert kube.kubectl_layer_class("1.34").__name__ == "KubectlV34Layer"
 
 
 @pytest.mark.parametrize("config_dir", ["fixture", "user"])
@@ -362,4 +398,6 @@ def test_requirements_pin_exactly_the_packages_of_eks_version(config_dir) -> Non
     pinned = {line.split("==")[0] for line in requirements if "==" in line and not line.startswith("#")}
     coupled = {name for name in pinned if re.match(r"^(cdk8s-plus-|aws-cdk\.lambda-layer-kubectl-v)[0-9]+$", name)}
     assert coupled == set(kube.packages_for(version).distributions)
-    assert kube.installed_versions() == (version,)
+    row = KUBERNETES_RELEASES[version]
+    assert set(row.requirements) <= set(requirements)  # the exact pins of the version's row
+    assert version in kube.installed_versions() and kube.KUBERNETES_VERSION >= version

@@ -192,8 +192,19 @@ def _documented(tool: str) -> str:
 
 
 def test_preflight_permissions_in_the_docs_are_the_calls_it_makes() -> None:
+    """With a deployed hyperpod stack and a node under deep health checks, so the update guard reads
+    every node API it may call."""
     _RecordingSession.calls = []
-    run_preflight(load_project(FIXTURE_CONFIG).platform, session_factory=_RecordingSession)
+    _RecordingSession.responses = {
+        "cloudformation:GetTemplate": {"TemplateBody": {"Resources": {}}},
+        "sagemaker:ListClusterNodes": {"ClusterNodeSummaries": [{
+            "InstanceGroupName": "g6e-inference", "InstanceId": "i-0bbb",
+            "InstanceStatus": {"Status": "DeepHealthCheckInProgress"}}]},
+        "sagemaker:DescribeClusterNode": {"NodeDetails": {"InstanceStatus": {"Status": "DeepHealthCheckInProgress"}}}}
+    try:
+        run_preflight(load_project(FIXTURE_CONFIG).platform, session_factory=_RecordingSession)
+    finally:
+        _RecordingSession.responses = {}
     called = set(_RecordingSession.calls)
     assert "ec2:DescribeAvailabilityZones" in called  # the recorder sees the calls
     row = _documented("preflight")

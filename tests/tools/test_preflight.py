@@ -235,18 +235,18 @@ def test_an_addon_without_a_schema_accepts_no_configuration() -> None:
 
 def test_cluster_version_before_and_after_the_first_deploy() -> None:
     assert check_cluster_version(PLATFORM, None).ok
-    assert check_cluster_version(PLATFORM, {"cluster": {"name": "kvcache-eks", "version": "1.33"}}) == CheckResult(
-        "cluster version", True, "kvcache-eks runs 1.33 (supported: 1.28, 1.29, 1.30, 1.31, 1.32, 1.33)")
+    assert check_cluster_version(PLATFORM, {"cluster": {"name": "kvcache-eks", "version": "1.34"}}) == CheckResult(
+        "cluster version", True, "kvcache-eks runs 1.34 (supported: 1.28, 1.29, 1.30, 1.31, 1.32, 1.33, 1.34)")
 
 
 def test_cluster_on_a_version_hyperpod_does_not_support_fails() -> None:
-    result = check_cluster_version(PLATFORM, {"cluster": {"name": "kvcache-eks", "version": "1.34"}})
+    result = check_cluster_version(PLATFORM, {"cluster": {"name": "kvcache-eks", "version": "1.35"}})
     assert not result.ok
-    assert result.detail == ("runs Kubernetes 1.34, which HyperPod does not support (1.28, 1.29, 1.30, 1.31, 1.32, "
-                             "1.33); runs Kubernetes 1.34 but eks.version is 1.33")
-    # Supported, but not what the config would deploy: also a failure.
-    result = check_cluster_version(PLATFORM, {"cluster": {"name": "kvcache-eks", "version": "1.32"}})
-    assert (result.ok, result.detail) == (False, "runs Kubernetes 1.32 but eks.version is 1.33")
+    assert result.detail == ("runs Kubernetes 1.35, which HyperPod does not support (1.28, 1.29, 1.30, 1.31, 1.32, "
+                             "1.33, 1.34); runs Kubernetes 1.35 but eks.version is 1.34")
+    # Supported, but not what the config would deploy (an upgrade half done): also a failure.
+    result = check_cluster_version(PLATFORM, {"cluster": {"name": "kvcache-eks", "version": "1.33"}})
+    assert (result.ok, result.detail) == (False, "runs Kubernetes 1.33 but eks.version is 1.34")
 
 
 class _FakeSession:
@@ -304,6 +304,10 @@ class _FakeSession:
             def describe_stacks(self, StackName: str) -> dict[str, Any]:
                 raise ClientError("Stack with id CDKToolkit does not exist")
 
+            def get_template(self, StackName: str, TemplateStage: str) -> dict[str, Any]:
+                session.calls.append(("get_template", {"StackName": StackName}))
+                raise ClientError(f"Stack with id {StackName} does not exist")
+
         return Client()
 
 
@@ -320,7 +324,7 @@ def test_run_preflight_reads_the_pinned_schemas_and_the_cluster_version() -> Non
     sessions: list[_FakeSession] = []
 
     def factory(region_name: str) -> _FakeSession:
-        sessions.append(_FakeSession(region_name, cluster_version="1.33",
+        sessions.append(_FakeSession(region_name, cluster_version="1.34",
                                      schemas=schema_responses(ingress_class_params=False, gateway_default=NO_DEFAULT)))
         return sessions[0]
 

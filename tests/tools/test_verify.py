@@ -99,6 +99,7 @@ def pods_of(deployment: dict[str, Any]) -> list[dict[str, Any]]:
         spec["nodeName"] = NODES[i % len(NODES)]
         out.append({"apiVersion": "v1", "kind": "Pod",
                     "metadata": {"name": f"{deployment['metadata']['name']}-5f7d8-{i}",
+                                 "uid": f"uid-{deployment['metadata']['name']}-{i}",
                                  "namespace": deployment["metadata"]["namespace"],
                                  "labels": dict(template["metadata"]["labels"])},
                     "spec": spec,
@@ -119,6 +120,7 @@ class FakeReader:
         self.objects = objects
         self.posts: list[tuple[str, dict]] = []
         self.log = "INFO LMCache hit tokens: 1792, need to load: 1792\n"
+        self.watchdog_reports: dict[str, Any] = {}
 
     def describe_cluster(self, name: str) -> dict | None:
         assert name == PLATFORM.hyperpod.cluster_name
@@ -140,6 +142,9 @@ class FakeReader:
         return copy.deepcopy(out)
 
     def pod_get(self, namespace: str, pod: str, port: int, path: str) -> Any:
+        if namespace == PLATFORM.curvine.namespace:  # an L2 mount watchdog's last pass
+            assert (path, port) == ("mounts", 9101)
+            return copy.deepcopy(self.watchdog_reports[pod])
         assert (path, port) == ("v1/models", 8000)
         return {"data": [{"id": "/opt/ml/model"}]}
 
@@ -178,7 +183,19 @@ def cluster(synthesized: dict[str, list[dict]]) -> FakeReader:
         objects += pods_of(deployment)
     describe = {"ClusterName": PLATFORM.hyperpod.cluster_name, "ClusterStatus": "InService",
                 "TieredStorageConfig": {"Mode": "Enable", "InstanceMemoryAllocationPercentage": 20}}
-    return FakeReader(describe, objects)
+    reader = FakeReader(describe, objects)
+    # One L2 mount watchdog per node, its last pass seeing every L2 pod of its node alive.
+    for node in NODES:
+        name = f"{names.L2_MOUNT_WATCHDOG}-{node[-2:]}"
+        objects.append({"kind": "Pod", "metadata": {"name": name, "namespace": PLATFORM.curvine.namespace,
+                                                    "labels": {"app.kubernetes.io/name": names.L2_MOUNT_WATCHDOG}},
+                        "spec": {"nodeName": node}, "status": {"phase": "Running"}})
+        mounts = [{"namespace": p["metadata"]["namespace"], "pod": p["metadata"]["name"], "pod_uid": p["metadata"]["uid"],
+                   "volume": "pvc-1", "state": "alive", "reason": "statvfs answered", "action": ""}
+                  for p in objects if p["kind"] == "Pod" and p["spec"].get("nodeName") == node
+                  and any(v.get("persistentVolumeClaim") for v in p["spec"].get("volumes", []))]
+        reader.watchdog_reports[name] = {"node": node, "mounts": mounts, "api_errors": []}
+    return reader
 
 
 def rag_pods(reader: FakeReader) -> list[dict]:
@@ -198,11 +215,14 @@ def test_the_synthesized_deployment_passes_every_check(cluster: FakeReader) -> N
     assert failed(results) == [], format_results(results)
     by_name = {r.name: r for r in results}
     assert {"Tiered Storage", "ai-toolkit DaemonSet", "Curvine Primary ready", "Curvine Workers ready",
-            "CSI driver registered", "rag-assistant: PVC Bound", "rag-assistant: LMCACHE_REMOTE_URL",
+            "CSI driver registered", "L2 mount watchdog ready", "rag-assistant: L2 mounts alive",
+            "rag-assistant: PVC Bound", "rag-assistant: LMCACHE_REMOTE_URL",
             "rag-assistant: L2 mount", "rag-assistant: PYTHONHASHSEED shared",
             "research-reasoning: PVC Bound"} <= set(by_name)
     assert by_name["rag-assistant: LMCACHE_REMOTE_URL"].detail == f"exactly one, {line_remote_url(PLATFORM, RAG)}, in 2 pod(s)"
     assert by_name["rag-assistant: PYTHONHASHSEED shared"].detail == "0 in all 2 pod(s)"
+    assert by_name["rag-assistant: L2 mounts alive"].detail == (
+        "alive in all 2 pod(s), per the L2 mount watchdog on 2 node(s)")
 
 
 def _set_env(pod: dict, name: str, value: str) -> None:
@@ -251,7 +271,25 @@ BREAKAGES: dict[str, tuple[Callable[[FakeReader], None], str]] = {
                        "rag-assistant: LMCache env"),
     "pod not ready": (lambda r: rag_pods(r)[0]["status"].update(conditions=[{"type": "Ready", "status": "False"}]),
                       "rag-assistant: inference pods Ready"),
+    "a dead L2 mount": (lambda r: _mount_state(r, "dead", "ENOTCONN: its FUSE session is gone"),
+                        "rag-assistant: L2 mounts alive"),
+    "a hung L2 mount": (lambda r: _mount_state(r, "hung", "statvfs did not answer within 10 s"),
+                        "rag-assistant: L2 mounts alive"),
+    "watchdog not ready": (lambda r: _daemonset(r, names.L2_MOUNT_WATCHDOG)["status"].update(numberReady=2),
+                           "L2 mount watchdog ready"),
 }
+
+
+def _watchdog_pod(r: FakeReader, node: str) -> dict:
+    return next(o for o in r.objects if o["kind"] == "Pod" and o["metadata"]["name"].startswith(names.L2_MOUNT_WATCHDOG)
+                and o["spec"]["nodeName"] == node)
+
+
+def _mount_state(r: FakeReader, state: str, reason: str) -> None:
+    pod = rag_pods(r)[1]
+    report = r.watchdog_reports[_watchdog_pod(r, pod["spec"]["nodeName"])["metadata"]["name"]]
+    [m] = [m for m in report["mounts"] if m["pod_uid"] == pod["metadata"]["uid"]]
+    m.update(state=state, reason=reason, action="evicted" if state == "dead" else "")
 
 
 @pytest.mark.parametrize("breakage", list(BREAKAGES))
@@ -547,3 +585,20 @@ def test_every_owned_volume_is_checked(cluster: FakeReader, index: int, how: str
     results = verify(cluster, PROJECT, lines=["rag-assistant"], platform_checks=False)
     assert failed(results) == ["rag-assistant: L2 mount"]
     assert mount["mountPath"] in next(r.detail for r in results if not r.ok)
+
+
+def test_a_dead_mount_names_the_pod_its_node_the_reason_and_the_heal(cluster: FakeReader) -> None:
+    _mount_state(cluster, "dead", "ENOTCONN: its FUSE session is gone")
+    pod = rag_pods(cluster)[1]
+    [row] = [r for r in verify(cluster, PROJECT) if r.name == "rag-assistant: L2 mounts alive"]
+    assert row.detail == (f"{pod['metadata']['name']} on {pod['spec']['nodeName']}: dead (ENOTCONN: its FUSE session "
+                          "is gone); evicted")
+
+
+def test_a_node_without_its_watchdog_fails_the_mount_row_of_every_line_with_a_pod_there(cluster: FakeReader) -> None:
+    cluster.objects.remove(_watchdog_pod(cluster, NODES[0]))
+    results = verify(cluster, PROJECT)
+    l2_lines = [l.name for l in PROJECT.business_lines if l.cache.l2_enabled]
+    assert failed(results) == [f"{name}: L2 mounts alive" for name in l2_lines]  # every line has a pod on node 0
+    row = next(r for r in results if r.name == "rag-assistant: L2 mounts alive")
+    assert row.detail == f"{rag_pods(cluster)[0]['metadata']['name']}: no report from the L2 mount watchdog on {NODES[0]}"

@@ -1,0 +1,844 @@
+"""The L2 mount watchdog: finds every pod on its node whose Curvine L2 mount is dead, and heals it.
+
+Why it exists (docs/l2-cache.md, "Dead L2 mounts"; sources in docs/sources.md §17). The Curvine CSI
+driver (v0.3.2-alpha, ``MOUNT_MODE=standalone``) runs curvine-fuse in a *FUSE pod* per node and
+mount key, mounted at ``/var/lib/kubelet/plugins/curvine/<mount key>/fuse-mount`` on the host
+(``standalone_manager.go`` ``GetHostMountPath``); ``NodePublishVolume`` bind-mounts a directory of
+that mount onto the kubelet's target path of each pod (``node_standalone.go``). A new FUSE session
+(the FUSE container restarted after an OOM kill, the pod evicted, deleted by hand or by the driver's
+own self-heal or ref count) is mounted afresh at the plugin path; every existing bind keeps the old
+session, whose daemon is gone: the kernel answers ``ENOTCONN`` for it, forever. Only a *new pod*
+gets a fresh bind (a container restart does not re-publish volumes).
+
+One process per node (a DaemonSet). Each *pass* (every :data:`PERIOD_S`):
+
+1. lists the Curvine CSI volumes of every pod on the node from the kubelet's layout,
+   ``<kubelet>/pods/<pod uid>/volumes/kubernetes.io~csi/<pv>/{vol_data.json,mount}``, keeping those
+   whose ``vol_data.json`` names ``driverName`` :data:`DRIVER_NAME` (never touching ``mount``);
+2. reads ``/proc/self/mountinfo`` (the host's ``/var/lib/kubelet`` is mounted with
+   ``HostToContainer`` propagation, so every new mount shows up) and classifies each mount
+   (:func:`classify`): **dead** when its device differs from every FUSE session mounted at a
+   plugin path now (mountinfo only, never blocks) or a ``statvfs`` of it fails with ``ENOTCONN``;
+   **hung** when that ``statvfs`` has not returned within ``probe_timeout_s``; **error** when it
+   fails otherwise (curvine-fuse answers ``EIO``/``ETIMEDOUT`` when its Primary is unreachable,
+   ``fuse_error.rs``); **alive** when it answers. ``statvfs`` because FUSE always forwards it to
+   the daemon (``STATFS``), where ``stat`` may be served from the kernel's attribute cache. Probes
+   run in threads, at most one per mount and at most ``max_stuck_probes`` stuck at once, so the
+   pass itself never blocks (:class:`Prober`);
+3. maps each pod UID to its namespace and name through the API: the PV's ``claimRef`` gives the
+   namespace, then the Pods of that namespace on this node (``fieldSelector=spec.nodeName``);
+4. heals (when ``heal`` is on), never a hung or error mount (an unreachable Primary is not cured
+   by restarting pods) and never a pod without a controller: it *evicts* (Eviction API, so
+   PodDisruptionBudgets hold) at most one pod with a dead mount per ``eviction_interval_s``; its
+   controller creates a replacement, which gets a fresh bind. And it *lazily unmounts* the dead bind
+   of a pod that is terminating (whoever deleted it) or whose pod no longer exists: the driver's
+   ``NodeUnpublishVolume`` skips the unmount of a target ``mountpoint -q`` cannot stat, and the
+   kubelet's teardown then fails on the same ``stat`` (``removeMountDir``), so without it such a pod
+   stays ``Terminating`` with its GPUs reserved. Nothing else is ever unmounted;
+5. publishes the pass: ``GET /metrics`` (Prometheus text, :func:`prometheus_text`), ``GET /mounts``
+   (JSON, read by ``scripts/verify.py``), ``GET /healthz`` (503 when no pass finished for
+   :data:`STALE_PERIODS` periods).
+
+Standard library only (like ``l2_janitor.py``): the Curvine chart ships this file in a ConfigMap and
+runs it with the pinned ``python`` image. By hand, one report-only pass on a node::
+
+    python3 l2_mount_watchdog.py --node "$(hostname)" --once --no-api
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import errno
+import json
+import os
+import re
+import signal
+import ssl
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable, Iterable, Protocol
+
+#: The kubelet's root directory (EKS and HyperPod nodes: the default ``--root-dir``).
+KUBELET_DIR = "/var/lib/kubelet"
+#: Kubelet layout of a pod's CSI volume: ``pods/<uid>/volumes/kubernetes.io~csi/<spec volume>/``
+#: holding ``vol_data.json`` and the target ``mount`` (kubernetes ``pkg/volume/csi/csi_mounter.go``
+#: ``getTargetPath``, ``GetCSIMounterPath``, ``saveVolumeData``; docs/sources.md §17).
+CSI_VOLUMES_DIR = "volumes/kubernetes.io~csi"
+VOL_DATA_FILE = "vol_data.json"
+MOUNT_DIR = "mount"
+#: The Curvine CSI driver's name (``k8s.names.CSI_DRIVER_NAME``; copied: this file runs alone).
+DRIVER_NAME = "curvine"
+#: Where the FUSE pods mount curvine-fuse on the host: ``<PLUGIN_DIR>/<mount key>/fuse-mount``
+#: (Curvine v0.3.2-alpha ``standalone_manager.go``: ``HostMountBaseDir``, ``GetHostMountPath``).
+PLUGIN_DIR = "/var/lib/kubelet/plugins/curvine"
+FUSE_MOUNT_NAME = "fuse-mount"
+
+#: Seconds between the starts of two passes. A dead mount is seen within one period.
+PERIOD_S = 30
+#: A ``statvfs`` that has not answered after this is *hung*. Below the period, so a pass ends
+#: before the next starts.
+PROBE_TIMEOUT_S = 10
+#: At most one eviction per node in this many seconds: a FUSE restart kills every mount of its
+#: node at once, and the replacements must not all restart together.
+EVICTION_INTERVAL_S = 60
+#: Probe threads stuck in the kernel at most (a hung FUSE request cannot be cancelled); beyond,
+#: mounts are reported hung without a new probe.
+MAX_STUCK_PROBES = 16
+#: ``/healthz`` fails when no pass finished for this many periods (the loop itself is stuck).
+STALE_PERIODS = 3
+#: HTTP port and paths (``--serve``).
+METRICS_PORT = 9101
+METRICS_PATH = "/metrics"
+MOUNTS_PATH = "/mounts"
+LIVENESS_PATH = "/healthz"
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+#: Classification of one mount.
+ALIVE, DEAD, HUNG, ERROR = "alive", "dead", "hung", "error"
+STATES = (ALIVE, DEAD, HUNG, ERROR)
+#: Metric names (observability/metrics.py imports these).
+METRIC_PREFIX = "kvcache_l2_mount_"
+UP_METRIC = METRIC_PREFIX + "up"
+STATE_METRIC = METRIC_PREFIX + "state"
+EVICTIONS_METRIC = METRIC_PREFIX + "evictions_total"
+UNMOUNTS_METRIC = METRIC_PREFIX + "unmounts_total"
+PROBES_STUCK_METRIC = METRIC_PREFIX + "probes_stuck"
+LAST_PASS_METRIC = METRIC_PREFIX + "watchdog_last_pass_timestamp_seconds"
+API_ERRORS_METRIC = METRIC_PREFIX + "watchdog_api_errors"
+#: Results of an eviction: accepted, refused by a PodDisruptionBudget (HTTP 429), failed otherwise.
+EVICTION_RESULTS = ("evicted", "refused", "failed")
+UNMOUNT_RESULTS = ("unmounted", "failed")
+#: ``umount2`` flag: detach now, clean up when no longer busy (``<sys/mount.h>``).
+MNT_DETACH = 2
+
+
+# --- mountinfo -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MountEntry:
+    """One line of ``/proc/<pid>/mountinfo`` (proc(5)): ids, ``major:minor``, root, mount point."""
+
+    mount_id: int
+    parent_id: int
+    device: str
+    root: str
+    mount_point: str
+    fstype: str
+
+    @property
+    def is_fuse(self) -> bool:
+        """A FUSE mount (``fuse`` or ``fuse.<subtype>``)."""
+        return self.fstype == "fuse" or self.fstype.startswith("fuse.")
+
+
+def _unescape(field_: str) -> str:
+    # mountinfo escapes space, tab, newline and backslash as \ooo octal.
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field_)
+
+
+def parse_mountinfo(text: str) -> list[MountEntry]:
+    """Every mount of a ``mountinfo`` text, in file order; malformed lines are skipped.
+
+    Format (proc(5)): ``id parent major:minor root mount-point options [optional...] - fstype
+    source super-options``.
+    """
+    out = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, tail = left.split(), right.split()
+        if not sep or len(fields) < 6 or not tail:
+            continue
+        try:
+            out.append(MountEntry(int(fields[0]), int(fields[1]), fields[2], _unescape(fields[3]),
+                                  _unescape(fields[4]), tail[0]))
+        except ValueError:
+            continue
+    return out
+
+
+def top_mounts(entries: Iterable[MountEntry]) -> dict[str, MountEntry]:
+    """Mount point -> the mount visible there: of mounts stacked on one point (a restarted FUSE
+    container mounts over the dead session), the one no other mount at that point sits on."""
+    by_point: dict[str, list[MountEntry]] = {}
+    for e in entries:
+        by_point.setdefault(e.mount_point, []).append(e)
+    out = {}
+    for point, stack in by_point.items():
+        parents = {e.parent_id for e in stack}
+        tops = [e for e in stack if e.mount_id not in parents]
+        out[point] = (tops or stack)[-1]
+    return out
+
+
+def live_fuse_devices(tops: dict[str, MountEntry], plugin_dir: str = PLUGIN_DIR) -> dict[str, str]:
+    """``major:minor`` -> plugin mount point of every FUSE session mounted at a plugin path now."""
+    prefix = plugin_dir.rstrip("/") + "/"
+    out = {}
+    for point, e in tops.items():
+        if point.startswith(prefix) and point.endswith("/" + FUSE_MOUNT_NAME) and e.is_fuse:
+            if point[len(prefix):-len(FUSE_MOUNT_NAME) - 1].count("/") == 0:
+                out[e.device] = point
+    return out
+
+
+# --- the kubelet's CSI volumes -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PodVolume:
+    """A Curvine CSI volume of a pod on this node.
+
+    Attributes:
+        pod_uid: the pod's UID (its directory under ``<kubelet>/pods``).
+        volume: the spec volume name, the PV's name for a PVC (``vol_data.json`` ``specVolID``).
+        target: the bind mount's path (``.../<volume>/mount``), as this process sees it.
+    """
+
+    pod_uid: str
+    volume: str
+    target: str
+
+
+def find_volumes(kubelet_dir: str = KUBELET_DIR, driver: str = DRIVER_NAME) -> list[PodVolume]:
+    """Every CSI volume of ``driver`` under ``<kubelet_dir>/pods``, sorted by pod UID and volume.
+
+    Reads only directories and ``vol_data.json`` on the node's own disk; never the mount itself
+    (a stat of a hung FUSE mount would block). A volume whose ``vol_data.json`` is missing or
+    unreadable (being set up or torn down) is left out.
+    """
+    pods_dir = os.path.join(kubelet_dir, "pods")
+    out = []
+    try:
+        uids = sorted(os.listdir(pods_dir))
+    except OSError:
+        return []
+    for uid in uids:
+        csi_dir = os.path.join(pods_dir, uid, CSI_VOLUMES_DIR)
+        try:
+            names = sorted(os.listdir(csi_dir))
+        except OSError:
+            continue
+        for name in names:
+            try:
+                with open(os.path.join(csi_dir, name, VOL_DATA_FILE), encoding="utf-8") as f:
+                    data = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict) and data.get("driverName") == driver:
+                out.append(PodVolume(uid, str(data.get("specVolID") or name), os.path.join(csi_dir, name, MOUNT_DIR)))
+    return out
+
+
+# --- probes --------------------------------------------------------------------------------------
+
+
+class Prober:
+    """``statvfs`` probes in threads, each waited for at most ``timeout_s``.
+
+    A probe stuck in the kernel cannot be cancelled, so its thread stays until the FUSE request
+    returns; a later probe of the same path reuses it instead of starting another, and no new
+    thread starts while ``max_stuck`` are running.
+
+    Args:
+        timeout_s: seconds to wait for all probes of one :meth:`probe_all` call.
+        max_stuck: most probe threads alive at once.
+        statvfs: the probe (``os.statvfs``; tests inject one).
+    """
+
+    def __init__(self, timeout_s: float = PROBE_TIMEOUT_S, max_stuck: int = MAX_STUCK_PROBES,
+                 statvfs: Callable[[str], Any] = os.statvfs) -> None:
+        if timeout_s <= 0 or max_stuck < 1:
+            raise ValueError("timeout_s must be > 0 and max_stuck >= 1")
+        self.timeout_s, self.max_stuck, self._statvfs = timeout_s, max_stuck, statvfs
+        self._lock = threading.Lock()
+        self._running: dict[str, tuple[threading.Event, list[OSError | None]]] = {}
+
+    @property
+    def stuck(self) -> int:
+        """Probe threads still waiting for the kernel."""
+        with self._lock:
+            return len(self._running)
+
+    def _start(self, path: str) -> tuple[threading.Event, list[OSError | None]] | None:
+        with self._lock:
+            if path in self._running:
+                return self._running[path]
+            if len(self._running) >= self.max_stuck:
+                return None
+            done, result = threading.Event(), []
+            self._running[path] = (done, result)
+
+        def run() -> None:
+            try:
+                self._statvfs(path)
+                result.append(None)
+            except OSError as exc:
+                result.append(exc)
+            finally:
+                with self._lock:
+                    self._running.pop(path, None)
+                done.set()
+
+        threading.Thread(target=run, name=f"probe {path}", daemon=True).start()
+        return done, result
+
+    def probe_all(self, paths: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """Path -> (state, reason) with state :data:`ALIVE`, :data:`DEAD` (``ENOTCONN``),
+        :data:`ERROR` (any other errno) or :data:`HUNG` (no answer within ``timeout_s``, or no
+        thread left to probe it). All paths are probed in parallel against one deadline."""
+        started = {p: self._start(p) for p in dict.fromkeys(paths)}
+        deadline = time.monotonic() + self.timeout_s
+        out = {}
+        for path, probe in started.items():
+            if probe is None:
+                out[path] = (HUNG, f"not probed: {self.max_stuck} probes already stuck")
+                continue
+            done, result = probe
+            if not done.wait(max(0.0, deadline - time.monotonic())) or not result:
+                out[path] = (HUNG, f"statvfs did not answer within {self.timeout_s:g} s")
+            elif result[0] is None:
+                out[path] = (ALIVE, "statvfs answered")
+            elif result[0].errno == errno.ENOTCONN:
+                out[path] = (DEAD, "ENOTCONN: its FUSE session is gone")
+            else:
+                out[path] = (ERROR, f"statvfs failed: {errno.errorcode.get(result[0].errno, result[0].errno)}")
+        return out
+
+
+@dataclass(frozen=True)
+class MountState:
+    """One pod volume's classification (``reason`` says why, for logs and ``verify.py``)."""
+
+    volume: PodVolume
+    state: str
+    reason: str
+    device: str
+
+
+def classify(volumes: list[PodVolume], mountinfo: list[MountEntry], prober: Prober,
+             plugin_dir: str = PLUGIN_DIR) -> list[MountState]:
+    """Classify every volume of ``volumes`` that is mounted (see the module docstring, step 2).
+
+    A volume with no mount at its target (being set up or torn down) is left out. Dead by
+    device needs no probe; every other FUSE mount is probed once.
+    """
+    tops = top_mounts(mountinfo)
+    live = live_fuse_devices(tops, plugin_dir)
+    mounted, to_probe = [], []
+    for v in volumes:
+        entry = tops.get(v.target)
+        if entry is None:
+            continue
+        mounted.append((v, entry))
+        if entry.is_fuse and not (live and entry.device not in live):
+            to_probe.append(v.target)
+    probed = prober.probe_all(to_probe)
+    out = []
+    for v, entry in mounted:
+        if not entry.is_fuse:
+            out.append(MountState(v, ERROR, f"not a FUSE mount ({entry.fstype})", entry.device))
+        elif live and entry.device not in live:
+            out.append(MountState(v, DEAD, f"stale FUSE session {entry.device}; the node's session(s): "
+                                           f"{', '.join(sorted(live))}", entry.device))
+        else:
+            state, reason = probed[v.target]
+            out.append(MountState(v, state, reason, entry.device))
+    return out
+
+
+# --- the API server ------------------------------------------------------------------------------
+
+
+class ApiError(Exception):
+    """An API call failed; ``status`` is the HTTP status (0: no answer)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class Api(Protocol):
+    """What a pass needs from the API server (:class:`InClusterApi`; tests use a fake server)."""
+
+    def pv_namespace(self, pv: str) -> str | None: ...
+    def pods_on_node(self, namespace: str, node: str) -> list[dict[str, Any]]: ...
+    def evict(self, namespace: str, name: str, uid: str) -> str: ...
+
+
+class HttpApi:
+    """The few API calls of a pass over plain HTTPS (standard library only).
+
+    Args:
+        base_url: ``https://host:port`` of the API server.
+        token: a bearer token (re-read from ``token_file`` before each call when given: projected
+            service-account tokens rotate).
+        context: TLS context (the service account's CA); None for plain HTTP (tests).
+        timeout_s: per request.
+
+    Needs: ``get persistentvolumes`` (cluster); ``list pods`` and ``create pods/eviction`` in the
+    L2 lines' namespaces.
+    """
+
+    def __init__(self, base_url: str, *, token: str = "", token_file: Path | None = None,
+                 context: ssl.SSLContext | None = None, timeout_s: float = 10) -> None:
+        self.base_url, self.token, self.token_file = base_url.rstrip("/"), token, token_file
+        self.context, self.timeout_s = context, timeout_s
+        self._pv_namespaces: dict[str, str | None] = {}
+
+    @classmethod
+    def in_cluster(cls) -> "HttpApi":
+        """From the pod's environment and service-account files."""
+        host = os.environ["KUBERNETES_SERVICE_HOST"]
+        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+        host = f"[{host}]" if ":" in host else host
+        return cls(f"https://{host}:{port}", token_file=SERVICE_ACCOUNT_DIR / "token",
+                   context=ssl.create_default_context(cafile=str(SERVICE_ACCOUNT_DIR / "ca.crt")))
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        token = self.token
+        if self.token_file is not None:
+            token = self.token_file.read_text(encoding="utf-8").strip()
+        headers = {"Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        data = None
+        if body is not None:
+            data, headers["Content-Type"] = json.dumps(body).encode("utf-8"), "application/json"
+        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, context=self.context, timeout=self.timeout_s) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            detail = exc.read()[:300].decode("utf-8", "replace")
+            raise ApiError(exc.code, f"{method} {path}: HTTP {exc.code} {detail}") from None
+        except (OSError, ValueError) as exc:
+            raise ApiError(0, f"{method} {path}: {exc}") from None
+
+    def pv_namespace(self, pv: str) -> str | None:
+        """Namespace of the claim bound to PV ``pv`` (cached: a binding never moves); None if unbound."""
+        if pv not in self._pv_namespaces:
+            obj = self._call("GET", f"/api/v1/persistentvolumes/{urllib.parse.quote(pv)}")
+            self._pv_namespaces[pv] = ((obj.get("spec") or {}).get("claimRef") or {}).get("namespace")
+        return self._pv_namespaces[pv]
+
+    def pods_on_node(self, namespace: str, node: str) -> list[dict[str, Any]]:
+        """The Pods of ``namespace`` scheduled to ``node``."""
+        query = urllib.parse.urlencode({"fieldSelector": f"spec.nodeName={node}"})
+        return self._call("GET", f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods?{query}").get("items") or []
+
+    def evict(self, namespace: str, name: str, uid: str) -> str:
+        """Evict one Pod (policy/v1 Eviction, precondition: this UID). Returns ``evicted``, or
+        ``refused`` when a PodDisruptionBudget does not allow it now (HTTP 429); a Pod already gone
+        (404, or 409 for another UID) counts as evicted. Raises :class:`ApiError` otherwise."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": name, "namespace": namespace},
+                "deleteOptions": {"preconditions": {"uid": uid}}}
+        path = f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods/{urllib.parse.quote(name)}/eviction"
+        try:
+            self._call("POST", path, body)
+        except ApiError as exc:
+            if exc.status == 429:
+                return "refused"
+            if exc.status in (404, 409):
+                return "evicted"
+            raise
+        return "evicted"
+
+
+def unmount_detach(path: str) -> None:
+    """``umount2(path, MNT_DETACH)``: detach a dead bind now (needs CAP_SYS_ADMIN in the host's
+    mount namespace: a privileged container with ``Bidirectional`` propagation). Raises OSError."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.umount2(os.fsencode(path), MNT_DETACH) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), path)
+
+
+# --- one pass ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WatchdogConfig:
+    """What the chart renders into ``watchdog.json`` (:func:`config_from_dict` reads it).
+
+    Attributes:
+        heal: evict pods with a dead mount and unmount dead binds of terminating pods; False:
+            report only (``curvine.mount_watchdog.heal``).
+        period_s: seconds between the starts of two passes.
+        probe_timeout_s: a ``statvfs`` slower than this is hung (below ``period_s``).
+        eviction_interval_s: at most one eviction per node per this many seconds.
+        max_stuck_probes: probe threads stuck at most.
+        kubelet_dir, plugin_dir: the host paths as this process sees them.
+    """
+
+    heal: bool = True
+    period_s: float = PERIOD_S
+    probe_timeout_s: float = PROBE_TIMEOUT_S
+    eviction_interval_s: float = EVICTION_INTERVAL_S
+    max_stuck_probes: int = MAX_STUCK_PROBES
+    kubelet_dir: str = KUBELET_DIR
+    plugin_dir: str = PLUGIN_DIR
+
+    def __post_init__(self) -> None:
+        if not 0 < self.probe_timeout_s < self.period_s:
+            raise ValueError(f"probe_timeout_s must be > 0 and below period_s, got {self.probe_timeout_s}, "
+                             f"{self.period_s}")
+        if self.eviction_interval_s < self.period_s or self.max_stuck_probes < 1:
+            raise ValueError("eviction_interval_s must be >= period_s and max_stuck_probes >= 1")
+
+
+def config_from_dict(data: dict[str, Any]) -> WatchdogConfig:
+    """:class:`WatchdogConfig` from the rendered JSON; ValueError on an unknown or bad key."""
+    try:
+        return WatchdogConfig(**data)
+    except TypeError as exc:
+        raise ValueError(f"watchdog config: {exc}") from None
+
+
+@dataclass
+class MountReport:
+    """One mount in a pass's report (``/mounts`` and the metrics)."""
+
+    namespace: str
+    pod: str
+    pod_uid: str
+    volume: str
+    state: str
+    reason: str
+    action: str = ""
+
+
+@dataclass
+class PassReport:
+    """What one pass saw and did."""
+
+    node: str
+    mounts: list[MountReport] = field(default_factory=list)
+    api_errors: list[str] = field(default_factory=list)
+    probes_stuck: int = 0
+    finished_at: float = 0.0
+    duration_s: float = 0.0
+
+
+def _controller(pod: dict[str, Any]) -> dict[str, Any] | None:
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref
+    return None
+
+
+class Watchdog:
+    """Passes and the counters across them for one node.
+
+    Args:
+        node: this node's name (``spec.nodeName`` of the pods listed).
+        config: the rendered configuration.
+        api: the API server, or None (no names, no healing: report by pod UID only).
+        prober: the probe pool (a default :class:`Prober` from ``config``).
+        read_mountinfo: returns the mountinfo text (tests inject one).
+        unmount: detaches a dead bind (:func:`unmount_detach`).
+        clock: ``time.monotonic`` (tests inject one).
+        log: where each event's JSON line goes (stdout).
+    """
+
+    def __init__(self, node: str, config: WatchdogConfig, *, api: Api | None,
+                 prober: Prober | None = None,
+                 read_mountinfo: Callable[[], str] = lambda: Path("/proc/self/mountinfo").read_text(),
+                 unmount: Callable[[str], None] = unmount_detach,
+                 clock: Callable[[], float] = time.monotonic,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.node, self.config, self.api = node, config, api
+        self.prober = prober or Prober(config.probe_timeout_s, config.max_stuck_probes)
+        self.read_mountinfo, self.unmount, self.clock = read_mountinfo, unmount, clock
+        self.log = log or (lambda line: print(line, flush=True))
+        self.evictions = {r: 0 for r in EVICTION_RESULTS}
+        self.unmounts = {r: 0 for r in UNMOUNT_RESULTS}
+        self._last_eviction: float | None = None
+        self._evicted: set[str] = set()  # UIDs evicted: never again, whatever the listing says
+        self._lock = threading.Lock()
+        self._last: PassReport | None = None
+        self._last_finished_monotonic: float | None = None
+
+    @property
+    def last(self) -> PassReport | None:
+        """The last finished pass (None before the first)."""
+        with self._lock:
+            return self._last
+
+    def _event(self, **fields: Any) -> None:
+        self.log(json.dumps({"event": "kvcache_l2_mount_watchdog", "node": self.node, **fields},
+                            separators=(",", ":"), sort_keys=True))
+
+    def run_pass(self) -> PassReport:
+        """One pass (module docstring); never raises for a mount or API problem."""
+        started = time.monotonic()
+        report = PassReport(node=self.node)
+        volumes = find_volumes(self.config.kubelet_dir)
+        try:
+            mountinfo = parse_mountinfo(self.read_mountinfo())
+        except OSError as exc:
+            report.api_errors.append(f"mountinfo: {exc}")
+            mountinfo = []
+        states = classify(volumes, mountinfo, self.prober, self.config.plugin_dir)
+        pods, known = self._pods(states, report)
+        evict_candidates = []
+        for s in states:
+            ns, pod = known.get(s.volume.pod_uid, (None, None))
+            m = MountReport(namespace=ns or "", pod=((pod or {}).get("metadata") or {}).get("name", ""),
+                            pod_uid=s.volume.pod_uid, volume=s.volume.volume, state=s.state, reason=s.reason)
+            report.mounts.append(m)
+            if s.state != DEAD:
+                continue
+            listed = ns is not None and ns in pods
+            terminating = pod is not None and bool((pod.get("metadata") or {}).get("deletionTimestamp")
+                                                   or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"))
+            orphan = listed and pod is None
+            if terminating or orphan:
+                m.action = self._unmount(s, m, "pod terminating or finished" if terminating else "pod no longer exists")
+            elif pod is None:
+                m.action = "not healed: its pod could not be looked up"
+            elif _controller(pod) is None:
+                m.action = "not healed: the pod has no controller to replace it (delete it by hand)"
+            else:
+                evict_candidates.append((m, pod))
+        for m, pod in sorted(evict_candidates, key=lambda c: (c[0].namespace, c[0].pod)):
+            m.action = self._evict(m, pod)
+        report.probes_stuck = self.prober.stuck
+        report.duration_s = round(time.monotonic() - started, 3)
+        report.finished_at = round(time.time(), 3)
+        with self._lock:
+            self._last, self._last_finished_monotonic = report, self.clock()
+        bad = [asdict(m) for m in report.mounts if m.state != ALIVE]
+        self._event(mounts=len(report.mounts), not_alive=bad, api_errors=report.api_errors,
+                    probes_stuck=report.probes_stuck, duration_s=report.duration_s)
+        return report
+
+    def _pods(self, states: list[MountState], report: PassReport
+              ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, tuple[str, dict[str, Any] | None]]]:
+        """(namespace -> its Pods on this node, listed ones only; pod UID -> (namespace, Pod or None))."""
+        pods: dict[str, list[dict[str, Any]]] = {}
+        known: dict[str, tuple[str, dict[str, Any] | None]] = {}
+        if self.api is None:
+            return pods, known
+        for s in states:
+            uid = s.volume.pod_uid
+            if uid in known:
+                continue
+            try:
+                ns = self.api.pv_namespace(s.volume.volume)
+            except ApiError as exc:
+                report.api_errors.append(str(exc))
+                continue
+            if ns is None:
+                continue
+            if ns not in pods:
+                try:
+                    pods[ns] = self.api.pods_on_node(ns, self.node)
+                except ApiError as exc:
+                    report.api_errors.append(str(exc))
+                    known[uid] = (ns, None)
+                    continue
+            match = [p for p in pods[ns] if (p.get("metadata") or {}).get("uid") == uid]
+            known[uid] = (ns, match[0] if match else None)
+        return pods, known
+
+    def _unmount(self, s: MountState, m: MountReport, why: str) -> str:
+        if not self.config.heal:
+            return f"report only: would unmount ({why})"
+        try:
+            self.unmount(s.volume.target)
+        except OSError as exc:
+            self.unmounts["failed"] += 1
+            self._event(action="unmount", result="failed", target=s.volume.target, error=str(exc))
+            return f"unmount failed: {exc}"
+        self.unmounts["unmounted"] += 1
+        self._event(action="unmount", result="unmounted", target=s.volume.target, why=why,
+                    namespace=m.namespace, pod=m.pod)
+        return f"unmounted ({why})"
+
+    def _evict(self, m: MountReport, pod: dict[str, Any]) -> str:
+        if not self.config.heal:
+            return "report only: would evict"
+        if m.pod_uid in self._evicted:
+            return "evicted; waiting for it to terminate"
+        now = self.clock()
+        if self._last_eviction is not None and now - self._last_eviction < self.config.eviction_interval_s:
+            return (f"eviction waits: one per {self.config.eviction_interval_s:g} s on this node, the last "
+                    f"{now - self._last_eviction:.0f} s ago")
+        assert self.api is not None  # a pod was found, so there is an API
+        try:
+            result = self.api.evict(m.namespace, m.pod, m.pod_uid)
+        except ApiError as exc:
+            result, detail = "failed", str(exc)
+        else:
+            detail = ""
+        self.evictions[result] += 1
+        self._event(action="evict", result=result, namespace=m.namespace, pod=m.pod, volume=m.volume,
+                    reason=m.reason, error=detail)
+        if result == "evicted":
+            self._last_eviction = now
+            self._evicted.add(m.pod_uid)
+            return "evicted"
+        return ("eviction refused by a PodDisruptionBudget; retried next pass" if result == "refused"
+                else f"eviction failed: {detail}")
+
+    def healthy(self) -> tuple[bool, str]:
+        """False when no pass finished for :data:`STALE_PERIODS` periods (after the first one)."""
+        with self._lock:
+            last = self._last_finished_monotonic
+        if last is not None and self.clock() - last > STALE_PERIODS * self.config.period_s:
+            return False, f"no pass finished for {self.clock() - last:.0f} s"
+        return True, "ok"
+
+    def loop(self, stop: threading.Event) -> None:
+        """Pass after pass until ``stop`` is set (a bug in a pass is logged, not fatal)."""
+        while not stop.is_set():
+            began = time.monotonic()
+            try:
+                self.run_pass()
+            except Exception as exc:  # keep watching: one bad pass must not end the DaemonSet pod
+                self._event(error=f"unexpected {type(exc).__name__}: {exc}")
+            stop.wait(max(0.0, self.config.period_s - (time.monotonic() - began)))
+
+    def metrics(self) -> str:
+        """:func:`prometheus_text` of the last pass and the counters ("" before the first pass)."""
+        last = self.last
+        return "" if last is None else prometheus_text(last, self.evictions, self.unmounts)
+
+
+def _label_value(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(**labels: str) -> str:
+    return ",".join(f'{k}="{_label_value(v)}"' for k, v in labels.items())
+
+
+def prometheus_text(report: PassReport, evictions: dict[str, int], unmounts: dict[str, int]) -> str:
+    """The pass in the Prometheus text format.
+
+    * :data:`UP_METRIC` ``{namespace,pod,node,volume}``: 1 alive, 0 dead, hung or error;
+    * :data:`STATE_METRIC` ``{namespace,pod,node,volume,state}``: 1 for the mount's state, 0 for
+      the three others (all four always present, so a change of state is no new series);
+    * :data:`EVICTIONS_METRIC` ``{node,result}``, :data:`UNMOUNTS_METRIC` ``{node,result}``:
+      counters since the process started;
+    * :data:`PROBES_STUCK_METRIC`, :data:`API_ERRORS_METRIC`, :data:`LAST_PASS_METRIC` ``{node}``.
+
+    ``namespace`` and ``pod`` are empty when the API could not name the pod (``pod_uid`` label).
+    """
+    node = report.node
+    out = [f"# HELP {UP_METRIC} 1 if the pod's Curvine L2 mount answered in the last pass, 0 if dead, hung "
+           "or failing", f"# TYPE {UP_METRIC} gauge"]
+    rows = sorted(report.mounts, key=lambda m: (m.namespace, m.pod, m.pod_uid, m.volume))
+    for m in rows:
+        labels = _labels(namespace=m.namespace, pod=m.pod, node=node, volume=m.volume, pod_uid=m.pod_uid)
+        out.append(f"{UP_METRIC}{{{labels}}} {int(m.state == ALIVE)}")
+    out += [f"# HELP {STATE_METRIC} 1 for the mount's state in the last pass (alive, dead, hung, error)",
+            f"# TYPE {STATE_METRIC} gauge"]
+    for m in rows:
+        for state in STATES:
+            labels = _labels(namespace=m.namespace, pod=m.pod, node=node, volume=m.volume, pod_uid=m.pod_uid,
+                             state=state)
+            out.append(f"{STATE_METRIC}{{{labels}}} {int(m.state == state)}")
+    for metric, text, counts in ((EVICTIONS_METRIC, "evictions of pods with a dead L2 mount, by result", evictions),
+                                 (UNMOUNTS_METRIC, "lazy unmounts of dead L2 binds, by result", unmounts)):
+        out += [f"# HELP {metric} {text}", f"# TYPE {metric} counter"]
+        out += [f"{metric}{{{_labels(node=node, result=r)}}} {n}" for r, n in counts.items()]
+    for metric, text, value in (
+            (PROBES_STUCK_METRIC, "statvfs probes still waiting for a FUSE answer", str(report.probes_stuck)),
+            (API_ERRORS_METRIC, "API calls of the last pass that failed", str(len(report.api_errors))),
+            (LAST_PASS_METRIC, "when the last pass finished (seconds since the epoch)", repr(report.finished_at))):
+        out += [f"# HELP {metric} {text}", f"# TYPE {metric} gauge", f"{metric}{{{_labels(node=node)}}} {value}"]
+    return "\n".join(out) + "\n"
+
+
+def make_server(watchdog: Watchdog, port: int, host: str = "") -> ThreadingHTTPServer:
+    """HTTP server: :data:`METRICS_PATH`, :data:`MOUNTS_PATH` (the last pass as JSON, ``null``
+    before the first), :data:`LIVENESS_PATH`; GET only, anything else 404. ``port`` 0 picks one."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            path = self.path.split("?", 1)[0]
+            status, kind = 200, "text/plain; charset=utf-8"
+            if path == METRICS_PATH:
+                body, kind = watchdog.metrics(), "text/plain; version=0.0.4; charset=utf-8"
+            elif path == MOUNTS_PATH:
+                last = watchdog.last
+                body, kind = json.dumps(None if last is None else asdict(last)), "application/json"
+            elif path == LIVENESS_PATH:
+                ok, text = watchdog.healthy()
+                status, body = (200 if ok else 503), text + "\n"
+            else:
+                status, body = 404, "not found\n"
+            data = body.encode("utf-8")
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's signature)
+            pass
+
+    return ThreadingHTTPServer((host, port), Handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: ``--node NAME [--config FILE] [--no-api] [--report-only]`` and ``--once`` (one
+    pass, its report as JSON on stdout, exit 0 if every mount is alive, else 1) or ``--serve
+    [--port N]`` (passes until SIGTERM). Exit 2 on a bad flag or config."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--node", required=True, help="this node's name (the pod's spec.nodeName)")
+    parser.add_argument("--config", type=Path, help="watchdog.json rendered by the Curvine chart")
+    parser.add_argument("--no-api", action="store_true", help="do not call the API server (no names, no healing)")
+    parser.add_argument("--report-only", action="store_true", help="heal nothing, whatever the config says")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--once", action="store_true", help="one pass, its report on stdout")
+    mode.add_argument("--serve", action="store_true", help="a pass every period; metrics over HTTP on --port")
+    parser.add_argument("--port", type=int, default=METRICS_PORT, help="--serve: HTTP port (default: %(default)s)")
+    args = parser.parse_args(argv)
+    try:
+        data = json.loads(args.config.read_text(encoding="utf-8")) if args.config else {}
+        if args.report_only:
+            data["heal"] = False
+        config = config_from_dict(data)
+    except (OSError, ValueError) as exc:
+        print(f"error: --config {args.config}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        api = None if args.no_api else HttpApi.in_cluster()
+    except (KeyError, OSError) as exc:
+        print(f"error: no in-cluster API access ({exc}); use --no-api", file=sys.stderr)
+        return 2
+    watchdog = Watchdog(args.node, config, api=api, log=(lambda line: None) if args.once else None)
+    if args.once:
+        report = watchdog.run_pass()
+        print(json.dumps(asdict(report), indent=2))
+        return 0 if all(m.state == ALIVE for m in report.mounts) else 1
+    try:
+        server = make_server(watchdog, args.port)
+    except OSError as exc:
+        print(f"error: cannot serve on port {args.port}: {exc}", file=sys.stderr)
+        return 2
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        watchdog.loop(stop)
+    except KeyboardInterrupt:
+        pass
+    server.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

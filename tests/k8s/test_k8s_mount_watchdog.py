@@ -1,0 +1,134 @@
+"""The L2 mount watchdog as rendered (k8s/mount_watchdog.py): DaemonSet, ConfigMap, RBAC.
+
+What users depend on: one pod on every HyperPod node, seeing the host's kubelet mounts as they
+appear (mount propagation), privileged only when it heals; the script and settings it runs are the
+module and ``curvine.mount_watchdog``; a change of either rolls the pods; it may read PVs
+cluster-wide but list and evict pods only in the L2 lines' namespaces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import cdk8s
+import pytest
+
+from k8s import mount_watchdog as mw
+from k8s import names
+from k8s.nodes import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE
+from kv_tools import l2_mount_watchdog
+from tests.k8s.conftest import find
+
+
+@pytest.fixture(scope="module")
+def curvine(manifests) -> list[dict]:
+    return manifests["curvine"]
+
+
+@pytest.fixture(scope="module")
+def daemon_set(curvine) -> dict:
+    return find(curvine, "DaemonSet", names.L2_MOUNT_WATCHDOG)
+
+
+def test_one_pod_on_every_hyperpod_node_tolerating_every_taint(k8s_project, daemon_set) -> None:
+    spec = daemon_set["spec"]["template"]["spec"]
+    assert daemon_set["metadata"]["namespace"] == k8s_project.platform.curvine.namespace
+    [term] = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert term["matchExpressions"] == [{"key": HYPERPOD_NODE_LABEL, "operator": "In", "values": [HYPERPOD_NODE_VALUE]}]
+    assert spec["tolerations"] == [{"operator": "Exists"}]
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert spec["serviceAccountName"] == names.L2_MOUNT_WATCHDOG
+
+
+def test_the_container_sees_the_hosts_kubelet_mounts_and_is_privileged_to_unmount(k8s_project, daemon_set) -> None:
+    """heal is on in the scenario: Bidirectional (the unmount reaches the host), hence privileged."""
+    assert k8s_project.platform.curvine.mount_watchdog.heal
+    spec = daemon_set["spec"]["template"]["spec"]
+    [c] = spec["containers"]
+    [kubelet_mount] = [m for m in c["volumeMounts"] if m["name"] == "kubelet-dir"]
+    assert kubelet_mount == {"name": "kubelet-dir", "mountPath": "/var/lib/kubelet", "readOnly": True,
+                             "mountPropagation": "Bidirectional"}
+    [volume] = [v for v in spec["volumes"] if v["name"] == "kubelet-dir"]
+    assert volume["hostPath"] == {"path": "/var/lib/kubelet", "type": "Directory"}
+    assert c["securityContext"]["privileged"] is True
+    assert "hostNetwork" not in spec and "hostPID" not in spec
+    assert c["image"] == k8s_project.platform.versions.images.l2_janitor
+
+
+def test_it_runs_the_module_with_the_configured_settings(k8s_project, curvine, daemon_set) -> None:
+    config_map = find(curvine, "ConfigMap", names.L2_MOUNT_WATCHDOG)
+    script = Path(l2_mount_watchdog.__file__).read_text(encoding="utf-8")
+    assert config_map["data"][mw.SCRIPT_FILE] == script
+    settings = json.loads(config_map["data"][mw.CONFIG_FILE])
+    cfg = k8s_project.platform.curvine.mount_watchdog
+    assert settings == {"heal": True, "period_s": cfg.period_seconds, "probe_timeout_s": cfg.probe_timeout_seconds,
+                        "eviction_interval_s": cfg.eviction_interval_seconds} == {
+        "heal": True, "period_s": 30, "probe_timeout_s": 10, "eviction_interval_s": 60}
+    l2_mount_watchdog.config_from_dict(settings)  # what the script will load
+    [c] = daemon_set["spec"]["template"]["spec"]["containers"]
+    assert c["command"] == ["python3", f"{mw.CONFIG_DIR}/{mw.SCRIPT_FILE}", "--config", f"{mw.CONFIG_DIR}/{mw.CONFIG_FILE}",
+                            "--node", "$(NODE_NAME)", "--serve", "--port", "9101"]
+    assert {e["name"]: e.get("valueFrom") for e in c["env"]}["NODE_NAME"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    annotations = daemon_set["spec"]["template"]["metadata"]["annotations"]
+    expected = hashlib.sha256(json.dumps(config_map["data"], sort_keys=True).encode()).hexdigest()
+    assert annotations[mw.CONFIG_HASH_ANNOTATION] == expected
+
+
+def test_metrics_port_liveness_probe_and_resources(daemon_set) -> None:
+    template = daemon_set["spec"]["template"]
+    [c] = template["spec"]["containers"]
+    assert c["ports"] == [{"name": "metrics", "containerPort": 9101, "protocol": "TCP"}]
+    assert template["metadata"]["labels"][names.L2_MOUNT_WATCHDOG_COMPONENT_LABEL[0]] == names.L2_MOUNT_WATCHDOG
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert (c["livenessProbe"]["periodSeconds"], c["livenessProbe"]["failureThreshold"]) == (30, 3)
+    assert c["resources"] == {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}
+
+
+def test_cluster_rbac_is_read_pvs_only_and_each_l2_line_grants_list_and_evict(k8s_project, manifests, curvine) -> None:
+    role = find(curvine, "ClusterRole", mw.CLUSTER_ROLE)
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["get"]}]
+    binding = find(curvine, "ClusterRoleBinding", mw.CLUSTER_ROLE)
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": names.L2_MOUNT_WATCHDOG,
+                                    "namespace": k8s_project.platform.curvine.namespace}]
+    for line in k8s_project.business_lines:
+        objects = manifests[names.line_chart_name(line)]
+        roles = [o for o in objects if o["kind"] == "Role" and o["metadata"]["name"] == names.L2_MOUNT_WATCHDOG]
+        if not line.cache.l2_enabled:
+            assert roles == [], line.name  # no L2 PVC there: nothing to watch, nothing granted
+            continue
+        [r] = roles
+        assert r["metadata"]["namespace"] == line.namespace
+        assert r["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+                              {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}]
+        rb = find(objects, "RoleBinding", names.L2_MOUNT_WATCHDOG)
+        assert rb["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.L2_MOUNT_WATCHDOG}
+        assert rb["subjects"] == [{"kind": "ServiceAccount", "name": names.L2_MOUNT_WATCHDOG,
+                                   "namespace": k8s_project.platform.curvine.namespace}]
+
+
+def _render_alone(platform) -> list[dict]:
+    app = cdk8s.App()
+    chart = cdk8s.Chart(app, "c", disable_resource_name_hashes=True)
+    mw.L2MountWatchdog(chart, "w", platform=platform)
+    mw.line_rbac(chart, platform=platform, namespace="rag-assistant")
+    return chart.to_json()
+
+
+def test_report_only_runs_unprivileged_and_may_not_evict(k8s_project) -> None:
+    platform = k8s_project.platform
+    report_only = platform.model_copy(update={"curvine": platform.curvine.model_copy(update={
+        "mount_watchdog": platform.curvine.mount_watchdog.model_copy(update={"heal": False})})})
+    objects = _render_alone(report_only)
+    ds = find(objects, "DaemonSet")
+    [c] = ds["spec"]["template"]["spec"]["containers"]
+    assert c["securityContext"]["privileged"] is False and c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert [m["mountPropagation"] for m in c["volumeMounts"] if m["name"] == "kubelet-dir"] == ["HostToContainer"]
+    assert json.loads(find(objects, "ConfigMap")["data"][mw.CONFIG_FILE])["heal"] is False
+    assert find(objects, "Role")["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    off = platform.model_copy(update={"curvine": platform.curvine.model_copy(update={
+        "mount_watchdog": platform.curvine.mount_watchdog.model_copy(update={"enabled": False})})})
+    app = cdk8s.App()
+    assert mw.line_rbac(cdk8s.Chart(app, "c"), platform=off, namespace="x") == []
