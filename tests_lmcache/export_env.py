@@ -140,6 +140,15 @@ def export_project(project: ProjectConfig, pods: int, seed_base: int) -> dict[st
     return out
 
 
+def _watchdog_meta(curvine_objects: list[dict[str, Any]], project: ProjectConfig) -> dict[str, str] | None:
+    daemonsets = [o for o in curvine_objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == names.L2_MOUNT_WATCHDOG]
+    if not daemonsets:
+        return None
+    template = daemonsets[0]["spec"]["template"]
+    (container,) = [c for c in template["spec"]["containers"] if c.get("ports")]
+    return scrape_meta(project.platform.curvine.namespace, template["metadata"]["labels"], container["ports"][0])
+
+
 def export(pods: int = 4) -> dict[str, Any]:
     """The whole document written by :func:`main`."""
     project = load_project(FIXTURE_CONFIG)
@@ -171,6 +180,8 @@ def export(pods: int = 4) -> dict[str, Any]:
         "l2_root_url": L2_REMOTE_URL,
         "lines": lines,
         "lmcache_selections": lmcache_selections(project),
+        # The L2 mount watchdog's pod as Kubernetes pod discovery labels it (its scrape job's view).
+        "mount_watchdog_scrape_meta": _watchdog_meta(curvine_objects, project),
         # The rule file the observability stack sends to AMP and the scraper's configuration.
         "rule_file": alerts.rule_groups_yaml(project.platform, project.business_lines),
         "scrape_config": targets.scrape_configuration(project.platform, project.business_lines),

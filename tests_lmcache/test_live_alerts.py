@@ -17,9 +17,9 @@ L2 fault tier has it):
 
 Each test asserts the alert fires with the labels a receiver gets and resolves once the fault is
 gone. ``for:`` is 0 in the live rule file (:func:`tests_lmcache.prometheus.fast_rules`); the
-``for:`` windows are proven by promtool. Not here yet: ``KvCacheL2MountDead`` (the per-node
-mount watchdog's metric, another change) and ``KvCacheL2RetrieveFailing`` (its 10-minute window
-outlasts a test; promtool covers it).
+``for:`` windows are proven by promtool. ``KvCacheL2MountDead`` is proven live in the fault tier
+(``tests_faults/test_live_alerts.py``: the real watchdog on a real FUSE mount); not live anywhere:
+``KvCacheL2RetrieveFailing`` (its 10-minute window outlasts a test; promtool covers it).
 """
 
 from __future__ import annotations
