@@ -31,7 +31,8 @@ from constructs import Construct
 from k8s import names, pod_resources
 from k8s.curvine_config import (
     INIT_MARKER, JOURNAL_DIR, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT, META_DIR, PRIMARY_MOUNT, PRIMARY_ROOT,
-    ROCKSDB_DATA_SUBDIR, WORKER_RPC_PORT, WORKER_WEB_PORT, fuse_mount_parameters, master_addrs, render_cluster_toml,
+    ROCKSDB_DATA_SUBDIR, WORKER_IDENTITY_FIELD, WORKER_RPC_PORT, WORKER_WEB_PORT, fuse_mount_parameters, master_addrs,
+    render_cluster_toml,
 )
 from k8s.nodes import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, hyperpod_node_requirements, instance_group_tolerations
 from platform_config import PlatformConfig
@@ -463,7 +464,7 @@ class CurvineChart(cdk8s.Chart):
             # it, and it logs to stdout only (curvine_config.WORKER_LOG_LEVEL).
             name="worker", image=self.images.curvine, command=argv[:1], args=argv[1:], working_dir=CURVINE_HOME,
             env=self._curvine_env([k8s.EnvVar(name="CURVINE_WORKER_HOSTNAME", value_from=k8s.EnvVarSource(
-                field_ref=k8s.ObjectFieldSelector(field_path="status.hostIP")))]),
+                field_ref=k8s.ObjectFieldSelector(field_path=WORKER_IDENTITY_FIELD)))]),
             ports=[k8s.ContainerPort(name="rpc", container_port=WORKER_RPC_PORT, protocol="TCP"),
                    k8s.ContainerPort(name="web", container_port=WORKER_WEB_PORT, protocol="TCP")],
             **_tcp_probes(WORKER_RPC_PORT),
@@ -478,8 +479,10 @@ class CurvineChart(cdk8s.Chart):
                     metadata=k8s.ObjectMeta(labels=labels),
                     spec=k8s.PodSpec(
                         service_account_name="curvine", automount_service_account_token=False,
-                        # Host network: the FUSE clients run on the host network too, and Curvine
-                        # picks the local Worker (short-circuit NVMe reads) by matching hostnames.
+                        # Host network: the FUSE pods use it too, and clients connect to the
+                        # address a Worker registers (the node IP, CURVINE_WORKER_HOSTNAME). No I/O
+                        # is node-local: Curvine matches the client's hostname ("localhost" in the
+                        # CSI's FUSE pods, which get no env) against it (curvine_config.local_worker_pairs).
                         host_network=True, dns_policy="ClusterFirstWithHostNet",
                         affinity=self._hyperpod_affinity(c.worker_instance_groups),
                         tolerations=self._group_tolerations(c.worker_instance_groups),

@@ -30,7 +30,7 @@ read this file, so their web port also travels as a StorageClass parameter
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Mapping
 
 import tomli_w
 
@@ -129,6 +129,45 @@ def fuse_mount_parameters(platform: PlatformConfig) -> dict[str, str]:
     """
     del platform  # one StorageClass, one FUSE pod per node and mount key: one port suffices
     return {FUSE_WEB_PORT_PARAMETER: str(FUSE_WEB_PORT), FUSE_CLIENT_AUDIT_PARAMETER: "false"}
+
+
+#: Where a Worker's identity comes from: ``CURVINE_WORKER_HOSTNAME`` from the Pod's ``status.hostIP``
+#: (the node's IP; the Worker uses the host network). A Worker registers with ``hostname`` and
+#: ``ip_addr`` both set to it (``worker_server.rs`` ``WorkerAddress``), and clients connect to
+#: ``ip_addr`` (``WorkerAddress::inet_addr``), so it must be an address every node can reach.
+WORKER_IDENTITY_FIELD: Final = "status.hostIP"
+#: The identity a FUSE client presents when nothing sets one: ``ClientConf::default`` hostname is
+#: ``ClusterConf::DEFAULT_HOSTNAME``, the literal ``"localhost"`` (``client_conf.rs``,
+#: ``cluster_conf.rs``); nothing resolves it to the machine's name. ``CURVINE_CLIENT_HOSTNAME``
+#: would set it, but the CSI driver's standalone FUSE pods get no environment
+#: (``standalone_manager.go`` ``buildStandalone``).
+FUSE_CLIENT_DEFAULT_HOSTNAME: Final = "localhost"
+#: The one other way to set it: a ``--client.hostname`` flag, i.e. a StorageClass parameter, the same
+#: for every node (the CSI passes the PV's parameters unchanged, ``fuse_cli.go``
+#: ``CollectPassthroughParams``). The chart never sets it (:func:`local_worker_pairs`).
+FUSE_CLIENT_HOSTNAME_PARAMETER: Final = "client.hostname"
+
+
+def fuse_client_hostname(parameters: Mapping[str, str]) -> str:
+    """The hostname a standalone FUSE pod's client presents for a StorageClass's ``parameters``:
+    the ``client.hostname`` parameter if set (``--client.*`` flags override the config file,
+    ``FuseRuntimeArgs::get_conf``), else :data:`FUSE_CLIENT_DEFAULT_HOSTNAME`. The same on
+    every node."""
+    return parameters.get(FUSE_CLIENT_HOSTNAME_PARAMETER, FUSE_CLIENT_DEFAULT_HOSTNAME)
+
+
+def local_worker_pairs(worker_hostnames: Mapping[str, str], client_hostnames: Mapping[str, str]) -> set[tuple[str, str]]:
+    """Which (client node, Worker node) pairs Curvine treats as local, from each node's Worker
+    and FUSE client hostname: ``WorkerAddress::is_local`` compares the two strings, and both the
+    master's choice of a Worker for a new block (``LocalWorkerPolicy``) and the client's read
+    order and short-circuit (``BlockReader::sort_locs``, ``FsContext::is_local_worker``) use it.
+
+    Node-local I/O needs exactly ``{(n, n) for every node n}``. A pair ``(a, b)`` with ``a != b``
+    is worse than none: the master would put node ``a``'s new blocks on node ``b``'s Worker, and
+    ``a``'s client would try to open ``b``'s block files by path (short-circuit, on by default).
+    """
+    return {(client_node, worker_node) for client_node, client in client_hostnames.items()
+            for worker_node, worker in worker_hostnames.items() if worker == client}
 
 
 @dataclass(frozen=True)
