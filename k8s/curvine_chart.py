@@ -320,6 +320,9 @@ class CurvineChart(cdk8s.Chart):
             parameters={"master-addrs": master_addrs(platform), "fs-path": c.fs_path, "path-type": "DirectoryOrCreate",
                         **fuse_mount_parameters(platform)},
             # The L2 directory of a deleted line is recomputable cache: delete it with the PVC.
+            # No expansion: the driver implements none (ControllerExpandVolume, NodeExpandVolume:
+            # Unimplemented) and the claims' requests are nominal and never change
+            # (k8s.line_chart.L2_PVC_REQUEST); the janitor enforces each line's l2_size.
             reclaim_policy="Delete", volume_binding_mode="Immediate", allow_volume_expansion=False)
         self._network_policy()
         for obj in self._objects:
