@@ -554,8 +554,9 @@ def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[
     flat_chunks = [f for f in files if "/" not in f.rel and f.rel.endswith(CHUNK_SUFFIX)]
     found = [*model_dirs, *([""] if flat_chunks else [])]
 
-    # The history of configured and used directories: read, updated with this pass, written
-    # (atomically, re-read first so two janitors' passes merge) before anything is deleted.
+    # The history of configured and used directories: read, updated with this pass and written
+    # atomically before anything is deleted; read again before each deletion, so what another
+    # janitor wrote meanwhile counts too.
     grace = config.dir_grace_s
     pod_dirs = live.bases if live else frozenset()
     history_ok = True
