@@ -248,8 +248,8 @@ def _master_start_script(*, conf: str) -> str:
 
     A background loop writes :data:`INIT_MARKER` as soon as the metadata directory holds a
     RocksDB store (``CURRENT`` in its ``data/``), so a first start that fails before that leaves
-    no marker and the next pod is a fresh start again. Then the shell ``exec``\ s
-    :func:`server_argv` ``("master")``: the server replaces the shell as the container's PID 1 and
+    no marker and the next pod is a fresh start again. Then the shell replaces itself (``exec``)
+    with :func:`server_argv` ``("master")``: the server takes over the container's PID 1 and
     receives the kubelet's SIGTERM itself (the marker loop, if still running, becomes its child and
     dies with the container).
     """

@@ -322,6 +322,7 @@ class DirHistory:
     in_use: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> str:
+        """The file's text: ``{"version": 1, "configured": [{"dir", "last_seen"}, ...], "in_use": {dir: s}}``."""
         return json.dumps({"version": STATE_VERSION, "configured": [{"dir": d, "last_seen": t} for d, t in self.configured],
                            "in_use": self.in_use}, sort_keys=True, indent=1) + "\n"
 
