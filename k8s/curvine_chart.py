@@ -25,6 +25,7 @@ the CDK app (with CDK tokens for the volume ID and zone) and in ``make manifests
 from __future__ import annotations
 
 import re
+import shlex
 from typing import Any, Final
 
 import cdk8s
@@ -34,7 +35,8 @@ from constructs import Construct
 from k8s import names, pod_resources
 from k8s.curvine_config import (
     INIT_MARKER, JOURNAL_DIR, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT, META_DIR, PRIMARY_MOUNT, PRIMARY_ROOT,
-    ROCKSDB_DATA_SUBDIR, WORKER_RPC_PORT, WORKER_WEB_PORT, fuse_mount_parameters, master_addrs, render_cluster_toml,
+    ROCKSDB_DATA_SUBDIR, WORKER_IDENTITY_FIELD, WORKER_RPC_PORT, WORKER_WEB_PORT, fuse_mount_parameters, master_addrs,
+    render_cluster_toml,
 )
 from k8s.fuse_pod_guard import fuse_pod_guard
 from k8s.mount_watchdog import L2MountWatchdog
@@ -57,10 +59,24 @@ CSI_SOCKET: Final = "/csi/csi.sock"
 CSI_HEALTH_PORT: Final = 9909
 #: Where the CSI driver and its FUSE client read curvine-cluster.toml (curvine-csi image layout).
 CSI_CONF_DIR: Final = "/opt/curvine/conf"
-#: ENTRYPOINT of the curvine image (curvine-docker/deploy/Dockerfile_rocky9: ``/entrypoint.sh``,
-#: CMD ``master start``); it starts ``curvine-server --conf $CURVINE_CONF_FILE``. The Primary's
-#: container runs it through a small wrapper (:func:`_master_start_script`).
-CURVINE_ENTRYPOINT: Final = "/entrypoint.sh"
+#: Where the curvine image installs Curvine (``CURVINE_HOME``) and its server binary. The image
+#: (built from curvine-docker/deploy/Dockerfile_rocky9 by .github/workflows/build-runtime-image.yml)
+#: has ENTRYPOINT ``/entrypoint.sh``, which runs ``curvine-server ... 2>&1 | tee
+#: $CURVINE_HOME/logs/<service>.out &`` and waits under bash as PID 1 with no trap: SIGTERM never
+#: reaches the server (PID 1 ignores signals it has no handler for), and the tee copy grows without
+#: bound in the container's writable layer. So our containers run the binary itself
+#: (:func:`server_argv`), which handles SIGTERM (docs/sources.md §19).
+CURVINE_HOME: Final = "/app/curvine"
+CURVINE_SERVER: Final = f"{CURVINE_HOME}/lib/curvine-server"
+#: terminationGracePeriodSeconds of the Primary and the Workers. After SIGTERM the server runs its
+#: shutdown (orpc ``RpcServer::start0``: stop accepting, shutdown hooks; a Worker's one hook sends
+#: ``HeartbeatStatus::End`` so the master drops it at once instead of after its 30 s blacklist
+#: interval) and returns from ``main``; that takes well under a second with the Primary reachable.
+#: If it is not, the Worker's unregister RPC retries (client ``rpc_retry_max_duration_ms``,
+#: 120 s) and the kubelet's SIGKILL ends it here, which loses nothing (the master's heartbeat
+#: checker drops a silent Worker anyway). The Kubernetes default (30 s) would do too; 60 s was
+#: the chart's value before the servers got SIGTERM, kept.
+SERVER_TERMINATION_GRACE_S: Final = 60
 #: Seconds the Primary's wrapper waits for the master to create its metadata on a fresh start
 #: before giving up on writing the marker (the startup probe allows 5 minutes).
 FIRST_START_MARKER_WAIT_S: Final = 300
@@ -219,17 +235,33 @@ def _config_check_script(*, conf: str, primary: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+def server_argv(service: str, *, conf: str) -> list[str]:
+    """The Curvine server's own command line: ``[CURVINE_SERVER, "--service", service, "--conf", conf]``.
+
+    The arguments the image's entrypoint passes (curvine-docker/deploy/entrypoint.sh,
+    ``start_service``), without its ``| tee``. ``curvine-server`` (``bin/curvine-server.rs``) takes
+    exactly ``--service master|worker`` and ``--conf <file>``; anything else is refused.
+
+    Raises:
+        ValueError: ``service`` is neither ``master`` nor ``worker``.
+    """
+    if service not in ("master", "worker"):
+        raise ValueError(f"service {service!r}: allowed values are 'master' and 'worker'")
+    return [CURVINE_SERVER, "--service", service, "--conf", conf]
+
+
 def _master_start_script(*, conf: str) -> str:
-    """Command of the Primary's master container: start Curvine and write the marker once.
+    """Command of the Primary's master container: write the marker once, then become the server.
 
     A background loop writes :data:`INIT_MARKER` as soon as the metadata directory holds a
     RocksDB store (``CURRENT`` in its ``data/``), so a first start that fails before that leaves
-    no marker and the next pod is a fresh start again. Then ``exec`` of the image's entrypoint
-    (:data:`CURVINE_ENTRYPOINT` ``master start``) with ``CURVINE_CONF_FILE`` = ``conf``.
+    no marker and the next pod is a fresh start again. Then the shell replaces itself (``exec``)
+    with :func:`server_argv` ``("master")``: the server takes over the container's PID 1 and
+    receives the kubelet's SIGTERM itself (the marker loop, if still running, becomes its child and
+    dies with the container).
     """
     return "\n".join([
         "set -eu",
-        f'export CURVINE_CONF_FILE="{conf}"',
         f'META="{META_DIR}"; MARK="{INIT_MARKER}"',
         'if [ ! -f "$MARK" ]; then',
         "  (",
@@ -243,7 +275,7 @@ def _master_start_script(*, conf: str) -> str:
         '    echo "warning: no metadata in $META after start; marker not written" >&2',
         "  ) &",
         "fi",
-        f'exec {CURVINE_ENTRYPOINT} master start',
+        f"exec {shlex.join(server_argv('master', conf=conf))}",
     ]) + "\n"
 
 
@@ -288,12 +320,16 @@ class CurvineChart(cdk8s.Chart):
             self, "StorageClass", metadata=k8s.ObjectMeta(name=c.storage_class_name),
             provisioner=names.CSI_DRIVER_NAME,
             # Keys other than master-addrs/fs-path/path-type reach the FUSE pods as curvine-fuse
-            # flags (those pods never read our ConfigMap): here only the FUSE web port, which
-            # would otherwise collide with the Worker's on the host network. No TTL: the FUSE
-            # client would copy it into the directories it creates (k8s/curvine_config.py).
+            # flags (those pods never read our ConfigMap): the FUSE web port, which would
+            # otherwise collide with the Worker's on the host network, and the FUSE client's
+            # per-call audit log off. No TTL: the FUSE client would copy it into the directories
+            # it creates (k8s/curvine_config.py).
             parameters={"master-addrs": master_addrs(platform), "fs-path": c.fs_path, "path-type": "DirectoryOrCreate",
                         **fuse_mount_parameters(platform)},
             # The L2 directory of a deleted line is recomputable cache: delete it with the PVC.
+            # No expansion: the driver implements none (ControllerExpandVolume, NodeExpandVolume:
+            # Unimplemented) and the claims' requests are nominal and never change
+            # (k8s.line_chart.L2_PVC_REQUEST); the janitor enforces each line's l2_size.
             reclaim_policy="Delete", volume_binding_mode="Immediate", allow_volume_expansion=False)
         self._network_policy()
         # Finds and heals dead L2 mounts on every HyperPod node (k8s/mount_watchdog.py).
@@ -377,10 +413,10 @@ class CurvineChart(cdk8s.Chart):
             args=[_config_check_script(conf=conf, primary=True)], volume_mounts=mounts,
             security_context=_restricted(), resources=_resources(SIDECAR_RESOURCES))
         master = k8s.Container(
-            # The wrapper writes the marker once the metadata exists, then execs the image's
-            # entrypoint with "master start".
+            # The wrapper writes the marker once the metadata exists and execs the server, which
+            # becomes PID 1 and gets the kubelet's SIGTERM (not the image's entrypoint: CURVINE_HOME).
             name="master", image=self.images.curvine, command=["/bin/sh", "-c"],
-            args=[_master_start_script(conf=conf)],
+            args=[_master_start_script(conf=conf)], working_dir=CURVINE_HOME,
             env=self._curvine_env([k8s.EnvVar(name="CURVINE_MASTER_HOSTNAME",
                                               value=names.cluster_domain_host(self.platform))]),
             ports=[k8s.ContainerPort(name=n, container_port=p, protocol="TCP") for n, p in ports],
@@ -404,7 +440,9 @@ class CurvineChart(cdk8s.Chart):
                             required_during_scheduling_ignored_during_execution=k8s.NodeSelector(
                                 node_selector_terms=[k8s.NodeSelectorTerm(match_expressions=[
                                     k8s.NodeSelectorRequirement(**r) for r in system_node_requirements(zone)])]))),
-                        termination_grace_period_seconds=60,
+                        # On SIGTERM the master stops accepting RPCs and exits (orpc rpc_server.rs
+                        # start0); it has no shutdown hook, so it needs seconds, not 60.
+                        termination_grace_period_seconds=SERVER_TERMINATION_GRACE_S,
                         init_containers=[init], containers=[master],
                         volumes=[self._config_volume(),
                                  k8s.Volume(name="primary", persistent_volume_claim=k8s.PersistentVolumeClaimVolumeSource(
@@ -435,10 +473,13 @@ class CurvineChart(cdk8s.Chart):
             name="check-config", image=self.images.curvine, command=["/bin/sh", "-c"],
             args=[_config_check_script(conf=conf, primary=False)], volume_mounts=mounts[:1],
             security_context=_restricted(), resources=_resources(SIDECAR_RESOURCES))
+        argv = server_argv("worker", conf=conf)
         worker = k8s.Container(
-            name="worker", image=self.images.curvine, args=["worker", "start"],
+            # The server itself as PID 1 (not the image's entrypoint: CURVINE_HOME): SIGTERM reaches
+            # it, and it logs to stdout only (curvine_config.WORKER_LOG_LEVEL).
+            name="worker", image=self.images.curvine, command=argv[:1], args=argv[1:], working_dir=CURVINE_HOME,
             env=self._curvine_env([k8s.EnvVar(name="CURVINE_WORKER_HOSTNAME", value_from=k8s.EnvVarSource(
-                field_ref=k8s.ObjectFieldSelector(field_path="status.hostIP")))]),
+                field_ref=k8s.ObjectFieldSelector(field_path=WORKER_IDENTITY_FIELD)))]),
             ports=[k8s.ContainerPort(name="rpc", container_port=WORKER_RPC_PORT, protocol="TCP"),
                    k8s.ContainerPort(name="web", container_port=WORKER_WEB_PORT, protocol="TCP")],
             **_tcp_probes(WORKER_RPC_PORT),
@@ -453,12 +494,16 @@ class CurvineChart(cdk8s.Chart):
                     metadata=k8s.ObjectMeta(labels=labels),
                     spec=k8s.PodSpec(
                         service_account_name="curvine", automount_service_account_token=False,
-                        # Host network: the FUSE clients run on the host network too, and Curvine
-                        # picks the local Worker (short-circuit NVMe reads) by matching hostnames.
+                        # Host network: the FUSE pods use it too, and clients connect to the
+                        # address a Worker registers (the node IP, CURVINE_WORKER_HOSTNAME). No I/O
+                        # is node-local: Curvine matches the client's hostname ("localhost" in the
+                        # CSI's FUSE pods, which get no env) against it (curvine_config.local_worker_pairs).
                         host_network=True, dns_policy="ClusterFirstWithHostNet",
                         affinity=self._hyperpod_affinity(c.worker_instance_groups),
                         tolerations=self._group_tolerations(c.worker_instance_groups),
-                        termination_grace_period_seconds=60,
+                        # On SIGTERM a Worker unregisters from the master (one RPC) and exits; with
+                        # the Primary unreachable that RPC retries past this and the kubelet kills it.
+                        termination_grace_period_seconds=SERVER_TERMINATION_GRACE_S,
                         init_containers=[init], containers=[worker],
                         # type Directory, never DirectoryOrCreate: lifecycle/on_create.sh creates
                         # the directory on the instance storage; at a boot where the NVMe mounts

@@ -30,7 +30,7 @@ read this file, so their web port also travels as a StorageClass parameter
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Mapping
 
 import tomli_w
 
@@ -78,11 +78,40 @@ JOURNAL_ID: Final = 1
 ENABLE_QUOTA_EVICTION: Final = False
 
 
+#: Log level of the Primary's master (``[master] log.level``). Curvine sets one level per process
+#: (orpc ``common/logger.rs``: ``Level::from_str(level)``, a bad value silently INFO; ``targets``
+#: only routes modules to files, it sets no level). The master's only per-request INFO line is
+#: its audit line (``rpc_context.rs`` ``audit_log``, one per metadata RPC), which
+#: :data:`MASTER_AUDIT_LOGGING` turns off; its other INFO lines are events (start, restore, Worker
+#: registered or unregistered, snapshots), so INFO stays bounded and keeps them.
+MASTER_LOG_LEVEL: Final = "info"
+#: ``[master] audit_logging_enabled`` (``MasterConf`` default ``true``, ``master_conf.rs``).
+MASTER_AUDIT_LOGGING: Final = False
+#: Log level of the Workers (``[worker] log.level``). A Worker logs two INFO lines for every block
+#: it reads and two for every block it writes (``read_handler.rs`` ``open``/``complete``,
+#: ``write_handler.rs`` ``open``/``complete``): for the L2 tier, four lines per chunk file stored
+#: and read back, about 400 bytes (:mod:`k8s.curvine_logs`). WARN keeps what a Worker says about
+#: faults (slow disk I/O, failed reads and writes, errors) and drops those.
+WORKER_LOG_LEVEL: Final = "warn"
+#: ``log_dir`` of every server log: Curvine writes to stdout for ``"stdout"`` (or ``""``),
+#: anything else is a directory of rolling files (``Logger::create_writer_named``), which would sit
+#: in the container's writable layer. The container runtime keeps stdout in files the kubelet
+#: rotates (``containerLogMaxSize`` 10 Mi x ``containerLogMaxFiles`` 5 by default).
+LOG_TO_STDOUT: Final = "stdout"
+
+
 #: StorageClass parameter key that becomes the FUSE pods' ``--web-port`` flag (``FuseMountArgs``
 #: ``web_port`` in curvine-fuse ``cli/mount_args.rs``; the CSI forwards every non-reserved key
 #: ``k`` as ``--k <value>``, curvine-csi ``pkg/csi/fuse_cli.go``). Without it a FUSE pod binds
 #: ``DEFAULT_FUSE_WEB_PORT`` (9002 in v0.3.2-alpha), the Workers' web port on the same host.
 FUSE_WEB_PORT_PARAMETER: Final = "web-port"
+#: StorageClass parameter that becomes ``--client.audit-logging-enabled false`` on the FUSE pods
+#: (``ClientConf`` field with ``#[client_cli]``, curvine-common ``conf/client_conf.rs``; the flag's
+#: spelling is in ``tests/client_conf_cli_test.rs``). Curvine's default is ``true``: the FUSE
+#: client logs one INFO audit line per file-system call (``unified_filesystem.rs`` ``audit``), and
+#: the FUSE pods log at Curvine's default INFO (no flag sets their level). The kubelet rotates
+#: those logs, so this bounds their churn, not their disk use.
+FUSE_CLIENT_AUDIT_PARAMETER: Final = "client.audit-logging-enabled"
 
 
 @dataclass(frozen=True)
@@ -163,18 +192,61 @@ def fuse_master_op_bound_ms() -> int:
 
 
 def fuse_mount_parameters(platform: PlatformConfig) -> dict[str, str]:
-    """StorageClass parameters the CSI passes to ``curvine-fuse`` as flags: ``{"web-port": "9003"}``
-    and the client timeouts (:data:`FUSE_CLIENT_TIMEOUTS`, ``client.conn-timeout-ms`` ...).
+    """StorageClass parameters the CSI passes to ``curvine-fuse`` as flags:
+    ``{"web-port": "9003", "client.audit-logging-enabled": "false"}`` and the client timeouts
+    (:data:`FUSE_CLIENT_TIMEOUTS`, ``client.conn-timeout-ms`` ...).
 
     The node plugin starts ``curvine-fuse --master-addrs .. --fs-path .. --mnt-path ..`` in
     standalone pods that do not mount our ConfigMap (no ``--conf``: ``buildFuseArgs`` in
-    curvine-csi ``standalone_manager.go``), plus ``--<key> <value>`` for every StorageClass
-    parameter other than the reserved ones (``CollectPassthroughParams``). Deliberately *no*
+    curvine-csi ``standalone_manager.go``; curvine-fuse then reads the CSI image's own
+    ``conf/curvine-cluster.toml``, whose ``[client]`` and ``[fuse]`` are empty, so Curvine's
+    defaults apply), plus ``--<key> <value>`` for every StorageClass parameter other than the
+    reserved ones (``CollectPassthroughParams``). Deliberately *no*
     ``client.ttl-*`` keys: the FUSE client copies its TTL into every directory it creates
     (module docstring).
     """
     del platform  # one StorageClass, one FUSE pod per node and mount key: one port suffices
-    return {FUSE_WEB_PORT_PARAMETER: str(FUSE_WEB_PORT), **FUSE_CLIENT_TIMEOUTS.parameters()}
+    return {FUSE_WEB_PORT_PARAMETER: str(FUSE_WEB_PORT), FUSE_CLIENT_AUDIT_PARAMETER: "false",
+            **FUSE_CLIENT_TIMEOUTS.parameters()}
+
+
+#: Where a Worker's identity comes from: ``CURVINE_WORKER_HOSTNAME`` from the Pod's ``status.hostIP``
+#: (the node's IP; the Worker uses the host network). A Worker registers with ``hostname`` and
+#: ``ip_addr`` both set to it (``worker_server.rs`` ``WorkerAddress``), and clients connect to
+#: ``ip_addr`` (``WorkerAddress::inet_addr``), so it must be an address every node can reach.
+WORKER_IDENTITY_FIELD: Final = "status.hostIP"
+#: The identity a FUSE client presents when nothing sets one: ``ClientConf::default`` hostname is
+#: ``ClusterConf::DEFAULT_HOSTNAME``, the literal ``"localhost"`` (``client_conf.rs``,
+#: ``cluster_conf.rs``); nothing resolves it to the machine's name. ``CURVINE_CLIENT_HOSTNAME``
+#: would set it, but the CSI driver's standalone FUSE pods get no environment
+#: (``standalone_manager.go`` ``buildStandalone``).
+FUSE_CLIENT_DEFAULT_HOSTNAME: Final = "localhost"
+#: The one other way to set it: a ``--client.hostname`` flag, i.e. a StorageClass parameter, the same
+#: for every node (the CSI passes the PV's parameters unchanged, ``fuse_cli.go``
+#: ``CollectPassthroughParams``). The chart never sets it (:func:`local_worker_pairs`).
+FUSE_CLIENT_HOSTNAME_PARAMETER: Final = "client.hostname"
+
+
+def fuse_client_hostname(parameters: Mapping[str, str]) -> str:
+    """The hostname a standalone FUSE pod's client presents for a StorageClass's ``parameters``:
+    the ``client.hostname`` parameter if set (``--client.*`` flags override the config file,
+    ``FuseRuntimeArgs::get_conf``), else :data:`FUSE_CLIENT_DEFAULT_HOSTNAME`. The same on
+    every node."""
+    return parameters.get(FUSE_CLIENT_HOSTNAME_PARAMETER, FUSE_CLIENT_DEFAULT_HOSTNAME)
+
+
+def local_worker_pairs(worker_hostnames: Mapping[str, str], client_hostnames: Mapping[str, str]) -> set[tuple[str, str]]:
+    """Which (client node, Worker node) pairs Curvine treats as local, from each node's Worker
+    and FUSE client hostname: ``WorkerAddress::is_local`` compares the two strings, and both the
+    master's choice of a Worker for a new block (``LocalWorkerPolicy``) and the client's read
+    order and short-circuit (``BlockReader::sort_locs``, ``FsContext::is_local_worker``) use it.
+
+    Node-local I/O needs exactly ``{(n, n) for every node n}``. A pair ``(a, b)`` with ``a != b``
+    is worse than none: the master would put node ``a``'s new blocks on node ``b``'s Worker, and
+    ``a``'s client would try to open ``b``'s block files by path (short-circuit, on by default).
+    """
+    return {(client_node, worker_node) for client_node, client in client_hostnames.items()
+            for worker_node, worker in worker_hostnames.items() if worker == client}
 
 
 @dataclass(frozen=True)
@@ -251,11 +323,13 @@ def cluster_conf(platform: PlatformConfig) -> dict[str, Any]:
     the CSI controller and ``curvine-cli`` read this file and would copy a TTL into the
     directories they create (module docstring). ``[master] enable_quota_eviction`` is
     :data:`ENABLE_QUOTA_EVICTION` (false) and no other quota-eviction key is written: the line's
-    L2 janitor bounds capacity and age (``curvine.eviction``).
+    L2 janitor bounds capacity and age (``curvine.eviction``). Every log goes to stdout; the
+    master at :data:`MASTER_LOG_LEVEL` without audit lines, the Workers at
+    :data:`WORKER_LOG_LEVEL` (no per-block lines).
     """
     c = platform.curvine
     host = names.cluster_domain_host(platform)
-    stdout_log = {"level": "info", "log_dir": "stdout"}
+    stdout_log = {"level": "info", "log_dir": LOG_TO_STDOUT}
     return {
         # Formatting wipes metadata/data; never on. v0.3.2-alpha bootstraps missing or clean-empty
         # meta and journal directories without it (journal_system.rs, Curvine #953).
@@ -269,7 +343,8 @@ def cluster_conf(platform: PlatformConfig) -> dict[str, Any]:
             "meta_dir": META_DIR,
             # Off, explicitly: only the janitor deletes (ENABLE_QUOTA_EVICTION, master_conf.rs).
             "enable_quota_eviction": ENABLE_QUOTA_EVICTION,
-            "log": {**stdout_log, "file_name": "master.log"},
+            "audit_logging_enabled": MASTER_AUDIT_LOGGING,
+            "log": {**stdout_log, "level": MASTER_LOG_LEVEL, "file_name": "master.log"},
         },
         "journal": {
             "hostname": host,
@@ -282,14 +357,14 @@ def cluster_conf(platform: PlatformConfig) -> dict[str, Any]:
             "web_port": WORKER_WEB_PORT,
             "dir_reserved": "0",
             "data_dir": [worker_tier(platform).render()],
-            "log": {**stdout_log, "file_name": "worker.log"},
+            "log": {**stdout_log, "level": WORKER_LOG_LEVEL, "file_name": "worker.log"},
         },
         "client": {
             "master_addrs": [{"hostname": host, "port": MASTER_RPC_PORT}],
         },
         "fuse": {"web_port": FUSE_WEB_PORT},
         "log": {**stdout_log, "file_name": "curvine.log"},
-        "cli": {"log": {"level": "warn", "log_dir": "stdout", "file_name": "cli.log"}},
+        "cli": {"log": {"level": "warn", "log_dir": LOG_TO_STDOUT, "file_name": "cli.log"}},
     }
 
 

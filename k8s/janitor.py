@@ -34,6 +34,10 @@ Why each number (docs/l2-cache.md, "Day two"):
   be deleted by the next.
 * :data:`PERIOD_S` 10 minutes: the pool must absorb what lines write between two passes,
   which is what ``curvine.l2_pool_reserve_fraction`` reserves.
+* :data:`DIR_GRACE_S` 24 hours: a model directory the configuration or a Pod named within it is
+  never deleted (besides the current and the previous configuration's, kept for good): a
+  rollback, Pods waiting for GPUs or admission, a janitor that was down. It costs no capacity:
+  the age limit and the watermarks still delete the chunk files inside (``kv_tools.l2_janitor``).
 """
 
 from __future__ import annotations
@@ -63,6 +67,8 @@ CONFIG_DIR: Final = "/opt/kvcache-janitor"
 PERIOD_S: Final = l2_janitor.PERIOD_S
 #: Nothing younger than this is deleted (module docstring); at least one period.
 MIN_DELETE_AGE_S: Final = 600
+#: A model directory the configuration or a Pod named within this many seconds is kept.
+DIR_GRACE_S: Final = l2_janitor.DIR_GRACE_S
 #: A pass that has not finished after this fails the liveness probe; the restarted container
 #: starts over with a new pass.
 PASS_DEADLINE_S: Final = l2_janitor.PASS_DEADLINE_S
@@ -86,7 +92,8 @@ def janitor_config(platform: PlatformConfig, line: BusinessLineConfig) -> dict[s
 
     ``live_dir`` is :func:`k8s.lmcache.l2_cache_dir`; ``capacity_bytes`` the PVC's ``l2_size``;
     the watermarks ``curvine.eviction.high_watermark`` / ``low_watermark`` (fractions of it);
-    ``max_age_s`` ``curvine.eviction.ttl_hours`` in seconds (None when 0).
+    ``max_age_s`` ``curvine.eviction.ttl_hours`` in seconds (None when 0); ``dir_grace_s``
+    :data:`DIR_GRACE_S`.
     """
     ev = platform.curvine.eviction
     config = {
@@ -99,6 +106,7 @@ def janitor_config(platform: PlatformConfig, line: BusinessLineConfig) -> dict[s
         "max_age_s": ev.ttl_hours * 3600 if ev.ttl_hours else None,
         "min_delete_age_s": MIN_DELETE_AGE_S,
         "mount_path": L2_MOUNT_PATH,
+        "dir_grace_s": DIR_GRACE_S,
     }
     l2_janitor.config_from_dict(config)  # the same validation the janitor applies at run time
     return config

@@ -72,7 +72,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 #: Upper bounds (seconds) of vLLM's ``vllm:time_to_first_token_seconds`` buckets, vLLM 0.29.0
-#: ``vllm/v1/metrics/loggers.py`` lines 796-824 (docs/sources.md §19); ``+Inf`` is implied.
+#: ``vllm/v1/metrics/loggers.py`` lines 796-824 (docs/sources.md §20); ``+Inf`` is implied.
 VLLM_TTFT_BUCKETS: tuple[float, ...] = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0,
                                         2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 #: Token ids of canary prompts are drawn from [low, high): below the vocabulary of every model the

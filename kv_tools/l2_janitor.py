@@ -10,17 +10,26 @@ in a single-replica Deployment that mounts the line's PVC and, every :data:`PERI
 
 1. removes per-pod temp directories (``.tmp-<token>``, LMCache ``fs_connector_relative_tmp_dir``)
    that no live Pod uses, and stray ``*.tmp`` files of the layout without a temp directory;
-2. removes the directories of models no longer configured: top-level directories that are
-   neither the live one (``live_dir``, :func:`k8s.lmcache.l2_cache_dir`) nor named by a live
-   Pod's ``LMCACHE_REMOTE_URL``; chunk files directly at the root (the old flat layout) count as
-   such a directory unless a live Pod still writes there;
+2. removes the directories of models no longer configured: top-level directories that are not
+   *protected* (:func:`protected_dirs`): not the live one (``live_dir``,
+   :func:`k8s.lmcache.l2_cache_dir`), not the one the previous configuration named, not named by
+   a running or pending Pod's ``LMCACHE_REMOTE_URL``, and not named by the configuration or a Pod
+   within ``dir_grace_s`` (24 h). The configurations and Pods seen are kept in a small state file
+   at the PVC root (:data:`STATE_FILE`, written atomically before anything is deleted), so a
+   rollback finds its directory, whichever janitor runs. Right before a directory goes, the Pods
+   are listed and the state read again, and the directory is renamed aside
+   (:data:`TRASH_PREFIX`) before it is deleted, so a Pod starting on it finds it whole or not at
+   all. Chunk files directly at the root (the old flat layout) count as such a directory;
 3. deletes chunk files older than ``max_age_s`` (``curvine.eviction.ttl_hours``);
 4. above ``high_watermark`` x ``capacity_bytes`` (the PVC's ``l2_size``), deletes the oldest
    chunk files until usage is at most ``low_watermark`` x ``capacity_bytes``.
 
 Nothing younger than ``min_delete_age_s`` is ever deleted (docs/l2-cache.md explains the value),
 and steps 1 and 2 run only when the live Pods could be listed (without that list the janitor
-cannot tell a live temp directory or an old model's still-serving directory from garbage).
+cannot tell a live temp directory or an old model's still-serving directory from garbage); step
+2 also only when the state file could be read and written. A pass that finds no state file (the
+first one, or after it was lost) records every directory present as in use now: nothing is
+removed for ``dir_grace_s``.
 
 Chunk files are ``<model path, '/' as -SEP->@<world size>@<worker id>@<chunk hash>@<dtype>.data``,
 with ``@<tag>%<value>`` before ``.data`` for each request tag if any (``FSConnector._get_file_name``
@@ -80,6 +89,19 @@ TMP_DIR_PREFIX = ".tmp-"
 REMOTE_URL_ENV = "LMCACHE_REMOTE_URL"
 EXTRA_CONFIG_ENV = "LMCACHE_EXTRA_CONFIG"
 TMP_DIR_KEY = "fs_connector_relative_tmp_dir"
+#: The janitor's record, at the PVC root, of the directories its configuration named and the Pods
+#: used (:class:`DirHistory`). Not a chunk file: never counted, never deleted.
+STATE_FILE = ".kvcache-l2-janitor-state.json"
+STATE_VERSION = 1
+#: Configured directories remembered, newest last (the previous one is what protects a rollback).
+STATE_HISTORY = 32
+#: Prefix a directory is renamed to right before it is deleted; a pass removes any it finds.
+TRASH_PREFIX = ".kvcache-l2-janitor-trash-"
+#: A directory the configuration or a Pod named within this many seconds is kept: long enough for
+#: a rollback after a bad rollout, Pods that wait for GPUs or for admission, and a janitor that was
+#: down; and it costs no capacity, because the age limit and the watermarks still delete the
+#: directory's chunk files (with ``ttl_hours`` 24 an unused directory is empty by then anyway).
+DIR_GRACE_S = 24 * 3600
 #: The Deployment patch names the temp directory after the pod (``$(KVCACHE_POD_NAME)``,
 #: expanded by the kubelet); the janitor expands it the same way.
 POD_NAME_REFERENCE = "$(KVCACHE_POD_NAME)"
@@ -127,6 +149,8 @@ class JanitorConfig:
         max_age_s: chunk files older than this are deleted; None: no age limit.
         min_delete_age_s: nothing younger than this is deleted.
         mount_path: where the vLLM Pods mount the PVC (to read their ``LMCACHE_REMOTE_URL``).
+        dir_grace_s: a directory the configuration or a Pod named within this many seconds is
+            kept (:data:`DIR_GRACE_S`).
     """
 
     line: str
@@ -138,6 +162,7 @@ class JanitorConfig:
     max_age_s: float | None
     min_delete_age_s: float
     mount_path: str
+    dir_grace_s: float = DIR_GRACE_S
 
     def __post_init__(self) -> None:
         if not 0 < self.low_watermark < self.high_watermark <= 1:
@@ -145,8 +170,8 @@ class JanitorConfig:
                              f"{self.high_watermark}")
         if "/" in self.live_dir or self.live_dir in ("", ".", "..") or self.live_dir.startswith(TMP_DIR_PREFIX):
             raise ValueError(f"live_dir must be one path component, got {self.live_dir!r}")
-        if self.capacity_bytes <= 0 or self.min_delete_age_s < 0:
-            raise ValueError("capacity_bytes must be > 0 and min_delete_age_s >= 0")
+        if self.capacity_bytes <= 0 or self.min_delete_age_s < 0 or self.dir_grace_s < 0:
+            raise ValueError("capacity_bytes must be > 0, min_delete_age_s and dir_grace_s >= 0")
 
 
 def config_from_dict(data: dict[str, Any]) -> JanitorConfig:
@@ -182,6 +207,9 @@ class RunSummary:
     expired_chunks_deleted: int = 0
     evicted_chunks_deleted: int = 0
     bytes_freed: int = 0
+    #: Directories at the root kept although no longer configured, each with why
+    #: (:func:`protected_dirs`; ``""`` is the old flat layout at the root).
+    protected_dirs: dict[str, str] = field(default_factory=dict)
     above_high_watermark_after: bool = False
     errors: list[str] = field(default_factory=list)
     duration_s: float = 0.0
@@ -278,11 +306,119 @@ def list_pods_in_cluster(namespace: str, *, timeout_s: float = 20) -> list[dict[
         return json.load(response).get("items") or []
 
 
+@dataclass
+class DirHistory:
+    """What :data:`STATE_FILE` holds: the directories the configuration named and Pods used.
+
+    Attributes:
+        configured: ``(directory, last seen)`` for each directory the janitor's configuration
+            named (``live_dir``), ordered by when it last became the configured one, newest
+            last; ``last seen`` is the end of the last pass with it configured (s since the epoch).
+        in_use: directory -> when a running or pending Pod last named it (or a first pass found
+            it: the state was missing).
+    """
+
+    configured: list[tuple[str, float]] = field(default_factory=list)
+    in_use: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """The file's text: ``{"version": 1, "configured": [{"dir", "last_seen"}, ...], "in_use": {dir: s}}``."""
+        return json.dumps({"version": STATE_VERSION, "configured": [{"dir": d, "last_seen": t} for d, t in self.configured],
+                           "in_use": self.in_use}, sort_keys=True, indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> "DirHistory":
+        """Raises ValueError unless ``text`` is a state of :data:`STATE_VERSION`."""
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+            raise ValueError(f"not a version {STATE_VERSION} janitor state")
+        configured = [(e["dir"], float(e["last_seen"])) for e in data["configured"]]
+        in_use = {str(k): float(v) for k, v in data["in_use"].items()}
+        if not all(isinstance(d, str) for d, _ in configured):
+            raise ValueError("configured: directory names must be strings")
+        return cls(configured, in_use)
+
+
+def read_state(root: Path) -> DirHistory | None:
+    """The state at ``root``, or None when there is none (a first pass).
+
+    Raises:
+        ValueError: the file exists but cannot be read or parsed.
+    """
+    try:
+        text = (root / STATE_FILE).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ValueError(f"cannot read {STATE_FILE}: {exc}") from None
+    try:
+        return DirHistory.from_json(text)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{STATE_FILE} is not a janitor state ({exc})") from None
+
+
+def update_state(state: DirHistory | None, *, live_dir: str, pod_dirs: Iterable[str], now: float, grace_s: float,
+                 found_dirs: Iterable[str] = ()) -> DirHistory:
+    """``state`` after a pass at ``now`` with ``live_dir`` configured and Pods naming ``pod_dirs``
+    (a new object). ``found_dirs`` (the directories present) are recorded as in use when there is
+    no ``state``: a first pass cannot know which of them a configuration or Pod still needs.
+    ``in_use`` entries older than ``grace_s`` are dropped; ``configured`` keeps its last
+    :data:`STATE_HISTORY` entries."""
+    configured = [(d, t) for d, t in (state.configured if state else []) if d != live_dir]
+    configured = (configured + [(live_dir, now)])[-STATE_HISTORY:]
+    in_use = {d: t for d, t in (state.in_use if state else {}).items() if now - t < grace_s}
+    for d in [*pod_dirs, *(() if state else found_dirs)]:
+        in_use[d] = max(now, in_use.get(d, now))
+    return DirHistory(configured, in_use)
+
+
+def write_state(root: Path, state: DirHistory) -> None:
+    """Write ``state`` atomically: a temp file of this process, flushed to disk, renamed over
+    :data:`STATE_FILE` (a reader sees the old or the new file, never part of one). Raises OSError."""
+    tmp = root / f"{STATE_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(state.to_json())
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, root / STATE_FILE)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def protected_dirs(state: DirHistory, *, live_dir: str, pod_dirs: Iterable[str], now: float,
+                   grace_s: float) -> dict[str, str]:
+    """Directories no pass may delete, each with why (the first reason that applies):
+
+    * ``configured``: ``live_dir``;
+    * ``named by a running or pending Pod``: in ``pod_dirs``;
+    * ``previous configuration``: the newest configured directory other than ``live_dir``, for
+      as long as the configuration does not change again (a rollback finds it, however late);
+    * ``configured within the grace period`` / ``in use within the grace period``: the
+      configuration or a Pod named it less than ``grace_s`` ago (a Pod may still start on it).
+    """
+    reasons = {live_dir: "configured"}
+    for d in pod_dirs:
+        reasons.setdefault(d, "named by a running or pending Pod")
+    previous = [d for d, _ in state.configured if d != live_dir]
+    if previous:
+        reasons.setdefault(previous[-1], "previous configuration")
+    for d, seen in state.configured:
+        if now - seen < grace_s:
+            reasons.setdefault(d, "configured within the grace period")
+    for d, seen in state.in_use.items():
+        if now - seen < grace_s:
+            reasons.setdefault(d, "in use within the grace period")
+    return reasons
+
+
 def _scan(root: Path) -> list[_File]:
     files: list[_File] = []
     for dirpath, _dirnames, filenames in os.walk(root):
         for name in filenames:
             path = Path(dirpath) / name
+            if name == STATE_FILE and Path(dirpath) == root:
+                continue  # the janitor's own record, not L2 content
             try:
                 st = path.lstat()
             except FileNotFoundError:
@@ -331,7 +467,20 @@ def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[
         s.errors.append(f"{root} is not a directory (PVC not mounted?)")
         s.finished_at = round(now + time.monotonic() - started, 3)
         return s
-    files = _scan(root)
+    # Directories an earlier pass renamed aside but did not finish deleting (already counted).
+    try:
+        trash = sorted(p.name for p in root.iterdir() if p.name.startswith(TRASH_PREFIX))
+    except OSError as exc:
+        s.errors.append(f"listing {root}: {exc}")
+        trash = []
+    for name in trash if not dry_run else []:
+        try:
+            shutil.rmtree(root / name)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            s.errors.append(f"rmtree {name}: {exc}")
+    files = [f for f in _scan(root) if not f.rel.startswith(TRASH_PREFIX)]
     s.files_before = len(files)
     s.used_bytes_before = sum(f.size for f in files)
     gone: set[str] = set()
@@ -352,20 +501,34 @@ def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[
         s.bytes_freed += f.size
         return True
 
-    def delete_tree(rel: str) -> bool:
+    def delete_tree(rel: str, *, aside: bool = False) -> bool:
+        """Delete the directory ``rel``; with ``aside``, first rename it to a trash name (one
+        atomic step: a Pod starting on ``rel`` from then on creates it anew)."""
         inside = [f for f in files if f.rel.startswith(rel + "/") and f.rel not in gone]
         if not dry_run:
+            target = rel
             try:
-                shutil.rmtree(root / rel)
+                if aside:
+                    target = f"{TRASH_PREFIX}{rel}-{int(now)}"
+                    os.rename(root / rel, root / target)
+                shutil.rmtree(root / target)
             except FileNotFoundError:
                 pass
             except OSError as exc:
-                s.errors.append(f"rmtree {rel}: {exc}")
+                s.errors.append(f"{'rename and ' if aside else ''}rmtree {rel}: {exc}")
                 return False
         for f in inside:
             gone.add(f.rel)
             s.bytes_freed += f.size
         return True
+
+    def fresh_pods() -> LivePods | None:
+        """The Pods listed again (right before a deletion); None (an error) if they cannot be."""
+        try:
+            return live_pods_from_objects(list_pods(), config.mount_path) if list_pods else None
+        except Exception as exc:  # any API or parse failure: delete nothing that needs the Pods
+            s.errors.append(f"listing Pods in {config.namespace}: {exc}")
+            return None
 
     live: LivePods | None = None
     if list_pods is not None:
@@ -374,11 +537,10 @@ def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[
             s.pods_listed, s.live_pods = True, live.count
         except Exception as exc:  # any API or parse failure: skip what needs the Pods
             s.errors.append(f"listing Pods in {config.namespace}: {exc}")
-    in_use = {config.live_dir} | (set(live.bases) if live else set())
 
     # Directories under the root: top-level ones, and temp directories one level down.
     try:
-        top_dirs = sorted(p.name for p in root.iterdir() if p.is_dir())
+        top_dirs = sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith(TRASH_PREFIX))
     except OSError as exc:
         s.errors.append(f"listing {root}: {exc}")
         top_dirs = []
@@ -390,23 +552,65 @@ def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[
                                if p.is_dir() and p.name.startswith(TMP_DIR_PREFIX))
         except OSError:
             continue
+    flat_chunks = [f for f in files if "/" not in f.rel and f.rel.endswith(CHUNK_SUFFIX)]
+    found = [*model_dirs, *([""] if flat_chunks else [])]
+
+    # The history of configured and used directories: read, updated with this pass and written
+    # atomically before anything is deleted; read again before each deletion, so what another
+    # janitor wrote meanwhile counts too.
+    grace = config.dir_grace_s
+    pod_dirs = live.bases if live else frozenset()
+    history_ok = True
+    try:
+        state = update_state(read_state(root), live_dir=config.live_dir, pod_dirs=pod_dirs, now=now, grace_s=grace,
+                             found_dirs=found)
+    except ValueError as exc:  # unreadable: start over as a first pass, delete no directory now
+        s.errors.append(f"janitor state: {exc}; every directory kept for this pass")
+        history_ok = False
+        state = update_state(None, live_dir=config.live_dir, pod_dirs=pod_dirs, now=now, grace_s=grace,
+                             found_dirs=found)
+    if not dry_run:
+        try:
+            write_state(root, state)
+        except OSError as exc:
+            s.errors.append(f"writing {STATE_FILE}: {exc}; no directory deleted")
+            history_ok = False
+    protected = protected_dirs(state, live_dir=config.live_dir, pod_dirs=pod_dirs, now=now, grace_s=grace)
+    s.protected_dirs = {d: protected[d] for d in found if d in protected and d != config.live_dir}
+
+    def still_unprotected(d: str) -> bool:
+        """Right before ``d`` goes: the Pods listed and the state read again."""
+        pods = fresh_pods()
+        if pods is None:
+            return False
+        try:
+            fresh = update_state(read_state(root) or state, live_dir=config.live_dir, pod_dirs=pods.bases, now=now,
+                                 grace_s=grace)
+        except ValueError as exc:
+            s.errors.append(f"janitor state: {exc}")
+            return False
+        reason = protected_dirs(fresh, live_dir=config.live_dir, pod_dirs=pods.bases, now=now, grace_s=grace).get(d)
+        if reason:
+            s.protected_dirs[d] = reason
+        return reason is None
 
     if live is not None:
-        # 1. Temp directories no live Pod uses.
+        # 1. Temp directories no live Pod uses (a new Pod's is named by it, or too young).
         for rel in tmp_dirs:
             if rel not in live.tmp_dirs and old_enough(_newest_mtime(root, rel, files)):
-                if delete_tree(rel):
+                again = fresh_pods()
+                if again is not None and rel not in again.tmp_dirs and delete_tree(rel):
                     s.tmp_dirs_deleted += 1
+    if live is not None and history_ok:
         # 2. Directories of models no longer configured, and the old flat layout's chunks.
         for d in model_dirs:
-            if d not in in_use and old_enough(_newest_mtime(root, d, files)):
-                if delete_tree(d):
+            if d not in protected and old_enough(_newest_mtime(root, d, files)) and still_unprotected(d):
+                if delete_tree(d, aside=True):
                     s.stale_model_dirs_deleted += 1
-        if "" not in in_use:
-            for f in files:
-                if "/" not in f.rel and f.rel.endswith(CHUNK_SUFFIX) and old_enough(f.mtime):
-                    if delete_file(f):
-                        s.stale_files_deleted += 1
+        if "" not in protected and any(old_enough(f.mtime) for f in flat_chunks) and still_unprotected(""):
+            for f in flat_chunks:
+                if old_enough(f.mtime) and delete_file(f):
+                    s.stale_files_deleted += 1
     # Stray temp files of the layout without a temp directory: a write never takes this long.
     for f in files:
         if f.rel not in gone and f.rel.endswith(LEGACY_TMP_SUFFIX) and old_enough(f.mtime):

@@ -39,6 +39,13 @@ The model reproduces the calibration point exactly and is pessimistic below 1,00
 L2 reads scale with TP: each TP rank runs its own LMCache engine and reads its own chunk
 files (the chunk key includes the worker id), so ``--l2-read-gibps`` is per rank and a
 replica reads at ``TP x`` that rate. This is an assumption, not a measurement.
+
+L2 reads are timed at the reference's *cross-node* read (1.84 GiB/s), never at its node-local
+store (9.60 GiB/s): with the pinned Curvine v0.3.2-alpha and its CSI driver no L2 read or write
+is node-local, because the FUSE client's identity (``localhost``) never matches a Worker's (the
+node IP) and the driver cannot give the FUSE pods a per-node one (docs/l2-cache.md, "No
+node-local reads or writes"; ``k8s.curvine_config.local_worker_pairs``). Every chunk crosses the
+network.
 """
 
 from __future__ import annotations
@@ -89,7 +96,8 @@ class ReferenceRun:
         prompt_tokens: prompt length of the TTFT measurements, tokens.
         cold_ttft_ms: TTFT with nothing cached, ms.
         warm_ttft_ms: TTFT with the whole prompt's KV read from L2 by another pod, ms.
-        l2_read_gibps: measured cross-node L2 read bandwidth, GiB/s.
+        l2_read_gibps: measured cross-node L2 read bandwidth, GiB/s: what every L2 read gets
+            (module docstring: no I/O is node-local).
         source: where the figures come from.
     """
 

@@ -1091,7 +1091,9 @@ class CacheConfig(StrictModel):
 
     l1_enabled: bool = True
     l2_enabled: bool = True
-    #: Size of the line's RWX PVC on the Curvine StorageClass (its L2 directory).
+    #: Capacity of the line's L2 directory (its RWX PVC on the Curvine StorageClass), enforced by
+    #: the line's L2 janitor (the watermarks are fractions of it). Free to change: the PVC requests
+    #: a constant and carries this as an annotation (docs/l2-cache.md, "Pool sizing").
     l2_size: BytesQuantity = "500Gi"
     #: LMCache chunk size in tokens; 256 is LMCache's default and what the reference used.
     chunk_size_tokens: Annotated[int, Field(ge=16, le=4096)] = 256

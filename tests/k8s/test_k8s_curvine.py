@@ -9,7 +9,7 @@ import pytest
 from tests.k8s.conftest import CURVINE_SAMPLE, VOLUME_ID, ZONE, find, needs_reference
 
 from k8s import curvine_config, names
-from k8s.curvine_chart import CURVINE_ENTRYPOINT
+from k8s.curvine_chart import CURVINE_SERVER
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +88,11 @@ def test_primary_statefulset(curvine, k8s_project):
         assert master[probe]["tcpSocket"]["port"] == 8995
     assert master["startupProbe"]["periodSeconds"] * master["startupProbe"]["failureThreshold"] == 300
     assert master["resources"]["requests"]["memory"] and master["resources"]["limits"]["memory"]
-    # The wrapper writes the marker in the background, then runs the image's entrypoint.
+    # The wrapper writes the marker in the background, then becomes the server (tests/k8s/
+    # test_k8s_server_processes.py runs it).
     assert master["command"] == ["/bin/sh", "-c"] and "args" in master
-    assert master["args"][0].rstrip().endswith(f"exec {CURVINE_ENTRYPOINT} master start")
+    assert master["args"][0].rstrip().endswith(
+        f"exec {CURVINE_SERVER} --service master --conf /etc/curvine/curvine-cluster.toml")
     (claim,) = [v for v in pod["volumes"] if "persistentVolumeClaim" in v]
     assert claim["persistentVolumeClaim"]["claimName"] == names.CURVINE_PRIMARY_PV
     (init,) = pod["initContainers"]
@@ -167,7 +169,8 @@ def test_removed_eviction_keys_say_what_to_do(tmp_path, key, value):
 #: deny_unknown_fields, so a misspelled key would be silently ignored, not rejected).
 SOURCE_ONLY_KEYS = {
     "": {"cluster_id"},  # ClusterConf
-    "master": {"hostname", "rpc_port", "web_port", "enable_quota_eviction"},  # MasterConf
+    "master": {"hostname", "rpc_port", "web_port", "enable_quota_eviction",
+               "audit_logging_enabled"},  # MasterConf (master_conf.rs line 81)
     "journal": {"hostname", "rpc_port"},  # JournalConf
     "worker": {"rpc_port", "web_port"},  # WorkerConf
     "client": {"master_addrs"},  # ClientConf (no TTL: test_k8s_day_two)
@@ -284,6 +287,8 @@ def test_csi_driver_and_storage_class(curvine, k8s_project):
                                          ("data-timeout-ms", "1000"), ("rpc-retry-max-duration-ms", "500"),
                                          ("rpc-retry-min-sleep-ms", "50"), ("rpc-retry-max-sleep-ms", "200"),
                                          ("conn-retry-max-duration-ms", "500"))},
+        # No INFO audit line per file-system call in the FUSE pods' logs.
+        "client.audit-logging-enabled": "false",
     }
     svc = find(curvine, "Service", names.CURVINE_MASTER)
     host, port = sc["parameters"]["master-addrs"].split(":")

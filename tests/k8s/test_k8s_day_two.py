@@ -17,7 +17,7 @@ from tests.k8s.pod_security import baseline_violations
 
 from k8s import curvine_config, names
 from k8s.curvine_chart import (
-    CURVINE_ENTRYPOINT, FIRST_START_MARKER_WAIT_S, PRIMARY_START_STATES, _config_check_script, _master_start_script,
+    CURVINE_SERVER, FIRST_START_MARKER_WAIT_S, PRIMARY_START_STATES, _config_check_script, _master_start_script,
 )
 from k8s.curvine_config import NODE_PORT_RANGE, node_host_listeners
 from k8s.kyverno import BUSINESS_LINE_NAMESPACE_LABEL, kyverno_helm_values, webhook_match_conditions
@@ -299,12 +299,12 @@ def test_everything_we_put_in_a_line_namespace_passes_baseline(manifests, k8s_pr
 
 # --- 6. The Primary's start states, run for real with /bin/sh --------------------------------
 
-#: Stand-in for the image's /entrypoint.sh that applies Curvine v0.3.2-alpha's own rule
+#: Stand-in for the image's curvine-server that applies Curvine v0.3.2-alpha's own rule
 #: (``require_existing_master_data``): both stores RocksDB, or both missing/clean-empty (then it
 #: creates them), else it refuses. It creates a RocksDB-looking store (CURRENT + MANIFEST-) the
 #: way RocksDB does on open.
-FAKE_ENTRYPOINT = r"""#!/bin/sh
-echo "conf=$CURVINE_CONF_FILE args=$*"
+FAKE_SERVER = r"""#!/bin/sh
+echo "args=$*"
 state() {
   if [ -f "$1/data/CURRENT" ] && ls "$1/data" | grep -q '^MANIFEST-'; then echo rocksdb; return; fi
   if [ ! -e "$1" ] || [ -z "$(ls -A "$1")" ]; then echo empty; return; fi
@@ -329,9 +329,9 @@ class PrimaryVolume:
         self.mount.mkdir()
         self.conf = tmp_path / "curvine-cluster.toml"
         self.conf.write_text(conf_text)
-        self.entrypoint = tmp_path / "entrypoint.sh"
-        self.entrypoint.write_text(FAKE_ENTRYPOINT)
-        self.entrypoint.chmod(0o755)
+        self.server = tmp_path / "curvine-server"
+        self.server.write_text(FAKE_SERVER)
+        self.server.chmod(0o755)
 
     @property
     def marker(self) -> Path:
@@ -352,7 +352,7 @@ class PrimaryVolume:
 
     def _run(self, script: str) -> subprocess.CompletedProcess:
         script = (script.replace(curvine_config.PRIMARY_ROOT, str(self.root))
-                  .replace(f"exec {CURVINE_ENTRYPOINT} ", f"exec {self.entrypoint} ")
+                  .replace(f"exec {CURVINE_SERVER} ", f"exec {self.server} ")
                   .replace(f"-lt {FIRST_START_MARKER_WAIT_S} ", "-lt 3 "))
         return subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, timeout=60,
                               env={"PATH": "/usr/bin:/bin", "ROOT": str(self.root)})
@@ -410,7 +410,7 @@ def test_primary_start_state(tmp_path, real_conf, meta, journal, marker, lost_fo
     started = vol.master()
     # Whatever init lets through, Curvine's own rule accepts (the stand-in refuses otherwise).
     assert started.returncode == 0, started.stderr
-    assert f"conf={vol.conf} args=master start" in started.stdout
+    assert f"args=--service master --conf {vol.conf}" in started.stdout
     assert vol.marker.exists(), "the marker is written once the metadata exists"
     # And the next pod is a normal restart.
     again = vol.init()

@@ -51,10 +51,13 @@ def test_pvc_is_rwx_on_the_curvine_storage_class(manifests, k8s_project):
         if not line.cache.l2_enabled:
             assert not [o for o in manifests[names.line_chart_name(line)] if o["kind"] == "PersistentVolumeClaim"]
             continue
-        pvc = find(manifests[names.line_chart_name(line)], "PersistentVolumeClaim", names.pvc_name(line))["spec"]
+        claim = find(manifests[names.line_chart_name(line)], "PersistentVolumeClaim", names.pvc_name(line))
+        pvc = claim["spec"]
         assert pvc["accessModes"] == ["ReadWriteMany"]
         assert pvc["storageClassName"] == k8s_project.platform.curvine.storage_class_name == "curvine-sc"
-        assert pvc["resources"]["requests"]["storage"] == line.cache.l2_size
+        # Nominal request, l2_size for humans (the janitor enforces it): test_k8s_immutable_fields.
+        assert pvc["resources"]["requests"]["storage"] == "1Gi"
+        assert claim["metadata"]["annotations"] == {"kvcache.io/l2-size": line.cache.l2_size}
     sizes = {line.name: line.cache.l2_size for line in k8s_project.business_lines}
     assert sizes["rag-assistant"] == "500Gi" and sizes["research-reasoning"] == "2Ti"
 

@@ -3,7 +3,7 @@
 The rule file is the one the observability stack sends to AMP (the ``Data`` of its
 ``AWS::APS::RuleGroupsNamespace`` in the synthesized template). AMP takes a rules file "of the same
 format as a rules file in standalone Prometheus" and evaluates its PromQL (AMP user guide,
-docs/sources.md §19); the engine here is Debian 12's Prometheus 2.42.0.
+docs/sources.md §20); the engine here is Debian 12's Prometheus 2.42.0.
 
 For every alert (:data:`CASES`, which must cover every alert name of the rule file: a test fails
 naming any alert without one) the input series fire it at the right time after its ``for:``, the

@@ -30,6 +30,7 @@ import pytest
 from aws_cdk.assertions import Template
 
 from k8s import names
+from k8s.line_chart import L2_PVC_REQUEST, L2_SIZE_ANNOTATION
 from k8s.render import CURVINE_CHART, render_manifests
 from kv_tools.model_specs import lookup_model
 from platform_config import ProjectConfig, load_project
@@ -184,7 +185,10 @@ def test_line_l2_means_its_pvc_and_policy_and_nothing_without(name, user_project
     assert pvc["metadata"]["name"] == names.pvc_name(line)
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
     assert pvc["spec"]["storageClassName"] == user_project.platform.curvine.storage_class_name
-    assert pvc["spec"]["resources"]["requests"]["storage"] == line.cache.l2_size
+    # The request is nominal so that l2_size can change (tests/k8s/test_k8s_immutable_fields.py);
+    # the size is the annotation's, and the janitor's to enforce.
+    assert pvc["spec"]["resources"]["requests"]["storage"] == L2_PVC_REQUEST
+    assert pvc["metadata"]["annotations"][L2_SIZE_ANNOTATION] == line.cache.l2_size
     assert [p["metadata"]["name"] for p in policies] == [names.policy_name(line)]
 
 

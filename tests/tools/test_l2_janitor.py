@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -61,6 +62,13 @@ def age_dir(root: Path, rel: str, age_s: float) -> None:
     os.utime(root / rel, (NOW - age_s, NOW - age_s))
 
 
+def seed_state(root: Path, configured: list[tuple[str, float]], in_use: dict[str, float] | None = None) -> None:
+    """A state file as earlier passes would have left it (ages in seconds before NOW)."""
+    root.mkdir(parents=True, exist_ok=True)
+    l2_janitor.write_state(root, l2_janitor.DirHistory([(d, NOW - age) for d, age in configured],
+                                                       {d: NOW - age for d, age in (in_use or {}).items()}))
+
+
 def vllm_pod(name: str, base: str, tmp: str, phase: str = "Running") -> dict:
     return {"metadata": {"name": name}, "status": {"phase": phase},
             "spec": {"containers": [{"name": "vllm", "env": [
@@ -105,6 +113,10 @@ def test_chunks_older_than_the_ttl_expire_but_directories_stay(tmp_path):
 
 
 def test_stale_tmp_dirs_and_old_model_dirs_go_live_ones_stay(tmp_path):
+    # Earlier passes saw old-model configured three days ago, then rolling-model, then LIVE (the
+    # history decides what a rollback needs: test_rollback_* below).
+    seed_state(tmp_path, [("old-model-aaaaaaaaaaaa", 3 * 86400), ("rolling-model-bbbbbbbbbbbb", 2 * 86400),
+                          (LIVE, 600)])
     put(tmp_path, f"{LIVE}/.tmp-live1/{chunk_name(1)}", MIB, age_s=7200)  # a live pod's temp dir
     (tmp_path / LIVE / ".tmp-deadpod").mkdir()
     age_dir(tmp_path, f"{LIVE}/.tmp-deadpod", 7200)
@@ -119,7 +131,8 @@ def test_stale_tmp_dirs_and_old_model_dirs_go_live_ones_stay(tmp_path):
     s = run(config(), tmp_path, list_pods=lambda: pods, now=NOW)
     assert s.pods_listed and s.live_pods == 2
     assert (s.tmp_dirs_deleted, s.stale_model_dirs_deleted) == (1, 1)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [LIVE, "rolling-model-bbbbbbbbbbbb"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [l2_janitor.STATE_FILE, LIVE, "rolling-model-bbbbbbbbbbbb"]
+    assert s.protected_dirs == {"rolling-model-bbbbbbbbbbbb": "named by a running or pending Pod"}
     assert sorted(p.name for p in (tmp_path / LIVE).iterdir()) == [".tmp-justborn", ".tmp-live1"]
     assert s.bytes_freed == 5 * MIB
 
@@ -135,8 +148,12 @@ def test_old_flat_layout_at_the_root_is_tolerated(tmp_path):
     s = run(config(), tmp_path, list_pods=lambda: flat_pod, now=NOW)
     assert (tmp_path / chunk_name(1)).exists() and s.stale_files_deleted == 1  # only the stray .tmp file
     assert s.tmp_dirs_deleted == 1
-    # Once every pod uses the model directory, the root's chunks are an old layout: removed.
-    s = run(config(), tmp_path, list_pods=lambda: [vllm_pod("rag-0", LIVE, ".tmp-a")], now=NOW)
+    # Once every pod uses the model directory, the root's chunks are an old layout: kept for the
+    # grace period after a Pod last wrote there (a rollback may need them), removed after it.
+    pods = [vllm_pod("rag-0", LIVE, ".tmp-a")]
+    s = run(config(max_age_s=None), tmp_path, list_pods=lambda: pods, now=NOW + 3600)
+    assert (tmp_path / chunk_name(1)).exists() and s.protected_dirs == {"": "in use within the grace period"}
+    s = run(config(max_age_s=None), tmp_path, list_pods=lambda: pods, now=NOW + l2_janitor.DIR_GRACE_S + 1)
     assert not (tmp_path / chunk_name(1)).exists() and s.stale_files_deleted == 1
 
 
@@ -197,6 +214,169 @@ def test_an_unmounted_pvc_is_an_error_not_an_empty_directory(tmp_path):
     s = run(config(), tmp_path / "not-mounted", list_pods=lambda: [], now=NOW)
     assert s.exit_code == 2 and s.errors == [f"{tmp_path / 'not-mounted'} is not a directory (PVC not mounted?)"]
     assert abs(s.finished_at - NOW) < 1
+
+
+# --- directories a configuration or Pod may still need (issue 15 item 7) -------------------------
+
+MODEL_A = "qwen2-7b-instruct-aaaaaaaaaaaa"
+MODEL_B = "qwen2-7b-instruct-bbbbbbbbbbbb"
+MODEL_C = "qwen2-7b-instruct-cccccccccccc"
+DAY = 86400
+
+
+def model_dir(root: Path, name: str, age_s: float = 3 * DAY) -> None:
+    """A model directory whose chunks (and itself) were last written ``age_s`` ago: a line that
+    only reads its cache writes nothing, so an old mtime says nothing about use."""
+    put(root, f"{name}/{chunk_name(1)}", MIB, age_s=age_s)
+    age_dir(root, name, age_s)
+
+
+def names_at(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if p.name != l2_janitor.STATE_FILE)
+
+
+def test_rollback_finds_its_directory_whichever_janitor_runs(tmp_path):
+    """A, then B, then back to A. The pass of B's janitor that runs after B's Pods went and before
+    the rolled-back Pods of A exist must not delete A, however long ago A was configured; the
+    janitor of A, rolled back itself, keeps B the same way."""
+    for name in (MODEL_A, MODEL_B):
+        model_dir(tmp_path, name, age_s=10 * DAY)
+    pod_a, pod_b = vllm_pod("rag-a", MODEL_A, ".tmp-a"), vllm_pod("rag-b", MODEL_B, ".tmp-b")
+    run(config(live_dir=MODEL_A, max_age_s=None), tmp_path, list_pods=lambda: [pod_a], now=NOW - 9 * DAY)
+    run(config(live_dir=MODEL_B, max_age_s=None), tmp_path, list_pods=lambda: [pod_b], now=NOW - 8 * DAY)
+    # Days later the rollback starts: B's Pods are gone, A's do not exist yet, B's janitor runs.
+    s = run(config(live_dir=MODEL_B, max_age_s=None), tmp_path, list_pods=lambda: [], now=NOW)
+    assert s.errors == [] and s.stale_model_dirs_deleted == 0
+    assert names_at(tmp_path) == [MODEL_A, MODEL_B] and s.protected_dirs == {MODEL_A: "previous configuration"}
+    # A's janitor (the rolled-back configuration) keeps B, now the previous one.
+    s = run(config(live_dir=MODEL_A, max_age_s=None), tmp_path, list_pods=lambda: [pod_a], now=NOW + 600)
+    assert names_at(tmp_path) == [MODEL_A, MODEL_B] and s.protected_dirs == {MODEL_B: "previous configuration"}
+    # A third model: A is the previous configuration; B, configured 8 days ago, goes.
+    model_dir(tmp_path, MODEL_C, age_s=0)
+    s = run(config(live_dir=MODEL_C, max_age_s=None), tmp_path, list_pods=lambda: [], now=NOW + 2 * DAY)
+    assert names_at(tmp_path) == [MODEL_A, MODEL_C] and s.stale_model_dirs_deleted == 1
+    assert s.protected_dirs == {MODEL_A: "previous configuration"}
+
+
+def test_a_pod_created_during_the_pass_keeps_its_directory(tmp_path):
+    """The Pods are listed again right before a directory goes: a Pod created after the pass's
+    first listing (the operator re-rendering, a rollout) keeps the directory it names."""
+    seed_state(tmp_path, [(MODEL_A, 9 * DAY), (MODEL_B, 8 * DAY), (LIVE, 600)])
+    model_dir(tmp_path, MODEL_A)
+    calls = []
+
+    def pods_appear():
+        calls.append(1)
+        return [] if len(calls) == 1 else [vllm_pod("rag-new", MODEL_A, ".tmp-n", phase="Pending")]
+
+    s = run(config(), tmp_path, list_pods=pods_appear, now=NOW)
+    assert len(calls) == 2 and names_at(tmp_path) == [MODEL_A] and s.stale_model_dirs_deleted == 0
+    assert s.protected_dirs == {MODEL_A: "named by a running or pending Pod"} and s.errors == []
+
+
+def test_a_pending_pod_keeps_its_directory(tmp_path):
+    """A Pod that waits for a GPU or an image has no container yet, but its env names the
+    directory (the policy mutates it at admission)."""
+    seed_state(tmp_path, [(MODEL_A, 9 * DAY), (MODEL_B, 8 * DAY), (LIVE, 600)])
+    model_dir(tmp_path, MODEL_A)
+    pending = vllm_pod("rag-p", MODEL_A, ".tmp-p", phase="Pending")
+    pending["status"] = {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False"}]}
+    s = run(config(), tmp_path, list_pods=lambda: [pending], now=NOW)
+    assert names_at(tmp_path) == [MODEL_A] and s.protected_dirs == {MODEL_A: "named by a running or pending Pod"}
+
+
+def test_a_directory_a_pod_used_is_kept_for_the_grace_period(tmp_path):
+    """Pods that went (scaled to 0, refused at admission while Kyverno is down, evicted) may come
+    back on their directory: it is kept for dir_grace_s after a Pod last named it."""
+    seed_state(tmp_path, [(MODEL_A, 9 * DAY), (MODEL_B, 8 * DAY), (LIVE, 600)])
+    model_dir(tmp_path, MODEL_A)
+    run(config(max_age_s=None), tmp_path, list_pods=lambda: [vllm_pod("rag-old", MODEL_A, ".tmp-o")], now=NOW)
+    s = run(config(max_age_s=None), tmp_path, list_pods=lambda: [], now=NOW + l2_janitor.DIR_GRACE_S - 60)
+    assert names_at(tmp_path) == [MODEL_A] and s.protected_dirs == {MODEL_A: "in use within the grace period"}
+    s = run(config(max_age_s=None), tmp_path, list_pods=lambda: [], now=NOW + l2_janitor.DIR_GRACE_S + 60)
+    assert names_at(tmp_path) == [] and s.stale_model_dirs_deleted == 1
+
+
+def test_two_janitors_overlapping_keep_each_others_directory(tmp_path):
+    """Two janitors with different configurations (a Pod deleted by hand is replaced while it
+    terminates, during a rollout or a rollback) pass in turn, long after the grace period: each
+    keeps the other's directory, through the shared state."""
+    for name in (MODEL_A, MODEL_B):
+        model_dir(tmp_path, name, age_s=10 * DAY)
+    seed_state(tmp_path, [(MODEL_A, 10 * DAY)])
+    for i, live in enumerate([MODEL_B, MODEL_A, MODEL_B, MODEL_A, MODEL_B]):
+        s = run(config(live_dir=live, max_age_s=None), tmp_path, list_pods=lambda: [], now=NOW + 2 * DAY + i * 300)
+        assert s.errors == [] and names_at(tmp_path) == [MODEL_A, MODEL_B], i
+        other = MODEL_A if live == MODEL_B else MODEL_B
+        assert s.protected_dirs == {other: "previous configuration"}
+
+
+def test_a_first_pass_without_state_keeps_every_directory_for_the_grace_period(tmp_path):
+    """The first pass after this janitor is installed (or after its state was lost) cannot know
+    which directory a rollback needs: it keeps them all for dir_grace_s."""
+    for name in (MODEL_A, MODEL_B):
+        model_dir(tmp_path, name)
+    s = run(config(max_age_s=None), tmp_path, list_pods=lambda: [], now=NOW)
+    assert names_at(tmp_path) == [MODEL_A, MODEL_B] and s.errors == []
+    assert s.protected_dirs == {MODEL_A: "in use within the grace period", MODEL_B: "in use within the grace period"}
+    s = run(config(max_age_s=None), tmp_path, list_pods=lambda: [], now=NOW + l2_janitor.DIR_GRACE_S + 60)
+    assert names_at(tmp_path) == [] and s.stale_model_dirs_deleted == 2
+
+
+def test_an_unreadable_state_deletes_no_directory_and_is_rebuilt(tmp_path):
+    seed_state(tmp_path, [(MODEL_A, 9 * DAY), (LIVE, 600)])
+    model_dir(tmp_path, MODEL_A)
+    (tmp_path / l2_janitor.STATE_FILE).write_text('{"version": 1, "configured": [{"dir"')  # torn by hand
+    s = run(config(), tmp_path, list_pods=lambda: [], now=NOW)
+    assert s.exit_code == 2 and "janitor state" in s.errors[0] and names_at(tmp_path) == [MODEL_A]
+    assert l2_janitor.read_state(tmp_path).in_use == {MODEL_A: NOW}  # rebuilt as a first pass
+    assert run(config(), tmp_path, list_pods=lambda: [], now=NOW + 60).errors == []
+
+
+def test_the_state_is_replaced_atomically_and_written_before_any_deletion(tmp_path, monkeypatch):
+    """A write that fails leaves the previous state whole and deletes no directory."""
+    seed_state(tmp_path, [(MODEL_A, 9 * DAY), (MODEL_B, 8 * DAY), (LIVE, 600)])
+    before = (tmp_path / l2_janitor.STATE_FILE).read_text()
+    model_dir(tmp_path, MODEL_A)
+
+    def no_rename(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(l2_janitor.os, "replace", no_rename)
+    s = run(config(max_age_s=None), tmp_path, list_pods=lambda: [], now=NOW)
+    assert s.exit_code == 2 and "writing" in s.errors[0] and names_at(tmp_path) == [MODEL_A]
+    assert (tmp_path / l2_janitor.STATE_FILE).read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == []  # no temp file left
+    monkeypatch.undo()
+    s = run(config(max_age_s=None), tmp_path, list_pods=lambda: [], now=NOW)
+    assert s.errors == [] and names_at(tmp_path) == [] and json.loads((tmp_path / l2_janitor.STATE_FILE).read_text())
+
+
+def test_a_directory_is_renamed_aside_before_it_is_deleted(tmp_path, monkeypatch):
+    """A Pod starting on a directory while it is deleted finds it whole or not at all: the pass
+    renames it in one step, then deletes the renamed tree; a pass that dies in between leaves
+    only the renamed tree, which the next pass removes."""
+    seed_state(tmp_path, [(MODEL_A, 9 * DAY), (MODEL_B, 8 * DAY), (LIVE, 600)])
+    model_dir(tmp_path, MODEL_A)
+    real_rmtree = shutil.rmtree
+
+    def dies(path, *args, **kwargs):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(l2_janitor.shutil, "rmtree", dies)
+    s = run(config(), tmp_path, list_pods=lambda: [], now=NOW)
+    (trash,) = names_at(tmp_path)
+    assert trash.startswith(l2_janitor.TRASH_PREFIX + MODEL_A) and s.exit_code == 2
+    monkeypatch.setattr(l2_janitor.shutil, "rmtree", real_rmtree)
+    s = run(config(), tmp_path, list_pods=lambda: [], now=NOW + 600)
+    assert names_at(tmp_path) == [] and s.errors == [] and s.used_bytes_before == 0
+
+
+def test_a_dry_run_writes_no_state(tmp_path):
+    model_dir(tmp_path, MODEL_A)
+    s = run(config(), tmp_path, list_pods=lambda: [], now=NOW, dry_run=True)
+    assert not (tmp_path / l2_janitor.STATE_FILE).exists() and s.protected_dirs == {
+        MODEL_A: "in use within the grace period"}
 
 
 # --- the long-lived service (--serve) ----------------------------------------------------------
@@ -384,7 +564,7 @@ def test_janitor_chart_objects(manifests):
         cm = _one(objs, "ConfigMap")
         conf = config_from_dict(json.loads(cm["data"]["janitor.json"]))
         assert conf.live_dir == l2_cache_dir(project.platform, line), "the live directory comes from the contract"
-        assert conf.min_delete_age_s == 600 and conf.mount_path == MOUNT
+        assert conf.min_delete_age_s == 600 and conf.mount_path == MOUNT and conf.dir_grace_s == 24 * 3600
         assert cm["data"]["l2_janitor.py"] == Path(l2_janitor.__file__).read_text()
         role = _one(objs, "Role")
         assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
