@@ -67,6 +67,8 @@ WRITER_SERIES = ("lmcache:num_stored_tokens_total", "lmcache:num_remote_write_re
 CONTROL_ENV = "KVCACHE_FAULTS_POD_ENV"
 #: Janitor fixtures the healthy pass must delete (min_delete_age_s old, no live Pod names them).
 STALE_MODEL_DIR = "old-model-000000000000"
+#: The configuration between the stale one and the live one in the seeded history (not on disk).
+PREVIOUS_MODEL_DIR = "previous-model-111111111111"
 ORPHAN_TMP_DIR = ".tmp-gone-pod"
 OLD_S = 2 * 24 * 3600
 
@@ -257,6 +259,12 @@ def _plant_janitor_fixtures(rig: Rig) -> set[str]:
     old = time.time() - OLD_S
     for p in (stale / "x.data", orphan / "y.data", stale, orphan):
         os.utime(p, (old, old))
+    # Since issue 15 item 7 the janitor deletes an unconfigured directory only when its history
+    # (the state file earlier passes leave at the root) shows no configuration or Pod named it
+    # within DIR_GRACE_S and it is not the previous configuration's: the history of a model change
+    # long ago, with one configuration between the stale model and the live one.
+    l2_janitor.write_state(backing, l2_janitor.DirHistory(
+        [(STALE_MODEL_DIR, old - 3600), (PREVIOUS_MODEL_DIR, old), (rig.live_dir, time.time())], {}))
     return {STALE_MODEL_DIR, f"{STALE_MODEL_DIR}/x.data", f"{rig.live_dir}/{ORPHAN_TMP_DIR}",
             f"{rig.live_dir}/{ORPHAN_TMP_DIR}/y.data"}
 
