@@ -246,8 +246,14 @@ def _snapshot(root: Path) -> set[str]:
 
 def _plant_janitor_fixtures(rig: Rig) -> set[str]:
     """A directory of a model no longer configured and an orphan temp directory in the live one,
-    both older than the minimum deletable age: what a healthy pass deletes. Returns their paths."""
+    both older than the minimum deletable age: what a healthy pass deletes. Returns their paths.
+
+    The janitor's state file says the line has been configured with its live directory since
+    :data:`OLD_S` ago and no Pod has named the old model since: without that history a first pass
+    keeps every directory for the grace period (``kv_tools.l2_janitor.DIR_GRACE_S``), and the old
+    model's directory is deletable only once it is neither the current nor the previous one."""
     backing = rig.mount.backing
+    l2_janitor.write_state(backing, l2_janitor.DirHistory([(rig.live_dir, time.time() - OLD_S)], {}))
     stale = backing / STALE_MODEL_DIR
     orphan = rig.backing_line_dir() / ORPHAN_TMP_DIR
     for d in (stale, orphan):
