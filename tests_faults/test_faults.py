@@ -16,7 +16,7 @@ import os
 import pytest
 
 from kv_tools.l2_mount_watchdog import find_volumes
-from tests_faults.harness import CHUNKS, FAULTS, FULL_HIT
+from tests_faults.harness import CHUNKS, FAULTS, FULL_HIT, STALE_MODEL_DIR
 
 #: Slack on every latency bound, for a loaded 2-core machine (ms).
 MARGIN_MS = 1000
@@ -99,13 +99,20 @@ def test_the_janitor_deletes_nothing_it_should_not(results, mode):
     """The janitor deletes only what a healthy pass deletes (a directory of a model no longer
     configured and an orphan temp directory, planted old); on a mount that answers nothing it
     deletes nothing, reports the error (status 2, not ready: ``KvCacheL2JanitorFailing`` reads
-    its ``errors`` gauge) and keeps every live chunk."""
+    its ``errors`` gauge) and keeps every live chunk. On a full pool it frees what it can (the old
+    chunk files, the orphan temp directory) but cannot write its state file, so it deletes no
+    model directory in that pass and says so (status 2); the next pass after the pool has room
+    deletes it (:func:`test_service_recovers_by_itself`)."""
     r = results[mode]
     planted = set(r.janitor["planted"])
     assert set(r.janitor_deleted) <= planted, r.janitor_deleted
     if mode in DOWN:
         assert r.janitor_deleted == [] and r.janitor["exit_code"] == 2 and not r.janitor_ready
         assert r.janitor_metrics["kvcache_l2_janitor_errors"] >= 1
+    elif mode == "enospc":
+        assert set(r.janitor_deleted) == planted - {STALE_MODEL_DIR}
+        assert r.janitor["exit_code"] == 2 and not r.janitor_ready
+        assert any("no directory deleted" in e for e in r.janitor["errors"]), r.janitor["errors"]
     else:
         assert set(r.janitor_deleted) == planted and r.janitor["exit_code"] == 0 and r.janitor_ready
         assert r.janitor_metrics["kvcache_l2_janitor_errors"] == 0
@@ -153,7 +160,7 @@ def test_service_recovers_by_itself(results, mode):
     assert (a["store"]["put_failed"], a["store"]["stored_files"]) == (0, CHUNKS)
     assert a["retrieve_lookup"]["hit_tokens"] == FULL_HIT
     assert a["retrieve"]["retrieved_tokens"] == FULL_HIT and all(a["retrieve"]["chunks_identical"])
-    assert a["janitor_exit"] == 0 and a["janitor_ready"]
+    assert a["janitor_exit"] == 0 and a["janitor_ready"] and not a["stale_dir_left"]
     assert a["watchdog_state"] == "alive"
 
 
