@@ -335,7 +335,6 @@ def run_fault(rig: Rig, mode: str, index: int) -> FaultResult:
     after_lookup = rig.reader.act({"op": "lookup_rpc", "prompt": retrieved_after})
     after_retrieve = rig.reader.act({"op": "retrieve", "prompt": retrieved_after, "req_id": after_lookup["lookup_id"]})
     after_janitor = rig.janitor.run_pass()
-    stale_left_after = (rig.mount.backing / STALE_MODEL_DIR).exists()
     (after_watch,) = rig.watchdog.run_pass().mounts
     # Leave no janitor fixture behind for the next mode.
     shutil.rmtree(rig.mount.backing / STALE_MODEL_DIR, ignore_errors=True)
@@ -355,7 +354,7 @@ def run_fault(rig: Rig, mode: str, index: int) -> FaultResult:
         after={"lookup": again, "store": after_store, "retrieve": after_retrieve,
                "retrieve_lookup": after_lookup, "janitor_exit": after_janitor.exit_code,
                "watchdog_state": after_watch.state,
-               "janitor_ready": rig.janitor.readiness()[0], "stale_dir_left": stale_left_after})
+               "janitor_ready": rig.janitor.readiness()[0]})
 
 
 # --- what the table says ---------------------------------------------------------------------------
