@@ -67,8 +67,6 @@ WRITER_SERIES = ("lmcache:num_stored_tokens_total", "lmcache:num_remote_write_re
 CONTROL_ENV = "KVCACHE_FAULTS_POD_ENV"
 #: Janitor fixtures the healthy pass must delete (min_delete_age_s old, no live Pod names them).
 STALE_MODEL_DIR = "old-model-000000000000"
-#: The configuration between the stale one and the live one in the seeded history (not on disk).
-PREVIOUS_MODEL_DIR = "previous-model-111111111111"
 ORPHAN_TMP_DIR = ".tmp-gone-pod"
 OLD_S = 2 * 24 * 3600
 
@@ -248,8 +246,14 @@ def _snapshot(root: Path) -> set[str]:
 
 def _plant_janitor_fixtures(rig: Rig) -> set[str]:
     """A directory of a model no longer configured and an orphan temp directory in the live one,
-    both older than the minimum deletable age: what a healthy pass deletes. Returns their paths."""
+    both older than the minimum deletable age: what a healthy pass deletes. Returns their paths.
+
+    The janitor's state file says the line has been configured with its live directory since
+    :data:`OLD_S` ago and no Pod has named the old model since: without that history a first pass
+    keeps every directory for the grace period (``kv_tools.l2_janitor.DIR_GRACE_S``), and the old
+    model's directory is deletable only once it is neither the current nor the previous one."""
     backing = rig.mount.backing
+    l2_janitor.write_state(backing, l2_janitor.DirHistory([(rig.live_dir, time.time() - OLD_S)], {}))
     stale = backing / STALE_MODEL_DIR
     orphan = rig.backing_line_dir() / ORPHAN_TMP_DIR
     for d in (stale, orphan):
@@ -259,12 +263,6 @@ def _plant_janitor_fixtures(rig: Rig) -> set[str]:
     old = time.time() - OLD_S
     for p in (stale / "x.data", orphan / "y.data", stale, orphan):
         os.utime(p, (old, old))
-    # Since issue 15 item 7 the janitor deletes an unconfigured directory only when its history
-    # (the state file earlier passes leave at the root) shows no configuration or Pod named it
-    # within DIR_GRACE_S and it is not the previous configuration's: the history of a model change
-    # long ago, with one configuration between the stale model and the live one.
-    l2_janitor.write_state(backing, l2_janitor.DirHistory(
-        [(STALE_MODEL_DIR, old - 3600), (PREVIOUS_MODEL_DIR, old), (rig.live_dir, time.time())], {}))
     return {STALE_MODEL_DIR, f"{STALE_MODEL_DIR}/x.data", f"{rig.live_dir}/{ORPHAN_TMP_DIR}",
             f"{rig.live_dir}/{ORPHAN_TMP_DIR}/y.data"}
 

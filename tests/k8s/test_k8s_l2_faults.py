@@ -13,8 +13,7 @@ import itertools
 import pytest
 
 from k8s.curvine_config import (
-    CURVINE_DEFAULT_CLIENT_TIMEOUTS, FUSE_CLIENT_AUDIT_PARAMETER, FUSE_CLIENT_TIMEOUTS, ClientTimeouts,
-    fuse_master_op_bound_ms,
+    CURVINE_DEFAULT_CLIENT_TIMEOUTS, FUSE_CLIENT_TIMEOUTS, ClientTimeouts, fuse_master_op_bound_ms,
 )
 from k8s.lmcache import l2_fault_timeouts, lmcache_env
 from tests.k8s.conftest import find
@@ -34,9 +33,7 @@ def test_storage_class_carries_the_client_timeouts(manifests):
     """The CSI passes every non-reserved parameter ``k`` to curvine-fuse as ``--k <value>``
     (curvine-csi pkg/csi/fuse_cli.go ``CollectPassthroughParams``, ``appendPassthroughArgs``)."""
     params = find(manifests["curvine"], "StorageClass", "curvine-sc")["parameters"]
-    # The FUSE client's audit switch is a client parameter too, but no timeout (tested with the logs).
-    client = {k: v for k, v in params.items() if k.startswith("client.") and k != FUSE_CLIENT_AUDIT_PARAMETER}
-    assert params[FUSE_CLIENT_AUDIT_PARAMETER] == "false"
+    client = {k: v for k, v in params.items() if k.startswith("client.") and k != "client.audit-logging-enabled"}
     assert client == {
         "client.conn-timeout-ms": "250",
         "client.rpc-timeout-ms": "1000",
