@@ -2,9 +2,8 @@
 
 Objects, all in the line's namespace (docs/observability.md, "The cross-pod hit canary"):
 
-* ConfigMap ``kv-canary``: ``canary.json`` (:func:`canary_config`), ``kv_canary.py`` and
-  ``l2_janitor.py`` (whose Kubernetes API client the canary imports), standard library only, so
-  the janitor's pinned Python image runs them with no build step;
+* ConfigMap ``kv-canary``: ``canary.json`` (:func:`canary_config`) and ``kv_canary.py``, standard
+  library only, so the janitor's pinned Python image runs it with no build step;
 * ServiceAccount, Role and RoleBinding ``kv-canary``: ``list`` on ``pods`` in this namespace,
   nothing else (the canary finds the replicas' Pod IPs and L2 directories there);
 * Deployment ``kv-canary``: one replica, ``Recreate`` (never two canaries at once: the request
@@ -30,14 +29,12 @@ from k8s import names
 from k8s.janitor import config_hash
 from k8s.kube import k8s
 from k8s.nodes import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE
-from kv_tools import kv_canary, l2_janitor
+from kv_tools import kv_canary
 from platform_config import BusinessLineConfig, PlatformConfig
 
 NAME: Final = names.KV_CANARY
 CONFIG_FILE: Final = "canary.json"
 SCRIPT_FILE: Final = "kv_canary.py"
-#: The canary imports the janitor's Kubernetes API client from this file, shipped beside it.
-JANITOR_SCRIPT_FILE: Final = "l2_janitor.py"
 CONFIG_DIR: Final = "/opt/kvcache-canary"
 #: Pod-template annotation holding the SHA-256 of the ConfigMap's data (rolls the Pod on a change).
 CONFIG_HASH_ANNOTATION: Final = "kvcache.io/kv-canary-config-sha256"
@@ -91,8 +88,7 @@ class KvCanary(Construct):
         ns = line.namespace
         meta = k8s.ObjectMeta(name=NAME, namespace=ns, labels=LABELS)
         data = {CONFIG_FILE: json.dumps(canary_config(line), indent=2, sort_keys=True) + "\n",
-                SCRIPT_FILE: Path(kv_canary.__file__).read_text(encoding="utf-8"),
-                JANITOR_SCRIPT_FILE: Path(l2_janitor.__file__).read_text(encoding="utf-8")}
+                SCRIPT_FILE: Path(kv_canary.__file__).read_text(encoding="utf-8")}
         self.config_map = k8s.KubeConfigMap(self, "Config", metadata=meta, data=data)
         self.service_account = k8s.KubeServiceAccount(self, "ServiceAccount", metadata=meta)
         self.role = k8s.KubeRole(self, "Role", metadata=meta, rules=[

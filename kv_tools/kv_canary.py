@@ -46,8 +46,9 @@ slower bucket (docs/observability.md).
 Output of every run: one JSON line on stdout (``"event": "kvcache_kv_canary"``) and, with
 ``--serve``, ``GET /metrics`` (:func:`prometheus_text`) and ``GET /healthz`` on ``--port``.
 
-Standard library only: the chart ships this file (and :mod:`kv_tools.l2_janitor`, whose
-Kubernetes API client it uses) in a ConfigMap run by the pinned Python image of the janitor::
+Standard library only: the chart ships this one file in a ConfigMap run by the pinned Python image
+of the janitor (its Kubernetes API client, :func:`list_pods_in_cluster`, is the janitor's, copied:
+this file runs alone; a test keeps the two equal)::
 
     python kv_canary.py --config canary.json --once
 """
@@ -63,10 +64,12 @@ import os
 import random
 import re
 import signal
+import ssl
 import sys
 import threading
 import time
 import urllib.parse
+import urllib.request
 from dataclasses import asdict, dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
@@ -109,6 +112,7 @@ VLLM_TTFT_BUCKET = "vllm:time_to_first_token_seconds_bucket"
 #: LMCache's counters of one tensor-parallel rank (every rank reads its shard of each chunk).
 RANK0 = {"worker_id": "0"}
 REMOTE_URL_ENV = "LMCACHE_REMOTE_URL"
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,25 @@ class Replica:
     name: str
     url: str
     l2_url: str
+
+
+def list_pods_in_cluster(namespace: str, *, timeout_s: float = 20) -> list[dict[str, Any]]:
+    """The Pods of ``namespace`` through the API server, with the Pod's service-account token.
+
+    Needs ``list pods`` in the namespace (the chart's Role). The janitor's function
+    (``kv_tools.l2_janitor.list_pods_in_cluster``), copied; raises OSError / urllib errors on failure.
+    """
+    host = os.environ["KUBERNETES_SERVICE_HOST"]
+    port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+    if ":" in host:
+        host = f"[{host}]"
+    with open(os.path.join(SERVICE_ACCOUNT_DIR, "token"), encoding="utf-8") as f:
+        token = f.read().strip()
+    context = ssl.create_default_context(cafile=os.path.join(SERVICE_ACCOUNT_DIR, "ca.crt"))
+    url = f"https://{host}:{port}/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods"
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
+    with urllib.request.urlopen(request, context=context, timeout=timeout_s) as response:
+        return json.load(response).get("items") or []
 
 
 def comparable_replicas(pods: list[dict[str, Any]], config: CanaryConfig) -> tuple[list[Replica], int]:
@@ -538,9 +561,6 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(json.dumps({"event": "kvcache_kv_canary", "errors": [f"config: {exc}"]}))
         return 2
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from l2_janitor import list_pods_in_cluster  # shipped beside this file (k8s/canary.py)
-
     canary = Canary(config, list_pods=lambda: list_pods_in_cluster(config.namespace))
     if args.once:
         return 2 if canary.run_once().result == "error" else 0
