@@ -22,6 +22,9 @@ Objects, in apply order (cdk8s orders them by the dependencies declared here):
    and serve its use as metrics.
 7. Role and RoleBinding ``l2-mount-watchdog`` (:func:`k8s.mount_watchdog.line_rbac`): the L2 mount
    watchdog of Curvine's namespace may list this namespace's Pods and (healing on) evict them.
+8. The cross-pod hit canary (:mod:`k8s.canary`, unless ``canary.enabled: false``): ConfigMap,
+   ServiceAccount, Role, RoleBinding and a single-replica Deployment that check, every few
+   minutes, that one replica's prefix reaches another through L2.
 
 With ``cache.l2_enabled: false`` only 1, 2 and 5 are emitted (no PVC, no policy, no janitor,
 ``enableL2Cache: false``).
@@ -47,6 +50,8 @@ from constructs import Construct
 from imports.com.amazon.aws.sagemaker import inference as iec
 from k8s import names
 from k8s.curvine_config import CURVINE_PORTS
+from k8s import canary
+from k8s.canary import KvCanary
 from k8s.janitor import L2Janitor
 from k8s.mount_watchdog import line_rbac
 from k8s.kyverno import BUSINESS_LINE_NAMESPACE_LABEL, policy_manifest
@@ -166,7 +171,7 @@ def endpoint_spec(platform: PlatformConfig, line: BusinessLineConfig) -> iec.Inf
                           "memory": request.from_string(line.resources.memory),
                           "nvidia.com/gpu": request.from_number(gpus)}),
             model_invocation_port=iec.InferenceEndpointConfigSpecWorkerModelInvocationPort(
-                container_port=line.vllm.port, name="http"),
+                container_port=line.vllm.port, name=names.VLLM_PORT_NAME),
             model_volume_mount=iec.InferenceEndpointConfigSpecWorkerModelVolumeMount(
                 name=MODEL_VOLUME_NAME, mount_path=line.vllm.model_mount_path),
             environment_variables=[
@@ -198,6 +203,7 @@ class BusinessLineChart(cdk8s.Chart):
         janitor: the :class:`k8s.janitor.L2Janitor` construct (None when L2 is off).
         mount_watchdog_rbac: the watchdog's Role and RoleBinding here (empty when L2 or the
             watchdog is off).
+        canary: the :class:`k8s.canary.KvCanary` construct (None when L2 or the canary is off).
 
     Raises:
         ValueError: L2 on while ``curvine.enabled`` is false (the loader reports it first).
@@ -228,6 +234,7 @@ class BusinessLineChart(cdk8s.Chart):
         self.policy: cdk8s.ApiObject | None = None
         self.janitor: L2Janitor | None = None
         self.mount_watchdog_rbac: list[cdk8s.ApiObject] = []
+        self.canary: KvCanary | None = None
         if line.cache.l2_enabled:
             self.pvc = k8s.KubePersistentVolumeClaim(
                 self, "L2Pvc", metadata=k8s.ObjectMeta(name=names.pvc_name(line), namespace=ns,
@@ -253,6 +260,10 @@ class BusinessLineChart(cdk8s.Chart):
             self.mount_watchdog_rbac = line_rbac(self, platform=platform, namespace=ns)
             for obj in self.mount_watchdog_rbac:
                 obj.add_dependency(self.namespace_obj)
+            if canary.enabled(platform, line):
+                self.canary = KvCanary(self, "KvCanary", platform=platform, line=line)
+                for obj in self.canary.objects:
+                    obj.add_dependency(self.namespace_obj)
         self.endpoint = iec.InferenceEndpointConfig(
             self, "Endpoint", metadata=cdk8s.ApiObjectMetadata(name=names.endpoint_name(line), namespace=ns),
             spec=endpoint_spec(platform, line))

@@ -85,3 +85,12 @@ L2_JANITOR_METRICS_PORT_NAME: Final = "metrics"
 L2_MOUNT_WATCHDOG: Final = "l2-mount-watchdog"
 L2_MOUNT_WATCHDOG_COMPONENT_LABEL: Final = ("app.kubernetes.io/component", L2_MOUNT_WATCHDOG)
 L2_MOUNT_WATCHDOG_METRICS_PORT_NAME: Final = "metrics"
+#: The per-line cross-pod hit canary (k8s/canary.py): object name, the pod label the observability
+#: stack's scrape job selects on (observability/targets.py) and its metrics port's name (its number
+#: is :data:`kv_tools.kv_canary.METRICS_PORT`, the janitor's 9100: one scraper port for both).
+KV_CANARY: Final = "kv-canary"
+KV_CANARY_COMPONENT_LABEL: Final = ("app.kubernetes.io/component", KV_CANARY)
+KV_CANARY_METRICS_PORT_NAME: Final = "metrics"
+#: Name of vLLM's container port in the operator-rendered Pods (``modelInvocationPort.name``,
+#: k8s/line_chart.py), which the canary sends its requests to.
+VLLM_PORT_NAME: Final = "http"

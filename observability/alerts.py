@@ -9,7 +9,13 @@ to the SNS topic.
 Severity ``critical``: users are hurt now or will be within minutes (TTFT over SLO, no
 admission webhook, Primary down, pool nearly full). ``warning``: the cache works worse than it
 should (hit rate collapsed, a line over its watermark, a pod without L2, a line's L2 janitor stale
-or failing).
+or failing, L2 stores or retrieves failing, the cross-pod hit canary failing).
+
+Every alert is evaluated by a real rule engine in the tests: ``promtool test rules`` with input
+series that fire it, the nearest healthy series that must not, and the labels a receiver gets
+(``tests/observability/test_promtool.py``, which fails naming any alert without a test), and a
+live Prometheus against the real-LMCache tier's pods (``tests_lmcache/test_live_alerts.py``).
+What each alert means and what to do: docs/observability.md.
 """
 
 from __future__ import annotations
@@ -33,6 +39,15 @@ JANITOR_STALE_PERIODS: Final = 3
 JANITOR_STALE_LOOKBACK: Final = "1d"
 #: Failing passes in a row before the janitor's failure alert fires.
 JANITOR_FAILED_PASSES: Final = 3
+#: Window over which an L2 store or retrieve shortfall is counted, and how long it must last: a
+#: pod wrote to L2 less than half of the chunks it certainly stored, in every 10-minute window for
+#: 10 minutes (store), or missed a chunk's worth of requested tokens so (retrieve).
+L2_FAILURE_WINDOW: Final = "10m"
+L2_FAILURE_FOR: Final = "10m"
+#: Share of the chunks a pod certainly had to write that must be missing from L2 for the store
+#: alert: more than half. A duplicate write LMCache skips while the same chunk is in flight, or a
+#: store cut short by a full CPU buffer, lose a few; half of everything over 20 minutes is a fault.
+L2_STORE_MISSING_SHARE: Final = 0.5
 #: Most L2 pods one node can hold whose mounts die together when its FUSE pod restarts: one vLLM
 #: pod per GPU of the largest instance types (8) and the janitors that land there; healing evicts
 #: them one per ``curvine.mount_watchdog.eviction_interval_seconds``.
@@ -142,6 +157,55 @@ def line_alerts(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...])
         action=f"kubectl -n <namespace> logs deploy/{names.L2_JANITOR} | tail -1 (the 'errors' field); "
                f"'listing Pods' errors: check the Role and RoleBinding {names.L2_JANITOR}; 'not a directory': "
                "the PVC is not mounted; unlink/rmtree errors: Curvine's health."))
+    def store_failing(line: BusinessLineConfig) -> Alert:
+        due, written = queries.l2_store_chunks(line, L2_FAILURE_WINDOW)
+        return Alert(
+            name="KvCacheL2StoreFailing",
+            expr=f"({due} >= 1) and ({due} - ({written} or {due} * 0) > {L2_STORE_MISSING_SHARE:g} * {due})",
+            for_=L2_FAILURE_FOR, severity="warning", labels={"business_line": line.name},
+            summary=f"{line.name}: {{{{ $labels.pod }}}} stores KV chunks that do not reach L2",
+            meaning=f"Over {L2_FAILURE_WINDOW}, LMCache in this vLLM pod wrote to L2 (the Curvine directory) less "
+                    f"than {1 - L2_STORE_MISSING_SHARE:.0%} of the full chunks it certainly stored, for "
+                    f"{L2_FAILURE_FOR}: L2 writes fail (mount dead or read-only, ENOSPC, I/O errors), or the "
+                    "pod's CPU buffer is so full it stores little. Other pods miss what this one computes.",
+            action="kubectl -n <namespace> logs <pod> | grep -E 'Put task failed|remote'; kubectl -n <namespace> "
+                   "exec <pod> -- df -h /mnt/curvine/l2cache (a FUSE mount, not overlay; 'Transport endpoint is "
+                   "not connected' = the mount is dead: delete the pod); check KvCacheCurvinePoolAlmostFull and "
+                   "Curvine's health.")
+
+    out += _per_line(l2_lines, store_failing)
+    out += _per_line(l2_lines, lambda line: Alert(
+        name="KvCacheL2RetrieveFailing",
+        expr=f"{queries.l2_retrieve_shortfall(line, L2_FAILURE_WINDOW)} >= {line.cache.chunk_size_tokens}",
+        for_=L2_FAILURE_FOR, severity="warning", labels={"business_line": line.name},
+        summary=f"{line.name}: {{{{ $labels.pod }}}} fails to load {{{{ $value | humanize }}}} KV tokens it found",
+        meaning=f"In every {L2_FAILURE_WINDOW} window for {L2_FAILURE_FOR}, LMCache in this vLLM pod failed to "
+                "retrieve at least a chunk's worth of the tokens its lookup had found (requested minus "
+                "retrieved): chunks unreadable (I/O errors, a hung mount past LMCache's blocking timeout), "
+                "truncated or deleted between lookup and retrieve. vLLM recomputes them, so TTFT suffers. "
+                "After about 10 failed reads in 30 s LMCache 0.5.5 marks itself unhealthy and skips the cache "
+                "for 5 minutes, which this alert then no longer sees (docs/observability.md).",
+        action="kubectl -n <namespace> logs <pod> | grep -E 'get_blocking|retrieved tokens is less'; check the mount "
+               "(df -h /mnt/curvine/l2cache in the pod), Curvine Workers (KvCacheCurvineWorkersLost) and the "
+               "janitor's minimum age (docs/l2-cache.md)."))
+    canary_lines = [l for l in l2_lines if l.runs_canary]
+    low_runs = cfg.canary_low_runs
+    out += _per_line(canary_lines, lambda line: Alert(
+        name="KvCacheCrossPodCanaryFailing",
+        expr=f"{queries.canary_hit_ratio(line)} < {cfg.canary_min_hit_ratio:g}",
+        for_=f"{(low_runs - 1) * line.canary.period_minutes}m", severity="warning",
+        labels={"business_line": line.name},
+        summary=f"{line.name}: cross-pod L2 hits of the canary at {{{{ $value | humanizePercentage }}}} for "
+                f"{low_runs} runs",
+        meaning=f"{low_runs} measured runs in a row of the line's canary found less than "
+                f"{cfg.canary_min_hit_ratio:.0%} of a fresh prompt that one replica computed served from L2 on "
+                "another replica: cross-pod sharing is broken (chunk keys differ between pods, pods write to "
+                "different directories, stores or reads fail), whatever the traffic does. One replica, replicas "
+                "of two models, or a reader too busy to measure export no ratio and never fire it.",
+        action=f"kubectl -n <namespace> logs deploy/{names.KV_CANARY} --tail=3 (writer, reader, "
+               "writer_chunks_written, reader_l2_tokens); writer_chunks_written 0: see KvCacheL2StoreFailing; "
+               "written but not read: compare the two pods' LMCACHE_REMOTE_URL and PYTHONHASHSEED and their "
+               "mounts (scripts/verify.py, docs/l2-cache.md 'Checking after deploy that two pods share the cache')."))
     for line in l2_lines:
         current = queries.l2_hit_share(line, "15m")
         baseline = queries.l2_hit_share(line, "6h", offset="15m")

@@ -8,7 +8,9 @@ the Grafana has (the AMP workspace's, in Amazon Managed Grafana).
 Rows: "Platform" (Curvine pool and health, Kyverno admission, GPUs), then one per business line
 (tier shares of prompt tokens, L0 and LMCache hit rates, L1/L2 hit tokens, TTFT p50/p90/p99
 against the line's SLO, tokens per second, requests, L2 use against ``l2_size``, L2 traffic,
-GPU KV-cache and L1 use, GPU utilisation). What each panel means: README, "Observability".
+GPU KV-cache and L1 use, GPU utilisation), then "Cross-pod hit canary" (every L2 line's canary: ratio,
+cold and warm TTFT, runs by result). What each panel means: README, "Observability", and
+docs/observability.md.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 
+from kv_tools import kv_canary
 from observability import queries, targets
 from platform_config import BusinessLineConfig, PlatformConfig
 
@@ -187,6 +190,24 @@ def line_panels(platform: PlatformConfig, line: BusinessLineConfig) -> list[Any]
     return panels
 
 
+def canary_panels(platform: PlatformConfig) -> list[Any]:
+    """Panels of the "Cross-pod hit canary" row, one series per line that runs the canary."""
+    low = platform.observability.alerts.canary_min_hit_ratio
+    return [
+        _series("Cross-pod hit ratio (canary)", "Share of a fresh prompt's full chunks that the second replica "
+                "served from L2 after the first computed it (last measured run; 1 = L2 shares across pods). "
+                f"The alert fires below {low:.0%} for several runs in a row; no value while only one "
+                "comparable replica runs.", "percentunit",
+                [(queries.canary_by_line(kv_canary.RATIO_METRIC), "{{line}}")], span=8, threshold=low, max_value=1),
+        _series("Canary TTFT: cold / warm", "Time to the one-token response "
+                "of the canary's two requests (last measured run): cold on the first replica, warm on the second (from L2); warm well below cold = L2 pays.", "s",
+                [(queries.canary_by_line(kv_canary.TTFT_METRIC, by="line, phase"), "{{line}} {{phase}}")], span=8),
+        _series("Canary runs per hour, by result", "measured; busy (the second replica served others meanwhile, "
+                "nothing proven); one_replica / no_pair (nothing to compare: reported, not alarmed); error.",
+                "short", [(queries.canary_runs_by_line_and_result(), "{{line}} {{result}}")], span=8),
+    ]
+
+
 def build_dashboard(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> dict[str, Any]:
     """The dashboard as Grafana's JSON model (a dict), rows in order: Platform, then each line.
 
@@ -204,6 +225,11 @@ def build_dashboard(platform: PlatformConfig, lines: tuple[BusinessLineConfig, .
             f"Business line {line.name} (namespace {line.namespace}, {line.model.name}, "
             f"{line.replicas}x {line.instance_type})"))
         for panel in line_panels(platform, line):
+            dashboard = dashboard.with_panel(panel)
+    if any(line.runs_canary for line in queries.l2_lines(platform, lines)):
+        dashboard = dashboard.with_row(db.Row("Cross-pod hit canary (every L2 line): is one replica's prefix "
+                                              "served from L2 on another?"))
+        for panel in canary_panels(platform):
             dashboard = dashboard.with_panel(panel)
     model = json.loads(json.dumps(dashboard.build(), cls=JSONEncoder))
     _flow_layout(model["panels"])

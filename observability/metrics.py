@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, Literal
 
-from kv_tools import l2_janitor, l2_mount_watchdog
+from kv_tools import kv_canary, l2_janitor, l2_mount_watchdog
 
 Kind = Literal["counter", "gauge", "histogram"]
 
@@ -141,6 +141,10 @@ L2_MOUNT_WATCHDOG: Final = Source(
     component="L2 mount watchdog (k8s/mount_watchdog.py DaemonSet)", repository="this project",
     path="kv_tools/l2_mount_watchdog.py", versions=("this repository",), naming=Naming.PROJECT,
     read_from="prometheus_text() of the watchdog, served on GET /metrics by its --serve HTTP server")
+KV_CANARY: Final = Source(
+    component="Cross-pod hit canary (k8s/canary.py Deployment)", repository="this project",
+    path="kv_tools/kv_canary.py", versions=("this repository",), naming=Naming.PROJECT,
+    read_from="prometheus_text() of the canary, served on GET /metrics by its --serve HTTP server")
 
 _VLLM_LABELS = ("model_name", "engine")
 #: ``PrometheusLogger._metadata_to_labels`` (lmcache 0.5.5). ``role`` is ``worker`` or
@@ -174,6 +178,13 @@ METRICS: Final[dict[str, Metric]] = {m.name: m for m in (
     _m("lmcache:num_hit_tokens", "counter", "tokens", _LMCACHE_LABELS,
        "tokens LMCache retrieved (L1 and L2 hits together)", LMCACHE),
     _m("lmcache:num_stored_tokens", "counter", "tokens", _LMCACHE_LABELS, "tokens LMCache stored", LMCACHE),
+    _m("lmcache:num_lookup_requests", "counter", "requests", _LMCACHE_LABELS,
+       "lookups vLLM asked of LMCache (one per new request; none while LMCache is unhealthy)", LMCACHE),
+    _m("lmcache:num_store_requests", "counter", "requests", _LMCACHE_LABELS,
+       "store requests (each stores its full chunks; at most chunk_size - 1 tokens of a tail are not stored)",
+       LMCACHE),
+    _m("lmcache:num_remote_write_requests", "counter", "chunks", _LMCACHE_LABELS,
+       "chunks written to the remote backend (L2), counted after a successful write only", LMCACHE),
     _m("lmcache:num_remote_read_requests", "counter", "chunks", _LMCACHE_LABELS,
        "chunks read from the remote backend (L2 hits; one object per chunk and TP rank)", LMCACHE),
     _m("lmcache:num_remote_read_bytes", "counter", "bytes", _LMCACHE_LABELS,
@@ -233,6 +244,19 @@ METRICS: Final[dict[str, Metric]] = {m.name: m for m in (
        "lazy unmounts of dead L2 binds of terminating pods: result=unmounted|failed", L2_MOUNT_WATCHDOG),
     _m(l2_mount_watchdog.LAST_PASS_METRIC, "gauge", "unix seconds", ("node",),
        "when the watchdog's last pass on the node finished", L2_MOUNT_WATCHDOG),
+    # Cross-pod hit canary (one per L2 line).
+    _m(kv_canary.RATIO_METRIC, "gauge", "ratio", ("line", "namespace"),
+       "L2-served share of the last measured canary prompt on the second replica (1 = every chunk)", KV_CANARY),
+    _m(kv_canary.TTFT_METRIC, "gauge", "seconds", ("line", "namespace", "phase"),
+       "TTFT of the last measured run's requests: phase=cold (first replica), warm (second)", KV_CANARY),
+    _m(kv_canary.REPLICAS_METRIC, "gauge", "replicas", ("line", "namespace"),
+       "comparable replicas (Running, Ready, same L2 directory) the last run found", KV_CANARY),
+    _m(kv_canary.LAST_RUN_METRIC, "gauge", "unix seconds", ("line", "namespace"), "when the last run finished",
+       KV_CANARY),
+    _m(kv_canary.RUNS_METRIC + "_total", "counter", "runs", ("line", "namespace", "result"),
+       "canary runs by result: measured, busy, one_replica, no_pair, error", KV_CANARY),
+    _m(kv_canary.REQUEST_TTFT_METRIC, "histogram", "seconds", ("line", "namespace"),
+       "TTFT of the canary's own requests in vLLM's TTFT buckets (subtracted from the TTFT SLO)", KV_CANARY),
 )}
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Final
 
 from k8s import names
-from kv_tools import l2_janitor, l2_mount_watchdog
+from kv_tools import kv_canary, l2_janitor, l2_mount_watchdog
 from observability import targets
 from observability.metrics import series
 from platform_config import BusinessLineConfig, PlatformConfig
@@ -128,9 +128,79 @@ def l2_hit_share(line: BusinessLineConfig, window: str = RATE_WINDOW, offset: st
     return f"{l2_hit_tokens_rate(line, window, offset)} / {prompts}"
 
 
+def canary_labels(line: BusinessLineConfig) -> dict[str, str]:
+    """Labels selecting a line's canary series (job and the canary's own ``line`` label)."""
+    return {"job": targets.JOB_KV_CANARY, "line": line.name}
+
+
 def ttft_quantile(line: BusinessLineConfig, q: float) -> str:
-    """TTFT quantile ``q`` (0-1) of the line, seconds."""
-    return quantile(q, "vllm:time_to_first_token_seconds", line_labels(line))
+    """TTFT quantile ``q`` (0-1) of the line's user requests, seconds.
+
+    vLLM's TTFT histogram has no per-request label (``model_name`` is the server's first served
+    name for every request, ``engine`` its engine index; vLLM 0.29.0 ``vllm/v1/metrics/loggers.py``),
+    so on a line that runs the cross-pod hit canary its requests are taken out bucket by bucket:
+    the canary exports its own requests in vLLM's buckets (``kvcache_canary_request_ttft_seconds``,
+    :mod:`kv_tools.kv_canary`), and ``vLLM - canary`` (clamped at 0; the canary's buckets count as
+    0 while it has no series) is what the quantile is computed from.
+    """
+    vllm = (f"sum by (le)(rate({selector('vllm:time_to_first_token_seconds', '_bucket', **line_labels(line))}"
+            f"[{RATE_WINDOW}]))")
+    if not line.runs_canary:
+        return f"histogram_quantile({q:g}, {vllm})"
+    canary = (f"sum by (le)(rate({selector(kv_canary.REQUEST_TTFT_METRIC, '_bucket', **canary_labels(line))}"
+              f"[{RATE_WINDOW}]))")
+    return f"histogram_quantile({q:g}, clamp_min({vllm} - ({canary} or {vllm} * 0), 0))"
+
+
+def canary_hit_ratio(line: BusinessLineConfig) -> str:
+    """The line's cross-pod hit ratio of the last measured canary run (0-1; absent otherwise)."""
+    return f"max({selector(kv_canary.RATIO_METRIC, **canary_labels(line))})"
+
+
+def canary_by_line(name: str, by: str = "line") -> str:
+    """``max by (<by>)`` of canary gauge ``name`` over every line (one dashboard query for all lines)."""
+    return f"max by ({by})({selector(name, job=targets.JOB_KV_CANARY)})"
+
+
+def canary_runs_by_line_and_result() -> str:
+    """Canary runs per hour, by line and result, over every line."""
+    return (f"sum by (line, result)(increase({selector(kv_canary.RUNS_METRIC + '_total', job=targets.JOB_KV_CANARY)}"
+            f"[1h]))")
+
+
+def l2_store_chunks(line: BusinessLineConfig, window: str) -> tuple[str, str]:
+    """Per pod of the line, over ``window``: (full chunks LMCache certainly had to write to L2,
+    chunks it wrote).
+
+    LMCache counts every store request's tokens (``num_stored_tokens``) and writes every full
+    chunk of them to L2 (``num_remote_write_requests``, counted only after a write succeeded;
+    lmcache 0.5.5). A request leaves at most ``chunk_size - 1`` tokens of a tail unstored, so
+    ``(stored tokens - (chunk_size - 1) x store requests) / chunk_size`` chunks were certainly due
+    (a lower bound: requests of a tail only count negative). Rank 0 only (every TP rank writes its
+    own shard of each chunk).
+    """
+    labels = {**line_labels(line), **RANK0}
+    chunk = line.cache.chunk_size_tokens
+    by = "sum by (namespace, pod)"
+    due = (f"(({by}(increase({selector('lmcache:num_stored_tokens', **labels)}[{window}])) - {chunk - 1} * "
+           f"{by}(increase({selector('lmcache:num_store_requests', **labels)}[{window}]))) / {chunk})")
+    written = f"{by}(increase({selector('lmcache:num_remote_write_requests', **labels)}[{window}]))"
+    return due, written
+
+
+def l2_retrieve_shortfall(line: BusinessLineConfig, window: str) -> str:
+    """Per pod of the line: tokens LMCache was asked to retrieve over ``window`` and did not.
+
+    vLLM asks LMCache to retrieve exactly the chunks its lookup found (``num_requested_tokens``;
+    the LMCache vLLM adapter of lmcache 0.5.5 logs "The number of retrieved tokens is less than
+    the expected number of tokens! This should not happen!" otherwise), so requested minus
+    retrieved (``num_hit_tokens``) is what failed to load: unreadable, truncated or vanished
+    chunks, or reads past LMCache's blocking timeout. Rank 0 only.
+    """
+    labels = {**line_labels(line), **RANK0}
+    by = "sum by (namespace, pod)"
+    return (f"{by}(increase({selector('lmcache:num_requested_tokens', **labels)}[{window}])) - "
+            f"{by}(increase({selector('lmcache:num_hit_tokens', **labels)}[{window}]))")
 
 
 def requests(line: BusinessLineConfig, state: str) -> str:

@@ -16,15 +16,16 @@ job                       pods                        port
 ``kvcache-l2-janitor``    each line's L2 janitor      container port ``metrics`` (9100, k8s/janitor.py)
 ``kvcache-l2-mount-       the L2 mount watchdog on    container port ``metrics`` (9101,
 watchdog``                every HyperPod node         k8s/mount_watchdog.py)
+``kvcache-kv-canary``     each line's hit canary      container port ``metrics`` (9100, k8s/canary.py)
 ========================  ==========================  ===========================================
 
 Target labels added by relabelling: ``business_line`` (vLLM, from the namespace), ``namespace``
 and ``pod`` (vLLM, Curvine, Kyverno), ``l2_cache`` (vLLM: the value of the pod label
 :data:`k8s.names.L2_MUTATED_LABEL` the Kyverno policy sets; absent on a pod it did not mutate),
-``node`` (all but the mount watchdog). The DCGM exporter, the janitor and the mount watchdog expose
-their own ``namespace``/``pod``/``line`` labels (the pod *using* a GPU; the line measured; the pod
-whose mount was checked; the watchdog also its ``node``), so those jobs add no target label of the
-same name (a clash would rename theirs to ``exported_*``).
+``node`` (all but the mount watchdog). The DCGM exporter, the janitor, the canary and the mount
+watchdog expose their own ``namespace``/``pod``/``line`` labels (the pod *using* a GPU; the line
+measured; the pod whose mount was checked; the watchdog also its ``node``), so those jobs add no
+target label of the same name (a clash would rename theirs to ``exported_*``).
 
 Every job keeps its targets by port *number* too, so :func:`scrape_ports` is the exact set of TCP
 ports the scraper opens; the observability stack admits the scraper on those ports (and the API
@@ -43,7 +44,7 @@ import yaml
 from k8s import names
 from k8s.curvine_config import MASTER_WEB_PORT, WORKER_WEB_PORT
 from k8s.kyverno import KYVERNO_NAMESPACE
-from kv_tools import l2_janitor, l2_mount_watchdog
+from kv_tools import kv_canary, l2_janitor, l2_mount_watchdog
 from platform_config import BusinessLineConfig, PlatformConfig
 
 JOB_VLLM: Final = "kvcache-vllm"
@@ -53,6 +54,7 @@ JOB_KYVERNO: Final = "kvcache-kyverno"
 JOB_DCGM: Final = "kvcache-dcgm"
 JOB_L2_JANITOR: Final = "kvcache-l2-janitor"
 JOB_L2_MOUNT_WATCHDOG: Final = "kvcache-l2-mount-watchdog"
+JOB_KV_CANARY: Final = "kvcache-kv-canary"
 
 #: Pod labels of the Curvine chart (k8s/curvine_chart.py; a test checks they match).
 CURVINE_NAME_LABEL: Final = ("app.kubernetes.io/name", "curvine")
@@ -83,6 +85,11 @@ L2_JANITOR_METRICS_PORT: Final = l2_janitor.METRICS_PORT
 L2_MOUNT_WATCHDOG_COMPONENT: Final = names.L2_MOUNT_WATCHDOG_COMPONENT_LABEL
 L2_MOUNT_WATCHDOG_METRICS_PORT_NAME: Final = names.L2_MOUNT_WATCHDOG_METRICS_PORT_NAME
 L2_MOUNT_WATCHDOG_METRICS_PORT: Final = l2_mount_watchdog.METRICS_PORT
+#: The cross-pod hit canary's pods and port (k8s/names.py, k8s/canary.py, kv_tools/kv_canary.py);
+#: the same port number as the janitor's, so the scraper needs no other security-group rule.
+KV_CANARY_COMPONENT: Final = names.KV_CANARY_COMPONENT_LABEL
+KV_CANARY_METRICS_PORT_NAME: Final = names.KV_CANARY_METRICS_PORT_NAME
+KV_CANARY_METRICS_PORT: Final = kv_canary.METRICS_PORT
 
 #: Target label holding the pod's :data:`k8s.names.L2_MUTATED_LABEL` value (vLLM job).
 L2_CACHE_TARGET_LABEL: Final = "l2_cache"
@@ -177,6 +184,11 @@ def _jobs(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> li
             out.append((Job(name=JOB_L2_JANITOR, namespaces=tuple(l.namespace for l in l2_lines),
                             pod_label=L2_JANITOR_COMPONENT, port_name=L2_JANITOR_METRICS_PORT_NAME,
                             port_numbers=(L2_JANITOR_METRICS_PORT,), pod_target_labels=False), []))
+        canary_lines = [l for l in l2_lines if l.runs_canary and platform.curvine.enabled]
+        if canary_lines:
+            out.append((Job(name=JOB_KV_CANARY, namespaces=tuple(l.namespace for l in canary_lines),
+                            pod_label=KV_CANARY_COMPONENT, port_name=KV_CANARY_METRICS_PORT_NAME,
+                            port_numbers=(KV_CANARY_METRICS_PORT,), pod_target_labels=False), []))
     if platform.curvine.enabled:
         ns = (platform.curvine.namespace,)
         for name, component, port in ((JOB_CURVINE_MASTER, "master", MASTER_WEB_PORT),

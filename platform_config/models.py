@@ -700,8 +700,9 @@ class ImageVersions(StrictModel):
     csi_node_driver_registrar: PinnedImage
     csi_provisioner: PinnedImage
     livenessprobe: PinnedImage
-    #: Runs each line's L2 janitor (kv_tools/l2_janitor.py, standard library only, shipped in a
-    #: ConfigMap): any pinned Python >= 3.10 image.
+    #: Runs each line's L2 janitor (kv_tools/l2_janitor.py) and cross-pod hit canary
+    #: (kv_tools/kv_canary.py), both standard library only, shipped in ConfigMaps: any pinned
+    #: Python >= 3.10 image.
     l2_janitor: PinnedImage = "python:3.12.8-slim-bookworm"
 
 
@@ -817,6 +818,13 @@ class AlertsConfig(StrictModel):
     l2_hit_rate_collapse_ratio: Annotated[float, Field(gt=0, lt=1)] = 0.5
     #: ... and only for lines whose 6-hour L2 hit rate (L2 tokens / prompt tokens) was at least this.
     l2_hit_rate_baseline_min: Annotated[float, Field(gt=0, lt=1)] = 0.05
+    #: The cross-pod hit canary's alert fires when its ratio (L2-served share of the canary
+    #: prompt on the second replica; 1 when L2 works) is below this in ``canary_low_runs`` runs
+    #: in a row. 0.5: a working L2 serves every full chunk of the fresh prompt.
+    canary_min_hit_ratio: Annotated[float, Field(gt=0, le=1)] = 0.5
+    #: Runs in a row (each ``canary.period_minutes`` apart) the ratio must stay low; at least 2,
+    #: so one failed run (a replica restarting) does not page.
+    canary_low_runs: Annotated[int, Field(ge=2, le=12)] = 3
 
 
 class ObservabilityConfig(StrictModel):
@@ -1103,6 +1111,26 @@ class CacheConfig(StrictModel):
         return self
 
 
+#: Tokens after the full chunks of a canary prompt (``kv_tools.kv_canary.TAIL_TOKENS``, which runs
+#: alone from a ConfigMap and so keeps its own copy; a test holds the two equal).
+CANARY_TAIL_TOKENS = 16
+
+
+class CanaryConfig(StrictModel):
+    """The line's cross-pod hit canary (docs/observability.md): a small Deployment that every
+    ``period_minutes`` sends a fresh prompt of ``prompt_chunks`` chunks to one replica, then to
+    another, and exports how much of it the second served from L2. Only lines with L2 run it."""
+
+    #: false: no canary (and no canary alert) for this line.
+    enabled: bool = True
+    #: Minutes between two runs. Each run sends exactly 2 completion requests of
+    #: ``max_tokens`` 1 (one per replica), so the canary adds at most 2 requests per period.
+    period_minutes: Annotated[int, Field(ge=1, le=60)] = 5
+    #: Full LMCache chunks (``cache.chunk_size_tokens`` each) in the canary prompt, plus 16
+    #: tokens; each run writes this many new chunks to L2, which the janitor ages out.
+    prompt_chunks: Annotated[int, Field(ge=1, le=16)] = 4
+
+
 class SloConfig(StrictModel):
     """Service-level objectives of a line, drawn on its dashboard row and alerted on."""
 
@@ -1133,6 +1161,7 @@ class BusinessLineConfig(StrictModel):
     vllm: VllmConfig
     resources: ResourcesConfig = ResourcesConfig()
     slo: SloConfig = SloConfig()
+    canary: CanaryConfig = CanaryConfig()
     #: PYTHONHASHSEED shared by every pod of the line. vLLM derives from it the initial prefix
     #: hash (`NONE_HASH`, random per process when unset) from which LMCache chains its chunk
     #: keys, so pods with different or unset seeds never hit each other's chunks. LMCache alone
@@ -1198,6 +1227,30 @@ class BusinessLineConfig(StrictModel):
                 f"({memory_gib:g} GiB): the L1 buffer lives in the pod's memory"
             )
         return self
+
+    @model_validator(mode="after")
+    def _canary_prompt_fits_the_model_length(self) -> "BusinessLineConfig":
+        """The canary's prompt (and its one generated token) must fit ``--max-model-len`` when
+        ``vllm.args`` sets it, or vLLM refuses every canary request."""
+        if not self.runs_canary:
+            return self
+        value = " ".join(vllm_flags.flag_values(self.vllm.args).get("--max-model-len") or [])
+        if not value.isdigit():  # not set (the model's own limit), or a form vLLM parses itself
+            return self
+        chunk = self.cache.chunk_size_tokens
+        needed = self.canary.prompt_chunks * chunk + CANARY_TAIL_TOKENS + 1
+        if needed > int(value):
+            raise ValueError(
+                f"canary.prompt_chunks {self.canary.prompt_chunks} x cache.chunk_size_tokens {chunk} + "
+                f"{CANARY_TAIL_TOKENS + 1} = {needed} tokens exceed vllm.args --max-model-len {value}; allowed: "
+                f"canary.prompt_chunks 1..{(int(value) - CANARY_TAIL_TOKENS - 1) // chunk} (or canary.enabled: false)")
+        return self
+
+    @property
+    def runs_canary(self) -> bool:
+        """Whether the line runs the cross-pod hit canary: L2 on and ``canary.enabled`` (L2 on
+        already requires ``curvine.enabled``, checked by the loader)."""
+        return self.cache.l2_enabled and self.canary.enabled
 
     @property
     def tensor_parallel_size(self) -> int:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,45 @@ class PodRun:
 
     def of(self, op: str) -> list[dict[str, Any]]:
         return [r for r in self.records if r["op"] == op]
+
+
+@dataclass
+class ReplicaProcess:
+    """A running stand-in replica (:mod:`tests_lmcache.replica`): its Pod name, URL and env."""
+
+    name: str
+    line: str
+    proc: subprocess.Popen
+    url: str
+    env: dict[str, str]
+    #: The vLLM container's env as rendered (in-cluster paths), what the Kubernetes API would list.
+    rendered_env: dict[str, str]
+    log_path: Path
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def pod_object(self, endpoint: str, ready: bool = True) -> dict[str, Any]:
+        """The Pod as ``GET /api/v1/namespaces/<ns>/pods`` lists it: the operator's ``app`` label,
+        Running (and Ready), Pod IP 127.0.0.1, vLLM's port named ``http`` (this process's port)
+        and the rendered env."""
+        return {"metadata": {"name": self.name, "labels": {"app": endpoint}},
+                "spec": {"containers": [{"name": endpoint, "ports": [{"name": "http", "containerPort": self.port}],
+                                         "env": [{"name": k, "value": v} for k, v in self.rendered_env.items()]}]},
+                "status": {"phase": "Running", "podIP": "127.0.0.1",
+                           "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
+
+    def stop(self) -> str:
+        """SIGTERM, wait, return the log."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
 
 
 @dataclass
@@ -130,6 +171,30 @@ class Tier:
         served = ServedPod(proc, os.fdopen(replies_r, encoding="utf-8"), log_path, pod_env)
         served.ready = served.reply()
         return served
+    def start_replica(self, line: str, name: str, *, pod: int = 0, env: dict[str, str] | None = None,
+                      geometry: dict[str, int] = SMALL) -> ReplicaProcess:
+        """Start a stand-in replica (:mod:`tests_lmcache.replica`) of ``line`` with the env of
+        admitted Pod ``pod`` (or ``env``); return once it listens."""
+        self._n[0] += 1
+        n = self._n[0]
+        port_file = self.work / f"replica{n}.port"
+        spec = {"geometry": geometry, "engine": self.doc["lines"][line]["engine"], "port_file": str(port_file),
+                "served_model_name": self.doc["lines"][line]["model"]}
+        spec_path = self.work / f"replica{n}.spec.json"
+        spec_path.write_text(json.dumps(spec), encoding="utf-8")
+        pod_env = env if env is not None else self.pod_env(line, pod)
+        log_path = self.work / f"replica{n}.log"
+        with open(log_path, "w", encoding="utf-8") as log:
+            proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "tests_lmcache.replica", str(spec_path)],
+                                    cwd=REPO, env=pod_env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + POD_TIMEOUT_S
+        while not port_file.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                raise AssertionError(f"replica {name} did not start:\n{log_path.read_text()[-4000:]}")
+            time.sleep(0.1)
+        return ReplicaProcess(name, line, proc, f"http://127.0.0.1:{port_file.read_text()}", pod_env,
+                              dict(self.doc["lines"][line]["envs"][pod]), log_path)
 
     @staticmethod
     def finish(started: tuple[subprocess.Popen, Path, dict]) -> PodRun:
@@ -198,3 +263,19 @@ def make_tier(exported: dict[str, Any], base: Path) -> Tier:
 @pytest.fixture
 def tier(exported, tmp_path) -> Tier:
     return make_tier(exported, tmp_path)
+
+
+@pytest.fixture
+def live_prometheus(exported, tmp_path):
+    """A started :class:`tests_lmcache.prometheus.LivePrometheus` with the generated rule file and
+    scrape jobs (``for:`` 0, 1-s intervals); give it targets with ``set_targets`` and read alerts
+    with ``wait_for_alert`` / ``wait_for_resolved``. Stopped after the test. For other tiers (the
+    L2 fault tier) that scrape their own processes."""
+    from tests_lmcache.prometheus import LivePrometheus
+
+    prometheus = LivePrometheus(tmp_path / "prometheus", rule_file=exported["rule_file"],
+                                scrape_config=exported["scrape_config"]).start()
+    try:
+        yield prometheus
+    finally:
+        prometheus.stop()

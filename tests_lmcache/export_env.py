@@ -27,12 +27,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from k8s import canary as canary_chart
 from k8s import janitor, mount_watchdog, names
 from k8s.curvine_config import fuse_master_op_bound_ms
 from k8s.lmcache import LMCACHE_CONFIG_KEYS, LMCACHE_VERSION, l2_fault_timeouts
 from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL
 from k8s.render import render_manifests
-from observability import alerts, dashboards
+from observability import alerts, dashboards, targets
 from platform_config import ProjectConfig, load_project
 from platform_config.vllm_args import TENSOR_PARALLEL_FLAG, parallel_sizes
 from tests.example_config import FIXTURE_CONFIG, copy_example_config, edit_yaml
@@ -77,6 +78,21 @@ def lmcache_selections(project: ProjectConfig) -> dict[str, list[dict[str, list[
     return out
 
 
+def scrape_meta(namespace: str, labels: dict[str, str], port: dict[str, Any]) -> dict[str, str]:
+    """The ``__meta_kubernetes_*`` labels Kubernetes pod discovery gives a Running pod's port, from
+    the pod's labels and one container port (pod and node names are the live harness's)."""
+    meta = {"__meta_kubernetes_namespace": namespace, "__meta_kubernetes_pod_phase": "Running",
+            "__meta_kubernetes_pod_container_port_number": str(port["containerPort"]),
+            "__meta_kubernetes_pod_container_port_name": port.get("name", "")}
+    meta.update({targets.meta_label(k): v for k, v in labels.items()})
+    return meta
+
+
+def _template(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (obj,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    return obj["spec"]["template"]
+
+
 def export_project(project: ProjectConfig, pods: int, seed_base: int) -> dict[str, Any]:
     """Per line: the env of ``pods`` admitted Pods and the engine facts of its rendered endpoint."""
     manifests = render_manifests(project, volume_id=VOLUME_ID, availability_zone=ZONE)
@@ -95,6 +111,13 @@ def export_project(project: ProjectConfig, pods: int, seed_base: int) -> dict[st
                               for p in c.get("ports") or [])]
             envs.append({e["name"]: e["value"] for e in vllm["env"] if "value" in e})
             metrics_dirs.append(_metrics_dir(admitted, vllm))
+        meta = {targets.JOB_VLLM: scrape_meta(line.namespace, admitted["metadata"].get("labels") or {},
+                                              worker["modelInvocationPort"])}
+        for job, kind_name in ((targets.JOB_L2_JANITOR, names.L2_JANITOR), (targets.JOB_KV_CANARY, names.KV_CANARY)):
+            if any(o["kind"] == "Deployment" and o["metadata"]["name"] == kind_name for o in objects):
+                template = _template(objects, "Deployment", kind_name)
+                (container,) = template["spec"]["containers"]
+                meta[job] = scrape_meta(line.namespace, template["metadata"]["labels"], container["ports"][0])
         if any(m != metrics_dirs[0] for m in metrics_dirs):
             raise AssertionError(f"{line.name}: the metrics directory differs between admitted pods: {metrics_dirs}")
         janitor_cms = [o for o in objects if o["kind"] == "ConfigMap" and janitor.CONFIG_FILE in (o.get("data") or {})]
@@ -109,8 +132,21 @@ def export_project(project: ProjectConfig, pods: int, seed_base: int) -> dict[st
                        "dtype": line.model.dtype},
             "lmcache_release": line.vllm.lmcache_release,
             "model": line.model.name,
+            "namespace": line.namespace,
+            # What the live Prometheus and the canary of the tier are given, as rendered.
+            "scrape_meta": meta,
+            "canary_config": canary_chart.canary_config(line) if canary_chart.enabled(project.platform, line) else None,
         }
     return out
+
+
+def _watchdog_meta(curvine_objects: list[dict[str, Any]], project: ProjectConfig) -> dict[str, str] | None:
+    daemonsets = [o for o in curvine_objects if o["kind"] == "DaemonSet" and o["metadata"]["name"] == names.L2_MOUNT_WATCHDOG]
+    if not daemonsets:
+        return None
+    template = daemonsets[0]["spec"]["template"]
+    (container,) = [c for c in template["spec"]["containers"] if c.get("ports")]
+    return scrape_meta(project.platform.curvine.namespace, template["metadata"]["labels"], container["ports"][0])
 
 
 def export(pods: int = 4) -> dict[str, Any]:
@@ -144,6 +180,11 @@ def export(pods: int = 4) -> dict[str, Any]:
         "l2_root_url": L2_REMOTE_URL,
         "lines": lines,
         "lmcache_selections": lmcache_selections(project),
+        # The L2 mount watchdog's pod as Kubernetes pod discovery labels it (its scrape job's view).
+        "mount_watchdog_scrape_meta": _watchdog_meta(curvine_objects, project),
+        # The rule file the observability stack sends to AMP and the scraper's configuration.
+        "rule_file": alerts.rule_groups_yaml(project.platform, project.business_lines),
+        "scrape_config": targets.scrape_configuration(project.platform, project.business_lines),
     }
 
 

@@ -279,7 +279,9 @@ def test_line_namespaces_enforce_baseline_and_curvine_stays_privileged(manifests
 def test_everything_we_put_in_a_line_namespace_passes_baseline(manifests, k8s_project):
     for line in k8s_project.business_lines:
         workloads = [o for o in manifests[names.line_chart_name(line)] if o["kind"] in ("Deployment", "CronJob")]
-        assert [o["kind"] for o in workloads] == (["Deployment"] if line.cache.l2_enabled else [])  # the janitor
+        # The janitor and the cross-pod hit canary (both L2 lines only).
+        assert sorted(o["metadata"]["name"] for o in workloads) == (
+            [names.KV_CANARY, names.L2_JANITOR] if line.cache.l2_enabled else [])
         for obj in workloads:
             template = obj["spec"]["template"]
             assert baseline_violations(template["spec"], template["metadata"]) == []

@@ -28,10 +28,9 @@ def test_each_line_gets_its_own_namespace_pvc_and_endpoint(manifests, k8s_projec
         kinds = [o["kind"] for o in objs]
         if line.cache.l2_enabled:
             assert kinds[0] == "Namespace" and kinds[-2:] == ["Policy", "InferenceEndpointConfig"]
-            assert sorted(kinds[1:-2]) == sorted(["NetworkPolicy", "PersistentVolumeClaim", "ConfigMap",
-                                                  "ServiceAccount", "Role", "RoleBinding",
-                                                  "Deployment",  # janitor: k8s/janitor.py
-                                                  "Role", "RoleBinding"])  # the mount watchdog's rights
+            assert sorted(kinds[1:-2]) == sorted(["NetworkPolicy", "PersistentVolumeClaim"] + 2 * [
+                "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Deployment"]  # janitor and canary
+                + ["Role", "RoleBinding"])  # the mount watchdog's rights
             assert kinds.index("PersistentVolumeClaim") < kinds.index("Deployment")
         else:  # no L2: no PVC, no mutation, no janitor
             assert kinds == ["Namespace", "NetworkPolicy", "InferenceEndpointConfig"]

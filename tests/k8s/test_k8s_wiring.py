@@ -97,10 +97,10 @@ def test_line_objects_in_dependency_order(templates, project, name):
     storage = _by_kind(manifests, "Policy")
     endpoint = _by_kind(manifests, "InferenceEndpointConfig")
     assert _kinds(manifests[ns]) == ["Namespace"]
-    # Role and RoleBinding twice: the janitor's and the L2 mount watchdog's (k8s/mount_watchdog.py).
-    assert sorted(_kinds(manifests[storage])) == ["ConfigMap", "Deployment", "NetworkPolicy", "PersistentVolumeClaim",
-                                                  "Policy", "Role", "Role", "RoleBinding", "RoleBinding",
-                                                  "ServiceAccount"]
+    # Janitor and canary: a ConfigMap, Deployment, Role, RoleBinding and ServiceAccount each; a Role
+    # and RoleBinding more: the L2 mount watchdog's (k8s/mount_watchdog.py).
+    assert sorted(_kinds(manifests[storage])) == sorted(["NetworkPolicy", "PersistentVolumeClaim", "Policy"] + 2 * [
+        "ConfigMap", "Deployment", "Role", "RoleBinding", "ServiceAccount"] + ["Role", "RoleBinding"])
     assert _kinds(manifests[endpoint]) == ["InferenceEndpointConfig"]
     # Objects dropped from a manifest are deleted on update (kubectl apply --prune with this label;
     # aws-cdk-lib aws_eks_v2 "Resource Pruning", on by default).

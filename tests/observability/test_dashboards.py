@@ -30,7 +30,24 @@ def panels_of_row(model, title_part: str) -> list[dict]:
 def test_one_platform_row_then_one_row_per_business_line(obs_project, dashboard) -> None:
     titles = rows(dashboard)
     assert titles[0].startswith("Platform")
-    assert [t.split()[2] for t in titles[1:]] == [l.name for l in obs_project.business_lines]
+    assert [t.split()[2] for t in titles[1:-1]] == [l.name for l in obs_project.business_lines]
+    # Then one row of the cross-pod hit canary, every L2 line's series in its panels.
+    assert titles[-1].startswith("Cross-pod hit canary")
+    assert [p["title"] for p in panels_of_row(dashboard, "Cross-pod hit canary")] == [
+        "Cross-pod hit ratio (canary)", "Canary TTFT: cold / warm",
+        "Canary runs per hour, by result"]
+
+
+def test_no_canary_row_without_a_line_that_runs_the_canary(tmp_path) -> None:
+    from platform_config import load_project
+    from tests.example_config import copy_example_config, edit_yaml
+
+    copy = copy_example_config(tmp_path / "config")
+    for name in ("rag-assistant", "research-reasoning", "ticket-triage"):
+        edit_yaml(copy / "business-lines" / f"{name}.yaml", lambda d: d.setdefault("canary", {}).update(enabled=False))
+    project = load_project(copy)
+    titles = rows(dashboards.build_dashboard(project.platform, project.business_lines))
+    assert not [t for t in titles if t.startswith("Cross-pod")]
 
 
 def test_dashboard_binds_to_any_prometheus_data_source(dashboard) -> None:
@@ -113,7 +130,7 @@ def test_app_writes_the_dashboard_beside_the_templates(tmp_path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     assert (outdir / "kvcache-observability.template.json").is_file()
     model = json.loads((outdir / "dashboards" / "kvcache-kv-tiers.json").read_text())
-    assert len(rows(model)) == 5  # the platform row and one per fixture line
+    assert len(rows(model)) == 6  # the platform row, one per fixture line, the canary row
     assert Path(outdir / "manifest.json").is_file()
 
 
