@@ -9,7 +9,6 @@ Modules:
     kyverno        the per-line Kyverno Policy and the Kyverno Helm values.
     line_chart     one chart per business line (namespace, RWX PVC, policy, endpoint).
     janitor        the per-line L2 janitor Deployment (its logic: kv_tools/l2_janitor.py).
-    pod_resources  requests/limits of the platform's pods (pure; also read by the node budget).
     render         builds every chart; the one code path shared by the CDK app and
                    ``scripts/manifests.py``.
 

@@ -27,7 +27,8 @@ import cdk8s
 from k8s.kube import k8s
 from constructs import Construct
 
-from k8s import names, pod_resources
+from k8s import names
+from platform_config import pod_resources
 from k8s.curvine_config import (
     INIT_MARKER, JOURNAL_DIR, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT, META_DIR, PRIMARY_MOUNT, PRIMARY_ROOT,
     ROCKSDB_DATA_SUBDIR, WORKER_RPC_PORT, WORKER_WEB_PORT, fuse_mount_parameters, master_addrs, render_cluster_toml,
@@ -63,7 +64,7 @@ _VOLUME_ID = re.compile(r"^vol-[0-9a-f]{8,17}$")
 _AZ = re.compile(AZ_NAME_PATTERN)
 
 #: Resources of every container (Primary, Worker, CSI, sidecars, the standalone FUSE pods): one
-#: definition shared with the per-node budget of the config check (:mod:`k8s.pod_resources`).
+#: definition shared with the per-node budget of the config check (:mod:`platform_config.pod_resources`).
 MASTER_RESOURCES = pod_resources.MASTER_RESOURCES
 WORKER_RESOURCES = pod_resources.WORKER_RESOURCES
 SIDECAR_RESOURCES = pod_resources.SIDECAR_RESOURCES

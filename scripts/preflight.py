@@ -8,7 +8,7 @@ version against the versions HyperPod supports and eks.version.
 Read-only AWS calls with the standard credential chain (AWS_PROFILE, env, SSO, ...).
 Exit codes: see --help (the README's "Operator tools" table): 2 also when AWS cannot be queried.
 
-    .venv/bin/python scripts/preflight.py [--config config] [--json]
+    .venv/bin/python scripts/preflight.py [--config DIR] [--json]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kv_tools import cli  # noqa: E402
 from kv_tools.preflight import run_preflight  # noqa: E402
-from platform_config import ConfigError, load_project  # noqa: E402
+from platform_config import ConfigError  # noqa: E402
 
 
 TOOL = "preflight.py"
@@ -31,7 +31,7 @@ TOOL = "preflight.py"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.make_parser(TOOL, __doc__.splitlines()[0])
-    parser.add_argument("--config", default="config", help="config directory")
+    cli.add_config_option(parser)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     return parser
 
@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, session_factory=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        project = load_project(args.config)
+        project = cli.load_config(args.config)
     except ConfigError as exc:
         return cli.fail(exc)
     from botocore.exceptions import BotoCoreError, ClientError
