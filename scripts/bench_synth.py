@@ -40,7 +40,11 @@ from pathlib import Path
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO_ROOT / "config"
+sys.path.insert(0, str(REPO_ROOT))
+from platform_config.loader import default_config_dir  # noqa: E402
+
+#: The config the runs are generated from (``make bench CONFIG=dir``): its platform and lines.
+EXAMPLES = default_config_dir()
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024 if hasattr(os, "sysconf") else 4
 
 

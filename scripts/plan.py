@@ -20,7 +20,8 @@ import textwrap
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from kv_tools import cli  # noqa: E402
 from kv_tools.model_specs import DTYPE_BYTES, MODELS, load_hf_config, lookup_model  # noqa: E402
@@ -88,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--nvme-reserve-fraction", type=cli.fraction, default=DEFAULT_NVME_RESERVE_FRACTION,
                         help="share of NVMe kept out of L2")
     parser.add_argument("--region", help="price region (default: the platform's, else us-west-2)")
-    parser.add_argument("--prices", type=cli.existing_file, default=DEFAULT_PRICES_FILE, help="price table YAML")
+    parser.add_argument("--prices", type=Path, help="price table YAML (default: prices.yaml of the config "
+                        f"directory when it has one, else {DEFAULT_PRICES_FILE.relative_to(ROOT)})")
     parser.add_argument("--candidates", help="comma-separated instance types to compare (default: the "
                         "platform's instance group types with a --business-line, else every priced type)")
     parser.add_argument("--ttft-slo-ms", type=cli.positive_float,
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             from kv_tools.plots import check_plot_path
 
             check_plot_path(args.plot)
-        prices = load_prices(args.prices)
+        prices = load_prices(args.prices or _default_prices(args))
         model = None
         if args.hf_config:
             model = load_hf_config(args.hf_config, name=args.model or "")
@@ -191,6 +193,16 @@ def main(argv: list[str] | None = None) -> int:
 
         save(plan_figure(result), args.plot, log=sys.stderr)
     return cli.EXIT_OK if result.fit.fits and nodes_fit else cli.EXIT_NO
+
+
+def _default_prices(args: argparse.Namespace) -> Path:
+    """``prices.yaml`` of the config directory in use (--config, $KVCACHE_CONFIG_DIR, the
+    --business-line file's) when it has one, else the repository's."""
+    config_dir = args.config or (Path(os.environ[CONFIG_DIR_ENV]) if os.environ.get(CONFIG_DIR_ENV) else None)
+    if config_dir is None and args.business_line:
+        config_dir = config_dir_of(args.business_line, default_config_dir())
+    candidate = (config_dir or default_config_dir()) / "prices.yaml"
+    return candidate if candidate.is_file() else DEFAULT_PRICES_FILE
 
 
 def _other_lines(platform_file: Path, line) -> tuple[list[tuple[Path, object]], list[str]]:

@@ -145,3 +145,15 @@ def test_the_scan_sees_imports_inside_functions(tmp_path: Path) -> None:
                       "def f():\n    from kv_tools.planner import plan\n    import observability.metrics\n"
                       "    importlib.import_module('stacks')\n")
     assert {"k8s.names", "kv_tools.planner.plan", "observability.metrics", "stacks"} <= _imports(module)
+
+
+def test_every_command_loads_the_config_with_every_check() -> None:
+    """``platform_config.load_project`` alone leaves the planner's fit out: app.py and every script load
+    through ``kv_tools.project_checks.load_checked_project`` (``kv_tools.cli.load_config``)."""
+    commands = [REPO / "app.py", *sorted((REPO / "scripts").glob("*.py")), *sorted((REPO / "scripts").glob("*.sh"))]
+    unchecked = [path.name for path in commands if "load_project(" in path.read_text(encoding="utf-8")]
+    assert not unchecked, f"load through kv_tools.cli.load_config instead: {unchecked}"
+    loading = [path.name for path in commands
+               if "load_checked_project" in (text := path.read_text(encoding="utf-8")) or "load_config(" in text]
+    assert {"app.py", "manifests.py", "verify.py", "preflight.py", "orphans.py", "stateful_snapshot.py",
+            "patch_endpoint.sh"} <= set(loading)

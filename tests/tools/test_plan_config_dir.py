@@ -1,12 +1,14 @@
 """`plan.py --business-line FILE` run from any directory: its platform is found, or a clean exit 2.
 
-Rule (documented in README, "Add a business line"): ``--config DIR`` when given; else the
-directory the file sits in as ``<dir>/business-lines/<name>.yaml`` when ``<dir>/platform.yaml``
-exists; else ``./config``. No platform.yaml there: a config error naming the path, exit 2.
+Rule (docs/operator-tools.md, "Planner"): ``--config DIR`` when given; else ``$KVCACHE_CONFIG_DIR``;
+else the directory the file sits in as ``<dir>/business-lines/<name>.yaml`` when
+``<dir>/platform.yaml`` exists; else the repository's ``config/``. The report's first line names
+the platform file it read. No platform.yaml there: a config error naming the path, exit 2.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -34,12 +36,35 @@ def test_a_line_file_without_its_platform_exits_2_cleanly(tmp_path) -> None:
     config = copy_example_config(tmp_path / "my-config")
     lone = tmp_path / "rag-assistant.yaml"
     lone.write_text((config / "business-lines" / "rag-assistant.yaml").read_text())
-    result = plan(["--business-line", str(lone)], tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = plan(["--business-line", str(lone), "--config", str(empty)], tmp_path)
     assert result.returncode == 2
-    assert "config/platform.yaml: <root>: file not found" in result.stderr and "pass --config DIR" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert result.stderr == (f"error: {empty}/platform.yaml: no such file; a business line is planned against its "
+                             "platform: pass --config DIR\n")
     result = plan(["--business-line", str(lone), "--config", str(config)], tmp_path)
     assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"config        {config}/platform.yaml (the platform this line is planned against)")
+
+
+def test_a_lone_line_file_is_planned_against_the_repositorys_config(tmp_path) -> None:
+    """Outside any config directory and without --config, the default of every command: config/."""
+    lone = tmp_path / "rag-assistant.yaml"
+    lone.write_text((REPO / "tests" / "fixtures" / "config" / "business-lines" / "rag-assistant.yaml").read_text())
+    result = plan(["--business-line", str(lone)], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"config        {REPO}/config/platform.yaml ")
+
+
+def test_the_config_directory_comes_from_the_environment_too(tmp_path) -> None:
+    config = copy_example_config(tmp_path / "my-config")
+    lone = tmp_path / "rag-assistant.yaml"
+    lone.write_text((config / "business-lines" / "rag-assistant.yaml").read_text())
+    result = subprocess.run([sys.executable, str(PLAN), "--business-line", str(lone)], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "KVCACHE_CONFIG_DIR": str(config)})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"config        {config}/platform.yaml ")
 
 
 def test_the_line_is_checked_against_the_inferred_platform(tmp_path) -> None:
