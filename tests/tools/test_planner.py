@@ -560,3 +560,68 @@ def test_cli_business_line_that_does_not_fit_its_nodes_answers_no(tmp_path, caps
     assert rc == cli.EXIT_NO and nodes["fits"] is False
     assert nodes["problems"] == [str(p) for p in refused.value.problems]
     assert nodes["budgets"][0]["free_cpu_millicores"] == 22_050 and nodes["budgets"][0]["free_memory_gib"] == 300.53
+
+
+# --- issue 18: CPU and memory count, the line's own TP, the platform file named ------------------
+
+RESEARCH = FIXTURE_CONFIG / "business-lines" / "research-reasoning.yaml"
+
+
+def test_a_line_is_never_recommended_a_type_its_cpu_or_memory_cannot_fit() -> None:
+    """research-reasoning asks 80 CPU and 1000Gi per replica: a g6e.12xlarge node has 22.05 CPU and
+    300.53 GiB for the lines' pods. It was told "ml.g6e.12xlarge TP 4 fits"."""
+    line = PROJECT.business_line("research-reasoning")
+    inputs = inputs_from_line(line, PROJECT.platform, lines=PROJECT.business_lines, tp=4)
+    rec = recommend(inputs, ["ml.g6e.12xlarge", "ml.p5.48xlarge"], prices=PRICES)
+    assert (rec.instance_type, rec.tp) == ("ml.p5.48xlarge", 4)
+    g6e = next(o for o in rec.options if o.instance.name == "ml.g6e.12xlarge")
+    assert not g6e.fit.fits
+    assert g6e.fit.reason == ("1,000.00 GiB of memory per replica, more than a ml.g6e.12xlarge node has for the "
+                              "lines' pods (300.53 GiB)")
+
+
+def test_cpu_alone_can_refuse_a_type_and_bounds_replicas_per_node() -> None:
+    line = PROJECT.business_line("rag-assistant")
+    wide = line.model_copy(update={"resources": line.resources.model_copy(update={"cpu": "23"})})
+    inputs = inputs_from_line(wide, PROJECT.platform, lines=PROJECT.business_lines)
+    result = plan(inputs, prices=PRICES)
+    assert not result.fit.fits
+    assert result.fit.reason == "23 CPU per replica, more than a ml.g6e.12xlarge node has for the lines' pods (22.05 CPU)"
+    # 10 CPU each: two replicas per 4-GPU node by CPU, not four by GPUs; so 3 replicas need 2 nodes.
+    three = inputs_from_line(line.model_copy(update={"replicas": 3}), PROJECT.platform, lines=PROJECT.business_lines)
+    result = plan(three, prices=PRICES)
+    assert result.fit.fits and result.replicas_per_node == 2 and result.cost.nodes == 2
+
+
+def test_the_comparison_evaluates_the_lines_own_tp() -> None:
+    """Each candidate at gpus_per_replica 8, not at its smallest fitting TP; a type with fewer GPUs is refused."""
+    line = PROJECT.business_line("research-reasoning")
+    inputs = inputs_from_line(line, PROJECT.platform, lines=PROJECT.business_lines)
+    rec = recommend(inputs, ["ml.g6e.12xlarge", "ml.p5.48xlarge"], prices=PRICES)
+    assert (rec.instance_type, rec.tp) == ("ml.p5.48xlarge", 8)
+    assert [o.fit.tp for o in rec.options] == [8]
+    assert rec.refused == (("ml.g6e.12xlarge", "TP 8 needs 8 GPUs per replica; ml.g6e.12xlarge has 4"),)
+    assert {"instance_type": "ml.g6e.12xlarge", "fits": False,
+            "fit_reason": "TP 8 needs 8 GPUs per replica; ml.g6e.12xlarge has 4"} in rec.to_dict()["options"]
+
+
+def test_cli_names_the_platform_file_and_refuses_the_g6e_for_research(capsys) -> None:
+    rc = load_script("plan").main(["--business-line", str(RESEARCH), "--prices", str(FIXTURE_PRICES), "--tp", "4"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert out.splitlines()[0] == (f"config        {FIXTURE_CONFIG}/platform.yaml "
+                                   "(the platform this line is planned against)")
+    assert "recommendation: ml.p5.48xlarge TP 4" in out
+    assert ("  ml.g6e.12xlarge     4     -   no  1,000.00 GiB of memory per replica, more than a ml.g6e.12xlarge "
+            "node has for the lines' pods (300.53 GiB)") in out
+    load_script("plan").main(["--business-line", str(RESEARCH), "--prices", str(FIXTURE_PRICES), "--json"])
+    assert json.loads(capsys.readouterr().out)["platform_file"] == f"{FIXTURE_CONFIG}/platform.yaml"
+
+
+def test_planning_a_line_on_a_type_its_memory_cannot_fit_answers_no(capsys) -> None:
+    rc = load_script("plan").main(["--business-line", str(RESEARCH), "--prices", str(FIXTURE_PRICES),
+                                   "--instance-type", "ml.g6e.12xlarge", "--tp", "4"])
+    out = capsys.readouterr().out
+    assert rc == cli.EXIT_NO
+    assert "at TP 4: DOES NOT FIT (1,000.00 GiB of memory per replica" in out
+    assert "nodes         ml.g6e.12xlarge: 2 node(s) of g6e-inference" in out  # packed as planned
