@@ -4,7 +4,7 @@
 Config directory: ``$KVCACHE_CONFIG_DIR`` (``make synth CONFIG=dir`` sets it), else the
 repository's ``config/``. Output: ``$CDK_OUTDIR`` (the CDK CLI sets it).
 
-Exit status: 0 synthesized; 2 bad input: a config problem (found before any construct exists),
+Exit status (the tools' convention, kv_tools/cli.py): 0 synthesized; 2 bad input: a config problem (found before any construct exists),
 or a template over CloudFormation's size limit (found after synthesis). Each problem is one line
 on stderr naming the file and the field or line, and nothing is written to ``$CDK_OUTDIR``:
 synthesis goes to a temporary directory beside it, moved in only when every check passed.
@@ -19,20 +19,17 @@ import sys
 import tempfile
 from pathlib import Path
 
+from kv_tools import cli
 from kv_tools.project_checks import load_checked_project
 from platform_config import ConfigError
 from platform_config.loader import default_config_dir
-
-#: The tools' convention (kv_tools/cli.py): 2 = bad input, nothing done.
-EXIT_ERROR = 2
 
 
 def main() -> int:
     try:
         project = load_checked_project(default_config_dir())
     except ConfigError as exc:
-        print(exc, file=sys.stderr)
-        return EXIT_ERROR
+        return cli.fail(exc)  # one "error: <file>: <field or line>: ..." line per problem, exit 2
     for warning in project.warnings:
         print(f"warning: {warning}", file=sys.stderr)
 
@@ -48,14 +45,12 @@ def main() -> int:
         try:
             built = stacks.build_platform(app, project)
         except ConfigError as exc:
-            print(exc, file=sys.stderr)
-            return EXIT_ERROR
+            return cli.fail(exc)
         stacks.add_nag_checks(app)
         app.synth()
         too_large = template_size_problems(staging, project, shown_as=outdir)
         if too_large:
-            print(ConfigError(too_large), file=sys.stderr)
-            return EXIT_ERROR
+            return cli.fail(ConfigError(too_large))
         # Only after a successful synth: the dashboards go beside the templates (cdk.out/dashboards/).
         if built.observability is not None:
             from observability.dashboards import write_dashboards

@@ -283,12 +283,18 @@ def fraction(text: str) -> float:
 
 
 def existing_file(text: str) -> Path:
-    """A path to an existing file (the error names the path)."""
+    """A path to an existing regular file (the error names the path): not a directory, a broken link,
+    a link loop or a FIFO (reading one would wait for a writer)."""
+    from platform_config.yaml_source import path_problem
+
     path = Path(text)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         raise argparse.ArgumentTypeError(f"no such file: {path}")
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{path} is a directory, not a file")
+    problem = path_problem(path, allowed="a regular file")
+    if problem is not None:
+        raise argparse.ArgumentTypeError(str(problem))
     return path
 
 
