@@ -74,7 +74,7 @@ test: setup system-deps
 ## per pod, configured from the rendered admission policy; then the fs:// throughput benchmark.
 ## Own virtualenv .venv-lmcache (about 1.8 GB). torch goes in first and alone: installed after
 ## lmcache it would come as PyPI's CUDA build. Where pip has no CPU build of torch at hand (PyPI's
-## Linux x86_64 torch is the CUDA build), select PyTorch's CPU index, as CI does (README, "The
+## Linux x86_64 torch is the CUDA build), select PyTorch's CPU index, as CI does (docs/ci-and-tests.md, "The
 ## real-LMCache tier"): make test-lmcache TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 LMCACHE_VENV := .venv-lmcache
 TORCH_PIP_ARGS ?=

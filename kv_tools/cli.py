@@ -5,7 +5,7 @@ CRD schema generator (``scripts/update_crd_schema.py``);
 the exit codes also hold for ``scripts/patch_endpoint.sh`` and the L2 janitor
 (``kv_tools/l2_janitor.py``) run by hand.
 
-* **Exit codes** (:data:`EXIT_CODES`, the README's one table is generated from it and a test
+* **Exit codes** (:data:`EXIT_CODES`, docs/operator-tools.md's one table is generated from it and a test
   keeps them equal): ``0`` fine, ``1`` the tool answered and the answer is "no", ``2`` bad
   input (flags, config, files) or something unreachable (AWS, the cluster, the endpoint), so
   the question was not answered. A script never exits 1 for an error.
@@ -45,7 +45,7 @@ class ExitMeaning:
     error: str
 
 
-#: The single source of the exit-code convention, per tool (README "Operator tools" renders it).
+#: The single source of the exit-code convention, per tool (docs/operator-tools.md renders it).
 EXIT_CODES: dict[str, ExitMeaning] = {
     "plan.py": ExitMeaning("the model fits", "it does not fit at the given TP / instance type",
                            "bad input: flags, config or files"),
@@ -97,7 +97,7 @@ def tool_path(tool: str) -> str:
 
 
 def exit_code_table() -> str:
-    """The README's exit-code table (Markdown), generated from :data:`EXIT_CODES`."""
+    """The exit-code table of docs/operator-tools.md (Markdown), generated from :data:`EXIT_CODES`."""
     rows = ["| tool | 0 | 1 | 2 |", "|---|---|---|---|"]
     rows += [f"| `{tool_path(tool)}` | {m.ok} | {m.no} | {m.error} |" for tool, m in EXIT_CODES.items()]
     return "\n".join(rows)

@@ -8,7 +8,7 @@ the Grafana has (the AMP workspace's, in Amazon Managed Grafana).
 Rows: "Platform" (Curvine pool and health, Kyverno admission, GPUs), then one per business line
 (tier shares of prompt tokens, L0 and LMCache hit rates, L1/L2 hit tokens, TTFT p50/p90/p99
 against the line's SLO, tokens per second, requests, L2 use against ``l2_size``, L2 traffic,
-GPU KV-cache and L1 use, GPU utilisation). What each panel means: README, "Observability".
+GPU KV-cache and L1 use, GPU utilisation). What each panel means: docs/observability.md.
 """
 
 from __future__ import annotations

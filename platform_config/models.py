@@ -442,7 +442,7 @@ class HyperPodDependencyChartConfig(StrictModel):
     HyperPod on EKS needs it in ``kube-system`` before the HyperPod cluster is created (health
     monitoring agent, deep health checks, GPU/EFA device plugins). It is published only in that
     Git repository, not in a Helm repository, so it cannot be pinned by chart version: check it
-    out at ``source_commit`` and vendor its sub-charts into ``path`` (README, "HyperPod
+    out at ``source_commit`` and vendor its sub-charts into ``path`` (docs/deploy.md, "HyperPod
     dependency chart"). When set, the HyperPod stack installs it through the cluster's kubectl
     handler before creating the HyperPod cluster; when absent, install it by hand first.
     """
@@ -474,7 +474,7 @@ class HyperPodConfig(StrictModel):
     #: Install the HyperPod dependency chart from a vendored checkout (None: install by hand).
     dependency_chart: HyperPodDependencyChartConfig | None = None
     #: true: the dependency chart is installed in kube-system another way (by hand or GitOps,
-    #: README "HyperPod dependency chart") before the hyperpod stack is deployed. Deep health
+    #: docs/deploy.md "HyperPod dependency chart") before the hyperpod stack is deployed. Deep health
     #: checks and node_recovery Automatic need the chart; synth refuses them unless
     #: ``dependency_chart`` is set or this is true.
     dependency_chart_preinstalled: bool = False
@@ -506,7 +506,7 @@ class HyperPodConfig(StrictModel):
                 "dependency_chart", f"{'; '.join(needs)}, which need the HyperPod dependency chart "
                 "(health-monitoring agent, deep-health-check) installed before the cluster; allowed: "
                 "set dependency_chart (the stack installs a vendored checkout), or "
-                "dependency_chart_preinstalled: true (installed by hand, README \"HyperPod dependency chart\"), "
+                "dependency_chart_preinstalled: true (installed by hand, docs/deploy.md \"HyperPod dependency chart\"), "
                 "or node_recovery: None and no deep_health_checks")
         return self
 
@@ -718,7 +718,7 @@ class InferenceOperatorConfig(StrictModel):
     public subnets also carry a cluster tag of another cluster, which takes them out of the load
     balancer controllers' subnet discovery). So with ``internal`` no subnet can take an
     internet-facing load balancer: one asked for is not created (it does not become internal).
-    The tags do not choose the scheme of what is asked for (README "Load-balancer scheme";
+    The tags do not choose the scheme of what is asked for (docs/deploy.md "Load-balancer scheme";
     docs/sources.md §11). With ``set_scheme_in_addon`` the scheme is also forced on the
     controller's IngressClass.
     """
@@ -735,7 +735,7 @@ class InferenceOperatorConfig(StrictModel):
 
 
 class GrafanaWorkspaceConfig(StrictModel):
-    """The Amazon Managed Grafana workspace that shows the generated dashboards (README, "Observability").
+    """The Amazon Managed Grafana workspace that shows the generated dashboards (docs/observability.md).
 
     A workspace needs a sign-in method: ``AWS_SSO`` (IAM Identity Center enabled in the account or
     its organization) or ``SAML`` (configure the identity provider in the console afterwards).
@@ -780,7 +780,7 @@ class AlertsConfig(StrictModel):
 
 
 class ObservabilityConfig(StrictModel):
-    """Metrics, dashboards and alerts (README, "Observability").
+    """Metrics, dashboards and alerts (docs/observability.md).
 
     Collection: an Amazon Managed Service for Prometheus workspace fed by an AMP managed scraper
     (agentless, runs outside the cluster); dashboards for Amazon Managed Grafana generated from

@@ -28,7 +28,7 @@ Without a volume ID the Curvine chart is not rendered: an existing ``curvine.yam
 directory is kept as it was (a warning says so) unless ``--drop-curvine`` asks to remove it.
 
 Bad input (invalid config, malformed volume ID or zone, unreadable outputs file) prints one
-``error:`` line per problem and writes nothing. Exit codes: see --help (the README's table).
+``error:`` line per problem and writes nothing. Exit codes: see --help (the table in docs/operator-tools.md).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Deleting config/business-lines/<name>.yaml takes the line out of the CDK app, so
     .venv/bin/python scripts/orphans.py --destroy       # list, ask, delete, wait
 
 Region and account come from platform.yaml; credentials from the standard chain (AWS_PROFILE,
-env, SSO, ...). Exit codes: see --help (the README's "Operator tools" table).
+env, SSO, ...). Exit codes: see --help (the table in docs/operator-tools.md).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@
 #
 # Usage: scripts/patch_endpoint.sh <business-line> [--config DIR] [--dry-run]   (--help: options, exit codes)
 # Needs: kubectl pointed at the cluster, the repository's .venv (make setup).
-# Exit codes follow the operator tools' convention (kv_tools/cli.py EXIT_CODES, the README's
+# Exit codes follow the operator tools' convention (kv_tools/cli.py EXIT_CODES, docs/operator-tools.md's
 # table): a failed kubectl or Python step exits 2, never 1 (the ERR trap below).
 set -Eeuo pipefail
 

@@ -7,7 +7,7 @@ prefill time, cold vs warm TTFT, break-even prompt length, cost per endpoint-hou
         --tokens 1925 --l2-read-gibps 1.84 --json
     .venv/bin/python scripts/plan.py --model Qwen2-7B --instance-type ml.g6e.12xlarge --plot ttft.png
 
-Exit codes: see --help (the README's "Operator tools" table).
+Exit codes: see --help (the table in docs/operator-tools.md).
 """
 
 from __future__ import annotations

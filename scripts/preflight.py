@@ -6,7 +6,7 @@ configuration key the platform sets against the pinned version's schema, and a r
 version against the versions HyperPod supports and eks.version.
 
 Read-only AWS calls with the standard credential chain (AWS_PROFILE, env, SSO, ...).
-Exit codes: see --help (the README's "Operator tools" table): 2 also when AWS cannot be queried.
+Exit codes: see --help (the table in docs/operator-tools.md): 2 also when AWS cannot be queried.
 
     .venv/bin/python scripts/preflight.py [--config DIR] [--json]
 """

@@ -16,7 +16,7 @@ Usage::
     .venv/bin/python scripts/stateful_snapshot.py --config tests/fixtures/config \\
         --snapshot tests/fixtures/stateful-resources.json [--write]
 
-Exit codes: see --help (the README's "Operator tools" table).
+Exit codes: see --help (the table in docs/operator-tools.md).
 """
 
 from __future__ import annotations

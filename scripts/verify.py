@@ -10,7 +10,7 @@ in-cluster config) and AWS credential chain; reads only, except the two probe re
 
     .venv/bin/python scripts/verify.py [--config DIR] [--line rag-assistant] [--cross-pod-hit] [--json]
 
-Exit codes: see --help (the README's "Operator tools" table): 2 also when the cluster or AWS
+Exit codes: see --help (the table in docs/operator-tools.md): 2 also when the cluster or AWS
 cannot be reached.
 """
 
