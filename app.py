@@ -5,7 +5,8 @@ Config directory: ``$KVCACHE_CONFIG_DIR`` (``make synth CONFIG=dir`` sets it), e
 repository's ``config/``. Output: ``$CDK_OUTDIR`` (the CDK CLI sets it).
 
 Exit status (the tools' convention, kv_tools/cli.py): 0 synthesized; 2 bad input: a config problem (found before any construct exists),
-or a template over CloudFormation's size limit (found after synthesis). Each problem is one line
+a template over CloudFormation's size limit, or a finding of the synthesis-time validation (CloudFormation's
+rules, cdk-nag; stacks/synthesis_checks.py). Each problem is one line
 on stderr naming the file and the field or line, and nothing is written to ``$CDK_OUTDIR``:
 synthesis goes to a temporary directory beside it, moved in only when every check passed.
 Warnings (files ignored, checks that could not run) go to stderr and do not stop synthesis.
@@ -35,7 +36,7 @@ def main() -> int:
 
     # Imported only now: jsii starts a Node process, pointless for a config error.
     import stacks
-    from stacks.template_limits import template_size_problems
+    from stacks.synthesis_checks import template_size_problems, validation_problems
 
     outdir = Path(os.environ.get("CDK_OUTDIR") or tempfile.mkdtemp(prefix="cdk.out."))
     outdir.parent.mkdir(parents=True, exist_ok=True)
@@ -47,7 +48,12 @@ def main() -> int:
         except ConfigError as exc:
             return cli.fail(exc)
         stacks.add_nag_checks(app)
-        app.synth()
+        try:
+            app.synth()
+        except RuntimeError as exc:  # jsii's error for the validation report it printed above
+            if "ValidationFailed" not in str(exc):
+                raise
+            return cli.fail(ConfigError(validation_problems(staging, project, shown_as=outdir)))
         too_large = template_size_problems(staging, project, shown_as=outdir)
         if too_large:
             return cli.fail(ConfigError(too_large))

@@ -94,9 +94,10 @@ def test_warnings_are_printed_and_do_not_stop_synthesis(config_dir, monkeypatch,
                                  build_platform=lambda app, project: (
                                      built.append(project), types.SimpleNamespace(observability=None))[1],
                                  add_nag_checks=lambda app: built.append("nag"))
-    limits = types.SimpleNamespace(template_size_problems=lambda outdir, project, shown_as: [])
+    limits = types.SimpleNamespace(template_size_problems=lambda outdir, project, shown_as: [],
+                                   validation_problems=lambda outdir, project, shown_as: [])
     monkeypatch.setitem(sys.modules, "stacks", fake)  # the CDK side is tested elsewhere; this is app.main's flow
-    monkeypatch.setitem(sys.modules, "stacks.template_limits", limits)
+    monkeypatch.setitem(sys.modules, "stacks.synthesis_checks", limits)
     monkeypatch.setenv("CDK_OUTDIR", str(config_dir.parent / "out"))
     monkeypatch.setenv("KVCACHE_CONFIG_DIR", str(config_dir))
     spec = importlib.util.spec_from_file_location("_app_under_test", Path(__file__).resolve().parents[2] / "app.py")
@@ -126,3 +127,22 @@ def test_a_template_over_cloudformations_limit_is_refused_with_nothing_written(c
                          "fail); it holds this business line's Kubernetes manifests; allowed: a smaller line config "
                          "(vllm.args, model source)")
     assert list(out.iterdir()) == [] and not list(tmp_path.glob(".out.*")), "nothing written, no staging left"
+
+
+def test_an_instance_type_not_offered_in_the_region_names_the_key_not_a_traceback(config_dir, tmp_path) -> None:
+    """CloudFormation's validation at synthesis knows ml.g6e.12xlarge is not offered in eu-west-1; the
+    jsii error that followed its report was a Python traceback. Now one line per finding, exit 2."""
+    platform = config_dir / "platform.yaml"
+    edit_yaml(platform, lambda d: d.update(region="eu-west-1", availability_zones=["eu-west-1a", "eu-west-1b"],
+                                           gpu_availability_zone="eu-west-1a"))
+    out = tmp_path / "out"
+    result = run_app(config_dir, out)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors and all(e.startswith(f"error: {platform}: hyperpod.instance_groups.instance_type: ") for e in errors)
+    assert ("InstanceGroups.InstanceType: 'ml.g6e.12xlarge' is not valid for region 'eu-west-1' (CloudFormation "
+            "Validate E3644, on HyperPodCluster of kvcache-hyperpod.template.json, kvcache-hyperpod/HyperPod/Resource); "
+            "allowed: an instance type SageMaker HyperPod offers in region eu-west-1, or a region that offers this "
+            "one") in errors[0]
+    assert list(out.iterdir()) == [] and not list(tmp_path.glob(".out.*"))
