@@ -16,7 +16,7 @@ Every module here is importable without aws_cdk, so ``make manifests`` and the o
 tools can use them on a machine with no CDK toolchain.
 """
 
-from platform_config.runtime import quiet_node_notices
+from platform_config.runtime import prepare_jsii_node
 
 # Before any chart module imports cdk8s (which starts jsii's Node process).
-quiet_node_notices()
+prepare_jsii_node()

@@ -8,7 +8,9 @@ included, minus the CLI's own Node start-up. The yardstick is a **bare one-stack
 ``Stack`` with one SNS topic, ``cdk.App()`` with no feature flags of ours, ``app.synth()``) in the
 same virtualenv. Each measurement runs the synth and the bare app in turn, A B A B ..., after one
 warm-up of each, and the ratio is taken pair by pair, so a machine whose speed drifts (shared
-cores) moves both sides of a pair alike; the figures are medians.
+cores) moves both sides of a pair alike; the figures are medians. Both run with Python's bytecode
+cache on (in a temporary ``PYTHONPYCACHEPREFIX``, even where ``PYTHONDONTWRITEBYTECODE`` is set), as
+a user's second ``make synth`` does.
 
 Configs: the config directory (``--config``, else ``$KVCACHE_CONFIG_DIR``, else ``config/``: what
 ``make synth`` reads), and for each ``--sizes`` N a directory with its ``platform.yaml`` (instance
@@ -153,15 +155,24 @@ def run_once(command: list[str], env: dict[str, str], outdir: Path) -> dict:
     }
 
 
+def child_env(pycache: Path) -> dict[str, str]:
+    """The children's environment: this one, with Python's bytecode cache on and kept in ``pycache``
+    (a user's second ``make synth`` reads the bytecode its first wrote; an environment with
+    ``PYTHONDONTWRITEBYTECODE`` set would compile every module of the project on every run)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    return env
+
+
 def side_by_side(config_dir: Path, bare_app: Path, work: Path, runs: int) -> tuple[dict, list[dict]]:
     """``runs`` pairs (synth of ``config_dir``, bare app), after one warm-up of each: the synth's
     figures, and the bare app's runs."""
-    env = {**os.environ, "KVCACHE_CONFIG_DIR": str(config_dir)}
+    env = child_env(work.parent / "pycache")
     synth, bare = [sys.executable, "app.py"], [sys.executable, str(bare_app)]
     ours, theirs = [], []
     for i in range(runs + 1):  # run 0 warms both up (Python bytecode, jsii's package cache)
-        a = run_once(synth, env, work / f"synth-{i}")
-        b = run_once(bare, dict(os.environ), work / f"bare-{i}")
+        a = run_once(synth, {**env, "KVCACHE_CONFIG_DIR": str(config_dir)}, work / f"synth-{i}")
+        b = run_once(bare, env, work / f"bare-{i}")
         if i:
             ours.append(a)
             theirs.append(b)
