@@ -477,10 +477,15 @@ def load_project(config_dir: str | Path = "config", *, line_checks: Sequence[Lin
     platform_path = config_dir / PLATFORM_FILE
     problems: list[ConfigProblem] = []
     platform: PlatformConfig | None = None
-    try:
-        platform = load_platform(platform_path)
-    except ConfigError as exc:
-        problems.extend(exc.problems)
+    other_spelling = platform_path.with_suffix(".yml")
+    if not os.path.lexists(platform_path) and other_spelling.is_file():
+        problems.append(ConfigProblem(str(platform_path), "", f"no such file, but {other_spelling.name} is there; "
+                                                              f"allowed: the name {PLATFORM_FILE} (rename it)"))
+    else:
+        try:
+            platform = load_platform(platform_path)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
 
     lines: list[tuple[Path, BusinessLineConfig]] = []
     line_files, warnings, listing_problems = business_line_files(config_dir)

@@ -198,6 +198,12 @@ def test_platform_yaml_is_missing(config_dir: Path, tmp_path: Path) -> None:
     assert refused(config_dir, tmp_path) == f"{config_dir / PLATFORM}: no such file; allowed: a YAML file"
 
 
+def test_platform_yml_is_named_for_what_it_is(config_dir: Path, tmp_path: Path) -> None:
+    (config_dir / PLATFORM).rename(config_dir / "platform.yml")
+    assert refused(config_dir, tmp_path) == (
+        f"{config_dir / PLATFORM}: no such file, but platform.yml is there; allowed: the name platform.yaml (rename it)")
+
+
 def test_platform_yaml_is_a_directory(config_dir: Path, tmp_path: Path) -> None:
     (config_dir / PLATFORM).unlink()
     (config_dir / PLATFORM).mkdir()
