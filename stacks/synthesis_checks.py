@@ -22,7 +22,7 @@ from platform_config import ConfigProblem, ProjectConfig
 #: Largest template body CloudFormation accepts from S3, bytes: "Template body size in an Amazon S3
 #: object: 1 MB" (AWS CloudFormation User Guide, "AWS CloudFormation quotas"; the CDK CLI deploys
 #: every template through the bootstrap bucket). cfn-lint 1.58.0's rule E1002 checks the same
-#: 1,000,000 bytes (``cfnlint.helpers.LIMITS["template"]["body"]``); docs/sources.md §15.
+#: 1,000,000 bytes (``cfnlint.helpers.LIMITS["template"]["body"]``, its source_url the same AWS page).
 TEMPLATE_BODY_LIMIT_BYTES = 1_000_000
 
 
