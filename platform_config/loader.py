@@ -19,7 +19,6 @@ from platform_config.models import BusinessLineConfig, PlatformConfig
 from platform_config.problems import ConfigError, ConfigProblem, FieldError
 from platform_config.yaml_source import YAML_SUFFIXES, Scalar, YamlDocument, path_problem, read_yaml_document
 
-__all__ = ["ConfigError", "ConfigProblem", "ProjectConfig", "load_project", "load_platform", "load_business_line"]
 
 PLATFORM_FILE = "platform.yaml"
 
@@ -85,16 +84,6 @@ class ProjectConfig:
             if line.name == name:
                 return line
         raise KeyError(f"no business line {name!r}; known: {', '.join(l.name for l in self.business_lines)}")
-
-
-def read_yaml(path: Path) -> dict[str, Any]:
-    """Read a YAML mapping (:func:`platform_config.yaml_source.read_yaml_document`).
-
-    Raises:
-        ConfigError: naming the file and the line: unreadable, not UTF-8, not YAML, duplicate keys,
-            YAML 1.1-only forms, or not a mapping.
-    """
-    return read_yaml_document(Path(path)).data
 
 
 def _normalized_loc(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
