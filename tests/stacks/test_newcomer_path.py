@@ -2,6 +2,9 @@
 first-deploy checklist applied to a config folder of one's own, then the README's offline commands
 (``make synth CONFIG=dir``, ``scripts/plan.py``, ``make manifests CONFIG=dir``) against it.
 
+The folder starts as the shipped example (the scenario config's platform and its copy of the
+``rag-assistant`` example), so a fork that replaced the examples in ``config/`` runs the same path.
+
 The checkout is the working tree's files (tracked and new, as ``git ls-files`` lists them) in a
 temporary directory; it shares this run's virtualenv and ``node_modules`` (``make -o setup``: the
 set-up itself is what a fresh clone's ``make synth`` adds, checked by the project's fresh-clone run).
@@ -21,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.example_config import REPO
+from tests.example_config import FIXTURE_CONFIG, REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
@@ -49,6 +52,15 @@ def make(checkout: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=900)
 
 
+def _example_folder(target: Path) -> Path:
+    """A config folder as a newcomer's starts: the example platform and the RAG example line."""
+    (target / "business-lines").mkdir(parents=True)
+    shutil.copy2(FIXTURE_CONFIG / "platform.yaml", target / "platform.yaml")
+    shutil.copy2(FIXTURE_CONFIG / "prices.yaml", target / "prices.yaml")
+    shutil.copy2(FIXTURE_CONFIG / "business-lines" / "rag-assistant.yaml", target / "business-lines")
+    return target
+
+
 def _apply_the_checklist(config: Path) -> None:
     """Step 2 and 3 of the README's checklist, with a newcomer's values."""
     platform = config / "platform.yaml"
@@ -68,8 +80,7 @@ def _apply_the_checklist(config: Path) -> None:
 
 
 def test_the_checklist_then_the_offline_commands_on_a_config_folder_of_ones_own(checkout: Path) -> None:
-    config = checkout.parent / "my-config"
-    shutil.copytree(checkout / "config", config)
+    config = _example_folder(checkout.parent / "my-config")
     _apply_the_checklist(config)
 
     # The README's step 4, run as written but for the folder (`make test` is this suite).
@@ -110,9 +121,9 @@ def test_the_checklist_then_the_offline_commands_on_a_config_folder_of_ones_own(
 
 def test_a_mistake_in_the_checklist_is_one_line_and_keeps_the_last_good_output(checkout: Path) -> None:
     """The account without quotes, as a newcomer types it: refused with the fix, cdk.out/ untouched."""
-    config = checkout.parent / "typo-config"
-    shutil.copytree(checkout / "config", config)
+    config = _example_folder(checkout.parent / "typo-config")
     platform = config / "platform.yaml"
+    assert 'account: "111122223333"' in platform.read_text()
     platform.write_text(platform.read_text().replace('account: "111122223333"', "account: 444455556666"))
     (checkout / "cdk.out").mkdir(exist_ok=True)
     (checkout / "cdk.out" / "marker").write_text("last good")
