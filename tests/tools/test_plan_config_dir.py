@@ -47,13 +47,18 @@ def test_a_line_file_without_its_platform_exits_2_cleanly(tmp_path) -> None:
     assert result.stdout.startswith(f"config        {config}/platform.yaml (the platform this line is planned against)")
 
 
-def test_a_lone_line_file_is_planned_against_the_repositorys_config(tmp_path) -> None:
-    """Outside any config directory and without --config, the default of every command: config/."""
-    lone = tmp_path / "rag-assistant.yaml"
-    lone.write_text((REPO / "tests" / "fixtures" / "config" / "business-lines" / "rag-assistant.yaml").read_text())
-    result = plan(["--business-line", str(lone)], tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith(f"config        {REPO}/config/platform.yaml ")
+def test_the_default_config_directory_is_the_same_for_every_command(tmp_path, monkeypatch) -> None:
+    """Without --config: $KVCACHE_CONFIG_DIR, else the repository's config/ (named relative to the
+    current directory when below it), wherever the command runs from."""
+    from platform_config.loader import REPOSITORY_CONFIG, default_config_dir
+
+    monkeypatch.delenv("KVCACHE_CONFIG_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert default_config_dir() == REPOSITORY_CONFIG == REPO / "config"
+    monkeypatch.chdir(REPO)
+    assert default_config_dir() == Path("config")
+    monkeypatch.setenv("KVCACHE_CONFIG_DIR", "../my-config")
+    assert default_config_dir() == Path("../my-config")
 
 
 def test_the_config_directory_comes_from_the_environment_too(tmp_path) -> None:
