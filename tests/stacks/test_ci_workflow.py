@@ -310,7 +310,9 @@ def test_lmcache_tier_runs_on_pull_requests_that_touch_what_it_reads() -> None:
     pattern = re.compile(_relevant_pattern())
     closure = _first_party_closure(sorted((REPO / "tests_lmcache").glob("*.py")))
     assert {"k8s/render.py", "platform_config/models.py", "tests/k8s/kyverno_eval.py"} <= closure  # the walk works
+    # scripts/jsii_node.sh: the Node.js command jsii runs for the charts (platform_config/runtime.py).
     inputs = {"requirements-lmcache.txt", "constraints-lmcache.txt", "requirements.txt", "Makefile",
+              "scripts/jsii_node.sh",
               "package-lock.json", "tests/fixtures/config/platform.yaml",
               "tests/fixtures/config/business-lines/rag-assistant.yaml"}
     missed = sorted(path for path in closure | inputs if not pattern.match(path))
