@@ -11,6 +11,14 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 # jsii's end-of-life notice for Node 20 is silenced by the Python code itself
 # (platform_config/runtime.py), so commands run outside make are quiet too.
 
+## CONFIG: the config directory every target reads (make synth CONFIG=../my-config, make manifests
+## CONFIG=...): platform.yaml and business-lines/. Default: $KVCACHE_CONFIG_DIR, else config. Another
+## directory is exported as KVCACHE_CONFIG_DIR, which app.py and every script read without --config.
+CONFIG ?= $(or $(KVCACHE_CONFIG_DIR),config)
+ifneq ($(CONFIG),config)
+export KVCACHE_CONFIG_DIR := $(CONFIG)
+endif
+
 .PHONY: setup system-deps synth test test-lmcache test-faults manifests bench docs clean
 
 # Set-up output goes to stderr, so `make bench` (JSON) keeps a clean stdout on a fresh machine too.
@@ -40,7 +48,7 @@ system-deps:
 	  apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >&2; \
 	fi
 
-## make synth: validate config/, then `cdk synth` every stack into cdk.out/ (no AWS access needed).
+## make synth: validate $(CONFIG), then `cdk synth` every stack into cdk.out/ (no AWS access needed).
 ## Synthesizes into a temporary directory beside it and swaps it in only on success, so a bad
 ## config leaves the last good cdk.out/ as it was (as `make manifests` does for dist/).
 ## It prints one line, where the templates are; of the CLI's stderr it drops only its blank lines
@@ -57,7 +65,8 @@ synth: setup
 	mv "$$new" "$(CDK_OUT)"; \
 	echo "synthesized $$(ls "$(CDK_OUT)"/*.template.json | wc -l) stack templates into $(CDK_OUT)/"
 
-## make test: the whole test suite (config, stacks, charts, tools, cfn-lint, cdk-nag).
+## make test: the whole test suite (config, stacks, charts, tools, cfn-lint, cdk-nag); the property
+## tests (tests/properties) check $(CONFIG).
 test: setup system-deps
 	$(PY) -m pytest
 
@@ -65,7 +74,7 @@ test: setup system-deps
 ## per pod, configured from the rendered admission policy; then the fs:// throughput benchmark.
 ## Own virtualenv .venv-lmcache (about 1.8 GB). torch goes in first and alone: installed after
 ## lmcache it would come as PyPI's CUDA build. Where pip has no CPU build of torch at hand (PyPI's
-## Linux x86_64 torch is the CUDA build), select PyTorch's CPU index, as CI does (README, "The
+## Linux x86_64 torch is the CUDA build), select PyTorch's CPU index, as CI does (docs/ci-and-tests.md, "The
 ## real-LMCache tier"): make test-lmcache TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 LMCACHE_VENV := .venv-lmcache
 TORCH_PIP_ARGS ?=
@@ -86,18 +95,19 @@ test-lmcache: setup system-deps $(LMCACHE_VENV)/.installed
 test-faults: setup system-deps $(LMCACHE_VENV)/.installed
 	$(LMCACHE_VENV)/bin/python -m pytest tests_faults -p no:cacheprovider
 
-## make manifests: the same cdk8s charts as plain YAML in dist/, for GitOps or kubectl users.
+## make manifests: the same cdk8s charts as plain YAML in dist/, for GitOps or kubectl users, from $(CONFIG).
 ## The Curvine volume ID comes from CURVINE_VOLUME_ID or cdk-outputs.json (cdk deploy --outputs-file).
 manifests: setup
-	$(PY) scripts/manifests.py --config config --out dist $(if $(wildcard cdk-outputs.json),--outputs-file cdk-outputs.json)
+	$(PY) scripts/manifests.py --config "$(CONFIG)" --out dist $(if $(wildcard cdk-outputs.json),--outputs-file cdk-outputs.json)
 
-## make bench: synthesis time and peak memory for 1, 10 and 50 business lines (JSON).
+## make bench: synthesis time and peak memory of $(CONFIG) and of 1, 10 and 50 business lines generated
+## from its examples, each beside a bare one-stack CDK app run in turn with it (JSON; docs/ci-and-tests.md).
 bench: setup
 	@$(PY) scripts/bench_synth.py
 
-## make docs: regenerate README.md's configuration reference from the pydantic models.
+## make docs: regenerate the configuration reference (docs/configuration.md) from the pydantic models.
 docs: setup
-	$(PY) -m platform_config.reference README.md
+	$(PY) -m platform_config.reference docs/configuration.md
 
 clean:
 	rm -rf cdk.out cdk.out.new.* cdk.out.old dist .pytest_cache

@@ -9,7 +9,6 @@ Modules:
     kyverno        the per-line Kyverno Policy and the Kyverno Helm values.
     line_chart     one chart per business line (namespace, RWX PVC, policy, endpoint).
     janitor        the per-line L2 janitor Deployment (its logic: kv_tools/l2_janitor.py).
-    pod_resources  requests/limits of the platform's pods (pure; also read by the node budget).
     render         builds every chart; the one code path shared by the CDK app and
                    ``scripts/manifests.py``.
 
@@ -17,7 +16,7 @@ Every module here is importable without aws_cdk, so ``make manifests`` and the o
 tools can use them on a machine with no CDK toolchain.
 """
 
-from platform_config.runtime import quiet_node_notices
+from platform_config.runtime import prepare_jsii_node
 
 # Before any chart module imports cdk8s (which starts jsii's Node process).
-quiet_node_notices()
+prepare_jsii_node()

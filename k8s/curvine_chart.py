@@ -32,7 +32,8 @@ import cdk8s
 from k8s.kube import k8s
 from constructs import Construct
 
-from k8s import names, pod_resources
+from k8s import names
+from platform_config import pod_resources
 from k8s.curvine_config import (
     INIT_MARKER, JOURNAL_DIR, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT, META_DIR, PRIMARY_MOUNT, PRIMARY_ROOT,
     ROCKSDB_DATA_SUBDIR, WORKER_IDENTITY_FIELD, WORKER_RPC_PORT, WORKER_WEB_PORT, fuse_mount_parameters, master_addrs,
@@ -86,7 +87,7 @@ _VOLUME_ID = re.compile(r"^vol-[0-9a-f]{8,17}$")
 _AZ = re.compile(AZ_NAME_PATTERN)
 
 #: Resources of every container (Primary, Worker, CSI, sidecars, the standalone FUSE pods): one
-#: definition shared with the per-node budget of the config check (:mod:`k8s.pod_resources`).
+#: definition shared with the per-node budget of the config check (:mod:`platform_config.pod_resources`).
 MASTER_RESOURCES = pod_resources.MASTER_RESOURCES
 WORKER_RESOURCES = pod_resources.WORKER_RESOURCES
 SIDECAR_RESOURCES = pod_resources.SIDECAR_RESOURCES
@@ -633,7 +634,7 @@ class CurvineChart(cdk8s.Chart):
                  # per node and (master-addrs, fs-path), in this namespace, under the
                  # curvine-csi-node service account; hence the namespace's "privileged" Pod
                  # Security level. Their resources come from the STANDALONE_* variables below
-                 # (requests = limits: Guaranteed, k8s/pod_resources.py), and the FUSE pod guard
+                 # (requests = limits: Guaranteed, platform_config/pod_resources.py), and the FUSE pod guard
                  # keeps this plugin from deleting a healthy one (k8s/fuse_pod_guard.py).
                  k8s.EnvVar(name="MOUNT_MODE", value="standalone"),
                  k8s.EnvVar(name="STANDALONE_IMAGE", value=img.curvine_csi),

@@ -51,7 +51,8 @@ import cdk8s
 from k8s.kube import k8s
 from constructs import Construct
 
-from k8s import names, pod_resources
+from k8s import names
+from platform_config import pod_resources
 from k8s.lmcache import l2_cache_dir
 from k8s.nodes import hyperpod_node_requirements, instance_group_tolerations
 from k8s.patch import L2_MOUNT_PATH
@@ -80,7 +81,7 @@ READINESS_PERIOD_S: Final = 30
 PROBE_TIMEOUT_S: Final = 5
 #: Pod-template annotation holding the SHA-256 of the ConfigMap's data (rolls the Pod on a change).
 CONFIG_HASH_ANNOTATION: Final = "kvcache.io/l2-janitor-config-sha256"
-#: Shared with the per-node budget of the config check (:mod:`k8s.pod_resources`).
+#: Shared with the per-node budget of the config check (:mod:`platform_config.pod_resources`).
 RESOURCES: Final = pod_resources.JANITOR_RESOURCES
 #: Pod labels of the janitor; deliberately not the operator's ``app=<line>``. The component label
 #: is what the observability stack's scrape job selects on.

@@ -38,11 +38,11 @@ from typing import Any, Final
 import cdk8s
 from constructs import Construct
 
-from k8s import names, pod_resources
+from k8s import names
 from k8s.kube import k8s
 from k8s.nodes import hyperpod_node_requirements
 from kv_tools import l2_mount_watchdog as watchdog
-from platform_config import PlatformConfig
+from platform_config import PlatformConfig, pod_resources
 
 NAME: Final = names.L2_MOUNT_WATCHDOG
 #: Cluster-scoped objects carry the project prefix (they share one name space with everything).
@@ -59,7 +59,7 @@ CONFIG_HASH_ANNOTATION: Final = "kvcache.io/l2-mount-watchdog-config-sha256"
 LIVENESS_PERIOD_S: Final = 30
 LIVENESS_FAILURES: Final = 3
 PROBE_TIMEOUT_S: Final = 5
-#: Shared with the per-node budget of the config check (:mod:`k8s.pod_resources`).
+#: Shared with the per-node budget of the config check (:mod:`platform_config.pod_resources`).
 RESOURCES: Final = pod_resources.MOUNT_WATCHDOG_RESOURCES
 LABELS: Final = {"app.kubernetes.io/name": NAME,
                  names.L2_MOUNT_WATCHDOG_COMPONENT_LABEL[0]: names.L2_MOUNT_WATCHDOG_COMPONENT_LABEL[1]}

@@ -34,6 +34,7 @@ from typing import Any, Final
 from k8s import names
 from k8s.lmcache import METRICS_DIR, POD_NAME_ENV, l2_cache_dir, lmcache_env, owned_env_names
 from platform_config import BusinessLineConfig, ConfigError, PlatformConfig, load_project
+from platform_config.loader import default_config_dir
 
 #: Where the line's RWX PVC is mounted in the vLLM container (docs/sources.md §1).
 L2_MOUNT_PATH: Final = "/mnt/curvine/l2cache"
@@ -280,15 +281,20 @@ def endpoint_json_patch(platform: PlatformConfig, line: BusinessLineConfig, *,
 def main(argv: list[str] | None = None) -> int:
     """CLI: print the JSON patch of one line; exit 2 with the config problems on bad input."""
     parser = argparse.ArgumentParser(prog="python -m k8s.patch", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default="config", help="config directory (default: config)")
+    parser.add_argument("--config", type=Path, default=None,
+                        help="config directory (default: $KVCACHE_CONFIG_DIR, else the repository's config/)")
     parser.add_argument("--line", required=True, help="business line name (file stem in business-lines/)")
     parser.add_argument("--deployment", type=Path, help="live Deployment as JSON (kubectl get deploy -o json)")
     args = parser.parse_args(argv)
     try:
-        project = load_project(args.config)
+        project = load_project(args.config if args.config is not None else default_config_dir())
         line = project.business_line(args.line)
-    except (ConfigError, KeyError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
+    except KeyError as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
         return 2
     if not line.cache.l2_enabled:
         print(f"error: business line {line.name!r} has cache.l2_enabled: false; nothing to patch", file=sys.stderr)

@@ -44,9 +44,23 @@ def acknowledge(scope: IConstruct, rule_id: str, reason: str) -> None:
     Raises:
         ValueError: ``reason`` is shorter than 20 characters (a reason must be checkable).
     """
+    acknowledge_all(scope, [rule_id], reason)
+
+
+def acknowledge_all(scope: IConstruct, rule_ids: Iterable[str], reason: str) -> None:
+    """:func:`acknowledge` of each of ``rule_ids`` on ``scope``, with one ``Validations.of`` call.
+
+    Raises:
+        ValueError: ``reason`` is shorter than 20 characters (a reason must be checkable).
+    """
+    ids = list(rule_ids)
+    if not ids:
+        return
     if len(reason.strip()) < 20:
-        raise ValueError(f"cdk-nag acknowledgment of {rule_id} needs a reason a reviewer can check")
-    Validations.of(scope).acknowledge(Acknowledgment(id=rule(rule_id), reason=reason))
+        raise ValueError(f"cdk-nag acknowledgment of {ids[0]} needs a reason a reviewer can check")
+    validations = Validations.of(scope)
+    for rule_id in ids:
+        validations.acknowledge(Acknowledgment(id=rule(rule_id), reason=reason))
 
 
 def flatten_reference(stack: Stack, value: Any) -> str:
@@ -55,6 +69,11 @@ def flatten_reference(stack: Stack, value: Any) -> str:
     Mirrors cdk-nag 3.0.2 ``utils/flatten-cfn-reference``: ``Fn::GetAtt [L, A]`` -> ``<L.A>``,
     ``Ref L`` -> ``<L>``, ``Fn::Join`` concatenated, ``${X}`` in ``Fn::Sub`` -> ``<X>``.
     """
+    return flatten_resolved(stack.resolve(value))
+
+
+def flatten_resolved(resolved: Any) -> str:
+    """:func:`flatten_reference` of a value already resolved (``Stack.resolve``): no jsii call."""
 
     def visit(node: Any) -> str:
         if node is None:
@@ -76,7 +95,7 @@ def flatten_reference(stack: Stack, value: Any) -> str:
                 return f"<{visit(node['Ref'])}>"
         return json.dumps(node, separators=(",", ":"))
 
-    return visit(stack.resolve(value))
+    return visit(resolved)
 
 
 def acknowledge_wildcards(
@@ -95,11 +114,11 @@ def acknowledge_wildcards(
         resources: wildcard resources as passed to the policy (tokens allowed), e.g.
             ``bucket.arn_for_objects("lifecycle/*")`` or ``"*"``.
     """
-    stack = Stack.of(scope)
-    for action in actions:
-        acknowledge(scope, f"IAM5[Action::{action}]", reason)
-    for resource in resources:
-        acknowledge(scope, f"IAM5[Resource::{flatten_reference(stack, resource)}]", reason)
+    resources = list(resources)
+    # One jsii call resolves every resource (each construct call is a round trip to Node).
+    flat = [flatten_resolved(r) for r in Stack.of(scope).resolve(resources)] if resources else []
+    acknowledge_all(scope, [f"IAM5[Action::{action}]" for action in actions]
+                    + [f"IAM5[Resource::{f}]" for f in flat], reason)
 
 
 def acknowledge_managed_policies(scope: IConstruct, policy_names: Iterable[str], reason: str) -> None:
@@ -107,8 +126,8 @@ def acknowledge_managed_policies(scope: IConstruct, policy_names: Iterable[str],
 
     ``service-role/...`` names are accepted as written in the ARN.
     """
-    for name in policy_names:
-        acknowledge(scope, f"IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{name}]", reason)
+    acknowledge_all(scope, [f"IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{name}]" for name in policy_names],
+                    reason)
 
 
 # --- CDK-owned provider functions ----------------------------------------------------------------
@@ -138,21 +157,32 @@ def acknowledge_cdk_managed(scope: IConstruct, *, owner: str, rules: Iterable[st
         "not by this project; the function only runs during CloudFormation deployments."
     )
     report = AwsSolutionsChecks().validate_scope(scope)
-    root = scope.node.root
+    by_path: dict[str, list[str]] = {}
     for violation in report.violations:
         name = violation.rule_name
         if name.split("[", 1)[0] not in allowed:
             continue
         for resource in violation.violating_resources:
-            construct = _find_by_path(root, resource.construct_path)
-            Validations.of(construct).acknowledge(Acknowledgment(id=name, reason=reason))
+            ids = by_path.setdefault(resource.construct_path, [])
+            if name not in ids:
+                ids.append(name)
+    base = scope.node.path
+    found: dict[str, IConstruct] = {base: scope}
+    for path, ids in by_path.items():
+        acknowledge_all(_find_below(base, path, found), ids, reason)
 
 
-def _find_by_path(root: IConstruct, path: str) -> IConstruct:
-    node = root
-    for part in path.split("/"):
-        if part:
-            node = node.node.find_child(part)
+def _find_below(base: str, path: str, found: dict[str, IConstruct]) -> IConstruct:
+    """The construct at absolute ``path``, at or below the scope at ``base`` (``found[base]``);
+    ``found`` caches the prefixes walked (findings share them, and each step is a jsii call)."""
+    if path != base and not path.startswith(f"{base}/"):
+        raise ValueError(f"cdk-nag reported {path}, outside {base}")
+    node, walked = found[base], base
+    for part in [p for p in path[len(base):].split("/") if p]:
+        walked = f"{walked}/{part}"
+        if walked not in found:
+            found[walked] = node.node.find_child(part)
+        node = found[walked]
     return node
 
 

@@ -1,19 +1,22 @@
 """One command-line convention for the six operator tools (``scripts/plan.py``, ``overlap.py``,
-``bench_ttft.py``, ``verify.py``, ``preflight.py``, ``orphans.py``), the stateful-resource guard
-(``scripts/stateful_snapshot.py``) and the CRD schema generator (``scripts/update_crd_schema.py``);
+``bench_ttft.py``, ``verify.py``, ``preflight.py``, ``orphans.py``), the manifest writer
+(``scripts/manifests.py``), the stateful-resource guard (``scripts/stateful_snapshot.py``) and the
+CRD schema generator (``scripts/update_crd_schema.py``);
 the exit codes also hold for ``scripts/patch_endpoint.sh`` and the L2 janitor
 (``kv_tools/l2_janitor.py``) run by hand.
 
-* **Exit codes** (:data:`EXIT_CODES`, the README's one table is generated from it and a test
+* **Exit codes** (:data:`EXIT_CODES`, docs/operator-tools.md's one table is generated from it and a test
   keeps them equal): ``0`` fine, ``1`` the tool answered and the answer is "no", ``2`` bad
   input (flags, config, files) or something unreachable (AWS, the cluster, the endpoint), so
   the question was not answered. A script never exits 1 for an error.
 * **Errors**: one line ``error: <message>`` on stderr, no traceback (:class:`ToolError`,
-  :func:`fail`); a flag error too (:class:`ArgumentParser`: it names the flag, points to
+  :func:`fail`; a config error prints one such line per problem); a flag error too (:class:`ArgumentParser`: it names the flag, points to
   ``--help`` and exits 2).
 * **Broken pipes**: ``scripts/plan.py | head`` ends quietly (:func:`emit`, :func:`run`), keeping
   the tool's exit code (the answer does not depend on who reads the output).
 * **Help**: real defaults are shown, never ``(default: None)`` (:class:`HelpFormatter`).
+* **One config directory**: ``--config DIR``, else ``$KVCACHE_CONFIG_DIR``, else the repository's
+  ``config/`` (:func:`add_config_option`, :func:`load_config`), loaded with every check.
 * **Argument types** that name the flag in their error: :func:`positive_int`,
   :func:`fraction`, :func:`existing_file`, ...
 * **Progress bars** (tqdm) only on a terminal and never with ``--json`` (:func:`progress_wanted`).
@@ -42,7 +45,7 @@ class ExitMeaning:
     error: str
 
 
-#: The single source of the exit-code convention, per tool (README "Operator tools" renders it).
+#: The single source of the exit-code convention, per tool (docs/operator-tools.md renders it).
 EXIT_CODES: dict[str, ExitMeaning] = {
     "plan.py": ExitMeaning("the model fits", "it does not fit at the given TP / instance type",
                            "bad input: flags, config or files"),
@@ -64,6 +67,10 @@ EXIT_CODES: dict[str, ExitMeaning] = {
                                         "naming the config field)",
                                         "bad input or config, or no readable snapshot to check against "
                                         "(record one with --write)"),
+    "manifests.py": ExitMeaning("the manifests were written to the output directory",
+                                "not used (the script asks no yes/no question)",
+                                "bad input: config, flags, volume ID or zone, or an unreadable outputs file; "
+                                "nothing written"),
     "update_crd_schema.py": ExitMeaning("the schema file was written, or with --check it is what the CRD gives",
                                         "with --check: the committed schema differs from the CRD's (rewrite it "
                                         "without --check)",
@@ -90,7 +97,7 @@ def tool_path(tool: str) -> str:
 
 
 def exit_code_table() -> str:
-    """The README's exit-code table (Markdown), generated from :data:`EXIT_CODES`."""
+    """The exit-code table of docs/operator-tools.md (Markdown), generated from :data:`EXIT_CODES`."""
     rows = ["| tool | 0 | 1 | 2 |", "|---|---|---|---|"]
     rows += [f"| `{tool_path(tool)}` | {m.ok} | {m.no} | {m.error} |" for tool, m in EXIT_CODES.items()]
     return "\n".join(rows)
@@ -134,9 +141,40 @@ def make_parser(tool: str, description: str) -> argparse.ArgumentParser:
 
 
 def fail(message: object, stream: TextIO | None = None) -> int:
-    """Print ``error: <message>`` on stderr; return 2 (for ``return cli.fail(...)`` in ``main``)."""
-    print(f"error: {message}", file=stream or sys.stderr)
+    """Print ``error: <message>`` on stderr; return 2 (for ``return cli.fail(...)`` in ``main``).
+
+    A :class:`~platform_config.ConfigError` prints one ``error:`` line per problem, each naming
+    its file and field or line."""
+    problems = getattr(message, "problems", None)
+    for text in ([str(p) for p in problems] if problems else [str(message)]):
+        print(f"error: {text}", file=stream or sys.stderr)
     return EXIT_ERROR
+
+
+#: The help of every command's ``--config``.
+CONFIG_HELP = ("config directory holding platform.yaml and business-lines/ (default: $KVCACHE_CONFIG_DIR, "
+               "else the repository's config/)")
+
+
+def add_config_option(parser: argparse.ArgumentParser, help: str = CONFIG_HELP) -> None:
+    """``--config DIR``, the same on every command (default: :func:`platform_config.loader.default_config_dir`)."""
+    parser.add_argument("--config", type=Path, metavar="DIR", help=help)
+
+
+def load_config(config_dir: Path | None, stream: TextIO | None = None) -> Any:
+    """The project of ``config_dir`` (None: the default directory) as every command loads it:
+    :func:`kv_tools.project_checks.load_checked_project`; its warnings printed as ``warning: ...``.
+
+    Raises:
+        ConfigError: every problem found (:func:`fail` prints them, one line each).
+    """
+    from kv_tools.project_checks import load_checked_project
+    from platform_config.loader import default_config_dir
+
+    project = load_checked_project(config_dir if config_dir is not None else default_config_dir())
+    for warning in project.warnings:
+        print(f"warning: {warning}", file=stream or sys.stderr)
+    return project
 
 
 def _silence_stdout() -> None:
@@ -162,9 +200,11 @@ def run(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None 
     :class:`ToolError` -> ``error: ...`` and 2; a broken stdout pipe -> quiet, 141 (what a
     shell reports for a process ended by SIGPIPE) unless :func:`emit` already absorbed it;
     Ctrl-C -> 130."""
+    from platform_config.problems import ConfigError
+
     try:
         code = main(argv)
-    except ToolError as exc:
+    except (ToolError, ConfigError) as exc:
         code = fail(exc)
     except BrokenPipeError:
         _silence_stdout()
@@ -243,12 +283,18 @@ def fraction(text: str) -> float:
 
 
 def existing_file(text: str) -> Path:
-    """A path to an existing file (the error names the path)."""
+    """A path to an existing regular file (the error names the path): not a directory, a broken link,
+    a link loop or a FIFO (reading one would wait for a writer)."""
+    from platform_config.yaml_source import path_problem
+
     path = Path(text)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         raise argparse.ArgumentTypeError(f"no such file: {path}")
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{path} is a directory, not a file")
+    problem = path_problem(path, allowed="a regular file")
+    if problem is not None:
+        raise argparse.ArgumentTypeError(str(problem))
     return path
 
 

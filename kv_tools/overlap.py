@@ -30,6 +30,7 @@ as such in every output.
 from __future__ import annotations
 
 import gzip
+import zlib
 import hashlib
 import io
 import json
@@ -492,8 +493,18 @@ def analyse_file(path: str | Path, *, progress: bool = False, progress_delay_s: 
 
     Raises:
         FileNotFoundError / IsADirectoryError: the path (named in the message); ValueError:
-        from :func:`analyse`.
+        from :func:`analyse`, or a ``.gz`` that is not gzip or ends early (truncated, or still being
+        written), naming the file: an answer from part of a log would be a wrong answer.
     """
+    try:
+        return _analyse_file(path, progress=progress, progress_delay_s=progress_delay_s, **kwargs)
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        what = ("ends before the end of its gzip stream (truncated, or still being written)"
+                if isinstance(exc, EOFError) else f"is not a readable gzip file ({exc})")
+        raise ValueError(f"{path} {what}; allowed: a complete .gz file, or the uncompressed log") from None
+
+
+def _analyse_file(path: str | Path, *, progress: bool, progress_delay_s: float, **kwargs: Any) -> OverlapReport:
     if not progress:
         with _open(path) as handle:
             return analyse(handle, **kwargs)

@@ -53,14 +53,15 @@ from __future__ import annotations
 import math
 import textwrap
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from kv_tools.gpu_memory import usable_gpu_memory_gib
 from kv_tools.model_specs import ModelSpec, dtype_bytes, lookup_model
 from kv_tools.prices import Price, PriceTable
 from platform_config import INSTANCE_TYPES, BusinessLineConfig, InstanceType, PlatformConfig, get_instance_type, vllm_args
+from platform_config import node_fit
 from platform_config.loader import l2_pool_gib
-from platform_config.models import quantity_bytes
+from platform_config.models import InstanceGroupConfig, quantity_bytes
 
 GIB = 2**30
 GB = 10**9
@@ -231,6 +232,10 @@ class PlanInputs:
     ``l2_pool_gib`` is the usable Curvine pool (:func:`platform_config.loader.l2_pool_gib`) and
     replaces nodes x capacity; ``l2_size_gib`` is the line's ``cache.l2_size`` and
     ``l2_high_watermark`` the share of it above which its janitor deletes.
+    ``replica_cpu_millicores`` / ``replica_memory_bytes`` are what one replica's pod requests and
+    ``node_room`` what a node of an instance type leaves for the lines' pods, ``(millicores, bytes)``
+    (the config check's node budget, :func:`node_room_for`); given all three, a replica that does
+    not fit a node's CPU or memory does not fit, and replicas per node are bounded by them too.
     """
 
     model: ModelSpec
@@ -256,6 +261,9 @@ class PlanInputs:
     l2_high_watermark: float | None = None
     nvme_reserve_fraction: float = DEFAULT_NVME_RESERVE_FRACTION
     region: str = "us-west-2"
+    replica_cpu_millicores: int | None = None
+    replica_memory_bytes: int | None = None
+    node_room: Callable[[str], tuple[int, int]] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         """Raises :class:`PlanInputError` naming every bad field."""
@@ -332,6 +340,9 @@ def _fit(inputs: PlanInputs, instance: InstanceType, tp: int) -> Fit:
     per_token = kv_bytes_per_token_per_gpu(model, tp, inputs.effective_kv_dtype)
     tokens = max(0, int(free * GIB // per_token)) if free > 0 else 0
     need = max(inputs.tokens, inputs.max_model_len)
+    room = node_room_problem(inputs, instance)
+    if room:
+        return Fit(tp, False, per_gpu, max(free, 0.0), tokens, room)
     if free <= 0:
         reason = (f"weights {per_gpu:.1f} GiB/GPU + reserve {inputs.runtime_reserve_gib:.1f} GiB exceed "
                   f"{inputs.gpu_memory_utilization:.0%} of {usable:.2f} GiB usable ({instance.gpu_model})")
@@ -341,6 +352,57 @@ def _fit(inputs: PlanInputs, instance: InstanceType, tp: int) -> Fit:
     else:
         reason = f"{per_gpu:.1f} GiB weights/GPU, {free:.1f} GiB/GPU left for KV ({tokens:,} tokens per replica)"
     return Fit(tp, free > 0 and tokens >= need, per_gpu, max(free, 0.0), tokens, reason)
+
+
+def node_room_problem(inputs: PlanInputs, instance: InstanceType) -> str | None:
+    """Why one replica's CPU or memory request does not fit a node of ``instance`` (the node budget
+    of :attr:`PlanInputs.node_room`), or None (also when they are not counted)."""
+    if inputs.node_room is None:
+        return None
+    cpu_room, memory_room = inputs.node_room(instance.name)
+    cpu, memory = inputs.replica_cpu_millicores, inputs.replica_memory_bytes
+    if memory is not None and memory > memory_room:
+        return (f"{node_fit.gib_text(memory)} of memory per replica, more than a {instance.name} node has for the "
+                f"lines' pods ({node_fit.gib_text(memory_room)})")
+    if cpu is not None and cpu > cpu_room:
+        return (f"{node_fit.cpu_text(cpu)} CPU per replica, more than a {instance.name} node has for the lines' "
+                f"pods ({node_fit.cpu_text(cpu_room)} CPU)")
+    return None
+
+
+def replicas_per_node(inputs: PlanInputs, instance: InstanceType, tp: int) -> int:
+    """Replicas one node holds: its GPUs over TP, and, when counted (:attr:`PlanInputs.node_room`),
+    no more than its CPU and memory for the lines' pods allow; at least 1 (a replica that does not
+    fit is reported by the fit, not here)."""
+    bound = instance.gpus // tp
+    if inputs.node_room is not None:
+        cpu_room, memory_room = inputs.node_room(instance.name)
+        if inputs.replica_cpu_millicores:
+            bound = min(bound, cpu_room // inputs.replica_cpu_millicores)
+        if inputs.replica_memory_bytes:
+            bound = min(bound, memory_room // inputs.replica_memory_bytes)
+    return max(1, bound)
+
+
+def node_room_for(platform: PlatformConfig, lines: Iterable[BusinessLineConfig]) -> Callable[[str], tuple[int, int]]:
+    """``instance type -> (millicores, bytes)`` one node leaves for the lines' pods: the config
+    check's node budget (:func:`platform_config.node_fit.node_budget`: Tiered Storage, the kubelet's
+    reservation, the platform's pods) of the platform's first schedulable group of that type, or, for
+    a type the platform has no group of, of a group of it with the model's defaults (one thread per
+    core). ``lines``: the cluster's lines (each L2 line's janitor is counted on every node)."""
+    every_line = list(lines)
+    cache: dict[str, tuple[int, int]] = {}
+
+    def room(instance_type: str) -> tuple[int, int]:
+        if instance_type not in cache:
+            groups = node_fit.schedulable_groups(platform, instance_type)
+            group = groups[0] if groups else InstanceGroupConfig(name="candidate", instance_type=instance_type,
+                                                                 instance_count=1)
+            budget = node_fit.node_budget(platform, group, every_line)
+            cache[instance_type] = (budget.free_cpu_millicores, budget.free_memory_bytes)
+        return cache[instance_type]
+
+    return room
 
 
 def choose_tp(inputs: PlanInputs) -> tuple[Fit, int | None]:
@@ -441,7 +503,8 @@ class Plan:
 
     @property
     def replicas_per_node(self) -> int:
-        return max(1, self.instance.gpus // self.fit.tp)
+        """Replicas one node holds (GPUs over TP, and CPU and memory when counted: :func:`replicas_per_node`)."""
+        return replicas_per_node(self.inputs, self.instance, self.fit.tp)
 
     @property
     def l1_gib_per_replica(self) -> float:
@@ -556,7 +619,7 @@ def plan(inputs: PlanInputs, *, prices: PriceTable | None = None,
     kv_dtype = inputs.effective_kv_dtype
     t = timing(inputs.model, instance, fit.tp, kv_dtype, tokens=inputs.tokens, hit_ratio=inputs.hit_ratio,
                chunk_tokens=inputs.chunk_tokens, l2_read_gibps=inputs.l2_read_gibps, calibration=calibration)
-    nodes = math.ceil(inputs.replicas * fit.tp / instance.gpus)
+    nodes = math.ceil(inputs.replicas / replicas_per_node(inputs, instance, fit.tp))
     nvme_gib = instance.nvme_gb * GB / GIB * (1.0 - inputs.nvme_reserve_fraction)
     l2_per_node = min(nvme_gib, inputs.l2_node_capacity_gib) if inputs.l2_node_capacity_gib else nvme_gib
     price = prices.price(inputs.region, instance.name) if prices else None
@@ -609,6 +672,8 @@ class Recommendation:
     options: tuple[Plan, ...] = field(default_factory=tuple)
     #: Price warnings (missing or unchecked) of every option whose price the comparison uses.
     warnings: tuple[str, ...] = ()
+    #: Candidates that cannot run the inputs' TP at all, ``(instance type, why)``.
+    refused: tuple[tuple[str, str], ...] = ()
 
     @property
     def chosen(self) -> Plan | None:
@@ -632,7 +697,8 @@ class Recommendation:
                 "cold_ttft_ms": round(p.timing.cold_ttft_ms, 1), "warm_ttft_ms": round(p.timing.warm_ttft_ms, 1),
                 "expected_ttft_ms": round(p.expected_ttft_ms, 1),
                 "l2_pays": p.timing.l2_pays, "fit_reason": p.fit.reason,
-            } for p in self.options],
+            } for p in self.options] + [{"instance_type": name, "fits": False, "fit_reason": why}
+                                        for name, why in self.refused],
             "warnings": list(self.warnings),
         }
 
@@ -645,7 +711,11 @@ def recommend(inputs: PlanInputs, candidates: Iterable[str], *, prices: PriceTab
               ttft_slo_ms: float | None = None, calibration: Calibration = DEFAULT_CALIBRATION) -> Recommendation:
     """Pick the instance type for ``inputs``' model among ``candidates``.
 
-    Each candidate gets its smallest fitting TP (``inputs.tp`` is not carried over). Rule:
+    Each candidate is evaluated at ``inputs.tp`` (a business line's own TP), or, when that is None,
+    at its smallest fitting TP; a candidate with fewer GPUs than ``inputs.tp``, or whose heads
+    ``inputs.tp`` does not divide, is refused with the reason. With CPU and memory counted
+    (:attr:`PlanInputs.node_room`) an option whose replica does not fit a node's CPU or memory
+    does not fit, and its node count covers them. Rule:
     among options that fit and have a price, keep those whose expected TTFT (warm with L2
     where L2 pays, else cold) meets ``ttft_slo_ms`` (all, if no SLO), then take the cheapest
     per endpoint-hour, ties to the faster. If no option meets the SLO, the fastest is chosen and
@@ -654,15 +724,23 @@ def recommend(inputs: PlanInputs, candidates: Iterable[str], *, prices: PriceTab
     ``warnings`` carries the price warnings of every fitting option (the ones the comparison
     prices), so an unchecked price is flagged whichever option it belongs to.
     """
-    options = tuple(plan(replace(inputs, instance_type=c, tp=None), prices=prices, calibration=calibration)
-                    for c in dict.fromkeys(candidates))
+    options_list: list[Plan] = []
+    refused: list[tuple[str, str]] = []
+    for c in dict.fromkeys(candidates):
+        gpus = get_instance_type(c).gpus
+        if inputs.tp is not None and inputs.tp > gpus:
+            refused.append((c, f"TP {inputs.tp} needs {inputs.tp} GPUs per replica; {c} has {gpus}"))
+            continue
+        options_list.append(plan(replace(inputs, instance_type=c), prices=prices, calibration=calibration))
+    options = tuple(options_list)
     warnings = tuple(dict.fromkeys(w for p in options if p.fit.fits
                                    for w in price_warnings(prices, inputs.region, p.instance.name)))
     usable = [p for p in options if p.fit.fits and p.cost.cost_per_endpoint_hour is not None]
     if not usable:
-        why = "; ".join(f"{p.instance.name}: {p.fit.reason if not p.fit.fits else 'no price'}" for p in options)
+        why = "; ".join([f"{p.instance.name}: {p.fit.reason if not p.fit.fits else 'no price'}" for p in options]
+                        + [f"{name}: {reason}" for name, reason in refused])
         return Recommendation(None, None, False, f"no candidate fits {inputs.model.name} with a price: {why}",
-                              options, warnings)
+                              options, warnings, tuple(refused))
     meeting = [p for p in usable if ttft_slo_ms is None or p.expected_ttft_ms <= ttft_slo_ms]
     fastest = min(usable, key=lambda p: (p.expected_ttft_ms, p.cost.cost_per_endpoint_hour))
     if meeting:
@@ -682,7 +760,8 @@ def recommend(inputs: PlanInputs, candidates: Iterable[str], *, prices: PriceTab
         reason += f"; cheapest option meeting the {ttft_slo_ms:.0f} ms TTFT target"
     else:
         reason += "; the cheapest option that fits"
-    return Recommendation(best.instance.name, best.fit.tp, best.timing.l2_pays, reason, options, warnings)
+    return Recommendation(best.instance.name, best.fit.tp, best.timing.l2_pays, reason, options, warnings,
+                          tuple(refused))
 
 
 # --- inputs from config ------------------------------------------------------------------------
@@ -697,7 +776,7 @@ def parse_vllm_args(args: Iterable[str]) -> dict[str, str]:
 
 
 def inputs_from_line(line: BusinessLineConfig, platform: PlatformConfig | None, *, model: ModelSpec | None = None,
-                     **overrides: Any) -> PlanInputs:
+                     lines: Iterable[BusinessLineConfig] | None = None, **overrides: Any) -> PlanInputs:
     """Planner inputs for a business line: its model (by normalized ``model.name`` unless
     ``model`` is given), ``model.dtype``, TP = the line's ``--tensor-parallel-size`` (which the
     config check holds to ``gpus_per_replica``, with any pipeline/data parallel size), ``replicas``,
@@ -705,7 +784,10 @@ def inputs_from_line(line: BusinessLineConfig, platform: PlatformConfig | None, 
     ``--gpu-memory-utilization`` from ``vllm.args``, ``cache.l1_cpu_gib`` (0 with L1 off),
     ``cache.l2_size``; and from the platform the region, the Curvine pool
     (:func:`platform_config.loader.l2_pool_gib`: Workers and usable GiB, the config check's figure)
-    and the janitor's high watermark. ``overrides`` replace any field (e.g. ``tokens``).
+    and the janitor's high watermark. With ``lines`` (the cluster's lines, ``line`` among them) and a
+    platform, CPU and memory count too: the line's ``resources`` per replica against the node budget
+    (:func:`node_room_for`), as the config check's node fit counts them. ``overrides`` replace any
+    field (e.g. ``tokens``).
 
     Raises:
         KeyError: the model is not in the table (pass ``model``).
@@ -738,6 +820,10 @@ def inputs_from_line(line: BusinessLineConfig, platform: PlatformConfig | None, 
             values["l2_high_watermark"] = platform.curvine.eviction.high_watermark
         else:
             values["l2_nodes"], values["l2_pool_gib"] = 0, 0.0
+    if platform is not None and lines is not None:
+        values["replica_cpu_millicores"] = round(quantity_bytes(line.resources.cpu) * 1000)
+        values["replica_memory_bytes"] = round(quantity_bytes(line.resources.memory))
+        values["node_room"] = node_room_for(platform, lines)
     if line.cache.l2_enabled:
         values["l2_size_gib"] = quantity_bytes(line.cache.l2_size) / GIB
     if not line.cache.l1_enabled:
@@ -780,7 +866,9 @@ def format_recommendation(rec: Recommendation) -> str:
                      f"{'-' if ratio is None else f'{ratio:.1f}x':>6}")
     for p in rec.options:
         if not p.fit.fits:
-            lines.append(f"  {p.instance.name:<18} {'-':>2} {'-':>5} {'no':>4}  {p.fit.reason}")
+            lines.append(f"  {p.instance.name:<18} {p.fit.tp:>2} {'-':>5} {'no':>4}  {p.fit.reason}")
+    for name, reason in rec.refused:
+        lines.append(f"  {name:<18} {'-':>2} {'-':>5} {'no':>4}  {reason}")
     lines.append("  (TTFT ms: warm where L2 pays, else cold; cost: relative to the choice marked *)")
     return "\n".join(lines)
 

@@ -13,7 +13,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from platform_config.loader import parse_model, read_yaml
+from platform_config.loader import parse_model
+from platform_config.yaml_source import read_yaml_document
 from platform_config.models import AWS_REGION_PATTERN, KnownInstanceType
 
 DEFAULT_PRICES_FILE = Path(__file__).resolve().parents[1] / "config" / "prices.yaml"
@@ -55,8 +56,8 @@ def load_prices(path: str | Path = DEFAULT_PRICES_FILE) -> PriceTable:
     """Read and validate a price table.
 
     Raises:
-        ConfigError: missing file, invalid YAML, or invalid fields (each problem names the
-            file and the dotted field path).
+        ConfigError: an unreadable file, invalid YAML, or invalid fields (each problem names the
+            file and the dotted field path or the line).
     """
     path = Path(path)
-    return parse_model(PriceTable, path, read_yaml(path))
+    return parse_model(PriceTable, path, read_yaml_document(path))

@@ -1,4 +1,4 @@
-"""Metrics, dashboards and alerts of the tiered KV cache (README, "Observability").
+"""Metrics, dashboards and alerts of the tiered KV cache (docs/observability.md).
 
 Pure Python (no aws_cdk import), so tests and tools read the same definitions the CDK stack
 deploys:

@@ -2,7 +2,7 @@
 
 Each :class:`Alert` carries its PromQL (from :mod:`observability.queries`), how long it must hold
 (``for``), a severity, what it means and what to do (annotations ``description`` and
-``runbook``; the README's alert table says the same, and a test checks it names every alert). :func:`rule_groups` renders them as the YAML
+``runbook``; docs/observability.md's alert table says the same, and a test checks it names every alert). :func:`rule_groups` renders them as the YAML
 an ``AWS::APS::RuleGroupsNamespace`` takes; :func:`alert_manager_definition` routes every alert
 to the SNS topic.
 
@@ -79,8 +79,8 @@ class Alert:
         for_: how long ``expr`` must hold, a Prometheus duration.
         severity: ``critical`` or ``warning``.
         summary: one line, templated with the series' labels.
-        meaning: what firing means (README).
-        action: what to do when it fires (README).
+        meaning: what firing means (docs/observability.md).
+        action: what to do when it fires (docs/observability.md).
         labels: extra labels (``business_line`` for per-line rules).
     """
 

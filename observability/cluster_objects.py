@@ -37,6 +37,7 @@ from typing import Any, Final
 from k8s.nodes import hyperpod_node_requirements, instance_group_tolerations
 from observability import metrics
 from platform_config import PlatformConfig
+from platform_config import pod_resources
 
 #: Helm release name of the DCGM exporter.
 DCGM_RELEASE: Final = "dcgm-exporter"
@@ -99,8 +100,12 @@ def dcgm_exporter_values(platform: PlatformConfig) -> dict[str, Any]:
     * Runs only on HyperPod nodes (the GPUs), tolerating every taint of the instance groups.
     * ``securityContext``: :func:`dcgm_security_context` (the chart's adds ``SYS_ADMIN``).
     * ``arguments`` / ``customMetrics``: the counters file is :func:`dcgm_counters_csv`.
+    * ``resources`` only when :data:`platform_config.pod_resources.DCGM_EXPORTER_VALUES_RESOURCES` sets
+      some (today none: the chart's requests apply), the same fact the node budget counts.
     """
     tolerations = instance_group_tolerations(platform)
+    given = pod_resources.DCGM_EXPORTER_VALUES_RESOURCES
+    resources = {"resources": given} if given else {}
     return {
         "serviceMonitor": {"enabled": False},
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
@@ -109,4 +114,5 @@ def dcgm_exporter_values(platform: PlatformConfig) -> dict[str, Any]:
         "securityContext": dcgm_security_context(),
         "arguments": ["-f", DCGM_COUNTERS_PATH],
         "customMetrics": dcgm_counters_csv(),
+        **resources,
     }

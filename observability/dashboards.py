@@ -9,8 +9,7 @@ Rows: "Platform" (Curvine pool and health, Kyverno admission, GPUs), then one pe
 (tier shares of prompt tokens, L0 and LMCache hit rates, L1/L2 hit tokens, TTFT p50/p90/p99
 against the line's SLO, tokens per second, requests, L2 use against ``l2_size``, L2 traffic,
 GPU KV-cache and L1 use, GPU utilisation), then "Cross-pod hit canary" (every L2 line's canary: ratio,
-cold and warm TTFT, runs by result). What each panel means: README, "Observability", and
-docs/observability.md.
+cold and warm TTFT, runs by result). What each panel means: docs/observability.md.
 """
 
 from __future__ import annotations

@@ -67,7 +67,7 @@ class Metric:
         kind: ``counter``, ``gauge`` or ``histogram``.
         unit: what one unit of the value is (``tokens``, ``bytes``, ``seconds``, ``ratio``, ...).
         labels: labels the component itself sets (scrape target labels come on top).
-        meaning: one line, for the README's metric table.
+        meaning: one line, for the docs' metric table.
         source: where the name was read.
     """
 

@@ -8,7 +8,7 @@ cluster is scraped:
 job                       pods                        port
 ========================  ==========================  ===========================================
 ``kvcache-vllm``          each line's endpoint pods   ``vllm.port`` (vLLM's ``/metrics``; LMCache's
-                          (``app=<line>``)            metrics are served there too, see README)
+                          (``app=<line>``)            metrics are served there too, see docs/observability.md)
 ``kvcache-curvine-master`` Curvine Primary            container port ``web`` (9001)
 ``kvcache-curvine-worker`` Curvine Workers            container port ``web`` (9002)
 ``kvcache-kyverno``       Kyverno admission pods      container port ``metrics-port`` (8000)

@@ -101,7 +101,7 @@ INFERENCE_ADDON_KEYS: Final[tuple[AddonKey, ...]] = (
 
 
 def inference_addon_key_table() -> str:
-    """The README's table of the inference add-on's keys (Markdown), from :data:`INFERENCE_ADDON_KEYS`."""
+    """docs/deploy.md's table of the inference add-on's keys (Markdown), from :data:`INFERENCE_ADDON_KEYS`."""
     rows = ["| key | sent | value and reason | documented by |", "|---|---|---|---|"]
     for key in INFERENCE_ADDON_KEYS:
         rows.append(f"| `{key.path}` | {key.sent} | {key.value} | {key.source} |")

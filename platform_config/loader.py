@@ -6,16 +6,19 @@ before a single file is written (no half-synthesized ``cdk.out/`` or ``dist/``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Sequence
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from platform_config import models, node_fit
 from platform_config.instances import INSTANCE_TYPES
 from platform_config.models import BusinessLineConfig, PlatformConfig
+from platform_config.problems import ConfigError, ConfigProblem, FieldError
+from platform_config.yaml_source import YAML_SUFFIXES, Scalar, YamlDocument, path_problem, read_yaml_document
+
 
 PLATFORM_FILE = "platform.yaml"
 
@@ -39,40 +42,40 @@ PATTERN_DESCRIPTIONS = {
 BUSINESS_LINES_DIR = "business-lines"
 
 
-@dataclass(frozen=True)
-class ConfigProblem:
-    """One problem: which file, which field (dotted path), the bad value, and what is allowed."""
-
-    file: str
-    field: str
-    message: str
-    value: Any = None
-
-    def __str__(self) -> str:
-        shown = "" if self.value is None else f" (got {self.value!r})"
-        return f"{self.file}: {self.field or '<root>'}: {self.message}{shown}"
+#: Where every config key is described (generated from the models by ``make docs``).
+CONFIG_REFERENCE = "docs/configuration.md"
+#: The environment variable naming the config directory of every command (``make ... CONFIG=dir``
+#: sets it); a command's ``--config DIR`` wins over it.
+CONFIG_DIR_ENV = "KVCACHE_CONFIG_DIR"
+#: The repository's own config directory, the default.
+REPOSITORY_CONFIG = Path(__file__).resolve().parents[1] / "config"
 
 
-class ConfigError(Exception):
-    """Raised for any invalid configuration; ``problems`` lists every problem found.
-
-    ``str(error)`` is the human-readable report that ``app.py`` prints before exiting 1.
-    """
-
-    def __init__(self, problems: Iterable[ConfigProblem]):
-        self.problems = tuple(problems)
-        super().__init__("invalid configuration:\n" + "\n".join(f"  - {p}" for p in self.problems))
+def default_config_dir() -> Path:
+    """The config directory a command uses without ``--config``: ``$KVCACHE_CONFIG_DIR`` when set
+    (relative to the current directory), else the repository's ``config/`` (shown relative to the
+    current directory when it is below it, so messages name ``config/platform.yaml``)."""
+    given = os.environ.get(CONFIG_DIR_ENV)
+    if given:
+        return Path(given)
+    relative = Path(os.path.relpath(REPOSITORY_CONFIG))
+    return REPOSITORY_CONFIG if relative.parts[:1] == ("..",) else relative
 
 
 @dataclass(frozen=True)
 class ProjectConfig:
-    """The validated platform and its business lines (sorted by name)."""
+    """The validated platform and its business lines (sorted by name).
+
+    Attributes:
+        warnings: what a command should tell the user without stopping: files it ignored
+            (dotfiles, files that are not YAML), a Hugging Face model without a pinned commit, checks
+            that could not run (a model the planner does not know). Each names its file; ``app.py``
+            and the tools print them as ``warning: ...`` on stderr.
+    """
 
     platform: PlatformConfig
     business_lines: tuple[BusinessLineConfig, ...]
     config_dir: Path
-    #: Checks that could not run, each naming its file (today: the fit of a model that is not
-    #: in the planner's table, see :func:`model_fit_problems`). ``app.py`` prints them.
     warnings: tuple[str, ...] = ()
 
     def business_line(self, name: str) -> BusinessLineConfig:
@@ -83,28 +86,60 @@ class ProjectConfig:
         raise KeyError(f"no business line {name!r}; known: {', '.join(l.name for l in self.business_lines)}")
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
-    """Read a YAML mapping; ConfigError (naming the file) if missing, invalid or not a mapping."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError([ConfigProblem(str(path), "", "file not found")]) from None
-    except yaml.YAMLError as exc:
-        raise ConfigError([ConfigProblem(str(path), "", f"not valid YAML: {exc}")]) from None
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ConfigError([ConfigProblem(str(path), "", "must be a YAML mapping", type(data).__name__)])
-    return data
+def _normalized_loc(loc: tuple[Any, ...], data: Any) -> tuple[Any, ...]:
+    """``loc`` as the user's keys: pydantic's union and validator tags (``create`` of
+    ``network.create.cidr``, ``s3`` of ``model.source.s3.bucket``) dropped by following ``data``."""
+    out: list[Any] = []
+    node = data
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, (list, tuple)) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif isinstance(part, str) and _is_tag(part, node):
+            continue
+        else:
+            node = None
+        out.append(part)
+    return tuple(out)
 
 
-def _problems_from_validation(path: Path, exc: ValidationError) -> list[ConfigProblem]:
+def _is_tag(part: str, node: Any) -> bool:
+    """A location element that names a union branch or a validator, not one of the user's keys:
+    ``function-after[...]``, or the ``type``/``mode`` value of the mapping it stands in."""
+    if "[" in part:
+        return True
+    return isinstance(node, dict) and part not in node and part in (node.get("type"), node.get("mode"))
+
+
+def _yaml_hint(scalar: Scalar) -> str:
+    """Why a field that wanted text (or a section) got what YAML read from an unquoted scalar."""
+    if scalar.tag.endswith(":null"):
+        return ("; the value is empty, which YAML reads as null: give a value, or remove the key "
+                "to take the default")
+    return f"; unquoted, YAML reads {scalar.text} as {scalar.reading()}: write \"{scalar.text}\" in quotes for the text"
+
+
+#: Error types where the input's YAML type is the problem (a number where text was wanted, ...).
+_TYPE_ERRORS = {"string_type", "literal_error", "model_type", "model_attributes_type", "dict_type", "list_type",
+                "tuple_type", "union_tag_not_found", "model_class_type", "enum"}
+
+
+def _problems_from_validation(path: Path, exc: ValidationError, document: YamlDocument | None = None,
+                              data: Any = None) -> list[ConfigProblem]:
+    """One :class:`ConfigProblem` per pydantic error, each on the user's dotted key path, with
+    the allowed values in words (:data:`PATTERN_DESCRIPTIONS`), and, where YAML turned an unquoted
+    scalar into a number, boolean or null, what it read and how to quote it."""
+    data = document.data if document is not None and data is None else data
     problems = []
     for err in exc.errors(include_url=False):
-        # Drop pydantic's union/discriminator tags (e.g. "create", "s3") from the path.
-        field = ".".join(str(p) for p in err["loc"])
-        message = err["msg"].removeprefix("Value error, ")
         ctx = err.get("ctx") or {}
+        loc = _normalized_loc(tuple(err["loc"]), data) if data is not None else tuple(err["loc"])
+        error = ctx.get("error")
+        if isinstance(error, FieldError):
+            loc = loc + tuple(error.field.split("."))
+        field = ".".join(str(p) for p in loc)
+        message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "literal_error" and "expected" in ctx:
             message = f"not allowed; allowed: {ctx['expected']}"
         elif err["type"] == "string_pattern_mismatch":
@@ -113,11 +148,14 @@ def _problems_from_validation(path: Path, exc: ValidationError) -> list[ConfigPr
             message = f"not allowed; allowed: {described} (pattern {pattern})" if described \
                 else f"not allowed; allowed: strings matching {pattern}"
         elif err["type"] == "extra_forbidden":
-            message = models.REMOVED_KEYS.get(field, "unknown key (typo?); see the config reference in README.md")
+            message = models.REMOVED_KEYS.get(field, f"unknown key (typo?); see the config reference, {CONFIG_REFERENCE}")
         elif err["type"] == "missing":
-            message = "required field is missing; see the config reference in README.md"
+            message = f"required field is missing; see the config reference, {CONFIG_REFERENCE}"
         elif err["type"] == "union_tag_invalid":
             message = f"unknown type {ctx.get('tag')!r}; allowed: {ctx.get('expected_tags')}"
+        scalar = document.scalars.get(loc) if document is not None else None
+        if scalar is not None and err["type"] in _TYPE_ERRORS:
+            message += _yaml_hint(scalar)
         value = err.get("input") if err["type"] != "missing" else None
         if isinstance(value, (dict, list)):
             value = None
@@ -125,17 +163,20 @@ def _problems_from_validation(path: Path, exc: ValidationError) -> list[ConfigPr
     return problems
 
 
-def parse_model(model: type[BaseModel], path: Path, data: dict[str, Any]) -> Any:
-    """Validate ``data`` (read from ``path``) as ``model``; ConfigError lists every problem."""
+def parse_model(model: type[BaseModel], path: Path, data: dict[str, Any] | YamlDocument) -> Any:
+    """Validate ``data`` (read from ``path``; a :class:`YamlDocument` also explains YAML's readings)
+    as ``model``; ConfigError lists every problem."""
+    document = data if isinstance(data, YamlDocument) else None
+    values = document.data if document is not None else data
     try:
-        return model.model_validate(data)
+        return model.model_validate(values)
     except ValidationError as exc:
-        raise ConfigError(_problems_from_validation(path, exc)) from None
+        raise ConfigError(_problems_from_validation(path, exc, document, values)) from None
 
 
 def load_platform(path: Path) -> PlatformConfig:
     """Parse ``platform.yaml``. Raises :class:`ConfigError` naming file, field and allowed values."""
-    return parse_model(PlatformConfig, path, read_yaml(path))
+    return parse_model(PlatformConfig, path, read_yaml_document(Path(path)))
 
 
 def load_business_line(path: Path) -> BusinessLineConfig:
@@ -144,12 +185,48 @@ def load_business_line(path: Path) -> BusinessLineConfig:
     Raises:
         ConfigError: invalid file, or a ``name`` that differs from the file stem.
     """
-    data = read_yaml(path)
+    path = Path(path)
+    document = read_yaml_document(path)
     stem = path.stem
-    if "name" in data and data["name"] != stem:
-        raise ConfigError([ConfigProblem(str(path), "name", f"must equal the file name {stem!r}", data["name"])])
-    data.setdefault("name", stem)
-    return parse_model(BusinessLineConfig, path, data)
+    if "name" in document.data and document.data["name"] != stem:
+        raise ConfigError([ConfigProblem(str(path), "name", f"must equal the file name {stem!r}",
+                                         document.data["name"])])
+    document.data.setdefault("name", stem)
+    return parse_model(BusinessLineConfig, path, document)
+
+
+def business_line_files(config_dir: Path) -> tuple[list[Path], list[str], list[ConfigProblem]]:
+    """The business-line files of ``config_dir``: ``business-lines/*.yaml`` and ``*.yml``, sorted.
+
+    Returns:
+        ``(files, ignored, problems)``: the files to load; one warning per entry left out, saying
+        which and why (a dotfile such as macOS's ``._x.yaml`` or an editor's ``.x.yaml.swp``, or a
+        name without a YAML suffix); and one problem per entry that looks like a line but cannot be
+        one (a directory named ``x.yaml``, a broken link, a link loop, a FIFO, no permission). A
+        missing ``business-lines/`` holds no files (:func:`load_project` decides if that is allowed).
+    """
+    directory = config_dir / BUSINESS_LINES_DIR
+    if not os.path.lexists(directory):
+        return [], [], []
+    problem = path_problem(directory, directory=True, allowed="a directory of <name>.yaml files, one per line")
+    if problem is not None:
+        return [], [], [problem]
+    files: list[Path] = []
+    ignored: list[str] = []
+    problems: list[ConfigProblem] = []
+    for entry in sorted(directory.iterdir()):
+        if entry.name.startswith("."):
+            ignored.append(f"ignored {entry}: a dotfile (hidden: macOS '._' metadata, an editor's file); a business "
+                           "line's file name starts with a letter or digit")
+        elif entry.suffix not in YAML_SUFFIXES:
+            ignored.append(f"ignored {entry}: not a .yaml or .yml file")
+        else:
+            problem = path_problem(entry, allowed="one YAML file per business line")
+            if problem is None:
+                files.append(entry)
+            else:
+                problems.append(problem)
+    return files, ignored, problems
 
 
 def cross_check(
@@ -213,6 +290,17 @@ def cross_check(
                 f"NoSchedule/NoExecute taint in {platform_path}, and InferenceEndpointConfig has no "
                 "tolerations field, so the line's pods could never schedule; allowed: a type with an untainted group",
                 line.instance_type))
+        schedulable = node_fit.schedulable_groups(platform, line.instance_type)
+        if schedulable and not any(g.instance_count for g in schedulable):
+            names = ", ".join(g.name for g in schedulable)
+            with_nodes = sorted({g.instance_type for g in platform.hyperpod.instance_groups if g.instance_count}
+                                - {line.instance_type})
+            problems.append(ConfigProblem(
+                str(path), "instance_type",
+                f"the instance group(s) of this type the line's pods can use ({names}) have instance_count 0 in "
+                f"{platform_path}, so its {line.replicas} replica(s) would have no node; allowed: instance_count 1 "
+                f"or more on {names}" + (f", or a type with nodes ({', '.join(with_nodes)})" if with_nodes else ""),
+                line.instance_type))
         # No rule ties L1 to Tiered Storage: L1 is LMCache's own buffer in the vLLM process's memory
         # (inside resources.memory); Tiered Storage's share belongs to the ai-toolkit daemon, whose
         # sagemaker-hyperpod:// L2 this platform replaces with Curvine (docs/l2-cache.md, "L1 is not Tiered Storage").
@@ -234,6 +322,8 @@ def node_fit_problems(
     """
     problems: list[ConfigProblem] = []
     for fit in node_fit.fit_lines(platform, lines).values():
+        if not fit.nodes:  # every group of the type has instance_count 0: cross_check names the lines
+            continue
         budgets = fit.budgets()
         budget_text = " | ".join(
             (f"group {b.group}: " if len(budgets) > 1 else "") + b.describe() for b in budgets)
@@ -321,9 +411,9 @@ def config_dir_of(line_file: Path, default: Path = Path("config")) -> Path:
 
     Lets ``scripts/plan.py --business-line FILE`` run from any working directory.
     """
-    parent = Path(line_file).resolve().parent
-    if parent.name == BUSINESS_LINES_DIR and (parent.parent / PLATFORM_FILE).is_file():
-        return parent.parent
+    parent = Path(line_file).parent
+    if parent.resolve().name == BUSINESS_LINES_DIR and (parent / ".." / PLATFORM_FILE).is_file():
+        return parent.parent if parent.name == BUSINESS_LINES_DIR else parent.resolve().parent
     return default
 
 
@@ -342,76 +432,61 @@ def duplicate_line_problems(line_files: list[Path]) -> list[ConfigProblem]:
             for stem, paths in sorted(by_stem.items()) if len(paths) > 1]
 
 
-def model_fit_problems(
-    platform: PlatformConfig, lines: list[tuple[Path, BusinessLineConfig]]
-) -> tuple[list[ConfigProblem], list[str]]:
-    """Each line's model must fit ``gpus_per_replica`` GPUs of its instance type.
-
-    The rule is the planner's, called, not copied: :func:`kv_tools.planner.choose_tp` over
-    :func:`kv_tools.planner.inputs_from_line`, i.e. exactly what ``scripts/plan.py
-    --business-line <file>`` reports with its default flags (weights per GPU plus the runtime
-    reserve within vLLM's ``--gpu-memory-utilization`` share, and room left for one sequence of
-    ``--max-model-len`` tokens, or of the planner's default prompt). So synthesis refuses what
-    the planner says does not fit, and nothing else.
-
-    A model the planner's table (``kv_tools/model_specs.py``, matched by normalized
-    ``model.name``) does not know cannot be sized offline: its fit is skipped and a warning
-    names the file and the command that checks it (``plan.py --hf-config``).
-
-    Returns:
-        ``(problems, warnings)``.
-    """
-    # Imported here: kv_tools imports platform_config, so a module-level import would be circular.
-    from kv_tools.planner import LINE_CONFIG_FIELDS, PlanInputError, choose_tp, inputs_from_line
-
-    problems: list[ConfigProblem] = []
-    warnings: list[str] = []
-    for path, line in lines:
-        try:
-            inputs = inputs_from_line(line, platform)
-        except KeyError:  # the only KeyError of inputs_from_line: the model is not in the table
-            warnings.append(
-                f"{path}: model.name {line.model.name!r} is not in the planner's table (kv_tools/model_specs.py), "
-                f"so whether it fits {line.instance_type} with gpus_per_replica {line.gpus_per_replica} is not "
-                f"checked; check it with: scripts/plan.py --business-line {path} --hf-config <its config.json>")
-            continue
-        except PlanInputError as exc:  # each problem names its planner field; report the config key
-            problems += [ConfigProblem(str(path), LINE_CONFIG_FIELDS.get(p.field, p.field), p.message)
-                         for p in exc.problems]
-            continue
-        fit, min_tp = choose_tp(inputs)
-        if fit.fits:
-            continue
-        allowed = (f"gpus_per_replica {min_tp} or more" if min_tp is not None
-                   else "an instance type with more GPU memory, or a smaller model or dtype")
-        problems.append(ConfigProblem(
-            str(path), "gpus_per_replica",
-            f"{line.model.name} ({line.model.dtype}) does not fit {line.instance_type} at "
-            f"gpus_per_replica {line.gpus_per_replica}: {fit.reason}; allowed: {allowed} "
-            f"(scripts/plan.py --business-line {path} shows the figures)", line.gpus_per_replica))
-    return problems, warnings
+#: A check above the config layer that ``load_project`` runs on the lines without other problems:
+#: ``(platform, [(file, line), ...]) -> (problems, warnings)``. The planner's fit
+#: (:func:`kv_tools.project_checks.model_fit_problems`) is one; the config layer knows only this shape.
+LineCheck = Callable[[PlatformConfig, list[tuple[Path, BusinessLineConfig]]], tuple[list[ConfigProblem], list[str]]]
 
 
-def load_project(config_dir: str | Path = "config") -> ProjectConfig:
+def source_warnings(path: Path, line: BusinessLineConfig) -> list[str]:
+    """What a valid line should still be told: a Hugging Face model without ``commit_sha``."""
+    source = line.model.source
+    if isinstance(source, models.HuggingFaceModelSource) and source.commit_sha is None:
+        return [f"{path}: model.source.commit_sha is not set, so each pod downloads whatever revision of "
+                f"{source.model_id} the Hub serves when it starts: after the repository changes, replicas serve "
+                "different weights, and new pods read the old weights' KV from the line's L2 directory (its name "
+                "covers the commit, not the weights) as cache hits; pin the 40-hex commit to rule this out"]
+    return []
+
+
+def load_project(config_dir: str | Path = "config", *, line_checks: Sequence[LineCheck] = ()) -> ProjectConfig:
     """Load, validate and cross-check every config file under ``config_dir``.
 
-    Layout: ``<config_dir>/platform.yaml`` and ``<config_dir>/business-lines/*.yaml``.
+    Layout: ``<config_dir>/platform.yaml`` and ``<config_dir>/business-lines/*.yaml`` (or ``.yml``;
+    dotfiles and other names are left out with a warning, :func:`business_line_files`). A config
+    without any business line is refused unless ``allow_no_business_lines: true`` says it is meant
+    (``scripts/orphans.py --destroy`` would otherwise delete every deployed line stack).
+
+    Args:
+        line_checks: checks of a layer above (:data:`LineCheck`), run on the lines without other
+            problems; every command loads through :func:`kv_tools.project_checks.load_checked_project`,
+            which passes the planner's fit.
 
     Raises:
         ConfigError: every problem found across all files (not only the first), each naming the
-            file, the field, the bad value and the allowed values.
+            file, the field (or line), the bad value and the allowed values.
     """
     config_dir = Path(config_dir)
+    dir_problem = path_problem(config_dir, directory=True,
+                               allowed=f"a config directory holding {PLATFORM_FILE} and {BUSINESS_LINES_DIR}/")
+    if dir_problem is not None:
+        raise ConfigError([dir_problem])
     platform_path = config_dir / PLATFORM_FILE
     problems: list[ConfigProblem] = []
     platform: PlatformConfig | None = None
-    try:
-        platform = load_platform(platform_path)
-    except ConfigError as exc:
-        problems.extend(exc.problems)
+    other_spelling = platform_path.with_suffix(".yml")
+    if not os.path.lexists(platform_path) and other_spelling.is_file():
+        problems.append(ConfigProblem(str(platform_path), "", f"no such file, but {other_spelling.name} is there; "
+                                                              f"allowed: the name {PLATFORM_FILE} (rename it)"))
+    else:
+        try:
+            platform = load_platform(platform_path)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
 
     lines: list[tuple[Path, BusinessLineConfig]] = []
-    line_files = sorted((config_dir / BUSINESS_LINES_DIR).glob("*.y*ml"))
+    line_files, warnings, listing_problems = business_line_files(config_dir)
+    problems.extend(listing_problems)
     duplicates = duplicate_line_problems(line_files)
     problems.extend(duplicates)
     for path in line_files:
@@ -422,13 +497,23 @@ def load_project(config_dir: str | Path = "config") -> ProjectConfig:
     if duplicates:  # the files collide with each other; cross-checking them repeats that problem
         colliding = {Path(d.file).stem for d in duplicates}
         lines = [(p, l) for p, l in lines if p.stem not in colliding]
-    warnings: list[str] = []
+    if not line_files and not listing_problems and platform is not None and not platform.allow_no_business_lines:
+        problems.append(ConfigProblem(
+            str(config_dir / BUSINESS_LINES_DIR), "",
+            "no business line (no <name>.yaml file); allowed: at least one, or allow_no_business_lines: true in "
+            f"{platform_path} when the platform is meant to run without lines (scripts/orphans.py --destroy then "
+            "deletes every deployed line stack)"))
+    for path, line in lines:
+        warnings.extend(source_warnings(path, line))
     if platform is not None:
         problems.extend(cross_check(platform, platform_path, lines))
-        # Size only the lines without other problems (e.g. an instance type the platform lacks).
+        # Only the lines without other problems (e.g. an instance type the platform lacks).
         named = {p.file for p in problems}
-        fit_problems, warnings = model_fit_problems(platform, [(p, l) for p, l in lines if str(p) not in named])
-        problems.extend(fit_problems)
+        clean = [(p, l) for p, l in lines if str(p) not in named]
+        for check in line_checks:
+            check_problems, check_warnings = check(platform, clean)
+            problems.extend(check_problems)
+            warnings.extend(check_warnings)
     if problems:
         raise ConfigError(problems)
     assert platform is not None

@@ -33,6 +33,7 @@ from platform_config import hyperpod_rules as hp_rules
 from platform_config import kubernetes_versions as k8s_versions
 from platform_config import vllm_args as vllm_flags
 from platform_config.instances import INSTANCE_TYPES
+from platform_config.problems import FieldError
 
 # --- reusable constrained types -------------------------------------------------------------
 
@@ -187,9 +188,11 @@ RoutingStrategy = Literal["prefixaware", "kvaware", "session", "roundrobin"]
 
 
 class StrictModel(BaseModel):
-    """Base for every config model: unknown keys rejected, values immutable after load."""
+    """Base for every config model: unknown keys rejected, values immutable after load, no infinite
+    or NaN number (YAML's ``.inf`` would pass a ``> 0`` bound). A validator that spans fields raises
+    :class:`~platform_config.problems.FieldError` naming the field the user should change."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # --- platform.yaml ------------------------------------------------------------------------------
@@ -302,9 +305,10 @@ class EksConfig(StrictModel):
     @model_validator(mode="after")
     def _public_cidrs_only_when_public(self) -> "EksConfig":
         if self.endpoint_access == "private" and self.public_access_cidrs:
-            raise ValueError("public_access_cidrs is set but endpoint_access is 'private'")
+            raise FieldError("public_access_cidrs", "public_access_cidrs is set but endpoint_access is 'private'; "
+                                                    "allowed: no CIDRs, or endpoint_access public_and_private")
         if self.endpoint_access == "public_and_private" and not self.public_access_cidrs:
-            raise ValueError(
+            raise FieldError("public_access_cidrs", 
                 "endpoint_access 'public_and_private' needs public_access_cidrs "
                 "(refusing to open the API to 0.0.0.0/0 implicitly)"
             )
@@ -433,7 +437,7 @@ class HyperPodDependencyChartConfig(StrictModel):
     HyperPod on EKS needs it in ``kube-system`` before the HyperPod cluster is created (health
     monitoring agent, deep health checks, GPU/EFA device plugins). It is published only in that
     Git repository, not in a Helm repository, so it cannot be pinned by chart version: check it
-    out at ``source_commit`` and vendor its sub-charts into ``path`` (README, "HyperPod
+    out at ``source_commit`` and vendor its sub-charts into ``path`` (docs/deploy.md, "HyperPod
     dependency chart"). When set, the HyperPod stack installs it through the cluster's kubectl
     handler before creating the HyperPod cluster; when absent, install it by hand first.
     """
@@ -465,7 +469,7 @@ class HyperPodConfig(StrictModel):
     #: Install the HyperPod dependency chart from a vendored checkout (None: install by hand).
     dependency_chart: HyperPodDependencyChartConfig | None = None
     #: true: the dependency chart is installed in kube-system another way (by hand or GitOps,
-    #: README "HyperPod dependency chart") before the hyperpod stack is deployed. Deep health
+    #: docs/deploy.md "HyperPod dependency chart") before the hyperpod stack is deployed. Deep health
     #: checks and node_recovery Automatic need the chart; synth refuses them unless
     #: ``dependency_chart`` is set or this is true.
     dependency_chart_preinstalled: bool = False
@@ -475,7 +479,7 @@ class HyperPodConfig(StrictModel):
         names = [g.name for g in self.instance_groups]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise ValueError(f"instance group names must be unique; repeated: {', '.join(dupes)}")
+            raise FieldError("instance_groups", f"instance group names must be unique; repeated: {', '.join(dupes)}")
         return self
 
     @model_validator(mode="after")
@@ -483,7 +487,7 @@ class HyperPodConfig(StrictModel):
         """Deep health checks and automatic node recovery run on the chart's health-monitoring
         agent and deep-health-check resources, which must be in the cluster first."""
         if self.dependency_chart is not None and self.dependency_chart_preinstalled:
-            raise ValueError(
+            raise FieldError("dependency_chart_preinstalled", 
                 "dependency_chart and dependency_chart_preinstalled: true both say how the HyperPod "
                 "dependency chart is installed; allowed: one of them")
         if self.dependency_chart is not None or self.dependency_chart_preinstalled:
@@ -493,11 +497,11 @@ class HyperPodConfig(StrictModel):
         if self.node_recovery == "Automatic":
             needs.insert(0, "node_recovery is Automatic")
         if needs:
-            raise ValueError(
-                f"dependency_chart: {'; '.join(needs)}, which need the HyperPod dependency chart "
+            raise FieldError(
+                "dependency_chart", f"{'; '.join(needs)}, which need the HyperPod dependency chart "
                 "(health-monitoring agent, deep-health-check) installed before the cluster; allowed: "
                 "set dependency_chart (the stack installs a vendored checkout), or "
-                "dependency_chart_preinstalled: true (installed by hand, README \"HyperPod dependency chart\"), "
+                "dependency_chart_preinstalled: true (installed by hand, docs/deploy.md \"HyperPod dependency chart\"), "
                 "or node_recovery: None and no deep_health_checks")
         return self
 
@@ -518,7 +522,7 @@ class CurvinePrimaryVolumeConfig(StrictModel):
     @model_validator(mode="after")
     def _throughput_only_gp3(self) -> "CurvinePrimaryVolumeConfig":
         if self.volume_type == "io2" and self.throughput_mibps != 125:
-            raise ValueError("throughput_mibps applies to gp3 only; leave it at 125 for io2")
+            raise FieldError("throughput_mibps", "throughput_mibps applies to gp3 only; leave it at 125 for io2")
         return self
 
 
@@ -558,7 +562,7 @@ class CurvineEvictionConfig(StrictModel):
     @model_validator(mode="after")
     def _watermarks_ordered(self) -> "CurvineEvictionConfig":
         if self.low_watermark >= self.high_watermark:
-            raise ValueError(
+            raise FieldError("low_watermark", 
                 f"low_watermark ({self.low_watermark}) must be below high_watermark ({self.high_watermark})"
             )
         return self
@@ -657,7 +661,7 @@ class AddonVersions(StrictModel):
     from docs/sources.md §1; where each other example pin comes from: docs/sources.md §11.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, populate_by_name=True)
 
     #: Default: the row of ``eks.version`` (platform_config/kubernetes_versions.py).
     vpc_cni: PinnedVersion | None = Field(default=None, alias="vpc-cni")
@@ -743,7 +747,7 @@ class InferenceGatewayConfig(StrictModel):
     @model_validator(mode="after")
     def _service_account_when_enabled(self) -> "InferenceGatewayConfig":
         if self.enabled and self.service_account is None:
-            raise ValueError("inference gateway enabled: set service_account (the gateway's ServiceAccount "
+            raise FieldError("service_account", "inference gateway enabled: set service_account (the gateway's ServiceAccount "
                              "in hyperpod-inference-system, which its IAM role trusts)")
         return self
 
@@ -759,7 +763,7 @@ class InferenceOperatorConfig(StrictModel):
     public subnets also carry a cluster tag of another cluster, which takes them out of the load
     balancer controllers' subnet discovery). So with ``internal`` no subnet can take an
     internet-facing load balancer: one asked for is not created (it does not become internal).
-    The tags do not choose the scheme of what is asked for (README "Load-balancer scheme";
+    The tags do not choose the scheme of what is asked for (docs/deploy.md "Load-balancer scheme";
     docs/sources.md §11). With ``set_scheme_in_addon`` the scheme is also forced on the
     controller's IngressClass.
     """
@@ -776,7 +780,7 @@ class InferenceOperatorConfig(StrictModel):
 
 
 class GrafanaWorkspaceConfig(StrictModel):
-    """The Amazon Managed Grafana workspace that shows the generated dashboards (README, "Observability").
+    """The Amazon Managed Grafana workspace that shows the generated dashboards (docs/observability.md).
 
     A workspace needs a sign-in method: ``AWS_SSO`` (IAM Identity Center enabled in the account or
     its organization) or ``SAML`` (configure the identity provider in the console afterwards).
@@ -828,7 +832,7 @@ class AlertsConfig(StrictModel):
 
 
 class ObservabilityConfig(StrictModel):
-    """Metrics, dashboards and alerts (README, "Observability").
+    """Metrics, dashboards and alerts (docs/observability.md).
 
     Collection: an Amazon Managed Service for Prometheus workspace fed by an AMP managed scraper
     (agentless, runs outside the cluster); dashboards for Amazon Managed Grafana generated from
@@ -902,6 +906,10 @@ class PlatformConfig(StrictModel):
     observability: ObservabilityConfig = ObservabilityConfig()
     tags: dict[str, str] = Field(default_factory=dict)
     lmcache: LMCacheSettings = LMCacheSettings()
+    #: true: a config without any business line is meant (the platform alone). false (default): an
+    #: empty or missing business-lines/ is an error, since scripts/orphans.py --destroy would then
+    #: delete every deployed line stack.
+    allow_no_business_lines: bool = False
 
     def curvine_worker_groups(self) -> list[InstanceGroupConfig]:
         """The instance groups whose nodes run a Curvine Worker: ``curvine.worker_instance_groups``,
@@ -938,7 +946,7 @@ class PlatformConfig(StrictModel):
         # user guide, "Manage kube-proxy"); another minor is refused by EKS or skews the nodes.
         kube_proxy = self.versions.addons.kube_proxy
         if not kube_proxy.startswith(f"v{self.eks.version}."):
-            raise ValueError(f"versions.addons.kube-proxy {kube_proxy} does not match eks.version "
+            raise FieldError("versions.addons.kube-proxy", f"versions.addons.kube-proxy {kube_proxy} does not match eks.version "
                              f"{self.eks.version}; allowed: v{self.eks.version}.<patch>-eksbuild.<n>")
         return self
 
@@ -946,7 +954,7 @@ class PlatformConfig(StrictModel):
     def _internet_facing_needs_public_subnets(self) -> "PlatformConfig":
         if (self.inference_operator.load_balancer_scheme == "internet-facing"
                 and isinstance(self.network, ExistingVpcConfig)):
-            raise ValueError("inference_operator.load_balancer_scheme 'internet-facing' needs public subnets, "
+            raise FieldError("inference_operator.load_balancer_scheme", "inference_operator.load_balancer_scheme 'internet-facing' needs public subnets, "
                              "which this platform creates only with network.mode 'create'; with an existing VPC "
                              "use 'internal' (tag the public subnets kubernetes.io/role/elb yourself to go public)")
         return self
@@ -954,23 +962,31 @@ class PlatformConfig(StrictModel):
     @model_validator(mode="after")
     def _zones_consistent(self) -> "PlatformConfig":
         zones = self.availability_zones
-        if len(set(zones)) != len(zones):
-            raise ValueError("availability_zones must not repeat a zone")
-        if any(not z.startswith(self.region) for z in zones):
-            raise ValueError(f"every availability zone must be in region {self.region}")
+        repeated = sorted({z for z in zones if zones.count(z) > 1})
+        if repeated:
+            raise FieldError("availability_zones", f"repeats {', '.join(repeated)}; allowed: each zone once")
+        # A zone name is its region's name plus one letter (us-west-2a); the pattern checked the shape.
+        outside = [z for z in zones if z[:-1] != self.region]
+        if outside:
+            raise FieldError("availability_zones", f"{', '.join(outside)} {'is' if len(outside) == 1 else 'are'} not in "
+                                                   f"region {self.region}; allowed: zones of {self.region}, such as "
+                                                   f"{self.region}a and {self.region}b")
         if self.gpu_availability_zone not in zones:
-            raise ValueError(
-                f"gpu_availability_zone {self.gpu_availability_zone!r} must be one of availability_zones "
-                f"({', '.join(zones)})"
-            )
+            where = ("" if self.gpu_availability_zone[:-1] == self.region
+                     else f", and it is not in region {self.region}")
+            raise FieldError(
+                "gpu_availability_zone",
+                f"{self.gpu_availability_zone} is not one of availability_zones{where}; allowed: {', '.join(zones)}")
         if isinstance(self.network, ExistingVpcConfig):
             missing = [z for z in zones if z not in self.network.private_subnet_ids]
             if missing:
-                raise ValueError(f"network.private_subnet_ids has no subnet for zone(s) {', '.join(missing)}")
+                raise FieldError("network.private_subnet_ids",
+                                 f"no subnet for zone(s) {', '.join(missing)}; allowed: a private subnet ID for "
+                                 "every zone of availability_zones")
         groups = {g.name for g in self.hyperpod.instance_groups}
         unknown = [g for g in self.curvine.worker_instance_groups if g not in groups]
         if unknown:
-            raise ValueError(
+            raise FieldError("curvine.worker_instance_groups", 
                 f"curvine.worker_instance_groups names unknown group(s) {', '.join(unknown)}; "
                 f"allowed: {', '.join(sorted(groups))}"
             )
@@ -1055,17 +1071,17 @@ class VllmConfig(StrictModel):
     def _one_lmcache_version(self) -> "VllmConfig":
         from_tag = lmcache_version_of_image(self.image)
         if self.lmcache_version is not None and from_tag is not None and self.lmcache_version != from_tag:
-            raise ValueError(
+            raise FieldError("lmcache_version", 
                 f"lmcache_version {self.lmcache_version!r} contradicts image {self.image!r}, whose tag names "
                 f"LMCache {from_tag}; remove lmcache_version or fix the image")
         version = self.lmcache_version or from_tag
         if version is None:
-            raise ValueError(
-                f"cannot tell the LMCache release inside image {self.image!r} (not a "
+            raise FieldError(
+                "lmcache_version", f"cannot tell the LMCache release inside image {self.image!r} (not a "
                 f"{LMCACHE_IMAGE_REPOSITORY}:vX.Y.Z tag); set vllm.lmcache_version; allowed: {LMCACHE_VERSION}")
         if version != LMCACHE_VERSION:
-            raise ValueError(
-                f"image {self.image!r} carries LMCache {version}, but the platform's env allow-list, unsafe-default "
+            raise FieldError(
+                "image", f"image {self.image!r} carries LMCache {version}, but the platform's env allow-list, unsafe-default "
                 f"table and real-library tests are of LMCache {LMCACHE_VERSION}; allowed: "
                 f"{LMCACHE_IMAGE_REPOSITORY}:v{LMCACHE_VERSION} (or an image with lmcache_version: "
                 f"{LMCACHE_VERSION}); to move to another release see docs/l2-cache.md")
@@ -1107,7 +1123,7 @@ class CacheConfig(StrictModel):
     @model_validator(mode="after")
     def _l1_size_needs_l1(self) -> "CacheConfig":
         if self.l1_cpu_gib is not None and not self.l1_enabled:
-            raise ValueError("l1_cpu_gib sizes the L1 tier; set l1_enabled: true or remove l1_cpu_gib")
+            raise FieldError("l1_cpu_gib", "l1_cpu_gib sizes the L1 tier; set l1_enabled: true or remove l1_cpu_gib")
         return self
 
 
@@ -1178,7 +1194,7 @@ class BusinessLineConfig(StrictModel):
     def _gpus_fit(self) -> "BusinessLineConfig":
         gpus = INSTANCE_TYPES[self.instance_type].gpus
         if self.gpus_per_replica > gpus:
-            raise ValueError(
+            raise FieldError("gpus_per_replica", 
                 f"gpus_per_replica {self.gpus_per_replica} does not fit {self.instance_type} "
                 f"({gpus} GPU(s)); allowed: 1..{gpus}"
             )
@@ -1199,13 +1215,13 @@ class BusinessLineConfig(StrictModel):
         try:
             sizes = vllm_flags.parallel_sizes(vllm.args)
         except ValueError as exc:
-            raise ValueError(f"vllm.args: {exc}") from None
+            raise FieldError("args", str(exc)) from None
         used = math.prod(sizes.values())
         if used == gpus:
             return vllm
         if not sizes:
-            raise ValueError(
-                f"vllm.args sets no {vllm_flags.TENSOR_PARALLEL_FLAG}, so vLLM runs each replica on 1 GPU and "
+            raise FieldError(
+                "args", f"vllm.args sets no {vllm_flags.TENSOR_PARALLEL_FLAG}, so vLLM runs each replica on 1 GPU and "
                 f"leaves {gpus - 1} of its gpus_per_replica {gpus} idle; allowed: add "
                 f'"{vllm_flags.TENSOR_PARALLEL_FLAG}", "{gpus}" to vllm.args (or set gpus_per_replica 1)')
         product = " x ".join(f"{flag} {sizes.get(flag, 1)}" for flag in vllm_flags.PARALLEL_FLAGS
@@ -1213,8 +1229,8 @@ class BusinessLineConfig(StrictModel):
         flags_fix = ("no parallel-size flag in vllm.args" if gpus == 1 else
                      f"vllm.args whose tensor x pipeline x data parallel sizes multiply to {gpus} "
                      f'(e.g. "{vllm_flags.TENSOR_PARALLEL_FLAG}", "{gpus}")')
-        raise ValueError(
-            f"vllm.args asks vLLM for {product} = {used} GPU(s) per replica, but gpus_per_replica is {gpus}; "
+        raise FieldError(
+            "args", f"vllm.args asks vLLM for {product} = {used} GPU(s) per replica, but gpus_per_replica is {gpus}; "
             f"allowed: gpus_per_replica {used}, or {flags_fix}")
 
     @model_validator(mode="after")
@@ -1222,7 +1238,7 @@ class BusinessLineConfig(StrictModel):
         l1 = self.cache.l1_cpu_gib
         memory_gib = quantity_bytes(self.resources.memory) / 2**30
         if l1 is not None and l1 >= memory_gib:
-            raise ValueError(
+            raise FieldError("cache.l1_cpu_gib", 
                 f"cache.l1_cpu_gib {l1:g} GiB must be below resources.memory {self.resources.memory} "
                 f"({memory_gib:g} GiB): the L1 buffer lives in the pod's memory"
             )

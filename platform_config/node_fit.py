@@ -19,7 +19,7 @@ planner (``scripts/plan.py --business-line``, which prints the node budget and t
   1% of the second, 0.5% of the next two and 0.25% of the rest, and ``evictionHard``
   ``memory.available`` 100 MiB (no ``systemReserved``);
 * less the requests of the platform's own pods that may run on the node (:func:`platform_pods`),
-  read from the constants the charts render (:mod:`k8s.pod_resources`): the Curvine Worker (nodes
+  read from the constants the charts render (:mod:`platform_config.pod_resources`): the Curvine Worker (nodes
   of ``curvine.worker_instance_groups``), the Curvine CSI node plugin and one standalone FUSE pod
   (one per node and StorageClass; only when a line uses L2), the L2 mount watchdog (one per node,
   ``curvine.mount_watchdog.enabled``), the DCGM exporter (its values, else
@@ -44,13 +44,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable
 
+from platform_config import pod_resources as pr
 from platform_config.instances import INSTANCE_TYPES
 from platform_config.models import BusinessLineConfig, InstanceGroupConfig, PlatformConfig, quantity_bytes
-
-if TYPE_CHECKING:
-    from k8s.pod_resources import PodResources
+from platform_config.pod_resources import PodResources
 
 MIB = 2**20
 GIB = 2**30
@@ -107,11 +106,6 @@ def platform_pods(platform: PlatformConfig, group: InstanceGroupConfig,
                   lines: Iterable[BusinessLineConfig]) -> list[Reservation]:
     """The platform's own pods that may run on a node of ``group``, each with its request
     (module docstring); ``lines`` are the business lines of the cluster (their L2 janitors)."""
-    # Imported here: k8s.pod_resources is pure, but the k8s and observability packages import
-    # platform_config, which imports this module.
-    from k8s import pod_resources as pr
-    from observability.cluster_objects import dcgm_exporter_values
-
     l2_lines = [l for l in lines if l.cache.l2_enabled]
     pods: list[tuple[pr.PodResources, int]] = []
     c = platform.curvine
@@ -125,10 +119,7 @@ def platform_pods(platform: PlatformConfig, group: InstanceGroupConfig,
             pods.append((pr.MOUNT_WATCHDOG_POD, 1))
     obs = platform.observability
     if obs.enabled and obs.dcgm_exporter.install:
-        # Helm merges the values' resources into the chart's, key by key.
-        values = dcgm_exporter_values(platform).get("resources", {})
-        requests = {**pr.DCGM_EXPORTER_CHART_RESOURCES["requests"], **values.get("requests", {})}
-        pods.append((pr.PodResources("DCGM exporter", ({"requests": requests},)), 1))
+        pods.append((pr.dcgm_exporter_pod(), 1))
     if c.enabled and l2_lines:
         pods.append((pr.JANITOR_POD, len(l2_lines)))
     out = []
@@ -318,8 +309,9 @@ def fit_lines(platform: PlatformConfig, lines: list[tuple[Path, BusinessLineConf
         budgets = {g.name: node_budget(platform, g, every_line) for g in groups}  # one per group, shared by its nodes
         nodes = tuple(NodeLoad(budgets[g.name]) for g in groups for _ in range(g.instance_count))
         on_type = tuple((p, l) for p, l in lines if l.instance_type == instance_type)
-        if not nodes:
-            result[instance_type] = TypeFit(instance_type, on_type, nodes, (), ())
+        if not nodes:  # instance_count 0 everywhere: no replica has a node
+            unplaced = tuple(Unplaced(replica_of(l, i + 1), ()) for _, l in on_type for i in range(l.replicas))
+            result[instance_type] = TypeFit(instance_type, on_type, nodes, (), unplaced)
             continue
         most_cpu = max(n.budget.free_cpu_millicores for n in nodes)
         most_memory = max(n.budget.free_memory_bytes for n in nodes)

@@ -1,8 +1,8 @@
-"""Generate the README's configuration reference from the pydantic models.
+"""Generate the configuration reference (docs/configuration.md) from the pydantic models.
 
 The reference is a table per config section (field, type or allowed values, default,
-description). Generating it keeps the README true to the validation code; a test fails when
-the README's copy between the markers is stale (``make docs`` rewrites it).
+description). Generating it keeps the doc true to the validation code; a test fails when
+the doc's copy between the markers is stale (``make docs`` rewrites it).
 """
 
 from __future__ import annotations
@@ -156,20 +156,24 @@ def config_reference() -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
-def update_readme(readme: Path) -> bool:
-    """Rewrite the generated block of ``readme``; return True if it changed.
+#: The document holding the generated reference (``make docs``).
+REFERENCE_DOC = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+
+
+def update_reference(doc: Path = REFERENCE_DOC) -> bool:
+    """Rewrite the generated block of ``doc``; return True if it changed.
 
     Raises:
-        ValueError: the README lacks the BEGIN/END markers.
+        ValueError: ``doc`` lacks the BEGIN/END markers.
     """
-    text = readme.read_text(encoding="utf-8")
+    text = doc.read_text(encoding="utf-8")
     if BEGIN not in text or END not in text:
-        raise ValueError(f"{readme} has no config reference markers")
+        raise ValueError(f"{doc} has no config reference markers")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     new = f"{head}{BEGIN}\n{config_reference()}{END}{tail}"
     if new != text:
-        readme.write_text(new, encoding="utf-8")
+        doc.write_text(new, encoding="utf-8")
         return True
     return False
 
@@ -177,5 +181,6 @@ def update_readme(readme: Path) -> bool:
 if __name__ == "__main__":  # pragma: no cover - `make docs`
     import sys
 
-    changed = update_readme(Path(sys.argv[1] if len(sys.argv) > 1 else "README.md"))
-    print("README.md config reference " + ("updated" if changed else "already up to date"))
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else REFERENCE_DOC
+    changed = update_reference(target)
+    print(f"{target} config reference " + ("updated" if changed else "already up to date"))

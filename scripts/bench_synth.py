@@ -1,27 +1,41 @@
 #!/usr/bin/env python3
-"""Synthesis cost per business line: wall time and peak memory of a full synth for 1, 10, 50 lines.
+"""Synthesis cost, side by side with a bare CDK app: wall time and peak memory of a full synth of
+the config directory and of 1, 10 and 50 generated business lines (``make bench``).
 
-For each size, a temporary config directory gets ``config/platform.yaml`` and N business lines
-generated from the examples in ``config/business-lines/`` (round-robin, renamed
-``<example>-NN`` with their own namespace), then ``python app.py`` runs in a child process
-with ``CDK_OUTDIR`` in a temp dir: the same code path as ``cdk synth``, cdk-nag and the
-built-in CloudFormation validation included, minus the CLI's own Node start-up.
+Each synth is ``python app.py`` in a child process with ``KVCACHE_CONFIG_DIR`` and ``CDK_OUTDIR`` in
+a temporary directory: the code path of ``cdk synth``, cdk-nag and CloudFormation validation
+included, minus the CLI's own Node start-up. The yardstick is a **bare one-stack CDK app** (one
+``Stack`` with one SNS topic, ``cdk.App()`` with no feature flags of ours, ``app.synth()``) in the
+same virtualenv. Each measurement runs the synth and the bare app in turn, A B A B ..., after one
+warm-up of each, and the ratio is taken pair by pair, so a machine whose speed drifts (shared
+cores) moves both sides of a pair alike; the figures are medians. Both run with Python's bytecode
+cache on (in a temporary ``PYTHONPYCACHEPREFIX``, even where ``PYTHONDONTWRITEBYTECODE`` is set), as
+a user's second ``make synth`` does.
+
+Configs: the config directory (``--config``, else ``$KVCACHE_CONFIG_DIR``, else ``config/``: what
+``make synth`` reads), and for each ``--sizes`` N a directory with its ``platform.yaml`` (instance
+counts scaled to fit) and N lines generated from its examples (round-robin, renamed
+``<example>-NN``, each with its own namespace).
 
 Printed JSON (one object on stdout)::
 
     {"environment": {...},
-     "runs": [{"business_lines": 1, "stacks": 6, "wall_s": 7.1, "peak_rss_mib": 420.0,
-               "peak_tree_rss_mib": 610.0, "template_kib": 512.3}, ...],
+     "bare": {"wall_s": 2.4, "peak_rss_mib": 435.0},
+     "runs": [{"config": "config", "business_lines": 2, "stacks": 8, "wall_s": 4.6, "ratio_to_bare": 1.9,
+               "wall_s_each": [...], "peak_rss_mib": 580.0, "peak_tree_rss_mib": 800.0, "template_kib": 300.1},
+              {"config": "generated", "business_lines": 1, ...}, ...],
      "marginal_per_line": {"wall_s": 0.09, "peak_tree_rss_mib": 1.8}}
 
-- ``wall_s``: wall-clock seconds of the child (start to exit).
-- ``peak_rss_mib``: largest peak RSS of any single process of the run (Python or the jsii
-  Node runtime), from ``os.wait4`` (the child's and its waited-for descendants' ``ru_maxrss``).
-- ``peak_tree_rss_mib``: peak of the *sum* of RSS over the process tree, sampled from
-  ``/proc`` every 50 ms (Linux only; ``null`` elsewhere).
-- ``marginal_per_line``: least-squares slope over the sizes, i.e. what one more line costs.
+- ``wall_s``: median wall-clock seconds of the child (start to exit); ``wall_s_each`` every run.
+- ``ratio_to_bare``: median over the pairs of (this synth's wall) / (the bare app's wall next to it).
+- ``peak_rss_mib``: largest peak RSS of any single process of a run (Python or the jsii Node
+  runtime), from ``os.wait4`` (the child's and its waited-for descendants' ``ru_maxrss``); the
+  largest over the runs.
+- ``peak_tree_rss_mib``: peak of the *sum* of RSS over the process tree, sampled from ``/proc``
+  every 50 ms (Linux only; ``null`` elsewhere).
+- ``marginal_per_line``: least-squares slope over the generated sizes: what one more line costs.
 
-Usage: ``python scripts/bench_synth.py [--sizes 1 10 50]`` (``make bench``).
+Usage: ``python scripts/bench_synth.py [--config DIR] [--sizes 1 10 50] [--runs 3]`` (``make bench``).
 """
 
 from __future__ import annotations
@@ -30,6 +44,7 @@ import argparse
 import json
 import os
 import platform as host
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,25 +55,38 @@ from pathlib import Path
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = REPO_ROOT / "config"
+sys.path.insert(0, str(REPO_ROOT))
+from platform_config.loader import default_config_dir  # noqa: E402
+
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024 if hasattr(os, "sysconf") else 4
+#: The yardstick: the smallest CDK app that synthesizes a template (issue 18: within 2x of it).
+BARE_APP = '''import aws_cdk as cdk
+from aws_cdk import aws_sns as sns
+
+app = cdk.App()
+stack = cdk.Stack(app, "Bare", env=cdk.Environment(account="111122223333", region="us-west-2"))
+sns.Topic(stack, "Topic")
+app.synth()
+'''
 
 
-def make_config(target: Path, lines: int) -> None:
-    """Write ``platform.yaml`` and ``lines`` generated business lines under ``target``."""
+def make_config(target: Path, lines: int, examples: Path | None = None) -> None:
+    """Write ``platform.yaml`` and ``lines`` generated business lines under ``target``, from the
+    platform and the lines of ``examples`` (default: the config directory in use)."""
+    examples = examples or default_config_dir()
     (target / "business-lines").mkdir(parents=True)
-    examples = sorted((EXAMPLES / "business-lines").glob("*.yaml"))
-    if not examples:
-        raise SystemExit(f"no example business lines in {EXAMPLES / 'business-lines'}")
+    sources = sorted((examples / "business-lines").glob("*.yaml"))
+    if not sources:
+        raise SystemExit(f"no example business lines in {examples / 'business-lines'}")
     # Each example fits the example instance groups once; N copies need N times the nodes
     # (the loader refuses lines that do not fit their groups' GPUs).
-    platform = yaml.safe_load((EXAMPLES / "platform.yaml").read_text())
-    copies = -(-lines // len(examples))
+    platform = yaml.safe_load((examples / "platform.yaml").read_text())
+    copies = -(-lines // len(sources))
     for group in platform["hyperpod"]["instance_groups"]:
         group["instance_count"] *= copies
     (target / "platform.yaml").write_text(yaml.safe_dump(platform, sort_keys=False))
     for i in range(lines):
-        source = examples[i % len(examples)]
+        source = sources[i % len(sources)]
         data = yaml.safe_load(source.read_text())
         name = f"{source.stem}-{i:02d}"
         data.pop("name", None)
@@ -89,14 +117,12 @@ def _tree_rss_kib(root: int) -> int:
     return total
 
 
-def run_once(config_dir: Path, outdir: Path) -> dict:
-    env = {
-        **os.environ,
-        "KVCACHE_CONFIG_DIR": str(config_dir),
-        "CDK_OUTDIR": str(outdir),
-    }
+def run_once(command: list[str], env: dict[str, str], outdir: Path) -> dict:
+    """One child run: wall seconds, peak RSS of its largest process and of its process tree, and
+    what it wrote (stacks, template KiB). Raises SystemExit when the child fails."""
+    outdir.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "app.py"], cwd=REPO_ROOT, env=env,
+    child = subprocess.Popen(command, cwd=REPO_ROOT, env={**env, "CDK_OUTDIR": str(outdir)},
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     peak_tree = 0
     sampling = os.path.isdir("/proc")
@@ -117,17 +143,49 @@ def run_once(config_dir: Path, outdir: Path) -> dict:
     stop.set()
     if sampler:
         sampler.join()
-    child.returncode = os.waitstatus_to_exitcode(status)
-    if child.returncode != 0:
-        raise SystemExit(f"synth failed (exit {child.returncode}):\n{stderr.decode(errors='replace')[-4000:]}")
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(command)} failed:\n{stderr.decode(errors='replace')[-4000:]}")
     templates = list(outdir.glob("*.template.json"))
     return {
         "stacks": len(templates),
-        "wall_s": round(wall, 2),
-        "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),  # Linux reports KiB
-        "peak_tree_rss_mib": round(peak_tree / 1024, 1) if sampling else None,
-        "template_kib": round(sum(p.stat().st_size for p in templates) / 1024, 1),
+        "wall_s": wall,
+        "peak_rss_mib": usage.ru_maxrss / 1024,  # Linux reports KiB
+        "peak_tree_rss_mib": peak_tree / 1024 if sampling else None,
+        "template_kib": sum(p.stat().st_size for p in templates) / 1024,
     }
+
+
+def child_env(pycache: Path) -> dict[str, str]:
+    """The children's environment: this one, with Python's bytecode cache on and kept in ``pycache``
+    (a user's second ``make synth`` reads the bytecode its first wrote; an environment with
+    ``PYTHONDONTWRITEBYTECODE`` set would compile every module of the project on every run)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    return env
+
+
+def side_by_side(config_dir: Path, bare_app: Path, work: Path, runs: int) -> tuple[dict, list[dict]]:
+    """``runs`` pairs (synth of ``config_dir``, bare app), after one warm-up of each: the synth's
+    figures, and the bare app's runs."""
+    env = child_env(work.parent / "pycache")
+    synth, bare = [sys.executable, "app.py"], [sys.executable, str(bare_app)]
+    ours, theirs = [], []
+    for i in range(runs + 1):  # run 0 warms both up (Python bytecode, jsii's package cache)
+        a = run_once(synth, {**env, "KVCACHE_CONFIG_DIR": str(config_dir)}, work / f"synth-{i}")
+        b = run_once(bare, env, work / f"bare-{i}")
+        if i:
+            ours.append(a)
+            theirs.append(b)
+    trees = [r["peak_tree_rss_mib"] for r in ours]
+    return {
+        "stacks": ours[-1]["stacks"],
+        "wall_s": round(statistics.median(r["wall_s"] for r in ours), 2),
+        "ratio_to_bare": round(statistics.median(a["wall_s"] / b["wall_s"] for a, b in zip(ours, theirs)), 2),
+        "wall_s_each": [round(r["wall_s"], 2) for r in ours],
+        "peak_rss_mib": round(max(r["peak_rss_mib"] for r in ours), 1),
+        "peak_tree_rss_mib": round(max(trees), 1) if None not in trees else None,
+        "template_kib": round(ours[-1]["template_kib"], 1),
+    }, theirs
 
 
 def slope(xs: list[float], ys: list[float]) -> float:
@@ -140,18 +198,32 @@ def slope(xs: list[float], ys: list[float]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 50], help="business-line counts")
+    parser.add_argument("--config", type=Path, help="config directory (default: $KVCACHE_CONFIG_DIR, else config/)")
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1, 10, 50],
+                        help="business-line counts to generate (none: only the config directory)")
+    parser.add_argument("--runs", type=int, default=3, help="measured pairs per config, after one warm-up")
     args = parser.parse_args(argv)
+    config_dir = (args.config or default_config_dir()).resolve()
 
     load_at_start = round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
-    runs = []
-    for size in args.sizes:
-        with tempfile.TemporaryDirectory(prefix=f"bench-{size}-") as tmp:
-            config_dir, outdir = Path(tmp) / "config", Path(tmp) / "cdk.out"
-            make_config(config_dir, size)
-            outdir.mkdir()
-            runs.append({"business_lines": size, **run_once(config_dir, outdir)})
-    sizes = [r["business_lines"] for r in runs]
+    runs: list[dict] = []
+    bare_runs: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        work = Path(tmp)
+        bare_app = work / "bare_app.py"
+        bare_app.write_text(BARE_APP)
+        figures, bare = side_by_side(config_dir, bare_app, work / "config", args.runs)
+        lines = len(list((config_dir / "business-lines").glob("*.y*ml")))
+        runs.append({"config": str(args.config or default_config_dir()), "business_lines": lines, **figures})
+        bare_runs += bare
+        for size in args.sizes:
+            generated = work / f"lines-{size}"
+            make_config(generated, size, config_dir)
+            figures, bare = side_by_side(generated, bare_app, work / f"out-{size}", args.runs)
+            runs.append({"config": "generated", "business_lines": size, **figures})
+            bare_runs += bare
+    generated_runs = [r for r in runs if r["config"] == "generated"]
+    sizes = [r["business_lines"] for r in generated_runs]
     result = {
         "environment": {
             "python": host.python_version(),
@@ -160,14 +232,18 @@ def main(argv: list[str] | None = None) -> int:
             "node": _node_version(),
             "cpus": os.cpu_count(),
             "load_avg_1m_at_start": load_at_start,
+            "load_avg_1m_at_end": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
             "machine": host.machine(),
+            "runs_per_config": args.runs,
         },
+        "bare": {"wall_s": round(statistics.median(r["wall_s"] for r in bare_runs), 2),
+                 "peak_rss_mib": round(max(r["peak_rss_mib"] for r in bare_runs), 1)},
         "runs": runs,
         "marginal_per_line": {
-            "wall_s": round(slope(sizes, [r["wall_s"] for r in runs]), 3),
-            "peak_tree_rss_mib": (round(slope(sizes, [r["peak_tree_rss_mib"] for r in runs]), 2)
-                                  if all(r["peak_tree_rss_mib"] is not None for r in runs) else None),
-        } if len(runs) > 1 else None,
+            "wall_s": round(slope(sizes, [r["wall_s"] for r in generated_runs]), 3),
+            "peak_tree_rss_mib": (round(slope(sizes, [r["peak_tree_rss_mib"] for r in generated_runs]), 2)
+                                  if all(r["peak_tree_rss_mib"] is not None for r in generated_runs) else None),
+        } if len(generated_runs) > 1 else None,
     }
     json.dump(result, sys.stdout, indent=2)
     sys.stdout.write("\n")

@@ -8,8 +8,8 @@
     .venv/bin/python scripts/bench_ttft.py --base-url http://127.0.0.1:8001 --read-base-url http://127.0.0.1:8002 ...
 
 Reach pods with `kubectl port-forward` (one local port per pod). --base-url takes the server's
-root or its OpenAI base URL (ending in /v1). Exit codes: see --help (the README's "Operator
-tools" table); a run that did not measure both cold and warm TTFT exits 2 and says why.
+root or its OpenAI base URL (ending in /v1). Exit codes: see --help (the table in
+docs/operator-tools.md); a run that did not measure both cold and warm TTFT exits 2 and says why.
 """
 
 from __future__ import annotations

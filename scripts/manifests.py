@@ -2,7 +2,9 @@
 """``make manifests``: the cdk8s charts as plain YAML in ``dist/`` for GitOps or kubectl users.
 
 Same code path as the CDK app (:func:`k8s.render.render_manifests` builds the same chart
-classes the stacks apply). Writes, replacing the output directory as a whole:
+classes the stacks apply), from the same config directory (``--config DIR``, else
+``$KVCACHE_CONFIG_DIR``, else ``config/``; ``make manifests CONFIG=dir``). Writes, replacing the
+output directory as a whole (readable by everyone, like ``cdk.out/``):
 
 * ``curvine.yaml``                    the Curvine chart (needs the Primary's EBS volume ID);
 * ``line-<name>.yaml``                one file per business line, in apply order;
@@ -21,11 +23,12 @@ variables ``CURVINE_VOLUME_ID`` / ``CURVINE_VOLUME_AZ``, e.g.
 ``CURVINE_VOLUME_ID=vol-... make manifests``), else from the
 outputs file of a deployed app (``cdk deploy --all --outputs-file cdk-outputs.json``; keys
 ``CurvineVolumeId`` / ``CurvineVolumeAvailabilityZone`` of the hyperpod stack), else the zone
-defaults to ``gpu_availability_zone`` from config. Without a volume ID the Curvine chart is
-skipped with a warning (the business-line files do not depend on it).
+defaults to ``gpu_availability_zone`` from config. A zone outside the platform's region is refused.
+Without a volume ID the Curvine chart is not rendered: an existing ``curvine.yaml`` in the output
+directory is kept as it was (a warning says so) unless ``--drop-curvine`` asks to remove it.
 
-Bad input (invalid config, malformed volume ID or zone, unreadable outputs file) prints the
-problems and exits 1 before anything is written.
+Bad input (invalid config, malformed volume ID or zone, unreadable outputs file) prints one
+``error:`` line per problem and writes nothing. Exit codes: see --help (the table in docs/operator-tools.md).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import argparse
 import json
 import os
 import shutil
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -49,7 +53,11 @@ from k8s import names  # noqa: E402
 from k8s.kyverno import kyverno_helm_values  # noqa: E402
 from k8s.patch import endpoint_json_patch  # noqa: E402
 from k8s.render import CURVINE_CHART, render_manifests  # noqa: E402
-from platform_config import BusinessLineConfig, ConfigError, ProjectConfig, load_project  # noqa: E402
+from kv_tools import cli  # noqa: E402
+from platform_config import BusinessLineConfig, ConfigError, ProjectConfig  # noqa: E402
+from platform_config.yaml_source import path_problem  # noqa: E402
+
+TOOL = "manifests.py"
 
 #: Output keys the L2-cache stack exports (stacks/l2_cache_stack.py).
 VOLUME_ID_OUTPUT = "CurvineVolumeId"
@@ -84,10 +92,14 @@ def read_outputs(path: Path) -> dict[str, str]:
     Raises:
         InputError: unreadable file, not the outputs format, or a key exported by two stacks.
     """
+    problem = path_problem(path, allowed="the JSON file `cdk deploy --outputs-file` writes")
+    if problem is not None:
+        raise InputError(f"--outputs-file {problem}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"--outputs-file {path}: cannot read JSON: {exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, not JSON
+        raise InputError(f"--outputs-file {path}: cannot read JSON: {exc}; allowed: the JSON file "
+                         "`cdk deploy --outputs-file` writes") from None
     if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
         raise InputError(f"--outputs-file {path}: expected {{stack: {{output: value}}}} from cdk deploy --outputs-file")
     flat: dict[str, str] = {}
@@ -101,10 +113,21 @@ def read_outputs(path: Path) -> dict[str, str]:
 
 def resolve_volume(project: ProjectConfig, volume_id: str | None, zone: str | None,
                    outputs_file: Path | None) -> tuple[str | None, str]:
-    """Volume ID (or None) and zone from flags, then the outputs file, then config."""
+    """Volume ID (or None) and zone from flags, then the outputs file, then config.
+
+    Raises:
+        InputError: the zone is not in the platform's region (naming where it came from).
+    """
     outputs = read_outputs(outputs_file) if outputs_file is not None else {}
     volume_id = volume_id or outputs.get(VOLUME_ID_OUTPUT)
+    source = ("--availability-zone (or CURVINE_VOLUME_AZ)" if zone else
+              f"{ZONE_OUTPUT} of --outputs-file {outputs_file}" if outputs.get(ZONE_OUTPUT) else None)
     zone = zone or outputs.get(ZONE_OUTPUT) or project.platform.gpu_availability_zone
+    region = project.platform.region
+    if source is not None and zone[:-1] != region:
+        raise InputError(f"{source}: {zone} is not in the platform's region {region} ({project.config_dir}/platform.yaml); "
+                         f"allowed: the zone of the Curvine Primary's volume, {project.platform.gpu_availability_zone} "
+                         f"(gpu_availability_zone), or another zone of {region}")
     return volume_id, zone
 
 
@@ -144,16 +167,25 @@ def reference_patch(project: ProjectConfig, line: BusinessLineConfig) -> dict[st
     }
 
 
-def write_files(out: Path, files: dict[str, str]) -> None:
-    """Replace ``out`` with exactly ``files`` (written to a sibling temp dir, then swapped in)."""
+def write_files(out: Path, files: dict[str, str], *, keep: tuple[str, ...] = ()) -> None:
+    """Replace ``out`` with exactly ``files``, plus the files of ``keep`` already in ``out``
+    (written to a sibling temp dir, then swapped in). Directories and files get the modes a plain
+    ``mkdir`` and ``open`` give under the current umask (``cdk.out/`` has the same), not the
+    owner-only mode of a temp dir."""
     out = out.resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        os.chmod(tmp, (stat.S_IRWXU | stat.S_IRWXG | stat.S_IRWXO) & ~umask)
         for rel, content in files.items():
             path = tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content, encoding="utf-8")
+        for rel in keep:
+            if (out / rel).is_file() and rel not in files:
+                shutil.copy2(out / rel, tmp / rel)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
@@ -162,10 +194,9 @@ def write_files(out: Path, files: dict[str, str]) -> None:
         raise
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the process exit code (0 ok, 1 bad input)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, default=ROOT / "config", help="config directory")
+def build_parser() -> argparse.ArgumentParser:
+    parser = cli.make_parser(TOOL, __doc__.splitlines()[0])
+    cli.add_config_option(parser)
     parser.add_argument("--out", type=Path, default=ROOT / "dist", help="output directory (replaced)")
     parser.add_argument("--volume-id", default=os.environ.get("CURVINE_VOLUME_ID") or None,
                         help="EBS volume ID of the Curvine Primary (vol-...; env CURVINE_VOLUME_ID)")
@@ -174,26 +205,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--outputs-file", type=Path,
                         help="JSON written by `cdk deploy --all --outputs-file FILE` (default: "
                              "cdk-outputs.json in the repository root, if present)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--drop-curvine", action="store_true",
+                        help=f"without a volume ID, remove an existing {CURVINE_CHART}.yaml from the output "
+                             "directory (by default it is kept as it was)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the process exit code (0 written, 2 bad input: nothing written)."""
+    args = build_parser().parse_args(argv)
     outputs_file = args.outputs_file
     if outputs_file is None and (ROOT / "cdk-outputs.json").exists():
         outputs_file = ROOT / "cdk-outputs.json"
     try:
-        project = load_project(args.config)
+        project = cli.load_config(args.config)
         volume_id, zone = resolve_volume(project, args.volume_id, args.availability_zone, outputs_file)
         files = build_files(project, volume_id, zone)
-    except (ConfigError, InputError, ValueError) as exc:
-        print(f"error: {exc}\nnothing written to {args.out}", file=sys.stderr)
-        return 1
-    write_files(args.out, files)
+    except (ConfigError, InputError, ValueError) as exc:  # nothing is written: the files exist only in memory
+        return cli.fail(exc)
+    curvine_file = f"{CURVINE_CHART}.yaml"
+    kept = (curvine_file,) if volume_id is None and not args.drop_curvine else ()
+    write_files(args.out, files, keep=kept)
+    if zone != project.platform.gpu_availability_zone and volume_id is not None:
+        print(f"warning: the Curvine Primary's volume is in {zone}, gpu_availability_zone is "
+              f"{project.platform.gpu_availability_zone}: the Primary can only run on nodes in {zone}", file=sys.stderr)
     if volume_id is None and project.platform.curvine.enabled:
+        what = (f"the existing {args.out / curvine_file} is kept as it was (not re-rendered; --drop-curvine removes it)"
+                if kept and (args.out / curvine_file).is_file() else f"{curvine_file} not written")
         print(f"warning: no Curvine Primary volume ID (CURVINE_VOLUME_ID=vol-..., --volume-id, or an outputs file "
-              f"with {VOLUME_ID_OUTPUT}: --outputs-file or cdk-outputs.json); {CURVINE_CHART}.yaml not written",
-              file=sys.stderr)
+              f"with {VOLUME_ID_OUTPUT}: --outputs-file or cdk-outputs.json); {what}", file=sys.stderr)
     for rel in sorted(files):
-        print(f"{args.out / rel}")
-    return 0
+        cli.emit(f"{args.out / rel}")
+    return cli.EXIT_OK
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli.run(main)

@@ -9,7 +9,7 @@ Deleting config/business-lines/<name>.yaml takes the line out of the CDK app, so
     .venv/bin/python scripts/orphans.py --destroy       # list, ask, delete, wait
 
 Region and account come from platform.yaml; credentials from the standard chain (AWS_PROFILE,
-env, SSO, ...). Exit codes: see --help (the README's "Operator tools" table).
+env, SSO, ...). Exit codes: see --help (the table in docs/operator-tools.md).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kv_tools import cli  # noqa: E402
 from kv_tools.orphans import delete_stacks, describe_all_stacks, find_orphans, format_table  # noqa: E402
 from kv_tools.preflight import check_account  # noqa: E402
-from platform_config import ConfigError, load_project  # noqa: E402
+from platform_config import ConfigError  # noqa: E402
 
 TOOL = "orphans.py"
 CONFIRM_WORD = "delete"
@@ -34,7 +34,7 @@ CONFIRM_WORD = "delete"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.make_parser(TOOL, __doc__.splitlines()[0])
-    parser.add_argument("--config", default="config", help="config directory")
+    cli.add_config_option(parser)
     parser.add_argument("--destroy", action="store_true", help="delete the orphaned stacks after confirmation")
     parser.add_argument("--yes", action="store_true", help="with --destroy: do not ask (CI, behind an approval)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -49,11 +49,9 @@ def main(argv: Sequence[str] | None = None, *, session_factory: Callable[..., An
     if args.yes and not args.destroy:
         parser.error("--yes only applies to --destroy")
     try:
-        project = load_project(args.config)
+        project = cli.load_config(args.config)
     except ConfigError as exc:
         return cli.fail(exc)
-    for warning in project.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
     platform = project.platform
     if session_factory is None:
         import boto3

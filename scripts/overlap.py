@@ -8,7 +8,7 @@ the prompt-length distribution, against the ~40% adoption threshold.
 
 Input: JSON Lines of OpenAI chat or completion requests (Batch API lines with "body" too).
 Malformed lines are counted and reported, never fatal; a log without one usable request is an
-error. Exit codes: see --help (the README's "Operator tools" table).
+error. Exit codes: see --help (the table in docs/operator-tools.md).
 """
 
 from __future__ import annotations

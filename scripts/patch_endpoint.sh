@@ -23,7 +23,7 @@
 #
 # Usage: scripts/patch_endpoint.sh <business-line> [--config DIR] [--dry-run]   (--help: options, exit codes)
 # Needs: kubectl pointed at the cluster, the repository's .venv (make setup).
-# Exit codes follow the operator tools' convention (kv_tools/cli.py EXIT_CODES, the README's
+# Exit codes follow the operator tools' convention (kv_tools/cli.py EXIT_CODES, docs/operator-tools.md's
 # table): a failed kubectl or Python step exits 2, never 1 (the ERR trap below).
 set -Eeuo pipefail
 
@@ -36,7 +36,7 @@ Put one business line's operator-rendered Deployment on the Curvine L2 tier (clu
 Kyverno only): pause the operator, scale the line to 0, patch, scale back, restore the operator.
 
   <business-line>  the line's name (its file stem in DIR/business-lines/)
-  --config DIR     config directory (default: $REPO/config)
+  --config DIR     config directory (default: \$KVCACHE_CONFIG_DIR, else $REPO/config)
   --dry-run        print the patch and validate it server-side; change nothing
   -h, --help       this help
 
@@ -49,7 +49,7 @@ EOF
 fail_input() { echo "error: $*" >&2; echo "run 'scripts/patch_endpoint.sh --help' for usage" >&2; exit 2; }
 
 LINE=""
-CONFIG="$REPO/config"
+CONFIG="${KVCACHE_CONFIG_DIR:-$REPO/config}"
 DRY_RUN=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -79,12 +79,12 @@ TIMEOUT="${TIMEOUT:-30m}"
 NAMES="$(cd "$REPO" && "$PY" -c '
 import sys
 from k8s import names
-from platform_config import ConfigError, load_project
+from kv_tools import cli
+from platform_config import ConfigError
 try:
-    line = load_project(sys.argv[1]).business_line(sys.argv[2])
+    line = cli.load_config(sys.argv[1]).business_line(sys.argv[2])
 except ConfigError as exc:
-    print(exc, file=sys.stderr)
-    sys.exit(2)
+    sys.exit(cli.fail(exc))
 except KeyError as exc:
     print(f"error: {exc.args[0]}", file=sys.stderr)
     sys.exit(2)

@@ -7,19 +7,21 @@ prefill time, cold vs warm TTFT, break-even prompt length, cost per endpoint-hou
         --tokens 1925 --l2-read-gibps 1.84 --json
     .venv/bin/python scripts/plan.py --model Qwen2-7B --instance-type ml.g6e.12xlarge --plot ttft.png
 
-Exit codes: see --help (the README's "Operator tools" table).
+Exit codes: see --help (the table in docs/operator-tools.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import textwrap
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
 from kv_tools import cli  # noqa: E402
 from kv_tools.model_specs import DTYPE_BYTES, MODELS, load_hf_config, lookup_model  # noqa: E402
@@ -38,9 +40,10 @@ from kv_tools.planner import (  # noqa: E402
 )
 from kv_tools.prices import DEFAULT_PRICES_FILE, load_prices  # noqa: E402
 from platform_config import INSTANCE_TYPES, ConfigError, ConfigProblem, load_business_line, load_platform  # noqa: E402
+from platform_config.loader import default_config_dir  # noqa: E402
 from platform_config import node_fit  # noqa: E402
 from platform_config.loader import (  # noqa: E402
-    BUSINESS_LINES_DIR, PLATFORM_FILE, config_dir_of, cross_check, node_fit_problems)
+    CONFIG_DIR_ENV, PLATFORM_FILE, business_line_files, config_dir_of, cross_check, node_fit_problems)
 
 TOOL = "plan.py"
 
@@ -61,8 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--kv-dtype", choices=list(DTYPE_BYTES), help="KV cache dtype (default: as vLLM's 'auto')")
     src.add_argument("--max-model-len", type=cli.positive_int, help="one sequence of this length must fit in L0 "
                                                                     "(default: the line's --max-model-len)")
-    parser.add_argument("--config", type=Path, help="config directory holding platform.yaml (default: the one "
-                        "the --business-line file sits in, <dir>/business-lines/; else ./config)")
+    parser.add_argument("--config", type=Path, metavar="DIR",
+                        help="config directory holding platform.yaml (default: $KVCACHE_CONFIG_DIR, else the one the "
+                             "--business-line file sits in, <dir>/business-lines/, else the repository's config/)")
     parser.add_argument("--tokens", type=cli.positive_int, default=REFERENCE_RUN.prompt_tokens,
                         help="prompt length, tokens")
     parser.add_argument("--l2-read-gibps", type=cli.positive_float, default=REFERENCE_RUN.l2_read_gibps,
@@ -85,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--nvme-reserve-fraction", type=cli.fraction, default=DEFAULT_NVME_RESERVE_FRACTION,
                         help="share of NVMe kept out of L2")
     parser.add_argument("--region", help="price region (default: the platform's, else us-west-2)")
-    parser.add_argument("--prices", type=cli.existing_file, default=DEFAULT_PRICES_FILE, help="price table YAML")
+    parser.add_argument("--prices", type=Path, help="price table YAML (default: prices.yaml of the config "
+                        f"directory when it has one, else {DEFAULT_PRICES_FILE.relative_to(ROOT)})")
     parser.add_argument("--candidates", help="comma-separated instance types to compare (default: the "
                         "platform's instance group types with a --business-line, else every priced type)")
     parser.add_argument("--ttft-slo-ms", type=cli.positive_float,
@@ -109,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             from kv_tools.plots import check_plot_path
 
             check_plot_path(args.plot)
-        prices = load_prices(args.prices)
+        prices = load_prices(args.prices or _default_prices(args))
         model = None
         if args.hf_config:
             model = load_hf_config(args.hf_config, name=args.model or "")
@@ -124,23 +129,30 @@ def main(argv: list[str] | None = None) -> int:
             nvme_reserve_fraction=args.nvme_reserve_fraction, region=args.region,
         )
         platform = None
+        platform_file = None
         node_report: list[str] = []
         nodes_json = None
         nodes_fit = True
         if args.business_line:
             line = load_business_line(args.business_line)
-            config_dir = args.config or config_dir_of(args.business_line)
+            config_dir = args.config or (Path(os.environ[CONFIG_DIR_ENV]) if os.environ.get(CONFIG_DIR_ENV)
+                                         else config_dir_of(args.business_line, default_config_dir()))
             platform_file = config_dir / PLATFORM_FILE
             if not platform_file.is_file():
-                raise ConfigError([ConfigProblem(str(platform_file), "", "file not found; a business line is "
+                raise ConfigError([ConfigProblem(str(platform_file), "", "no such file; a business line is "
                                                  "planned against its platform: pass --config DIR")])
             platform = load_platform(platform_file)
             # The same cross-file rules as synthesis, so no false green; the node fit is reported below.
             problems = cross_check(platform, platform_file, [(args.business_line, line)], check_node_fit=False)
             if problems:
                 raise ConfigError(problems)
-            inputs = inputs_from_line(line, platform, model=model, **overrides)
-            node_report, nodes_json, nodes_fit = _node_fit(platform, platform_file, args.business_line, line)
+            others, notes = _other_lines(platform_file, line)
+            inputs = inputs_from_line(line, platform, model=model, lines=[line, *(l for _, l in others)], **overrides)
+            # Packed as planned: an --instance-type or --tp given here replaces the line's.
+            planned = line.model_copy(update={k: v for k, v in (("instance_type", args.instance_type),
+                                                                ("gpus_per_replica", args.tp)) if v is not None})
+            node_report, nodes_json, nodes_fit = _node_fit(platform, platform_file, args.business_line, planned,
+                                                           others, notes)
         else:
             if model is None or not args.instance_type:
                 parser.error("give --business-line, or --model/--hf-config and --instance-type")
@@ -168,12 +180,14 @@ def main(argv: list[str] | None = None) -> int:
         return cli.fail(exc.args[0] if isinstance(exc, KeyError) else exc)
     if args.json:
         out = result.to_dict()
+        out["platform_file"] = None if platform_file is None else str(platform_file)
         out["nodes"] = nodes_json
         out["recommendation"] = rec.to_dict() if rec else None
         out["calibration"] = calibration_dict(calibration)
         cli.emit(json.dumps(out, indent=2))
     else:
-        cli.emit(format_plan(result, rec, node_report=node_report))
+        read = [f"config        {platform_file} (the platform this line is planned against)"] if platform_file else []
+        cli.emit("\n".join(read + [format_plan(result, rec, node_report=node_report)]))
     if args.plot:
         from kv_tools.plots import plan_figure, save
 
@@ -181,22 +195,38 @@ def main(argv: list[str] | None = None) -> int:
     return cli.EXIT_OK if result.fit.fits and nodes_fit else cli.EXIT_NO
 
 
-def _node_fit(platform, platform_file: Path, line_file: Path, line) -> tuple[list[str], dict | None, bool]:
-    """The line's instance type packed with the config's other lines, by the config check's own
-    function (:func:`platform_config.node_fit.fit_lines`, :func:`~platform_config.loader.node_fit_problems`).
+def _default_prices(args: argparse.Namespace) -> Path:
+    """``prices.yaml`` of the config directory in use (--config, $KVCACHE_CONFIG_DIR, the
+    --business-line file's) when it has one, else the repository's."""
+    config_dir = args.config or (Path(os.environ[CONFIG_DIR_ENV]) if os.environ.get(CONFIG_DIR_ENV) else None)
+    if config_dir is None and args.business_line:
+        config_dir = config_dir_of(args.business_line, default_config_dir())
+    candidate = (config_dir or default_config_dir()) / "prices.yaml"
+    return candidate if candidate.is_file() else DEFAULT_PRICES_FILE
 
-    The other lines are the business-line files beside ``platform.yaml`` (a file that does not load
-    is left out, with a note). Returns the report lines, the JSON, and whether every replica fits.
-    """
+
+def _other_lines(platform_file: Path, line) -> tuple[list[tuple[Path, object]], list[str]]:
+    """The config's other business lines (the files beside ``platform.yaml``), and a note for each
+    file that does not load (left out; ``make synth`` says why)."""
     others: list[tuple[Path, object]] = []
     notes: list[str] = []
-    for path in sorted((platform_file.parent / BUSINESS_LINES_DIR).glob("*.y*ml")):
+    files, _ignored, _problems = business_line_files(platform_file.parent)
+    for path in files:
         if path.stem == line.name:
             continue
         try:
             others.append((path, load_business_line(path)))
         except ConfigError:
             notes.append(f"  (not counted: {path} does not load; `make synth` reports why)")
+    return others, notes
+
+
+def _node_fit(platform, platform_file: Path, line_file: Path, line, others, notes) -> tuple[list[str], dict | None, bool]:
+    """The line's instance type packed with the config's other lines, by the config check's own
+    function (:func:`platform_config.node_fit.fit_lines`, :func:`~platform_config.loader.node_fit_problems`).
+
+    Returns the report lines, the JSON, and whether every replica fits.
+    """
     # In file order, as the config check reads them (so its message is word for word the same).
     lines = sorted([(line_file, line), *others], key=lambda pl: str(pl[0]))
     fit = node_fit.fit_lines(platform, lines).get(line.instance_type)

@@ -10,9 +10,9 @@ when the deploy would update the HyperPod cluster while deep health checks run o
 "hyperpod update" check fails and names them (without it, any deploy is taken to change the stack).
 
 Read-only AWS calls with the standard credential chain (AWS_PROFILE, env, SSO, ...).
-Exit codes: see --help (the README's "Operator tools" table): 2 also when AWS cannot be queried.
+Exit codes: see --help (the table in docs/operator-tools.md): 2 also when AWS cannot be queried.
 
-    .venv/bin/python scripts/preflight.py [--config config] [--cloud-assembly cdk.out] [--only "hyperpod update"] [--json]
+    .venv/bin/python scripts/preflight.py [--config DIR] [--cloud-assembly cdk.out] [--only "hyperpod update"] [--json]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kv_tools import cli  # noqa: E402
 from kv_tools.preflight import HYPERPOD_UPDATE_CHECK, run_preflight  # noqa: E402
-from platform_config import ConfigError, load_project  # noqa: E402
+from platform_config import ConfigError  # noqa: E402
 from platform_config.stack_names import platform_stack_name  # noqa: E402
 
 
@@ -36,7 +36,7 @@ TOOL = "preflight.py"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.make_parser(TOOL, __doc__.splitlines()[0])
-    parser.add_argument("--config", default="config", help="config directory")
+    cli.add_config_option(parser)
     parser.add_argument("--cloud-assembly", metavar="DIR",
                         help="the synthesized cloud assembly about to be deployed (cdk.out): the hyperpod stack's "
                         "template in it decides whether the deploy updates the HyperPod cluster")
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, session_factory=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        project = load_project(args.config)
+        project = cli.load_config(args.config)
     except ConfigError as exc:
         return cli.fail(exc)
     template = None

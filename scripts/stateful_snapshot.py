@@ -16,12 +16,13 @@ Usage::
     .venv/bin/python scripts/stateful_snapshot.py --config tests/fixtures/config \\
         --snapshot tests/fixtures/stateful-resources.json [--write]
 
-Exit codes: see --help (the README's "Operator tools" table).
+Exit codes: see --help (the table in docs/operator-tools.md).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -48,10 +49,9 @@ def current_snapshot(config_dir: str) -> dict:
         ConfigError: the config is invalid.
     """
     import stacks  # starts jsii; importing ``stacks`` quiets Node's end-of-life notice first
-    from platform_config import load_project
     from stacks.stateful import snapshot
 
-    project = load_project(REPO_ROOT / config_dir if not Path(config_dir).is_absolute() else config_dir)
+    project = cli.load_config(REPO_ROOT / config_dir if not Path(config_dir).is_absolute() else Path(config_dir))
     with tempfile.TemporaryDirectory() as out:
         app = stacks.new_app(outdir=out)
         stacks.build_platform(app, project)
@@ -62,7 +62,8 @@ def current_snapshot(config_dir: str) -> dict:
 
 def build_parser():
     parser = cli.make_parser(TOOL, __doc__.splitlines()[0])
-    parser.add_argument("--config", default=DEFAULT_CONFIG, help="config directory")
+    cli.add_config_option(parser, help="config directory, relative to the repository root (default: "
+                                       "$KVCACHE_CONFIG_DIR, else config)")
     parser.add_argument("--snapshot", default=DEFAULT_SNAPSHOT, help="snapshot file (JSON), relative to the repo root")
     parser.add_argument("--write", action="store_true", help="record the current state instead of checking it")
     return parser
@@ -78,6 +79,9 @@ def command(args, *, write: bool) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from platform_config import ConfigError
+    from platform_config.loader import CONFIG_DIR_ENV
+
+    args.config = str(args.config) if args.config else os.environ.get(CONFIG_DIR_ENV) or DEFAULT_CONFIG
 
     path = Path(args.snapshot) if Path(args.snapshot).is_absolute() else REPO_ROOT / args.snapshot
     shown = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path

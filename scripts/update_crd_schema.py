@@ -8,7 +8,7 @@ fresh clone without the CRD file. Regenerate after bumping the operator, or chec
     .venv/bin/python scripts/update_crd_schema.py path/to/inference.sagemaker.aws.amazon.com_inferenceendpointconfigs.yaml
     .venv/bin/python scripts/update_crd_schema.py path/to/...yaml --check
 
-Exit codes: see --help (the README's "Operator tools" table).
+Exit codes: see --help (the table in docs/operator-tools.md).
 """
 
 from __future__ import annotations

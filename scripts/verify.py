@@ -8,9 +8,9 @@ k8s.patch.line_cache_env), the L2 mount, one shared PYTHONHASHSEED;
 optionally a live cross-pod hit (--cross-pod-hit). Uses the standard kubeconfig (or
 in-cluster config) and AWS credential chain; reads only, except the two probe requests.
 
-    .venv/bin/python scripts/verify.py [--config config] [--line rag-assistant] [--cross-pod-hit] [--json]
+    .venv/bin/python scripts/verify.py [--config DIR] [--line rag-assistant] [--cross-pod-hit] [--json]
 
-Exit codes: see --help (the README's "Operator tools" table): 2 also when the cluster or AWS
+Exit codes: see --help (the table in docs/operator-tools.md): 2 also when the cluster or AWS
 cannot be reached.
 """
 
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kv_tools import cli  # noqa: E402
 from kv_tools.verify import LiveReader, format_results, verify  # noqa: E402
-from platform_config import ConfigError, load_project  # noqa: E402
+from platform_config import ConfigError  # noqa: E402
 
 
 TOOL = "verify.py"
@@ -34,7 +34,7 @@ TOOL = "verify.py"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.make_parser(TOOL, __doc__.split("\n\n")[0])
-    parser.add_argument("--config", default="config", help="config directory")
+    cli.add_config_option(parser)
     parser.add_argument("--line", action="append", help="check only this business line (repeatable)")
     parser.add_argument("--lines-only", action="store_true", help="skip the platform checks")
     parser.add_argument("--cross-pod-hit", action="store_true",
@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None, reader_factory=LiveReader) -> int:
     args = build_parser().parse_args(argv)
     try:
-        project = load_project(args.config)
+        project = cli.load_config(args.config)
         for name in args.line or []:
             project.business_line(name)
     except (ConfigError, KeyError) as exc:

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from platform_config.runtime import quiet_node_notices
+from platform_config.runtime import prepare_jsii_node
 
-quiet_node_notices()  # before aws_cdk starts jsii's Node process (see platform_config/runtime.py)
+prepare_jsii_node()  # before aws_cdk starts jsii's Node process (see platform_config/runtime.py)
 
 import aws_cdk as cdk  # noqa: E402
 from aws_cdk import Validations

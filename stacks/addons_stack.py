@@ -320,7 +320,7 @@ def _acknowledge_document_wildcards(scope: Construct, document: iam.PolicyDocume
             values = statement.get(key, [])
             values = values if isinstance(values, list) else [values]
             for value in values:
-                flat = nag.flatten_reference(Stack.of(scope), value)
+                flat = nag.flatten_resolved(value)  # already resolved with the document
                 if "*" not in flat:
                     continue
                 if sink is not None:

@@ -70,7 +70,7 @@ def dependency_chart_dir(chart: HyperPodDependencyChartConfig) -> Path:
     if not (path / "charts").is_dir() or not any((path / "charts").iterdir()):
         raise ValueError(
             f"path {chart.path!r}: {path / 'charts'} is missing or empty; run "
-            "'helm dependency update' in the checkout first (README, HyperPod dependency chart)"
+            "'helm dependency update' in the checkout first (docs/deploy.md, HyperPod dependency chart)"
         )
     return path
 

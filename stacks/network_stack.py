@@ -94,7 +94,7 @@ class NetworkStack(Stack):
 
     Imported VPC (``network.mode: existing``): ``ec2.Vpc.from_vpc_attributes`` with the given
     IDs (no lookup). Endpoints, flow logs and subnet tags are then the VPC owner's job; the
-    README lists what HyperPod needs.
+    docs/deploy.md lists what HyperPod needs.
 
     Attributes:
         vpc: the VPC (``ec2.IVpc``).

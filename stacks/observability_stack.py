@@ -1,4 +1,4 @@
-"""Metrics, alerts and the Grafana workspace of the platform (issue 11; README, "Observability").
+"""Metrics, alerts and the Grafana workspace of the platform (issue 11; docs/observability.md).
 
 Contract used by ``stacks.build_platform``:
     ObservabilityStack(scope, construct_id, *, platform: PlatformConfig,
@@ -80,7 +80,7 @@ class ObservabilityStack(Stack):
         obs = platform.observability
         name = f"{platform.project}-kv-cache"
 
-        # The workspace uses this key only with workspace_key: customer-managed (README,
+        # The workspace uses this key only with workspace_key: customer-managed (docs/observability.md,
         # "Observability": an older AMP user guide said such workspaces cannot use managed
         # collectors); otherwise AMP's own key encrypts it. The alert topic always uses it.
         workspace_key = obs.workspace_key == "customer-managed"

@@ -268,7 +268,7 @@ def compare(saved: Mapping[str, Any], current: Mapping[str, Any], *, regenerate:
         regenerate: the command that rewrites this snapshot, quoted in the messages.
     """
     where = f"{current.get('config_dir', '?')}/platform.yaml"
-    tail = f"If you mean it, follow README \"Replacing a stateful resource\", then run: {regenerate}"
+    tail = f"If you mean it, follow docs/deploy.md \"Replacing a stateful resource\", then run: {regenerate}"
     problems: list[str] = []
     for spec in STATEFUL_RESOURCES:
         old, new = saved["resources"].get(spec.role), current["resources"][spec.role]

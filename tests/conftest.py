@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from platform_config.runtime import quiet_node_notices
+from platform_config.runtime import prepare_jsii_node
 from tests.example_config import FIXTURE_CONFIG
 
 # Before any test module imports aws_cdk or cdk8s: no jsii end-of-life box on Node 20.
-quiet_node_notices()
+prepare_jsii_node()
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_CONFIG = FIXTURE_CONFIG

@@ -18,8 +18,10 @@ from typing import Any, Callable
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-#: The user's configuration (``config/``), the input of ``make synth``.
-USER_CONFIG = REPO / "config"
+#: The user's configuration, the input of ``make synth``: ``$KVCACHE_CONFIG_DIR`` (``make test CONFIG=dir``
+#: sets it), else ``config/``.
+USER_CONFIG = Path(os.environ["KVCACHE_CONFIG_DIR"]).resolve() if os.environ.get("KVCACHE_CONFIG_DIR") \
+    else REPO / "config"
 #: The scenario configuration of the tests; its line names are fixed.
 FIXTURE_CONFIG = REPO / "tests" / "fixtures" / "config"
 #: Business lines of :data:`FIXTURE_CONFIG`, sorted. The first two mirror the shipped examples;

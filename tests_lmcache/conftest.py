@@ -31,7 +31,7 @@ def export_env(out: Path) -> dict[str, Any]:
     """Run :mod:`tests_lmcache.export_env` with the project's interpreter; return the document."""
     if not PROJECT_PYTHON.exists():
         pytest.exit(f"{PROJECT_PYTHON} not found: run `make setup` (or set KVCACHE_PROJECT_PYTHON)", returncode=2)
-    # No jsii setting here: export_env's first import, ``k8s``, calls quiet_node_notices() in the
+    # No jsii setting here: export_env's first import, ``k8s``, calls prepare_jsii_node() in the
     # project's interpreter before cdk8s starts Node (and leaves a user's own value alone).
     subprocess.run([str(PROJECT_PYTHON), "-m", "tests_lmcache.export_env", "--out", str(out)], cwd=REPO,
                    check=True, stdout=subprocess.DEVNULL)

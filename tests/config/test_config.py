@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from platform_config import ConfigError, load_platform, load_project
+from kv_tools.project_checks import load_checked_project
+from platform_config import ConfigError, load_platform
 from platform_config.models import ROUTING_STRATEGIES
 from tests.example_config import EXAMPLE, EXAMPLE_LINES, REPO, USER_CONFIG, copy_example_config, edit_yaml
 
@@ -25,7 +26,7 @@ def config_dir(tmp_path: Path) -> Path:
 
 def problems(config_dir: Path) -> list[str]:
     with pytest.raises(ConfigError) as info:
-        load_project(config_dir)
+        load_checked_project(config_dir)
     return [str(p) for p in info.value.problems]
 
 
@@ -37,18 +38,18 @@ def only_problem(config_dir: Path) -> str:
 
 def test_repository_config_is_valid() -> None:
     """Whatever lines config/ holds now must load: this is what `make synth` reads."""
-    project = load_project(USER_CONFIG)
+    project = load_checked_project(USER_CONFIG)
     assert {l.name for l in project.business_lines} == {
         p.stem for p in (USER_CONFIG / "business-lines").glob("*.y*ml")}
 
 
 def test_scenario_config_loads() -> None:
-    project = load_project(EXAMPLE)
+    project = load_checked_project(EXAMPLE)
     assert [l.name for l in project.business_lines] == list(EXAMPLE_LINES)
 
 
 def test_example_config_loads_with_g6e_and_p5_groups(config_dir: Path) -> None:
-    project = load_project(config_dir)
+    project = load_checked_project(config_dir)
     types = {g.instance_type for g in project.platform.hyperpod.instance_groups}
     assert any(t.startswith("ml.g6e.") for t in types)
     assert "ml.p5.48xlarge" in types
@@ -63,7 +64,7 @@ def test_defaults_are_the_documented_ones(config_dir: Path) -> None:
     edit_yaml(path, lambda d: d["hyperpod"].pop("node_recovery"))
     line_path = config_dir / "business-lines" / "rag-assistant.yaml"
     edit_yaml(line_path, lambda d: (d.pop("routing_strategy"), d.pop("python_hash_seed")))
-    project = load_project(config_dir)
+    project = load_checked_project(config_dir)
     # On, as specified and as the reference deployment ran, though neither L1 nor L2 uses it
     # (docs/l2-cache.md, "L1 is not Tiered Storage").
     assert project.platform.hyperpod.tiered_storage.enabled is True
@@ -206,13 +207,13 @@ def test_a_line_cannot_target_only_tainted_groups(config_dir: Path) -> None:
 
 
 def test_prefer_no_schedule_taints_do_not_block_a_line(config_dir: Path) -> None:
-    p5 = load_project(config_dir).platform.hyperpod.instance_groups[1]
+    p5 = load_checked_project(config_dir).platform.hyperpod.instance_groups[1]
     assert (p5.instance_type, p5.taints[0].effect) == ("ml.p5.48xlarge", "PreferNoSchedule")
 
 
 def _keep_only_line_on_its_type(config_dir: Path, name: str) -> None:
     """Delete the copy's other lines on ``name``'s instance type, to test capacity in isolation."""
-    project = load_project(config_dir)
+    project = load_checked_project(config_dir)
     for line in project.business_lines:
         if line.name != name and line.instance_type == project.business_line(name).instance_type:
             (config_dir / "business-lines" / f"{line.name}.yaml").unlink()
@@ -234,7 +235,7 @@ def test_all_lines_must_fit_on_their_instance_groups(config_dir: Path) -> None:
     _small_pods(config_dir, "rag-assistant")
     path = config_dir / "business-lines" / "rag-assistant.yaml"
     edit_yaml(path, lambda d: d.update(replicas=8))
-    assert load_project(config_dir).business_line("rag-assistant").replicas == 8
+    assert load_checked_project(config_dir).business_line("rag-assistant").replicas == 8
     edit_yaml(path, lambda d: d.update(replicas=9))
     message = only_problem(config_dir)
     assert ("replicas: the lines on ml.g6e.12xlarge (rag-assistant 9 x (1 GPU, 4 CPU, 40.00 GiB)) do not fit on "
@@ -246,7 +247,7 @@ def test_all_lines_must_fit_on_their_instance_groups(config_dir: Path) -> None:
 
 def test_lines_sharing_an_instance_type_share_its_gpus(config_dir: Path) -> None:
     """The fixture's other g6e lines hold some of the 8 L40S: rag-assistant gets only the rest."""
-    project = load_project(config_dir)
+    project = load_checked_project(config_dir)
     taken = sum(l.replicas * l.gpus_per_replica for l in project.business_lines
                 if l.instance_type == "ml.g6e.12xlarge" and l.name != "rag-assistant")
     assert taken > 0, "the fixture shares the g6e nodes between lines"
@@ -255,7 +256,7 @@ def test_lines_sharing_an_instance_type_share_its_gpus(config_dir: Path) -> None
         if line.instance_type == "ml.g6e.12xlarge":
             _small_pods(config_dir, line.name)
     edit_yaml(path, lambda d: d.update(replicas=8 - taken))
-    load_project(config_dir)
+    load_checked_project(config_dir)
     edit_yaml(path, lambda d: d.update(replicas=8 - taken + 1))
     message = only_problem(config_dir)
     assert f"rag-assistant {8 - taken + 1} x (1 GPU, 4 CPU, 40.00 GiB)" in message
@@ -269,7 +270,7 @@ def test_gpu_capacity_is_counted_per_node(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
     edit_yaml(path, lambda d: (d.update(replicas=2, gpus_per_replica=3), d["model"].update(name="Three-Way-12B"),
                                d["vllm"]["args"].extend(["-tp", "3"])))
-    load_project(config_dir)
+    load_checked_project(config_dir)
     edit_yaml(path, lambda d: d.update(replicas=3, gpus_per_replica=3))
     assert "rag-assistant 3 x (3 GPU, 10 CPU, 80.00 GiB)" in only_problem(config_dir)
 
@@ -280,7 +281,7 @@ def test_l1_buffer_must_fit_the_pod_memory(config_dir: Path) -> None:
     message = only_problem(config_dir)
     assert "cache.l1_cpu_gib 80 GiB must be below resources.memory 80Gi (80 GiB)" in message
     edit_yaml(path, lambda d: d["cache"].update(l1_cpu_gib=79.5))
-    assert load_project(config_dir).business_line("rag-assistant").cache.l1_cpu_gib == 79.5
+    assert load_checked_project(config_dir).business_line("rag-assistant").cache.l1_cpu_gib == 79.5
 
 
 def test_quantity_bytes() -> None:
@@ -299,7 +300,7 @@ def test_missing_required_field_is_named(config_dir: Path) -> None:
 
 
 def test_l2_on_while_curvine_off(config_dir: Path) -> None:
-    with_l2 = [l.name for l in load_project(config_dir).business_lines if l.cache.l2_enabled]
+    with_l2 = [l.name for l in load_checked_project(config_dir).business_lines if l.cache.l2_enabled]
     assert len(with_l2) >= 2
     edit_yaml(config_dir / "platform.yaml", lambda d: d["curvine"].update(enabled=False))
     found = problems(config_dir)
@@ -312,7 +313,7 @@ def test_curvine_off_is_fine_when_no_line_uses_l2(config_dir: Path) -> None:
     edit_yaml(config_dir / "platform.yaml", lambda d: d["curvine"].update(enabled=False))
     for path in (config_dir / "business-lines").glob("*.yaml"):
         edit_yaml(path, lambda d: d.setdefault("cache", {}).update(l2_enabled=False))
-    assert load_project(config_dir).platform.curvine.enabled is False
+    assert load_checked_project(config_dir).platform.curvine.enabled is False
 
 
 def test_no_age_limit_still_leaves_the_watermarks(config_dir: Path) -> None:
@@ -320,7 +321,7 @@ def test_no_age_limit_still_leaves_the_watermarks(config_dir: Path) -> None:
     from k8s.janitor import janitor_config
 
     edit_yaml(config_dir / "platform.yaml", lambda d: d["curvine"]["eviction"].update(ttl_hours=0))
-    project = load_project(config_dir)
+    project = load_checked_project(config_dir)
     conf = janitor_config(project.platform, project.business_line("rag-assistant"))
     assert conf["max_age_s"] is None
     assert (conf["capacity_bytes"], conf["high_watermark"]) == (500 * 2**30, 0.8)
@@ -355,9 +356,21 @@ def test_addon_versions_cannot_float(config_dir: Path) -> None:
 def test_zones_must_be_in_region_and_include_the_gpu_zone(config_dir: Path) -> None:
     path = config_dir / "platform.yaml"
     edit_yaml(path, lambda d: d.update(gpu_availability_zone="us-west-2c"))
-    assert "gpu_availability_zone 'us-west-2c' must be one of availability_zones" in only_problem(config_dir)
-    edit_yaml(path, lambda d: d.update(availability_zones=["us-east-1a", "us-east-1b"], gpu_availability_zone="us-east-1a"))
-    assert "every availability zone must be in region us-west-2" in only_problem(config_dir)
+    assert only_problem(config_dir) == (f"{path}: gpu_availability_zone: us-west-2c is not one of availability_zones; "
+                                        "allowed: us-west-2a, us-west-2b")
+    edit_yaml(path, lambda d: d.update(gpu_availability_zone="us-east-1a"))
+    assert only_problem(config_dir) == (f"{path}: gpu_availability_zone: us-east-1a is not one of availability_zones, "
+                                        "and it is not in region us-west-2; allowed: us-west-2a, us-west-2b")
+
+
+def test_a_zone_outside_the_region_is_named(config_dir: Path) -> None:
+    """issue 18: the message names the zone that is not in the region (it said "every zone")."""
+    path = config_dir / "platform.yaml"
+    edit_yaml(path, lambda d: d.update(availability_zones=["us-west-2a", "us-east-1b"]))
+    assert only_problem(config_dir) == (f"{path}: availability_zones: us-east-1b is not in region us-west-2; "
+                                        "allowed: zones of us-west-2, such as us-west-2a and us-west-2b")
+    edit_yaml(path, lambda d: d.update(availability_zones=["us-west-2a", "us-west-2a"]))
+    assert only_problem(config_dir) == f"{path}: availability_zones: repeats us-west-2a; allowed: each zone once"
 
 
 def test_public_endpoint_needs_explicit_cidrs(config_dir: Path) -> None:
@@ -371,7 +384,8 @@ def test_existing_vpc_needs_a_subnet_per_zone(config_dir: Path) -> None:
     edit_yaml(path, lambda d: d.update(network={
         "mode": "existing", "vpc_id": "vpc-0123456789abcdef0", "vpc_cidr": "10.0.0.0/16",
         "private_subnet_ids": {"us-west-2a": "subnet-0123456789abcdef0"}}))
-    assert "network.private_subnet_ids has no subnet for zone(s) us-west-2b" in only_problem(config_dir)
+    assert only_problem(config_dir) == (f"{path}: network.private_subnet_ids: no subnet for zone(s) us-west-2b; "
+                                        "allowed: a private subnet ID for every zone of availability_zones")
 
 
 def test_unknown_network_mode_lists_allowed(config_dir: Path) -> None:
@@ -393,7 +407,9 @@ def test_unknown_model_source_type_lists_allowed(config_dir: Path) -> None:
 def test_invalid_yaml_names_the_file(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
     path.write_text("namespace: [unclosed\n")
-    assert f"{path}: <root>: not valid YAML" in only_problem(config_dir)
+    assert only_problem(config_dir) == (
+        f"{path}: line 2: not valid YAML: while parsing a flow sequence expected ',' or ']', but got "
+        "'<stream end>'; allowed: one YAML mapping (key: value lines)")
 
 
 def test_every_problem_is_reported_at_once(config_dir: Path) -> None:
@@ -406,13 +422,13 @@ def test_every_problem_is_reported_at_once(config_dir: Path) -> None:
     assert str(ConfigError([])).startswith("invalid configuration")
 
 
-def test_readme_config_reference_is_current() -> None:
-    """The README's reference tables are generated; editing a model without `make docs` fails."""
-    from platform_config.reference import BEGIN, END, config_reference
+def test_the_config_reference_is_current() -> None:
+    """docs/configuration.md's reference tables are generated; editing a model without `make docs` fails."""
+    from platform_config.reference import BEGIN, END, REFERENCE_DOC, config_reference
 
-    readme = (REPO / "README.md").read_text()
-    block = readme.split(BEGIN, 1)[1].split(END, 1)[0]
-    assert block.strip() == config_reference().strip(), "README config reference is stale: run `make docs`"
+    assert REFERENCE_DOC == REPO / "docs" / "configuration.md"
+    block = REFERENCE_DOC.read_text().split(BEGIN, 1)[1].split(END, 1)[0]
+    assert block.strip() == config_reference().strip(), "docs/configuration.md is stale: run `make docs`"
 
 
 def test_lines_l2_sizes_must_fit_the_curvine_pool(config_dir: Path) -> None:
@@ -421,16 +437,16 @@ def test_lines_l2_sizes_must_fit_the_curvine_pool(config_dir: Path) -> None:
     + 200Gi = 2,748 GiB fits, with research-reasoning at 5Ti (5,820 GiB) it does not."""
     from platform_config.loader import l2_pool_gib
 
-    assert l2_pool_gib(load_project(config_dir).platform) == (3, 5400.0)
+    assert l2_pool_gib(load_checked_project(config_dir).platform) == (3, 5400.0)
     edit_yaml(config_dir / "business-lines" / "research-reasoning.yaml", lambda d: d["cache"].update(l2_size="5Ti"))
     with pytest.raises(ConfigError) as err:
-        load_project(config_dir)
+        load_checked_project(config_dir)
     (problem,) = [p for p in err.value.problems if p.field == "cache.l2_size"]
     assert "5,820 GiB" in problem.message and "5,400 GiB" in problem.message
     assert "rag-assistant 500Gi" in problem.message and "research-reasoning 5Ti" in problem.message
     # Only Workers count: the same sizes fit once Workers run on both groups' larger disks.
     edit_yaml(config_dir / "platform.yaml", lambda d: d["curvine"].update(worker_capacity_gib=3000))
-    load_project(config_dir)
+    load_checked_project(config_dir)
 
 
 # --- one file per line, sizes above zero, the planner's fit rule (issue 10) ----------------------
@@ -473,7 +489,7 @@ def test_a_model_that_does_not_fit_its_gpus_is_refused_with_the_planners_reason(
     assert f"{path}: gpus_per_replica: Llama-3.1-70B-Instruct (bfloat16) does not fit ml.g6e.12xlarge" in message
     assert "allowed: gpus_per_replica 4 or more" in message
     edit_yaml(path, lambda d: (d.update(gpus_per_replica=4, replicas=1), d["vllm"]["args"].extend(["-tp", "4"])))
-    project = load_project(config_dir)
+    project = load_checked_project(config_dir)
     fit, min_tp = choose_tp(inputs_from_line(project.business_line("rag-assistant"), project.platform))
     assert fit.fits and min_tp == 4  # the same function decides both ways
 
@@ -496,14 +512,14 @@ def test_the_long_sequence_must_fit_too(config_dir: Path) -> None:
 def test_a_model_outside_the_planners_table_is_a_warning_not_an_error(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
     edit_yaml(path, lambda d: d["model"].update(name="Mistral-7B-Instruct"))
-    project = load_project(config_dir)
+    project = load_checked_project(config_dir)
     (warning,) = project.warnings
     assert warning.startswith(f"{path}: model.name 'Mistral-7B-Instruct' is not in the planner's table")
     assert f"scripts/plan.py --business-line {path} --hf-config" in warning
 
 
 def test_the_fixture_lines_all_fit_without_warnings() -> None:
-    assert load_project(EXAMPLE).warnings == ()
+    assert load_checked_project(EXAMPLE).warnings == ()
 
 
 def test_config_dir_of_a_line_file(config_dir: Path, tmp_path: Path) -> None:
@@ -530,13 +546,14 @@ def test_the_problem_field_comes_from_the_planners_error_not_its_text(config_dir
     never guesses from words in the message (a message mentioning "utilization" or "convert" used
     to land on vllm.args whatever its cause)."""
     import kv_tools.planner as planner
+    import kv_tools.project_checks as checks
 
     def bad(line, platform, **kw):
         raise planner.PlanInputError([planner.InputProblem("tp", "could not convert: utilization"),
                                       planner.InputProblem("chunk_tokens", "chunk size must be >= 1 (got 0)"),
                                       planner.InputProblem("region", "a field no line key maps to")])
 
-    monkeypatch.setattr(planner, "inputs_from_line", bad)
+    monkeypatch.setattr(checks, "inputs_from_line", bad)
     found = [p for p in problems(config_dir) if "rag-assistant.yaml" in p]
     path = config_dir / "business-lines" / "rag-assistant.yaml"
     assert found == [f"{path}: gpus_per_replica: could not convert: utilization",
@@ -554,7 +571,7 @@ def test_an_unquoted_number_is_a_quantity(config_dir: Path, field: str, number: 
     path = config_dir / "business-lines" / "legal-search.yaml"
     edit_yaml(path, lambda d: d["resources"].update({field: number}))
     assert path.read_text().count(f"{field}: {number}\n") == 1  # YAML wrote a number, not a string
-    line = next(l for l in load_project(config_dir).business_lines if l.name == "legal-search")
+    line = next(l for l in load_checked_project(config_dir).business_lines if l.name == "legal-search")
     assert getattr(line.resources, field) == stored
 
 

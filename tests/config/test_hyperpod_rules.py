@@ -124,7 +124,7 @@ def test_deep_health_checks_need_an_accelerator(config_dir, monkeypatch) -> None
 
 def test_health_features_without_the_dependency_chart_are_refused(config_dir) -> None:
     message = problem_after(config_dir, hyperpod(dependency_chart_preinstalled=False))
-    assert ": hyperpod: dependency_chart: node_recovery is Automatic; instance group g6e-inference has " \
+    assert ": hyperpod.dependency_chart: node_recovery is Automatic; instance group g6e-inference has " \
            "deep_health_checks, which need the HyperPod dependency chart" in message
     assert "allowed: set dependency_chart (the stack installs a vendored checkout), or " \
            "dependency_chart_preinstalled: true" in message

@@ -205,12 +205,14 @@ def test_a_worker_capacity_beyond_the_nvme_is_refused(config_dir: Path) -> None:
 
 def test_dcgm_exporter_requests_set_in_its_values_win_over_the_charts(monkeypatch) -> None:
     """Helm merges values into the chart's defaults key by key: a cpu request set in the platform's
-    values replaces the chart's 100m, the chart's 128Mi memory request stays."""
-    import observability.cluster_objects as objects
+    values replaces the chart's 100m, the chart's 128Mi memory request stays; the Helm values send
+    exactly what the budget counts."""
+    from observability.cluster_objects import dcgm_exporter_values
+    from platform_config import pod_resources
 
-    real = objects.dcgm_exporter_values
-    monkeypatch.setattr(objects, "dcgm_exporter_values",
-                        lambda platform: {**real(platform), "resources": {"requests": {"cpu": "300m"}}})
+    given = {"requests": {"cpu": "300m"}}
+    monkeypatch.setattr(pod_resources, "DCGM_EXPORTER_VALUES_RESOURCES", given)
+    assert dcgm_exporter_values(PROJECT.platform)["resources"] == given
     g6e = PROJECT.platform.hyperpod.instance_groups[0]
     taken = {r.name: (r.cpu_millicores, r.memory_bytes)
              for r in node_budget(PROJECT.platform, g6e, PROJECT.business_lines).reservations}

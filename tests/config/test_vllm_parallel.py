@@ -37,7 +37,7 @@ _only_problem = only_problem
 def test_two_gpus_without_the_flag_are_refused_naming_the_flag_to_add(config_dir: Path) -> None:
     path = _set(config_dir, 2, ["/opt/ml/model", "--max-model-len", "16384"])
     assert _only_problem(config_dir) == (
-        f"{path}: vllm: vllm.args sets no --tensor-parallel-size, so vLLM runs each replica on 1 GPU and leaves 1 "
+        f"{path}: vllm.args: vllm.args sets no --tensor-parallel-size, so vLLM runs each replica on 1 GPU and leaves 1 "
         'of its gpus_per_replica 2 idle; allowed: add "--tensor-parallel-size", "2" to vllm.args (or set '
         "gpus_per_replica 1)")
 
@@ -45,7 +45,7 @@ def test_two_gpus_without_the_flag_are_refused_naming_the_flag_to_add(config_dir
 def test_a_flag_asking_for_more_gpus_than_the_pod_has_is_refused(config_dir: Path) -> None:
     path = _set(config_dir, 1, ["/opt/ml/model", "--tensor-parallel-size", "4"])
     assert _only_problem(config_dir) == (
-        f"{path}: vllm: vllm.args asks vLLM for --tensor-parallel-size 4 = 4 GPU(s) per replica, but "
+        f"{path}: vllm.args: vllm.args asks vLLM for --tensor-parallel-size 4 = 4 GPU(s) per replica, but "
         "gpus_per_replica is 1; allowed: gpus_per_replica 4, or no parallel-size flag in vllm.args")
 
 
@@ -67,7 +67,7 @@ def test_every_spelling_of_two_gpus_is_accepted(config_dir: Path, args: list[str
 def test_pipeline_and_data_parallel_multiply_with_tensor_parallel(config_dir: Path) -> None:
     path = _set(config_dir, 2, ["/opt/ml/model", "-tp", "2", "-pp", "2"])
     assert _only_problem(config_dir) == (
-        f"{path}: vllm: vllm.args asks vLLM for --tensor-parallel-size 2 x --pipeline-parallel-size 2 = 4 GPU(s) "
+        f"{path}: vllm.args: vllm.args asks vLLM for --tensor-parallel-size 2 x --pipeline-parallel-size 2 = 4 GPU(s) "
         "per replica, but gpus_per_replica is 2; allowed: gpus_per_replica 4, or vllm.args whose tensor x "
         'pipeline x data parallel sizes multiply to 2 (e.g. "--tensor-parallel-size", "2")')
     # 4 GPUs for TP 2 x DP 2: a whole node (ticket-triage removed to leave the other to rag-assistant).
@@ -80,7 +80,7 @@ def test_pipeline_and_data_parallel_multiply_with_tensor_parallel(config_dir: Pa
 def test_a_parallel_size_that_is_not_a_whole_number_is_refused(config_dir: Path, value: str) -> None:
     path = _set(config_dir, 2, ["/opt/ml/model", "--tensor-parallel-size", value])
     assert _only_problem(config_dir) == (
-        f"{path}: vllm: vllm.args: --tensor-parallel-size {value!r} is not a whole number; allowed: an integer "
+        f"{path}: vllm.args: --tensor-parallel-size {value!r} is not a whole number; allowed: an integer "
         "of at least 1, e.g. --tensor-parallel-size 2")
 
 

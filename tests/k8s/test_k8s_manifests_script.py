@@ -86,7 +86,7 @@ def _assert_nothing_written(script, cfg: Path, tmp_path: Path, capsys, *expected
     (out / "keep.txt").write_text("previous run")
     rc = script.main(["--config", str(cfg), "--out", str(out), "--volume-id", VOLUME_ID, *extra])
     err = capsys.readouterr().err
-    assert rc == 1
+    assert rc == 2  # the tools' convention: bad input
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"], "nothing may be written on bad input"
     assert not list(tmp_path.glob(".dist-*")), "no temp dir left behind"
     for text in expected:
@@ -121,7 +121,7 @@ def test_malformed_volume_id_and_outputs_file(script, tmp_path, capsys):
     bad = tmp_path / "outputs.json"
     bad.write_text("not json")
     out = tmp_path / "dist2"
-    assert script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out), "--outputs-file", str(bad)]) == 1
+    assert script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out), "--outputs-file", str(bad)]) == 2
     assert not out.exists() and "--outputs-file" in capsys.readouterr().err
 
 
@@ -133,3 +133,62 @@ def test_volume_id_from_the_environment(script, tmp_path, monkeypatch):
     assert pv["spec"]["csi"]["volumeHandle"] == "vol-0aaaabbbbccccdddd"
     zone = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"]
     assert zone == [load_project(FIXTURE_CONFIG).platform.gpu_availability_zone]
+
+
+# --- issue 18: the tools' exit codes, the region, a readable dist/, curvine.yaml kept -------------
+
+def test_a_volume_zone_outside_the_region_is_refused(script, tmp_path, capsys):
+    _assert_nothing_written(script, FIXTURE_CONFIG, tmp_path, capsys,
+                            "error: --availability-zone (or CURVINE_VOLUME_AZ): us-east-1a is not in the platform's "
+                            f"region us-west-2 ({FIXTURE_CONFIG}/platform.yaml); allowed: the zone of the Curvine "
+                            "Primary's volume, us-west-2a (gpu_availability_zone), or another zone of us-west-2",
+                            extra=["--availability-zone", "us-east-1a"])
+
+
+def test_a_zone_outside_the_region_from_the_outputs_file_is_refused_too(script, tmp_path, capsys):
+    outputs = tmp_path / "cdk-outputs.json"
+    outputs.write_text(json.dumps({"kvcache-hyperpod": {"CurvineVolumeId": VOLUME_ID,
+                                                        "CurvineVolumeAvailabilityZone": "eu-west-1a"}}))
+    out = tmp_path / "dist"
+    assert script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out), "--outputs-file", str(outputs)]) == 2
+    assert f"CurvineVolumeAvailabilityZone of --outputs-file {outputs}: eu-west-1a is not in" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_dist_is_readable_by_everyone_like_cdk_out(script, tmp_path):
+    """It was a temp dir renamed into place: mode 0700, so a web server or another user saw nothing."""
+    import os
+    import stat
+
+    out = tmp_path / "dist"
+    old = os.umask(0o022)
+    try:
+        assert script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out)]) == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    assert stat.S_IMODE((out / "patches").stat().st_mode) == 0o755
+    assert stat.S_IMODE((out / "kyverno-values.yaml").stat().st_mode) == 0o644
+
+
+def test_without_a_volume_id_an_existing_curvine_yaml_is_kept_unless_asked(script, tmp_path, capsys):
+    out = tmp_path / "dist"
+    assert script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out), "--volume-id", VOLUME_ID]) == 0
+    rendered = (out / "curvine.yaml").read_text()
+    capsys.readouterr()
+    assert script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out)]) == 0
+    assert (out / "curvine.yaml").read_text() == rendered, "a run without the volume ID deleted the Curvine chart"
+    assert f"the existing {out / 'curvine.yaml'} is kept as it was (not re-rendered; --drop-curvine removes it)" \
+        in capsys.readouterr().err
+    assert script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out), "--drop-curvine"]) == 0
+    assert not (out / "curvine.yaml").exists() and (out / "line-rag-assistant.yaml").exists()
+
+
+def test_make_manifests_takes_the_config_directory(tmp_path):
+    """``make manifests CONFIG=dir`` passes the same folder ``make synth CONFIG=dir`` reads (issue 18;
+    tests/stacks/test_newcomer_path.py runs both)."""
+    import subprocess
+
+    result = subprocess.run(["make", "--no-print-directory", "-n", "manifests", f"CONFIG={tmp_path}"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert f'scripts/manifests.py --config "{tmp_path}" --out dist' in result.stdout

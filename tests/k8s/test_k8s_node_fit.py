@@ -1,6 +1,6 @@
 """The node budget counts exactly what the charts render (``platform_config.node_fit``).
 
-The budget reads the platform pods' requests from ``k8s.pod_resources``, the constants the charts
+The budget reads the platform pods' requests from ``platform_config.pod_resources``, the constants the charts
 are built from; this renders the charts and recomputes each pod's request from the manifests
 (sum of the containers, or the largest init container), so a container or a request added to a
 chart without the budget knowing fails here.
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from platform_config.models import quantity_bytes
 from platform_config.node_fit import node_budget, pod_request
-from k8s import names, pod_resources
+from k8s import names
+from platform_config import pod_resources
 from observability.cluster_objects import dcgm_exporter_values
 from tests.k8s.conftest import find
 

@@ -185,7 +185,7 @@ def leaf_keys(config: dict, prefix: str = "") -> set[str]:
 def test_every_inference_addon_key_is_documented(project, gateway: bool, gateway_in_addon: bool,
                                                  in_addon: bool) -> None:
     """Every key the platform sets has a recorded reason and source (INFERENCE_ADDON_KEYS, and the
-    README's table generated from it)."""
+    table of docs/deploy.md generated from it)."""
     platform = with_operator(project.platform, scheme_in_addon=in_addon, gateway=gateway,
                              gateway_in_addon=gateway_in_addon)
     keys = leaf_keys(configuration_of(platform))
@@ -194,8 +194,8 @@ def test_every_inference_addon_key_is_documented(project, gateway: bool, gateway
     assert ("inferenceGateway.enabled" in keys) is (gateway or gateway_in_addon)
     assert ("alb.ingressClassParams.spec.scheme" in keys) is in_addon
     assert all(key.source and key.value for key in INFERENCE_ADDON_KEYS)
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert inference_addon_key_table() in readme
+    deploy_doc = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text()
+    assert inference_addon_key_table() in deploy_doc
     if gateway:
         with pytest.raises(ValueError, match="gateway_role_arn is required"):
             inference_addon_configuration(platform, execution_role_arn="e", tls_bucket="b", hyperpod_cluster_arn="h",
@@ -387,5 +387,5 @@ def test_gateway_needs_its_service_account_named(tmp_path) -> None:
     with pytest.raises(ConfigError) as info:
         load_project(config)
     (problem,) = info.value.problems
-    assert problem.field == "inference_operator.gateway"
+    assert problem.field == "inference_operator.gateway.service_account"
     assert "set service_account" in problem.message

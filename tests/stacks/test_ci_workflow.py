@@ -240,9 +240,11 @@ def test_test_job_checks_your_config_against_your_committed_snapshot() -> None:
     stateful-resources.json, the script's own defaults, before any deploy job (they need `test`)."""
     from tests.tools.script_loader import load_script
 
-    defaults = load_script("stateful_snapshot").build_parser().parse_args([])
+    script = load_script("stateful_snapshot")
+    defaults = script.build_parser().parse_args([])
     run = _snapshot_step()["run"]
-    assert f"scripts/stateful_snapshot.py --config {defaults.config} --snapshot {defaults.snapshot}" in run
+    assert defaults.config is None  # then $KVCACHE_CONFIG_DIR, else DEFAULT_CONFIG, like every command
+    assert f"scripts/stateful_snapshot.py --config {script.DEFAULT_CONFIG} --snapshot {defaults.snapshot}" in run
     assert f"[ ! -f {defaults.snapshot} ]" in run
     job = jobs()["test"]
     assert _step_index(job, "make test") < _step_index(job, "scripts/stateful_snapshot.py")
@@ -318,7 +320,9 @@ def test_lmcache_tier_runs_on_pull_requests_that_touch_what_it_reads() -> None:
     pattern = re.compile(_relevant_pattern())
     closure = _first_party_closure(sorted((REPO / "tests_lmcache").glob("*.py")))
     assert {"k8s/render.py", "platform_config/models.py", "tests/k8s/kyverno_eval.py"} <= closure  # the walk works
+    # scripts/jsii_node.sh: the Node.js command jsii runs for the charts (platform_config/runtime.py).
     inputs = {"requirements-lmcache.txt", "constraints-lmcache.txt", "requirements.txt", "Makefile",
+              "scripts/jsii_node.sh",
               "package-lock.json", "tests/fixtures/config/platform.yaml",
               "tests/fixtures/config/business-lines/rag-assistant.yaml"}
     missed = sorted(path for path in closure | inputs if not pattern.match(path))
@@ -445,10 +449,10 @@ def test_chart_guard_step(tmp_path, status, error, step_ok, says) -> None:
         assert "set hyperpod.dependency_chart instead" in text
 
 
-def test_the_readme_order_the_guard_cites_is_the_readmes() -> None:
-    """The guard names the README section and its steps; they must still be there."""
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("### HyperPod dependency chart", 1)[1].split("\n### ", 1)[0]
+def test_the_order_the_guard_cites_is_the_docs() -> None:
+    """The guard names the section of docs/deploy.md and its steps; they must still be there."""
+    deploy_doc = (REPO / "docs" / "deploy.md").read_text()
+    section = deploy_doc.split("### HyperPod dependency chart", 1)[1].split("\n### ", 1)[0]
     assert "deploy `kvcache-network kvcache-eks`, install the chart with `helm` from a machine inside the VPC, " \
            "then `cdk deploy --all`" in " ".join(section.split())
     assert "CI's platform job stops" in " ".join(section.split())
@@ -468,7 +472,7 @@ def test_the_readme_gives_ci_s_torch_index_for_machines_without_a_cpu_build() ->
     """A newcomer on an ordinary x86_64 machine gets PyPI's CUDA torch unless told: the README
     gives the same TORCH_PIP_ARGS the CI job uses, and one size for the virtualenv."""
     value = jobs()["lmcache"]["env"]["TORCH_PIP_ARGS"]
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "README.md").read_text() + (REPO / "docs" / "ci-and-tests.md").read_text()
     tier = readme.split("### The real-LMCache tier", 1)[1].split("\n## ", 1)[0]
     assert f'make test-lmcache TORCH_PIP_ARGS="{value}"' in tier
     makefile = (REPO / "Makefile").read_text()

@@ -90,7 +90,7 @@ def test_a_bad_config_with_the_real_cdk_cli_keeps_the_last_good_cdk_out(tmp_path
     result = make_synth(tmp_path, KVCACHE_CONFIG_DIR=str(config))
     assert result.returncode != 0
     assert "rag-assistant.yaml: routing_strategy" in result.stderr
-    assert "Subprocess exited with error 1" in result.stderr  # README, "Configuration reference"
+    assert "Subprocess exited with error 2" in result.stderr  # docs/configuration.md: app.py exits 2
     assert result.returncode == 2
     assert sorted(p.name for p in good.iterdir()) == ["old-stack.template.json"]
     assert leftovers(tmp_path) == []

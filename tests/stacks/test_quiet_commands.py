@@ -77,8 +77,11 @@ def test_make_bench_stdout_is_only_the_json(tmp_path) -> None:
 
 def test_bench_synth_prints_one_json_object(monkeypatch, capsys) -> None:
     bench = load_script("bench_synth")
-    monkeypatch.setattr(bench, "run_once", lambda config_dir, outdir: {
-        "stacks": 6, "wall_s": 1.0, "peak_rss_mib": 1.0, "peak_tree_rss_mib": 1.0, "template_kib": 1.0})
-    assert bench.main(["--sizes", "1", "2"]) == 0
+    monkeypatch.setattr(bench, "run_once", lambda command, env, outdir: {
+        "stacks": 6, "wall_s": 2.0 if "app.py" in command else 1.0, "peak_rss_mib": 1.0, "peak_tree_rss_mib": 1.0,
+        "template_kib": 1.0})
+    assert bench.main(["--sizes", "1", "2", "--runs", "2"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert [r["business_lines"] for r in out["runs"]] == [1, 2]
+    assert [(r["config"], r["business_lines"]) for r in out["runs"]][1:] == [("generated", 1), ("generated", 2)]
+    assert out["runs"][0]["config"].endswith("config") and out["runs"][0]["ratio_to_bare"] == 2.0
+    assert out["bare"]["wall_s"] == 1.0 and out["runs"][0]["wall_s_each"] == [2.0, 2.0]

@@ -2,7 +2,7 @@
 match the committed snapshot, and a change names the config field that caused it.
 
 The snapshot (``tests/fixtures/stateful-resources.json``) is of the scenario config. After a change
-that is meant to replace a resource (README "Replacing a stateful resource"), rewrite it with
+that is meant to replace a resource (docs/deploy.md, "Replacing a stateful resource"), rewrite it with
 ``.venv/bin/python scripts/stateful_snapshot.py --config tests/fixtures/config --snapshot
 tests/fixtures/stateful-resources.json --write`` (the script's defaults are a deployment's own
 ``config/`` and ``stateful-resources.json`` at the repository root).
@@ -162,7 +162,9 @@ def script():
 def test_defaults_are_your_config_and_a_snapshot_at_the_repo_root() -> None:
     cli = script()
     args = cli.build_parser().parse_args([])
-    assert (args.config, args.snapshot, args.write) == ("config", "stateful-resources.json", False)
+    # No --config: $KVCACHE_CONFIG_DIR, else config, like every command.
+    assert (args.config, cli.DEFAULT_CONFIG, args.snapshot, args.write) == (None, "config", "stateful-resources.json",
+                                                                            False)
     assert (REPO / cli.FIXTURE_SNAPSHOT) == SNAPSHOT and (REPO / cli.FIXTURE_CONFIG) == FIXTURE_CONFIG
     assert REGENERATE == (f".venv/bin/python scripts/stateful_snapshot.py --config {cli.FIXTURE_CONFIG} "
                           f"--snapshot {cli.FIXTURE_SNAPSHOT} --write")

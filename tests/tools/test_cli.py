@@ -22,7 +22,8 @@ from platform_config import load_project
 from tests.example_config import FIXTURE_CONFIG
 from tests.tools.script_loader import REPO, load_script
 
-TOOLS = ("plan", "overlap", "bench_ttft", "verify", "preflight", "orphans", "stateful_snapshot", "update_crd_schema")
+TOOLS = ("plan", "overlap", "bench_ttft", "verify", "preflight", "orphans", "manifests", "stateful_snapshot",
+         "update_crd_schema")
 README = (REPO / "README.md").read_text()
 OPERATOR_DOC = (REPO / "docs" / "operator-tools.md").read_text()
 
@@ -47,13 +48,13 @@ def test_api_key_default_is_shown_once_and_never_its_value(monkeypatch) -> None:
     assert api_key_help.count("default") == 1 and "$OPENAI_API_KEY" in api_key_help
 
 
-def test_the_readme_has_the_one_exit_code_table() -> None:
-    assert cli.exit_code_table() in README
+def test_the_docs_have_the_one_exit_code_table() -> None:
+    assert cli.exit_code_table() in OPERATOR_DOC
     # The Python tools, plus the two run by hand that cannot import kv_tools/cli.py (their
     # --help texts are compared with it in tests/k8s/test_k8s_patch_script.py and
     # tests/tools/test_l2_janitor.py).
     assert set(cli.EXIT_CODES) == {f"{t}.py" for t in TOOLS} | {"patch_endpoint.sh", "kv_tools/l2_janitor.py"}
-    assert "| `scripts/patch_endpoint.sh` |" in README and "| `kv_tools/l2_janitor.py` |" in README
+    assert "| `scripts/patch_endpoint.sh` |" in OPERATOR_DOC and "| `kv_tools/l2_janitor.py` |" in OPERATOR_DOC
     # Nowhere else restates the codes tool by tool: the docs and the scripts point to the table.
     for tool in TOOLS:
         doc = load_script(tool).__doc__

@@ -306,3 +306,19 @@ def test_cli_progress_bar_on_request(tmp_path: Path, capsys) -> None:
     assert "overlap: 100%" in err and "B/s" in err
     assert overlap.main([str(log), "--json"]) == 0  # not a terminal: no bar
     assert capsys.readouterr().err == ""
+
+
+def test_a_truncated_gz_is_an_error_not_a_low_share(tmp_path: Path, capsys) -> None:
+    """A log cut off mid-copy used to end in an EOFError traceback and exit 1, the code that means
+    "below the threshold". Part of a log would give a wrong answer: exit 2, naming the file."""
+    body = "".join(json.dumps({"messages": [{"role": "system", "content": "s" * 3000},
+                                            {"role": "user", "content": f"q{i}"}]}) + "\n" for i in range(200))
+    whole = gzip.compress(body.encode())
+    log = tmp_path / "requests.jsonl.gz"
+    log.write_bytes(whole[:len(whole) // 2])
+    assert load_script("overlap").main([str(log)]) == cli.EXIT_ERROR
+    assert capsys.readouterr().err == (f"error: {log} ends before the end of its gzip stream (truncated, or still being "
+                                       "written); allowed: a complete .gz file, or the uncompressed log\n")
+    log.write_bytes(b"plain text, not gzip")
+    assert load_script("overlap").main([str(log)]) == cli.EXIT_ERROR
+    assert capsys.readouterr().err.startswith(f"error: {log} is not a readable gzip file (")

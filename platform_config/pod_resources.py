@@ -1,11 +1,13 @@
 """Resource requests and limits of the platform's own pods: one definition for the charts that render
 them and for the per-node budget that counts them (:mod:`platform_config.node_fit`).
 
-Pure Python: no cdk8s import, so the config loader and the planner read these without starting
-jsii. The charts (:mod:`k8s.curvine_chart`, :mod:`k8s.janitor`) build their containers' resources
-from the dicts below; the :class:`PodResources` constants say which containers each pod on a
-HyperPod node runs, and a test renders the charts and compares (``tests/config/test_node_fit.py``),
-so a container added to a chart without its line here fails.
+Data only, in the bottom layer: the config check (node fit) needs these facts and must not import
+the layers above it (``tests/test_layers.py``). The charts (:mod:`k8s.curvine_chart`,
+:mod:`k8s.janitor`) build their containers' resources from the dicts below, and the DCGM exporter's
+Helm values (:func:`observability.cluster_objects.dcgm_exporter_values`) send
+:data:`DCGM_EXPORTER_VALUES_RESOURCES`; the :class:`PodResources` constants say which containers
+each pod on a HyperPod node runs, and a test renders the charts and compares
+(``tests/k8s/test_k8s_node_fit.py``), so a container added to a chart without its line here fails.
 
 A pod's request is what the scheduler counts: the sum of its containers' requests, or the largest
 init container's request when that is more (Kubernetes "Resource sharing within containers").
@@ -60,10 +62,13 @@ MOUNT_WATCHDOG_RESOURCES: Final[Resources] = {"requests": {"cpu": "20m", "memory
                                               "limits": {"memory": "256Mi"}}
 #: The DCGM exporter's requests when its Helm values set none: chart ``dcgm-exporter`` 4.8.2,
 #: ``deployment/values.yaml`` ``resources`` (NVIDIA/dcgm-exporter tag 4.5.3-4.8.2; docs/sources.md
-#: §13). :func:`platform_config.node_fit.platform_pods` reads the platform's values first
-#: (``observability.cluster_objects.dcgm_exporter_values``), so a ``resources`` set there wins.
+#: §13).
 DCGM_EXPORTER_CHART_RESOURCES: Final[Resources] = {"requests": {"cpu": "100m", "memory": "128Mi"},
                                                    "limits": {"cpu": "200m", "memory": "512Mi"}}
+#: ``resources`` the platform's Helm values give the DCGM exporter (sent only when not empty). Empty:
+#: the chart's defaults apply. Helm merges values into the chart's, key by key, so a request set
+#: here replaces only that key of :data:`DCGM_EXPORTER_CHART_RESOURCES` (:func:`dcgm_exporter_pod`).
+DCGM_EXPORTER_VALUES_RESOURCES: Final[Resources] = {}
 
 
 @dataclass(frozen=True)
@@ -92,3 +97,12 @@ FUSE_POD: Final = PodResources(
                                      "memory": FUSE_POD_RESOURCES["memory_limit"]}},))
 JANITOR_POD: Final = PodResources("L2 janitor", (JANITOR_RESOURCES,))
 MOUNT_WATCHDOG_POD: Final = PodResources("L2 mount watchdog", (MOUNT_WATCHDOG_RESOURCES,))
+
+
+def dcgm_exporter_pod(values_resources: Resources | None = None) -> PodResources:
+    """The DCGM exporter's pod as the scheduler sees it: the chart's requests with the values'
+    requests merged over them key by key, as Helm merges values (``values_resources`` defaults to
+    :data:`DCGM_EXPORTER_VALUES_RESOURCES`)."""
+    values = DCGM_EXPORTER_VALUES_RESOURCES if values_resources is None else values_resources
+    requests = {**DCGM_EXPORTER_CHART_RESOURCES["requests"], **values.get("requests", {})}
+    return PodResources("DCGM exporter", ({"requests": requests},))
