@@ -4,7 +4,8 @@ Layers, bottom first (STYLE, "Layers and the front door")::
 
     platform_config                     config models, loader, the facts its checks need
     imports                             classes generated from the InferenceEndpointConfig CRD
-    kv_tools/l2_janitor.py              the janitor program: standard library only (shipped in a ConfigMap)
+    the in-cluster agents               kv_tools/l2_janitor.py, l2_mount_watchdog.py, kv_canary.py:
+                                        standard library only (each shipped in a ConfigMap)
     kv_constructs                       our CDK constructs
     k8s                                 cdk8s charts
     observability                       metrics, dashboards, alerts
@@ -13,8 +14,9 @@ Layers, bottom first (STYLE, "Layers and the front door")::
     app.py, scripts/                    entry points
 
 Every ``import`` counts, at module level, inside a function or under ``TYPE_CHECKING``, and so does
-``importlib.import_module("...")`` with a literal name. ``kv_tools/l2_janitor.py`` is its own unit:
-the charts and the metric table read its constants, and it imports nothing of the project.
+``importlib.import_module("...")`` with a literal name. The in-cluster agents (:data:`AGENTS`) are one
+unit of their own: the charts and the metric table read their constants, and they import nothing of
+the project but each other (a ConfigMap ships only standard-library code).
 """
 
 from __future__ import annotations
@@ -25,35 +27,34 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-JANITOR = "kv_tools.l2_janitor"
+#: The standard-library programs that run in the cluster from ConfigMaps: the L2 janitor (per line),
+#: the L2 mount watchdog (per HyperPod node) and the cross-pod hit canary (per line).
+AGENT_MODULES = ("kv_tools.l2_janitor", "kv_tools.l2_mount_watchdog", "kv_tools.kv_canary")
+AGENTS = "agents"
 
-#: Unit -> the units it may import. A unit is a package, or the janitor module.
+#: Unit -> the units it may import. A unit is a package, or the agents.
 ALLOWED: dict[str, set[str]] = {
     "platform_config": set(),
     "imports": set(),
-    JANITOR: set(),
+    AGENTS: set(),
     "kv_constructs": {"platform_config"},
-    "k8s": {"platform_config", "imports", JANITOR},
-    "observability": {"platform_config", "k8s", JANITOR},
-    "kv_tools": {"platform_config", "k8s", "observability", JANITOR},
-    "stacks": {"platform_config", "imports", "kv_constructs", "k8s", "observability", JANITOR},
+    "k8s": {"platform_config", "imports", AGENTS},
+    "observability": {"platform_config", "k8s", AGENTS},
+    "kv_tools": {"platform_config", "k8s", "observability", AGENTS},
+    "stacks": {"platform_config", "imports", "kv_constructs", "k8s", "observability", AGENTS},
 }
 UNITS = {*ALLOWED, "scripts", "app", "tests", "tests_lmcache"}
 TOP = {"app", "scripts"}
 
 #: Imports still to remove, each with who removes it; the test fails once one is gone, so the
-#: entry goes with it. platform_config/models.py checks that the cdk8s-plus/kubectl-layer pair of
-#: eks.version is installed by asking k8s.kube (inside a function); issue 19 (Kubernetes version
-#: as one knob) reworks that check and takes the import with it.
-PENDING: dict[tuple[str, str], str] = {
-    ("platform_config/models.py", "k8s"): "issue 19 reworks the Kubernetes-version check",
-}
+#: entry goes with it. None left.
+PENDING: dict[tuple[str, str], str] = {}
 
 
 def _unit(module: str) -> str | None:
     """The unit a dotted module name belongs to, or None for a module outside the project."""
-    if module == JANITOR or module.startswith(JANITOR + "."):
-        return JANITOR
+    if any(module == agent or module.startswith(agent + ".") for agent in AGENT_MODULES):
+        return AGENTS
     top = module.split(".")[0]
     return top if top in UNITS else None
 

@@ -287,7 +287,7 @@ def test_yaml_11_only_forms_are_refused_with_both_readings(config_dir: Path, tmp
 def test_an_unquoted_kubernetes_version_says_what_yaml_read(config_dir: Path, tmp_path: Path) -> None:
     """``version: 1.30`` is the float 1.3: the allowed list alone would not say why it was refused."""
     path = config_dir / PLATFORM
-    replace_text(path, 'version: "1.33"', "version: 1.30")
+    replace_text(path, 'version: "1.34"', "version: 1.30")
     message = refused(config_dir, tmp_path)
     assert message.startswith(f"{path}: eks.version: not allowed; allowed: '1.28', ")
     assert message.endswith('; unquoted, YAML reads 1.30 as the number 1.3: write "1.30" in quotes for the text '

@@ -618,7 +618,7 @@ def test_the_reference_gives_cpu_a_cpu_example_and_sizes_a_size_example() -> Non
 def test_l2_fault_timeouts_default_to_the_documented_bound(config_dir: Path) -> None:
     """200 ms per lookup, 1 s per chunk read of a retrieve; LMCache 0.5.5's own defaults (3,000 ms,
     10 s) would cost a request seconds whenever the Curvine Primary is away."""
-    lmcache = load_project(config_dir).platform.lmcache
+    lmcache = load_checked_project(config_dir).platform.lmcache
     assert (lmcache.lookup_timeout_ms, lmcache.blocking_timeout_secs) == (200, 1)
 
 
@@ -631,13 +631,13 @@ def test_an_l2_lines_slo_must_exceed_the_lookup_timeout(config_dir: Path) -> Non
     assert f"{path}: slo.ttft_p90_ms: an unhealthy L2 adds up to lmcache.lookup_timeout_ms (200 ms" in found
     assert "allowed: more than 200 (or lower lmcache.lookup_timeout_ms)" in found
     edit_yaml(config_dir / "platform.yaml", lambda d: d.setdefault("lmcache", {}).update(lookup_timeout_ms=150))
-    assert load_project(config_dir).business_line("rag-assistant").slo.ttft_p90_ms == 200
+    assert load_checked_project(config_dir).business_line("rag-assistant").slo.ttft_p90_ms == 200
 
 
 def test_an_slo_below_the_lookup_timeout_is_fine_without_l2(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
     edit_yaml(path, lambda d: (d["slo"].update(ttft_p90_ms=100), d["cache"].update(l2_enabled=False)))
-    assert load_project(config_dir).business_line("rag-assistant").slo.ttft_p90_ms == 100
+    assert load_checked_project(config_dir).business_line("rag-assistant").slo.ttft_p90_ms == 100
 
 
 @pytest.mark.parametrize(("key", "value", "allowed"), [
