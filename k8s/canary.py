@@ -2,8 +2,9 @@
 
 Objects, all in the line's namespace (docs/observability.md, "The cross-pod hit canary"):
 
-* ConfigMap ``kv-canary``: ``canary.json`` (:func:`canary_config`) and ``kv_canary.py``, standard
-  library only, so the janitor's pinned Python image runs it with no build step;
+* ConfigMap ``kv-canary``: ``canary.json`` (:func:`canary_config`), ``kv_canary.py`` and
+  ``agent_core.py``, standard library only, so the janitor's pinned Python image runs it with no
+  build step (:class:`k8s.agent.LineAgent`);
 * ServiceAccount, Role and RoleBinding ``kv-canary``: ``list`` on ``pods`` in this namespace,
   nothing else (the canary finds the replicas' Pod IPs and L2 directories there);
 * Deployment ``kv-canary``: one replica, ``Recreate`` (never two canaries at once: the request
@@ -18,15 +19,11 @@ With ``canary.enabled: false`` (or L2 off) none of these is rendered.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, Final
 
-import cdk8s
 from constructs import Construct
 
-from k8s import names
-from k8s.janitor import config_hash
+from k8s import agent, names
 from k8s.kube import k8s
 from k8s.nodes import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE
 from kv_tools import kv_canary
@@ -71,49 +68,25 @@ def canary_config(line: BusinessLineConfig) -> dict[str, Any]:
     return config
 
 
-def _q(value: str) -> k8s.Quantity:
-    return k8s.Quantity.from_string(value)
-
-
-class KvCanary(Construct):
-    """The canary's ConfigMap, RBAC and Deployment for one line (see the module docstring).
-
-    Attributes:
-        objects: every ApiObject, for dependency wiring; ``deployment``: the Deployment.
-    """
+class KvCanary(agent.LineAgent):
+    """The canary's ConfigMap, RBAC and Deployment for one line (see the module docstring and
+    :class:`k8s.agent.LineAgent` for the attributes)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig,
                  line: BusinessLineConfig) -> None:
-        super().__init__(scope, construct_id)
-        ns = line.namespace
-        meta = k8s.ObjectMeta(name=NAME, namespace=ns, labels=LABELS)
-        data = {CONFIG_FILE: json.dumps(canary_config(line), indent=2, sort_keys=True) + "\n",
-                SCRIPT_FILE: Path(kv_canary.__file__).read_text(encoding="utf-8")}
-        self.config_map = k8s.KubeConfigMap(self, "Config", metadata=meta, data=data)
-        self.service_account = k8s.KubeServiceAccount(self, "ServiceAccount", metadata=meta)
-        self.role = k8s.KubeRole(self, "Role", metadata=meta, rules=[
-            k8s.PolicyRule(api_groups=[""], resources=["pods"], verbs=["list"])])
-        self.role_binding = k8s.KubeRoleBinding(
-            self, "RoleBinding", metadata=meta,
-            role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=NAME),
-            subjects=[k8s.Subject(kind="ServiceAccount", name=NAME, namespace=ns)])
-        self.role_binding.add_dependency(self.role, self.service_account)
+        super().__init__(scope, construct_id, name=NAME, namespace=line.namespace, labels=LABELS, script=SCRIPT_FILE,
+                         config_file=CONFIG_FILE, config=canary_config(line), config_dir=CONFIG_DIR,
+                         hash_annotation=CONFIG_HASH_ANNOTATION)
         container = k8s.Container(
             name="canary", image=platform.versions.images.l2_janitor,
-            command=["python3", f"{CONFIG_DIR}/{SCRIPT_FILE}", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}",
-                     "--serve", "--port", str(kv_canary.METRICS_PORT)],
-            env=[k8s.EnvVar(name="PYTHONDONTWRITEBYTECODE", value="1"),
-                 k8s.EnvVar(name="PYTHONUNBUFFERED", value="1")],
+            command=[*self.command, "--serve", "--port", str(kv_canary.METRICS_PORT)],
+            env=agent.python_env(),
             ports=[k8s.ContainerPort(name=names.KV_CANARY_METRICS_PORT_NAME,
                                      container_port=kv_canary.METRICS_PORT, protocol="TCP")],
-            liveness_probe=k8s.Probe(
-                http_get=k8s.HttpGetAction(path=kv_canary.LIVENESS_PATH,
-                                           port=k8s.IntOrString.from_string(names.KV_CANARY_METRICS_PORT_NAME)),
-                period_seconds=LIVENESS_PERIOD_S, failure_threshold=3, timeout_seconds=5),
-            resources=k8s.ResourceRequirements(
-                requests={k: _q(v) for k, v in RESOURCES["requests"].items()},
-                limits={k: _q(v) for k, v in RESOURCES["limits"].items()}),
-            volume_mounts=[k8s.VolumeMount(name="config", mount_path=CONFIG_DIR, read_only=True)],
+            liveness_probe=agent.http_probe(kv_canary.LIVENESS_PATH, names.KV_CANARY_METRICS_PORT_NAME,
+                                            period_s=LIVENESS_PERIOD_S, failures=3),
+            resources=agent.resources(RESOURCES),
+            volume_mounts=[self.volume_mount],
             security_context=k8s.SecurityContext(
                 run_as_user=RUN_AS_USER, run_as_group=RUN_AS_USER, run_as_non_root=True,
                 allow_privilege_escalation=False, privileged=False, read_only_root_filesystem=True,
@@ -126,13 +99,5 @@ class KvCanary(Construct):
                 required_during_scheduling_ignored_during_execution=k8s.NodeSelector(node_selector_terms=[
                     k8s.NodeSelectorTerm(match_expressions=[k8s.NodeSelectorRequirement(
                         key=HYPERPOD_NODE_LABEL, operator="NotIn", values=[HYPERPOD_NODE_VALUE])])]))),
-            volumes=[k8s.Volume(name="config", config_map=k8s.ConfigMapVolumeSource(name=NAME))])
-        self.deployment = k8s.KubeDeployment(self, "Deployment", metadata=meta, spec=k8s.DeploymentSpec(
-            replicas=1, strategy=k8s.DeploymentStrategy(type="Recreate"), revision_history_limit=3,
-            selector=k8s.LabelSelector(match_labels=LABELS),
-            template=k8s.PodTemplateSpec(
-                metadata=k8s.ObjectMeta(labels=LABELS, annotations={CONFIG_HASH_ANNOTATION: config_hash(data)}),
-                spec=pod_spec)))
-        self.deployment.add_dependency(self.config_map, self.role_binding)
-        self.objects: list[cdk8s.ApiObject] = [self.config_map, self.service_account, self.role, self.role_binding,
-                                               self.deployment]
+            volumes=[self.volume])
+        self.deploy(pod_spec)

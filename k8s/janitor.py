@@ -2,8 +2,9 @@
 
 Objects, all in the line's namespace (the PVC is namespaced, so the janitor must run there):
 
-* ConfigMap ``l2-janitor``: ``janitor.json`` (:func:`janitor_config`) and ``l2_janitor.py`` (the
-  module's source, standard library only, so the pinned ``python`` image needs no build step);
+* ConfigMap ``l2-janitor``: ``janitor.json`` (:func:`janitor_config`), ``l2_janitor.py`` (the
+  module's source) and ``agent_core.py``, standard library only, so the pinned ``python`` image
+  needs no build step (:class:`k8s.agent.LineAgent`);
 * ServiceAccount, Role and RoleBinding ``l2-janitor``: ``list`` on ``pods`` in this namespace,
   nothing else (the janitor reads the live Pods' ``LMCACHE_REMOTE_URL`` and temp directory so it
   never deletes a directory a running Pod writes to);
@@ -42,16 +43,12 @@ Why each number (docs/l2-cache.md, "Day two"):
 
 from __future__ import annotations
 
-import hashlib
-import json
-from pathlib import Path
 from typing import Any, Final
 
-import cdk8s
 from k8s.kube import k8s
 from constructs import Construct
 
-from k8s import names
+from k8s import agent, names
 from platform_config import pod_resources
 from k8s.lmcache import l2_cache_dir
 from k8s.nodes import hyperpod_node_requirements, instance_group_tolerations
@@ -113,62 +110,29 @@ def janitor_config(platform: PlatformConfig, line: BusinessLineConfig) -> dict[s
     return config
 
 
-def _q(value: str) -> k8s.Quantity:
-    return k8s.Quantity.from_string(value)
-
-
-def config_hash(data: dict[str, str]) -> str:
-    """SHA-256 (hex) of the ConfigMap's data, keys sorted: the pod-template annotation."""
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()
-
-
-class L2Janitor(Construct):
-    """The janitor's ConfigMap, RBAC and Deployment for one line (see the module docstring).
-
-    Attributes:
-        objects: every ApiObject, for dependency wiring; ``deployment``: the Deployment.
-    """
+class L2Janitor(agent.LineAgent):
+    """The janitor's ConfigMap, RBAC and Deployment for one line (see the module docstring and
+    :class:`k8s.agent.LineAgent` for the attributes)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig,
                  line: BusinessLineConfig) -> None:
-        super().__init__(scope, construct_id)
-        ns = line.namespace
-        meta = k8s.ObjectMeta(name=NAME, namespace=ns, labels=LABELS)
-        script = Path(l2_janitor.__file__).read_text(encoding="utf-8")
-        data = {CONFIG_FILE: json.dumps(janitor_config(platform, line), indent=2, sort_keys=True) + "\n",
-                SCRIPT_FILE: script}
-        self.config_map = k8s.KubeConfigMap(self, "Config", metadata=meta, data=data)
-        self.service_account = k8s.KubeServiceAccount(self, "ServiceAccount", metadata=meta)
-        self.role = k8s.KubeRole(self, "Role", metadata=meta, rules=[
-            k8s.PolicyRule(api_groups=[""], resources=["pods"], verbs=["list"])])
-        self.role_binding = k8s.KubeRoleBinding(
-            self, "RoleBinding", metadata=meta,
-            role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=NAME),
-            subjects=[k8s.Subject(kind="ServiceAccount", name=NAME, namespace=ns)])
-        self.role_binding.add_dependency(self.role, self.service_account)
-        port = k8s.IntOrString.from_string(names.L2_JANITOR_METRICS_PORT_NAME)
+        super().__init__(scope, construct_id, name=NAME, namespace=line.namespace, labels=LABELS, script=SCRIPT_FILE,
+                         config_file=CONFIG_FILE, config=janitor_config(platform, line), config_dir=CONFIG_DIR,
+                         hash_annotation=CONFIG_HASH_ANNOTATION)
+        port = names.L2_JANITOR_METRICS_PORT_NAME
         container = k8s.Container(
             name="janitor", image=platform.versions.images.l2_janitor,
-            command=["python3", f"{CONFIG_DIR}/{SCRIPT_FILE}", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}",
-                     "--root", L2_MOUNT_PATH, "--serve", "--port", str(l2_janitor.METRICS_PORT),
+            command=[*self.command, "--root", L2_MOUNT_PATH, "--serve", "--port", str(l2_janitor.METRICS_PORT),
                      "--period-s", str(PERIOD_S), "--pass-deadline-s", str(PASS_DEADLINE_S),
                      "--termination-log", "/dev/termination-log"],
-            env=[k8s.EnvVar(name="PYTHONDONTWRITEBYTECODE", value="1"),
-                 k8s.EnvVar(name="PYTHONUNBUFFERED", value="1")],
-            ports=[k8s.ContainerPort(name=names.L2_JANITOR_METRICS_PORT_NAME,
-                                     container_port=l2_janitor.METRICS_PORT, protocol="TCP")],
-            liveness_probe=k8s.Probe(
-                http_get=k8s.HttpGetAction(path=l2_janitor.LIVENESS_PATH, port=port),
-                period_seconds=LIVENESS_PERIOD_S, failure_threshold=LIVENESS_FAILURES,
-                timeout_seconds=PROBE_TIMEOUT_S),
-            readiness_probe=k8s.Probe(
-                http_get=k8s.HttpGetAction(path=l2_janitor.READINESS_PATH, port=port),
-                period_seconds=READINESS_PERIOD_S, failure_threshold=1, timeout_seconds=PROBE_TIMEOUT_S),
-            resources=k8s.ResourceRequirements(
-                requests={k: _q(v) for k, v in RESOURCES["requests"].items()},
-                limits={k: _q(v) for k, v in RESOURCES["limits"].items()}),
-            volume_mounts=[k8s.VolumeMount(name="config", mount_path=CONFIG_DIR, read_only=True),
-                           k8s.VolumeMount(name=names.L2_VOLUME_NAME, mount_path=L2_MOUNT_PATH)],
+            env=agent.python_env(),
+            ports=[k8s.ContainerPort(name=port, container_port=l2_janitor.METRICS_PORT, protocol="TCP")],
+            liveness_probe=agent.http_probe(l2_janitor.LIVENESS_PATH, port, period_s=LIVENESS_PERIOD_S,
+                                            failures=LIVENESS_FAILURES, timeout_s=PROBE_TIMEOUT_S),
+            readiness_probe=agent.http_probe(l2_janitor.READINESS_PATH, port, period_s=READINESS_PERIOD_S,
+                                             failures=1, timeout_s=PROBE_TIMEOUT_S),
+            resources=agent.resources(RESOURCES),
+            volume_mounts=[self.volume_mount, k8s.VolumeMount(name=names.L2_VOLUME_NAME, mount_path=L2_MOUNT_PATH)],
             # uid 0 without any capability: the Curvine FUSE mount checks permissions for every
             # uid but 0 (curvine-fuse check_permissions) and the vLLM Pods write as root.
             security_context=k8s.SecurityContext(
@@ -184,15 +148,7 @@ class L2Janitor(Construct):
                     k8s.NodeSelectorTerm(match_expressions=[
                         k8s.NodeSelectorRequirement(**r) for r in hyperpod_node_requirements()])]))),
             tolerations=[k8s.Toleration(**t) for t in instance_group_tolerations(platform)],
-            volumes=[k8s.Volume(name="config", config_map=k8s.ConfigMapVolumeSource(name=NAME)),
+            volumes=[self.volume,
                      k8s.Volume(name=names.L2_VOLUME_NAME, persistent_volume_claim=k8s.PersistentVolumeClaimVolumeSource(
                          claim_name=names.pvc_name(line)))])
-        self.deployment = k8s.KubeDeployment(self, "Deployment", metadata=meta, spec=k8s.DeploymentSpec(
-            replicas=1, strategy=k8s.DeploymentStrategy(type="Recreate"), revision_history_limit=3,
-            selector=k8s.LabelSelector(match_labels=LABELS),
-            template=k8s.PodTemplateSpec(
-                metadata=k8s.ObjectMeta(labels=LABELS, annotations={CONFIG_HASH_ANNOTATION: config_hash(data)}),
-                spec=pod_spec)))
-        self.deployment.add_dependency(self.config_map, self.role_binding)
-        self.objects: list[cdk8s.ApiObject] = [self.config_map, self.service_account, self.role, self.role_binding,
-                                               self.deployment]
+        self.deploy(pod_spec)

@@ -3,9 +3,10 @@
 Objects in Curvine's namespace (rendered by :class:`k8s.curvine_chart.CurvineChart` when
 ``curvine.mount_watchdog.enabled``):
 
-* ConfigMap ``l2-mount-watchdog``: ``watchdog.json`` (:func:`watchdog_config`) and
-  ``l2_mount_watchdog.py`` (the module's source, standard library only, run by the pinned
-  ``versions.images.l2_janitor`` python image: no image to build);
+* ConfigMap ``l2-mount-watchdog``: ``watchdog.json`` (:func:`watchdog_config`),
+  ``l2_mount_watchdog.py`` (the module's source) and ``agent_core.py``, standard library only, run
+  by the pinned ``versions.images.l2_janitor`` python image: no image to build
+  (:class:`k8s.agent.ScriptAgent`);
 * ServiceAccount ``l2-mount-watchdog``; ClusterRole and ClusterRoleBinding
   ``kvcache-l2-mount-watchdog``: ``get persistentvolumes`` only (a PV's ``claimRef`` names the
   namespace of the pod using it). The namespaced rights, ``list pods`` and (healing on) ``create
@@ -30,15 +31,12 @@ annotation carries a hash of the ConfigMap, so a new script or setting rolls the
 
 from __future__ import annotations
 
-import hashlib
-import json
-from pathlib import Path
 from typing import Any, Final
 
 import cdk8s
 from constructs import Construct
 
-from k8s import names
+from k8s import agent, names
 from k8s.kube import k8s
 from k8s.nodes import hyperpod_node_requirements
 from kv_tools import l2_mount_watchdog as watchdog
@@ -75,11 +73,6 @@ def watchdog_config(platform: PlatformConfig) -> dict[str, Any]:
     return config
 
 
-def config_hash(data: dict[str, str]) -> str:
-    """SHA-256 (hex) of the ConfigMap's data, keys sorted: the pod-template annotation."""
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()
-
-
 def line_rules(platform: PlatformConfig) -> list[k8s.PolicyRule]:
     """The watchdog's rights in one L2 line's namespace: ``list pods`` (the pods on its node, by
     ``fieldSelector``) and, with ``heal`` on, ``create pods/eviction``; nothing else."""
@@ -104,11 +97,7 @@ def line_rbac(scope: Construct, *, platform: PlatformConfig, namespace: str) -> 
     return [role, binding]
 
 
-def _q(value: str) -> k8s.Quantity:
-    return k8s.Quantity.from_string(value)
-
-
-class L2MountWatchdog(Construct):
+class L2MountWatchdog(agent.ScriptAgent):
     """The watchdog's ConfigMap, ServiceAccount, cluster RBAC and DaemonSet (module docstring).
 
     Attributes:
@@ -117,14 +106,11 @@ class L2MountWatchdog(Construct):
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig) -> None:
-        super().__init__(scope, construct_id)
         ns = platform.curvine.namespace
         heal = platform.curvine.mount_watchdog.heal
-        meta = k8s.ObjectMeta(name=NAME, namespace=ns, labels=LABELS)
-        data = {CONFIG_FILE: json.dumps(watchdog_config(platform), indent=2, sort_keys=True) + "\n",
-                SCRIPT_FILE: Path(watchdog.__file__).read_text(encoding="utf-8")}
-        self.config_map = k8s.KubeConfigMap(self, "Config", metadata=meta, data=data)
-        self.service_account = k8s.KubeServiceAccount(self, "ServiceAccount", metadata=meta)
+        super().__init__(scope, construct_id, name=NAME, namespace=ns, labels=LABELS, script=SCRIPT_FILE,
+                         config_file=CONFIG_FILE, config=watchdog_config(platform), config_dir=CONFIG_DIR,
+                         hash_annotation=CONFIG_HASH_ANNOTATION)
         self.cluster_role = k8s.KubeClusterRole(
             self, "ClusterRole", metadata=k8s.ObjectMeta(name=CLUSTER_ROLE, labels=LABELS),
             rules=[k8s.PolicyRule(api_groups=[""], resources=["persistentvolumes"], verbs=["get"])])
@@ -133,7 +119,7 @@ class L2MountWatchdog(Construct):
             role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=CLUSTER_ROLE),
             subjects=[k8s.Subject(kind="ServiceAccount", name=NAME, namespace=ns)])
         binding.add_dependency(self.cluster_role, self.service_account)
-        port = k8s.IntOrString.from_string(names.L2_MOUNT_WATCHDOG_METRICS_PORT_NAME)
+        port = names.L2_MOUNT_WATCHDOG_METRICS_PORT_NAME
         if heal:
             # The lazy unmount of a dead bind must reach the host's mount namespace: CAP_SYS_ADMIN
             # and Bidirectional propagation, which the API server admits only for privileged
@@ -148,46 +134,36 @@ class L2MountWatchdog(Construct):
             propagation = "HostToContainer"
         container = k8s.Container(
             name="watchdog", image=platform.versions.images.l2_janitor,
-            command=["python3", f"{CONFIG_DIR}/{SCRIPT_FILE}", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}",
-                     "--node", "$(NODE_NAME)", "--serve", "--port", str(watchdog.METRICS_PORT)],
+            command=[*self.command, "--node", "$(NODE_NAME)", "--serve", "--port", str(watchdog.METRICS_PORT)],
             env=[k8s.EnvVar(name="NODE_NAME", value_from=k8s.EnvVarSource(
-                     field_ref=k8s.ObjectFieldSelector(field_path="spec.nodeName"))),
-                 k8s.EnvVar(name="PYTHONDONTWRITEBYTECODE", value="1"),
-                 k8s.EnvVar(name="PYTHONUNBUFFERED", value="1")],
-            ports=[k8s.ContainerPort(name=names.L2_MOUNT_WATCHDOG_METRICS_PORT_NAME,
-                                     container_port=watchdog.METRICS_PORT, protocol="TCP")],
-            liveness_probe=k8s.Probe(
-                http_get=k8s.HttpGetAction(path=watchdog.LIVENESS_PATH, port=port),
-                period_seconds=LIVENESS_PERIOD_S, failure_threshold=LIVENESS_FAILURES,
-                timeout_seconds=PROBE_TIMEOUT_S),
-            resources=k8s.ResourceRequirements(
-                requests={k: _q(v) for k, v in RESOURCES["requests"].items()},
-                limits={k: _q(v) for k, v in RESOURCES["limits"].items()}),
-            volume_mounts=[k8s.VolumeMount(name="config", mount_path=CONFIG_DIR, read_only=True),
+                     field_ref=k8s.ObjectFieldSelector(field_path="spec.nodeName"))), *agent.python_env()],
+            ports=[k8s.ContainerPort(name=port, container_port=watchdog.METRICS_PORT, protocol="TCP")],
+            liveness_probe=agent.http_probe(watchdog.LIVENESS_PATH, port, period_s=LIVENESS_PERIOD_S,
+                                            failures=LIVENESS_FAILURES, timeout_s=PROBE_TIMEOUT_S),
+            resources=agent.resources(RESOURCES),
+            volume_mounts=[self.volume_mount,
                            k8s.VolumeMount(name="kubelet-dir", mount_path=KUBELET_DIR, read_only=True,
                                            mount_propagation=propagation)],
             security_context=security)
-        self.daemon_set = k8s.KubeDaemonSet(self, "DaemonSet", metadata=meta, spec=k8s.DaemonSetSpec(
+        self.daemon_set = k8s.KubeDaemonSet(self, "DaemonSet", metadata=self.metadata, spec=k8s.DaemonSetSpec(
             selector=k8s.LabelSelector(match_labels=LABELS),
             update_strategy=k8s.DaemonSetUpdateStrategy(type="RollingUpdate", rolling_update=k8s.RollingUpdateDaemonSet(
                 max_unavailable=k8s.IntOrString.from_number(1))),
-            template=k8s.PodTemplateSpec(
-                metadata=k8s.ObjectMeta(labels=LABELS, annotations={CONFIG_HASH_ANNOTATION: config_hash(data)}),
-                spec=k8s.PodSpec(
-                    service_account_name=NAME,
-                    # Node-level like the CSI node plugin whose mounts it watches: not preempted
-                    # or evicted before the pods it heals.
-                    priority_class_name="system-node-critical",
-                    # Every HyperPod node may run a pod that mounts an L2 PVC (as the CSI node plugin).
-                    affinity=k8s.Affinity(node_affinity=k8s.NodeAffinity(
-                        required_during_scheduling_ignored_during_execution=k8s.NodeSelector(node_selector_terms=[
-                            k8s.NodeSelectorTerm(match_expressions=[
-                                k8s.NodeSelectorRequirement(**r) for r in hyperpod_node_requirements(())])]))),
-                    tolerations=[k8s.Toleration(operator="Exists")],
-                    termination_grace_period_seconds=10,
-                    containers=[container],
-                    volumes=[k8s.Volume(name="config", config_map=k8s.ConfigMapVolumeSource(name=NAME)),
-                             k8s.Volume(name="kubelet-dir", host_path=k8s.HostPathVolumeSource(
-                                 path=KUBELET_DIR, type="Directory"))]))))
+            template=self.pod_template(k8s.PodSpec(
+                service_account_name=NAME,
+                # Node-level like the CSI node plugin whose mounts it watches: not preempted
+                # or evicted before the pods it heals.
+                priority_class_name="system-node-critical",
+                # Every HyperPod node may run a pod that mounts an L2 PVC (as the CSI node plugin).
+                affinity=k8s.Affinity(node_affinity=k8s.NodeAffinity(
+                    required_during_scheduling_ignored_during_execution=k8s.NodeSelector(node_selector_terms=[
+                        k8s.NodeSelectorTerm(match_expressions=[
+                            k8s.NodeSelectorRequirement(**r) for r in hyperpod_node_requirements(())])]))),
+                tolerations=[k8s.Toleration(operator="Exists")],
+                termination_grace_period_seconds=10,
+                containers=[container],
+                volumes=[self.volume,
+                         k8s.Volume(name="kubelet-dir", host_path=k8s.HostPathVolumeSource(
+                             path=KUBELET_DIR, type="Directory"))]))))
         self.daemon_set.add_dependency(self.config_map, binding)
         self.objects: list[cdk8s.ApiObject] = [self.config_map, self.service_account, self.daemon_set]

@@ -46,9 +46,8 @@ slower bucket (docs/observability.md).
 Output of every run: one JSON line on stdout (``"event": "kvcache_kv_canary"``) and, with
 ``--serve``, ``GET /metrics`` (:func:`prometheus_text`) and ``GET /healthz`` on ``--port``.
 
-Standard library only: the chart ships this one file in a ConfigMap run by the pinned Python image
-of the janitor (its Kubernetes API client, :func:`list_pods_in_cluster`, is the janitor's, copied:
-this file runs alone; a test keeps the two equal)::
+Standard library only: the chart ships this file and ``agent_core.py`` (what the in-cluster agents
+share) in a ConfigMap run by the pinned Python image of the janitor::
 
     python kv_canary.py --config canary.json --once
 """
@@ -63,16 +62,18 @@ import json
 import os
 import random
 import re
-import signal
-import ssl
 import sys
 import threading
 import time
 import urllib.parse
-import urllib.request
 from dataclasses import asdict, dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, Callable
+
+if __package__:  # imported as kv_tools.kv_canary
+    from . import agent_core as core
+else:  # run from its ConfigMap, agent_core.py beside it
+    import agent_core as core
 
 #: Upper bounds (seconds) of vLLM's ``vllm:time_to_first_token_seconds`` buckets, vLLM 0.29.0
 #: ``vllm/v1/metrics/loggers.py`` lines 796-824 (docs/sources.md §20); ``+Inf`` is implied.
@@ -112,7 +113,6 @@ VLLM_TTFT_BUCKET = "vllm:time_to_first_token_seconds_bucket"
 #: LMCache's counters of one tensor-parallel rank (every rank reads its shard of each chunk).
 RANK0 = {"worker_id": "0"}
 REMOTE_URL_ENV = "LMCACHE_REMOTE_URL"
-SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 @dataclass(frozen=True)
@@ -152,10 +152,7 @@ class CanaryConfig:
 
 def config_from_dict(data: dict[str, Any]) -> CanaryConfig:
     """:class:`CanaryConfig` from the rendered JSON; ValueError on a missing or bad key."""
-    try:
-        return CanaryConfig(**{**data, "pod_label": tuple(data.get("pod_label") or ())})
-    except TypeError as exc:
-        raise ValueError(f"canary config: {exc}") from None
+    return core.config_from_dict(CanaryConfig, {**data, "pod_label": tuple(data.get("pod_label") or ())}, "canary")
 
 
 @dataclass(frozen=True)
@@ -165,25 +162,6 @@ class Replica:
     name: str
     url: str
     l2_url: str
-
-
-def list_pods_in_cluster(namespace: str, *, timeout_s: float = 20) -> list[dict[str, Any]]:
-    """The Pods of ``namespace`` through the API server, with the Pod's service-account token.
-
-    Needs ``list pods`` in the namespace (the chart's Role). The janitor's function
-    (``kv_tools.l2_janitor.list_pods_in_cluster``), copied; raises OSError / urllib errors on failure.
-    """
-    host = os.environ["KUBERNETES_SERVICE_HOST"]
-    port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-    if ":" in host:
-        host = f"[{host}]"
-    with open(os.path.join(SERVICE_ACCOUNT_DIR, "token"), encoding="utf-8") as f:
-        token = f.read().strip()
-    context = ssl.create_default_context(cafile=os.path.join(SERVICE_ACCOUNT_DIR, "ca.crt"))
-    url = f"https://{host}:{port}/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods"
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
-    with urllib.request.urlopen(request, context=context, timeout=timeout_s) as response:
-        return json.load(response).get("items") or []
 
 
 def comparable_replicas(pods: list[dict[str, Any]], config: CanaryConfig) -> tuple[list[Replica], int]:
@@ -465,10 +443,7 @@ class Canary:
 
     def loop(self, stop: threading.Event) -> None:
         """Run after run until ``stop`` is set (checked between runs), one every ``period_s``."""
-        while not stop.is_set():
-            began = time.monotonic()
-            self.run_once()
-            stop.wait(max(0.0, self.config.period_s - (time.monotonic() - began)))
+        core.every(self.config.period_s, self.run_once, stop)
 
     def metrics(self) -> str:
         """:func:`prometheus_text` of the runs so far."""
@@ -520,29 +495,10 @@ def prometheus_text(config: CanaryConfig, last: RunResult | None, results: dict[
 
 
 def make_server(canary: Canary, port: int, host: str = "") -> ThreadingHTTPServer:
-    """HTTP server: ``GET /metrics`` (:meth:`Canary.metrics`) and ``GET /healthz`` (200 once serving).
-    ``port`` 0 picks a free port (``server.server_address[1]``)."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            path = self.path.split("?", 1)[0]
-            if path == METRICS_PATH:
-                status, body, kind = 200, canary.metrics(), "text/plain; version=0.0.4; charset=utf-8"
-            elif path == LIVENESS_PATH:
-                status, body, kind = 200, "ok\n", "text/plain; charset=utf-8"
-            else:
-                status, body, kind = 404, "not found\n", "text/plain; charset=utf-8"
-            data = body.encode("utf-8")
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's signature)
-            pass
-
-    return ThreadingHTTPServer((host, port), Handler)
+    """HTTP server (:func:`agent_core.make_server`): ``GET /metrics`` (:meth:`Canary.metrics`) and
+    ``GET /healthz`` (200 once serving)."""
+    return core.make_server({METRICS_PATH: lambda: (200, canary.metrics(), core.METRICS_TEXT),
+                             LIVENESS_PATH: core.health(lambda: (True, "ok"))}, port, host)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -561,23 +517,10 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(json.dumps({"event": "kvcache_kv_canary", "errors": [f"config: {exc}"]}))
         return 2
-    canary = Canary(config, list_pods=lambda: list_pods_in_cluster(config.namespace))
+    canary = Canary(config, list_pods=lambda: core.KubeApi.in_cluster(timeout_s=20).list_pods(config.namespace))
     if args.once:
         return 2 if canary.run_once().result == "error" else 0
-    try:
-        server = make_server(canary, args.port)
-    except OSError as exc:
-        print(f"error: cannot serve on port {args.port}: {exc}", file=sys.stderr)
-        return 2
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        canary.loop(stop)
-    except KeyboardInterrupt:
-        pass
-    server.shutdown()
-    return 0
+    return core.serve(lambda port: make_server(canary, port), args.port, canary.loop)
 
 
 if __name__ == "__main__":

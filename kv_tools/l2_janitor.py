@@ -55,9 +55,9 @@ time, and an HTTP server (standard library ``http.server``, :func:`make_server`)
 * ``GET /readyz`` (readiness): 200 once a pass finished and the last one had no errors (status 0
   or 1), else 503: a failing janitor shows as not ready in ``kubectl get pods``.
 
-Standard library only: the chart ships this file in a ConfigMap and runs it with a pinned
-``python`` image, so no image has to be built. Run locally with ``--dry-run`` to see what one
-pass would do::
+Standard library only: the chart ships this file and ``agent_core.py`` (what the in-cluster agents
+share) in a ConfigMap and runs it with a pinned ``python`` image, so no image has to be built. Run
+locally with ``--dry-run`` to see what one pass would do::
 
     python kv_tools/l2_janitor.py --config janitor.json --root /mnt/curvine/l2cache --dry-run
 """
@@ -68,17 +68,19 @@ import argparse
 import json
 import os
 import shutil
-import signal
-import ssl
 import sys
 import threading
 import time
 import urllib.parse
-import urllib.request
 from dataclasses import asdict, dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Iterable
+
+if __package__:  # imported as kv_tools.l2_janitor
+    from . import agent_core as core
+else:  # run from its ConfigMap, agent_core.py beside it
+    import agent_core as core
 
 #: Suffix of LMCache's chunk files and of its temp files without a temp directory
 #: (``file_path.with_suffix(".tmp")``), lmcache 0.5.5 ``fs_connector.py``.
@@ -105,11 +107,10 @@ DIR_GRACE_S = 24 * 3600
 #: The Deployment patch names the temp directory after the pod (``$(KVCACHE_POD_NAME)``,
 #: expanded by the kubelet); the janitor expands it the same way.
 POD_NAME_REFERENCE = "$(KVCACHE_POD_NAME)"
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 #: Exit codes of a one-shot run and values of the ``status`` gauge, on the convention of the
 #: operator tools (``kv_tools.cli.EXIT_CODES``, whose row for this file a test keeps equal to
-#: :data:`EXIT_EPILOG`; copied, not imported: this file runs alone, from a ConfigMap).
+#: :data:`EXIT_EPILOG`; copied, not imported: kv_tools/cli.py is not in the ConfigMap).
 EXIT_OK = 0
 EXIT_ABOVE_HIGH_WATERMARK = 1
 EXIT_ERROR = 2
@@ -176,10 +177,7 @@ class JanitorConfig:
 
 def config_from_dict(data: dict[str, Any]) -> JanitorConfig:
     """:class:`JanitorConfig` from the rendered JSON; ValueError on a missing or bad key."""
-    try:
-        return JanitorConfig(**data)
-    except TypeError as exc:
-        raise ValueError(f"janitor config: {exc}") from None
+    return core.config_from_dict(JanitorConfig, data, "janitor")
 
 
 @dataclass
@@ -286,24 +284,6 @@ def live_pods_from_objects(pods: Iterable[dict[str, Any]], mount_path: str) -> L
                 tmp = tmp.replace(POD_NAME_REFERENCE, pod_name).strip("/")
                 tmps.add(f"{base}/{tmp}" if base else tmp)
     return LivePods(frozenset(bases), frozenset(tmps), count)
-
-
-def list_pods_in_cluster(namespace: str, *, timeout_s: float = 20) -> list[dict[str, Any]]:
-    """The Pods of ``namespace`` through the API server, with the Pod's service-account token.
-
-    Needs ``list pods`` in the namespace (the chart's Role). Standard library only (see the
-    module docstring); raises OSError / urllib errors on failure.
-    """
-    host = os.environ["KUBERNETES_SERVICE_HOST"]
-    port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-    if ":" in host:
-        host = f"[{host}]"
-    token = (SERVICE_ACCOUNT_DIR / "token").read_text(encoding="utf-8").strip()
-    context = ssl.create_default_context(cafile=str(SERVICE_ACCOUNT_DIR / "ca.crt"))
-    url = f"https://{host}:{port}/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods"
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}", "Accept": "application/json"})
-    with urllib.request.urlopen(request, context=context, timeout=timeout_s) as response:
-        return json.load(response).get("items") or []
 
 
 @dataclass
@@ -757,10 +737,7 @@ class JanitorService:
 
     def loop(self, stop: threading.Event) -> None:
         """Pass after pass until ``stop`` is set (checked between passes)."""
-        while not stop.is_set():
-            began = time.monotonic()
-            self.run_pass()
-            stop.wait(max(0.0, self.period_s - (time.monotonic() - began)))
+        core.every(self.period_s, self.run_pass, stop)
 
     def liveness(self) -> tuple[bool, str]:
         """False while the running pass is older than ``pass_deadline_s`` (stuck), else True."""
@@ -787,31 +764,11 @@ class JanitorService:
 
 
 def make_server(service: JanitorService, port: int, host: str = "") -> ThreadingHTTPServer:
-    """An HTTP server for ``service``: :data:`METRICS_PATH`, :data:`LIVENESS_PATH`,
-    :data:`READINESS_PATH` (GET only; anything else 404). ``port`` 0 picks a free port
-    (``server.server_address[1]``). Call ``serve_forever()`` in a thread; requests are not logged."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            path = self.path.split("?", 1)[0]
-            if path == METRICS_PATH:
-                status, body, kind = 200, service.metrics(), "text/plain; version=0.0.4; charset=utf-8"
-            elif path in (LIVENESS_PATH, READINESS_PATH):
-                ok, text = service.liveness() if path == LIVENESS_PATH else service.readiness()
-                status, body, kind = (200 if ok else 503), text + "\n", "text/plain; charset=utf-8"
-            else:
-                status, body, kind = 404, "not found\n", "text/plain; charset=utf-8"
-            data = body.encode("utf-8")
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's signature)
-            pass  # a scrape every 30 s and two probes: not worth a log line each
-
-    return ThreadingHTTPServer((host, port), Handler)
+    """An HTTP server for ``service`` (:func:`agent_core.make_server`): :data:`METRICS_PATH`,
+    :data:`LIVENESS_PATH`, :data:`READINESS_PATH`."""
+    return core.make_server({METRICS_PATH: lambda: (200, service.metrics(), core.METRICS_TEXT),
+                             LIVENESS_PATH: core.health(service.liveness),
+                             READINESS_PATH: core.health(service.readiness)}, port, host)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -841,7 +798,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(json.dumps({"event": "kvcache_l2_janitor", "errors": [f"config: {exc}"]}))
         return EXIT_ERROR
-    lister = None if args.no_pods else (lambda: list_pods_in_cluster(config.namespace))
+    lister = None if args.no_pods else (lambda: core.KubeApi.in_cluster(timeout_s=20).list_pods(config.namespace))
     service = JanitorService(config, args.root, list_pods=lister, period_s=args.period_s,
                              pass_deadline_s=args.pass_deadline_s, dry_run=args.dry_run,
                              termination_log=args.termination_log)
@@ -854,20 +811,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: cannot write {args.metrics_file}: {exc}", file=sys.stderr)
                 return EXIT_ERROR
         return summary.exit_code
-    try:
-        server = make_server(service, args.port)
-    except OSError as exc:  # e.g. the port is taken
-        print(f"error: cannot serve on port {args.port}: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        service.loop(stop)
-    except KeyboardInterrupt:
-        pass
-    server.shutdown()
-    return 0
+    return core.serve(lambda port: make_server(service, port), args.port, service.loop)
 
 
 if __name__ == "__main__":

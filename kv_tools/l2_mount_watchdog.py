@@ -39,8 +39,9 @@ One process per node (a DaemonSet). Each *pass* (every :data:`PERIOD_S`):
    (JSON, read by ``scripts/verify.py``), ``GET /healthz`` (503 when no pass finished for
    :data:`STALE_PERIODS` periods).
 
-Standard library only (like ``l2_janitor.py``): the Curvine chart ships this file in a ConfigMap and
-runs it with the pinned ``python`` image. By hand, one report-only pass on a node::
+Standard library only (like ``l2_janitor.py``): the Curvine chart ships this file and
+``agent_core.py`` in a ConfigMap and runs it with the pinned ``python`` image. By hand, one
+report-only pass on a node::
 
     python3 l2_mount_watchdog.py --node "$(hostname)" --once --no-api
 """
@@ -53,18 +54,19 @@ import errno
 import json
 import os
 import re
-import signal
-import ssl
 import sys
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import asdict, dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
+
+if __package__:  # imported as kv_tools.l2_mount_watchdog
+    from . import agent_core as core
+else:  # run from its ConfigMap, agent_core.py beside it
+    import agent_core as core
 
 #: The kubelet's root directory (EKS and HyperPod nodes: the default ``--root-dir``).
 KUBELET_DIR = "/var/lib/kubelet"
@@ -99,7 +101,6 @@ METRICS_PORT = 9101
 METRICS_PATH = "/metrics"
 MOUNTS_PATH = "/mounts"
 LIVENESS_PATH = "/healthz"
-SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 
 #: Classification of one mount.
 ALIVE, DEAD, HUNG, ERROR = "alive", "dead", "hung", "error"
@@ -358,12 +359,7 @@ def classify(volumes: list[PodVolume], mountinfo: list[MountEntry], prober: Prob
 # --- the API server ------------------------------------------------------------------------------
 
 
-class ApiError(Exception):
-    """An API call failed; ``status`` is the HTTP status (0: no answer)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+ApiError = core.ApiError
 
 
 class Api(Protocol):
@@ -374,66 +370,27 @@ class Api(Protocol):
     def evict(self, namespace: str, name: str, uid: str) -> str: ...
 
 
-class HttpApi:
-    """The few API calls of a pass over plain HTTPS (standard library only).
-
-    Args:
-        base_url: ``https://host:port`` of the API server.
-        token: a bearer token (re-read from ``token_file`` before each call when given: projected
-            service-account tokens rotate).
-        context: TLS context (the service account's CA); None for plain HTTP (tests).
-        timeout_s: per request.
+class HttpApi(core.KubeApi):
+    """The few API calls of a pass (:class:`agent_core.KubeApi`, whose arguments it takes).
 
     Needs: ``get persistentvolumes`` (cluster); ``list pods`` and ``create pods/eviction`` in the
     L2 lines' namespaces.
     """
 
-    def __init__(self, base_url: str, *, token: str = "", token_file: Path | None = None,
-                 context: ssl.SSLContext | None = None, timeout_s: float = 10) -> None:
-        self.base_url, self.token, self.token_file = base_url.rstrip("/"), token, token_file
-        self.context, self.timeout_s = context, timeout_s
+    def __init__(self, base_url: str, **kwargs: Any) -> None:
+        super().__init__(base_url, **kwargs)
         self._pv_namespaces: dict[str, str | None] = {}
-
-    @classmethod
-    def in_cluster(cls) -> "HttpApi":
-        """From the pod's environment and service-account files."""
-        host = os.environ["KUBERNETES_SERVICE_HOST"]
-        port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-        host = f"[{host}]" if ":" in host else host
-        return cls(f"https://{host}:{port}", token_file=SERVICE_ACCOUNT_DIR / "token",
-                   context=ssl.create_default_context(cafile=str(SERVICE_ACCOUNT_DIR / "ca.crt")))
-
-    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        token = self.token
-        if self.token_file is not None:
-            token = self.token_file.read_text(encoding="utf-8").strip()
-        headers = {"Accept": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        data = None
-        if body is not None:
-            data, headers["Content-Type"] = json.dumps(body).encode("utf-8"), "application/json"
-        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(request, context=self.context, timeout=self.timeout_s) as response:
-                return json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as exc:
-            detail = exc.read()[:300].decode("utf-8", "replace")
-            raise ApiError(exc.code, f"{method} {path}: HTTP {exc.code} {detail}") from None
-        except (OSError, ValueError) as exc:
-            raise ApiError(0, f"{method} {path}: {exc}") from None
 
     def pv_namespace(self, pv: str) -> str | None:
         """Namespace of the claim bound to PV ``pv`` (cached: a binding never moves); None if unbound."""
         if pv not in self._pv_namespaces:
-            obj = self._call("GET", f"/api/v1/persistentvolumes/{urllib.parse.quote(pv)}")
+            obj = self.call("GET", f"/api/v1/persistentvolumes/{urllib.parse.quote(pv)}")
             self._pv_namespaces[pv] = ((obj.get("spec") or {}).get("claimRef") or {}).get("namespace")
         return self._pv_namespaces[pv]
 
     def pods_on_node(self, namespace: str, node: str) -> list[dict[str, Any]]:
         """The Pods of ``namespace`` scheduled to ``node``."""
-        query = urllib.parse.urlencode({"fieldSelector": f"spec.nodeName={node}"})
-        return self._call("GET", f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods?{query}").get("items") or []
+        return self.list_pods(namespace, f"spec.nodeName={node}")
 
     def evict(self, namespace: str, name: str, uid: str) -> str:
         """Evict one Pod (policy/v1 Eviction, precondition: this UID). Returns ``evicted``, or
@@ -444,7 +401,7 @@ class HttpApi:
                 "deleteOptions": {"preconditions": {"uid": uid}}}
         path = f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods/{urllib.parse.quote(name)}/eviction"
         try:
-            self._call("POST", path, body)
+            self.call("POST", path, body)
         except ApiError as exc:
             if exc.status == 429:
                 return "refused"
@@ -701,13 +658,13 @@ class Watchdog:
 
     def loop(self, stop: threading.Event) -> None:
         """Pass after pass until ``stop`` is set (a bug in a pass is logged, not fatal)."""
-        while not stop.is_set():
-            began = time.monotonic()
-            try:
-                self.run_pass()
-            except Exception as exc:  # keep watching: one bad pass must not end the DaemonSet pod
-                self._event(error=f"unexpected {type(exc).__name__}: {exc}")
-            stop.wait(max(0.0, self.config.period_s - (time.monotonic() - began)))
+        core.every(self.config.period_s, self._guarded_pass, stop)
+
+    def _guarded_pass(self) -> None:
+        try:
+            self.run_pass()
+        except Exception as exc:  # keep watching: one bad pass must not end the DaemonSet pod
+            self._event(error=f"unexpected {type(exc).__name__}: {exc}")
 
     def metrics(self) -> str:
         """:func:`prometheus_text` of the last pass and the counters ("" before the first pass)."""
@@ -762,34 +719,15 @@ def prometheus_text(report: PassReport, evictions: dict[str, int], unmounts: dic
 
 
 def make_server(watchdog: Watchdog, port: int, host: str = "") -> ThreadingHTTPServer:
-    """HTTP server: :data:`METRICS_PATH`, :data:`MOUNTS_PATH` (the last pass as JSON, ``null``
-    before the first), :data:`LIVENESS_PATH`; GET only, anything else 404. ``port`` 0 picks one."""
+    """HTTP server (:func:`agent_core.make_server`): :data:`METRICS_PATH`, :data:`MOUNTS_PATH` (the
+    last pass as JSON, ``null`` before the first), :data:`LIVENESS_PATH`."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            path = self.path.split("?", 1)[0]
-            status, kind = 200, "text/plain; charset=utf-8"
-            if path == METRICS_PATH:
-                body, kind = watchdog.metrics(), "text/plain; version=0.0.4; charset=utf-8"
-            elif path == MOUNTS_PATH:
-                last = watchdog.last
-                body, kind = json.dumps(None if last is None else asdict(last)), "application/json"
-            elif path == LIVENESS_PATH:
-                ok, text = watchdog.healthy()
-                status, body = (200 if ok else 503), text + "\n"
-            else:
-                status, body = 404, "not found\n"
-            data = body.encode("utf-8")
-            self.send_response(status)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def mounts() -> tuple[int, str, str]:
+        last = watchdog.last
+        return 200, json.dumps(None if last is None else asdict(last)), "application/json"
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's signature)
-            pass
-
-    return ThreadingHTTPServer((host, port), Handler)
+    return core.make_server({METRICS_PATH: lambda: (200, watchdog.metrics(), core.METRICS_TEXT), MOUNTS_PATH: mounts,
+                             LIVENESS_PATH: core.health(watchdog.healthy)}, port, host)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -824,20 +762,7 @@ def main(argv: list[str] | None = None) -> int:
         report = watchdog.run_pass()
         print(json.dumps(asdict(report), indent=2))
         return 0 if all(m.state == ALIVE for m in report.mounts) else 1
-    try:
-        server = make_server(watchdog, args.port)
-    except OSError as exc:
-        print(f"error: cannot serve on port {args.port}: {exc}", file=sys.stderr)
-        return 2
-    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        watchdog.loop(stop)
-    except KeyboardInterrupt:
-        pass
-    server.shutdown()
-    return 0
+    return core.serve(lambda port: make_server(watchdog, port), args.port, watchdog.loop)
 
 
 if __name__ == "__main__":

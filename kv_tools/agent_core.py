@@ -1,0 +1,142 @@
+"""What the in-cluster agents l2_janitor.py, l2_mount_watchdog.py and kv_canary.py share.
+
+Standard library only. Each chart ships it beside its script in the script's ConfigMap (k8s/agent.py),
+from whose directory the script imports it. Every agent's ConfigMap carries it: keep it small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import ssl
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+TEXT = "text/plain; charset=utf-8"
+METRICS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class ApiError(Exception):
+    """An API call failed; ``status`` is the HTTP status (0: no answer)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class KubeApi:
+    """The API server at ``base_url`` (``https://host:port``): bearer ``token``, or ``token_file``'s
+    text read at each call (service-account tokens rotate); TLS ``context`` (None: plain HTTP);
+    ``timeout_s`` seconds per request."""
+
+    def __init__(self, base_url: str, *, token: str = "", token_file: Path | None = None,
+                 context: ssl.SSLContext | None = None, timeout_s: float = 10) -> None:
+        self.base_url, self.token, self.token_file = base_url.rstrip("/"), token, token_file
+        self.context, self.timeout_s = context, timeout_s
+
+    @classmethod
+    def in_cluster(cls, *, timeout_s: float = 10) -> Any:
+        """With the Pod's service account. KeyError without ``KUBERNETES_SERVICE_HOST``, OSError without its CA."""
+        host = os.environ["KUBERNETES_SERVICE_HOST"]
+        host = f"[{host}]" if ":" in host else host
+        return cls(f"https://{host}:{os.environ.get('KUBERNETES_SERVICE_PORT', '443')}", timeout_s=timeout_s,
+                   token_file=SERVICE_ACCOUNT_DIR / "token",
+                   context=ssl.create_default_context(cafile=str(SERVICE_ACCOUNT_DIR / "ca.crt")))
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The JSON object answered to ``method path`` (``body`` sent as JSON). Raises
+        :class:`ApiError`; OSError if ``token_file`` cannot be read."""
+        token = self.token_file.read_text(encoding="utf-8").strip() if self.token_file else self.token
+        headers = {"Accept": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+        data = None
+        if body is not None:
+            data, headers["Content-Type"] = json.dumps(body).encode("utf-8"), "application/json"
+        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, context=self.context, timeout=self.timeout_s) as response:
+                return json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            detail = exc.read()[:300].decode("utf-8", "replace")
+            raise ApiError(exc.code, f"{method} {path}: HTTP {exc.code} {detail}") from None
+        except (OSError, ValueError) as exc:
+            raise ApiError(0, f"{method} {path}: {exc}") from None
+
+    def list_pods(self, namespace: str, field_selector: str = "") -> list[dict[str, Any]]:
+        """The Pods of ``namespace`` (those ``field_selector`` selects, if given); raises as :meth:`call`."""
+        query = "?" + urllib.parse.urlencode({"fieldSelector": field_selector}) if field_selector else ""
+        return self.call("GET", f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods{query}").get("items") or []
+
+
+def config_from_dict(cls: Callable[..., Any], data: dict[str, Any], what: str) -> Any:
+    """``cls(**data)``: a rendered JSON config as its dataclass. ValueError ``<what> config: ...``
+    on a missing or unknown key (``cls`` raises its own for a bad value)."""
+    try:
+        return cls(**data)
+    except TypeError as exc:
+        raise ValueError(f"{what} config: {exc}") from None
+
+
+def health(check: Callable[[], tuple[bool, str]]) -> Callable[[], tuple[int, str, str]]:
+    """A probe's route for :func:`make_server`: 200 if ``check()`` gives (True, text), else 503."""
+    def route() -> tuple[int, str, str]:
+        ok, text = check()
+        return (200 if ok else 503), text + "\n", TEXT
+    return route
+
+
+def make_server(routes: dict[str, Callable[[], tuple[int, str, str]]], port: int, host: str = "") -> ThreadingHTTPServer:
+    """HTTP server answering ``GET <path>[?query]`` with ``routes[path]()`` (status, body, content
+    type), else 404; no request log. ``port`` 0 picks a free one. OSError if it is taken."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            route = routes.get(self.path.split("?", 1)[0])
+            status, body, kind = route() if route else (404, "not found\n", TEXT)
+            data = body.encode("utf-8")
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's signature)
+            pass  # scrapes and probes: not worth a log line each
+
+    return ThreadingHTTPServer((host, port), Handler)
+
+
+def every(period_s: float, step: Callable[[], Any], stop: threading.Event) -> None:
+    """``step()`` until ``stop`` is set (checked between steps), one starting every ``period_s``
+    seconds, or at once after a longer one."""
+    while not stop.is_set():
+        began = time.monotonic()
+        step()
+        stop.wait(max(0.0, period_s - (time.monotonic() - began)))
+
+
+def serve(make: Callable[[int], ThreadingHTTPServer], port: int, loop: Callable[[threading.Event], None]) -> int:
+    """``--serve``: server ``make(port)`` in a thread, ``loop(stop)`` until SIGTERM or Ctrl-C. Exit
+    status 0, or 2 (an error, kv_tools/cli.py) when the port cannot be served."""
+    try:
+        server = make(port)
+    except OSError as exc:  # e.g. the port is taken
+        print(f"error: cannot serve on port {port}: {exc}", file=sys.stderr)
+        return 2
+    threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        loop(stop)
+    except KeyboardInterrupt:
+        pass
+    server.shutdown()
+    return 0
