@@ -13,13 +13,13 @@ over libfuse3, one read of at most 128 KiB per request), not Curvine's.
 
 from __future__ import annotations
 
-import os
 import statistics
 from pathlib import Path
 from typing import Any
 
 from tests_faults.harness import LINE, FaultMount
 from tests_lmcache.conftest import QWEN2_7B, make_tier
+from tests_lmcache.pagecache import evict_from_page_cache
 
 TOKENS = 2048
 PAYLOAD = TOKENS * 2 * QWEN2_7B["layers"] * QWEN2_7B["kv_heads"] * QWEN2_7B["head_dim"] * 2
@@ -28,12 +28,7 @@ L1_GIB = "0.25"
 
 def _drop_cache(directory: Path) -> None:
     for path in directory.rglob("*.data"):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        evict_from_page_cache(path)
 
 
 def _side(exported: dict[str, Any], base: Path, *, fuse: bool, runs: int) -> dict[str, list[float]]:

@@ -247,6 +247,15 @@ class ServedPod:
         return self.log()
 
 
+def point_mount(link: Path, target: Path) -> None:
+    """(Re)point a pod's L2 mount, the symlink ``link``, at ``target`` atomically (a missing target
+    makes it a dead mount)."""
+    tmp = link.with_name(link.name + ".new")
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(target)
+    os.replace(tmp, link)
+
+
 @pytest.fixture(scope="session")
 def exported(tmp_path_factory) -> dict[str, Any]:
     return export_env(tmp_path_factory.mktemp("export") / "env.json")

@@ -53,6 +53,8 @@ from lmcache.v1.gpu_connector import GPUConnectorInterface
 from lmcache.v1.metadata import LMCacheMetadata
 from lmcache.v1.storage_backend.connector import parse_remote_url
 
+from tests_lmcache.pagecache import evict_from_page_cache
+
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 INSTANCE = "tier-pod"
 #: How long a store may take to appear on disk (LMCache writes remote chunks asynchronously).
@@ -184,15 +186,6 @@ def install_rename_barrier(barrier_dir: Path, pod: int, peers: list[int],
     return counters
 
 
-def _evict(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 class Pod:
     """One pod's engine and the actions it runs (:meth:`act`), built from this process's env.
 
@@ -287,7 +280,7 @@ class Pod:
                 record["rename_barrier"] = dict(self.rename_counters)
             if action.get("fsync_evict"):
                 for f in files:
-                    _evict(base / f)
+                    evict_from_page_cache(base / f)
         elif op == "store_drain":
             # The request path of a store (vLLM calls it after the forward pass), then the
             # asynchronous L2 writes until they end, however they end; files counted in

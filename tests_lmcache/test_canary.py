@@ -11,22 +11,14 @@ mount of the reader (ratio 0) and of the writer (it writes nothing, the reader m
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from kv_tools import kv_canary
-from tests_lmcache.conftest import make_tier
+from tests_lmcache.conftest import make_tier, point_mount
 from tests_lmcache.test_lmcache_l2 import FINE_TUNED, RAG
-
-
-def _point(link: Path, target: Path) -> None:
-    tmp = link.with_name(link.name + ".new")
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(target)
-    os.replace(tmp, link)
 
 
 @pytest.fixture(scope="module")
@@ -122,11 +114,11 @@ def test_replicas_of_two_models_are_not_paired(pods):
 
 def test_a_dead_mount_of_the_reader_is_a_miss(pods):
     c = canary(pods, [pods.a, pods.b])
-    _point(pods.b.mount, pods.tier.root.parent / "gone")
+    point_mount(pods.b.mount, pods.tier.root.parent / "gone")
     try:
         run = c.run_once()
     finally:
-        _point(pods.b.mount, pods.tier.root)
+        point_mount(pods.b.mount, pods.tier.root)
     assert (run.writer, run.reader) == (pods.a.name, pods.b.name)
     assert run.result == "measured" and run.exact and run.ratio == 0.0 and run.writer_chunks_written == 4, run
     assert f'{kv_canary.RATIO_METRIC}{{line="{RAG}",namespace="{RAG}"}} 0.0' in c.metrics()
@@ -134,10 +126,10 @@ def test_a_dead_mount_of_the_reader_is_a_miss(pods):
 
 def test_a_dead_mount_of_the_writer_is_a_miss_it_says_it_did_not_write(pods):
     c = canary(pods, [pods.a, pods.b])
-    _point(pods.a.mount, pods.tier.root.parent / "gone")
+    point_mount(pods.a.mount, pods.tier.root.parent / "gone")
     try:
         run = c.run_once()
     finally:
-        _point(pods.a.mount, pods.tier.root)
+        point_mount(pods.a.mount, pods.tier.root)
     assert (run.writer, run.reader) == (pods.a.name, pods.b.name)
     assert run.result == "measured" and run.ratio == 0.0 and run.writer_chunks_written == 0, run

@@ -25,7 +25,6 @@ gone. ``for:`` is 0 in the live rule file (:func:`tests_lmcache.prometheus.fast_
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from types import SimpleNamespace
 import pytest
 
 from kv_tools import kv_canary
-from tests_lmcache.conftest import REPO, make_tier
+from tests_lmcache.conftest import REPO, make_tier, point_mount
 from tests_lmcache.prometheus import LivePrometheus, free_port
 from tests_lmcache.test_lmcache_l2 import RAG
 
@@ -59,14 +58,6 @@ def _post(replica, prompt) -> dict:
         {"prompt": prompt, "max_tokens": 1}).encode(), headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=120) as response:
         return json.load(response)
-
-
-def _point(link: Path, target: Path) -> None:
-    """(Re)point symlink ``link`` at ``target`` (a missing target makes it a dead mount)."""
-    tmp = link.with_name(link.name + ".new")
-    tmp.unlink(missing_ok=True)
-    tmp.symlink_to(target)
-    os.replace(tmp, link)
 
 
 @pytest.fixture(scope="module")
@@ -204,14 +195,14 @@ def test_stores_failing_fire_for_that_pod_and_resolve(live):
 
 def test_the_janitor_failing_fires_and_resolves(live):
     """The janitor's mount point disappears: its passes fail ('not a directory'), then recover."""
-    _point(live.janitor_mount, live.tier.root.parent / "gone")
+    point_mount(live.janitor_mount, live.tier.root.parent / "gone")
     try:
         alert = live.prometheus.wait_for_alert("KvCacheL2JanitorFailing", {"business_line": RAG})
         assert alert["labels"] == {"alertname": "KvCacheL2JanitorFailing", "business_line": RAG, "severity": "warning"}
         assert alert["annotations"]["summary"].startswith(f"{RAG}: the L2 janitor's passes fail (")
         assert live.prometheus.alerts("KvCacheL2JanitorStale") == []  # it still finishes passes
     finally:
-        _point(live.janitor_mount, live.tier.root)
+        point_mount(live.janitor_mount, live.tier.root)
     live.prometheus.wait_for_resolved("KvCacheL2JanitorFailing", {"business_line": RAG})
 
 
@@ -221,7 +212,7 @@ def test_a_dead_mount_fails_the_canary_and_the_pods_stores_then_both_resolve(liv
     measured run; B's writes outweighing its failed ones in the window)."""
     if live.canary.runs % 2:  # the next run must have A write and B read (the pair rotates)
         assert live.canary.run_once().result == "measured"
-    _point(live.b.mount, live.tier.root.parent / "gone")
+    point_mount(live.b.mount, live.tier.root.parent / "gone")
     try:
         run = live.canary.run_once()
         assert (run.writer, run.reader) == (live.a.name, live.b.name)
@@ -234,7 +225,7 @@ def test_a_dead_mount_fails_the_canary_and_the_pods_stores_then_both_resolve(liv
         _until(live.prometheus, lambda i: _post(live.b, _fresh_prompt(400 + i)),
                lambda: [a for a in live.prometheus.alerts("KvCacheL2StoreFailing") if a["labels"]["pod"] == live.b.name])
     finally:
-        _point(live.b.mount, live.tier.root)
+        point_mount(live.b.mount, live.tier.root)
     run = live.canary.run_once()
     run = run if run.reader == live.b.name else live.canary.run_once()
     assert run.result == "measured" and run.ratio == 1.0, run

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
+from k8s import names
 from k8s.kyverno import policy_manifest
 from k8s.render import render_manifests
 from platform_config import ProjectConfig, load_project
@@ -38,6 +40,18 @@ def k8s_project() -> ProjectConfig:
 def manifests(k8s_project: ProjectConfig) -> dict[str, list[dict]]:
     """Every chart rendered once with a real-looking volume ID and zone."""
     return render_manifests(k8s_project, volume_id=VOLUME_ID, availability_zone=ZONE)
+
+
+@pytest.fixture(scope="session")
+def curvine(manifests: dict[str, list[dict]]) -> list[dict]:
+    """The Curvine chart's objects."""
+    return manifests["curvine"]
+
+
+@pytest.fixture(scope="session")
+def toml_conf(curvine: list[dict]) -> dict[str, Any]:
+    """``curvine-cluster.toml`` of the Curvine ConfigMap, parsed."""
+    return tomllib.loads(find(curvine, "ConfigMap", names.CURVINE_CONFIG_MAP)["data"][names.CURVINE_CONFIG_FILE])
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ Kyverno v1.15.2 at that tag (docs/sources.md §9), named next to the assertion."
 from __future__ import annotations
 
 import subprocess
-import tomllib
 from collections import defaultdict
 from pathlib import Path
 
@@ -25,16 +24,6 @@ from k8s.kyverno import BUSINESS_LINE_NAMESPACE_LABEL, kyverno_helm_values, webh
 
 def _pod(obj):
     return obj["spec"]["template"]["spec"]
-
-
-@pytest.fixture(scope="module")
-def curvine(manifests):
-    return manifests["curvine"]
-
-
-@pytest.fixture(scope="module")
-def toml_conf(curvine):
-    return tomllib.loads(find(curvine, "ConfigMap", names.CURVINE_CONFIG_MAP)["data"][names.CURVINE_CONFIG_FILE])
 
 
 # --- 1. No TTL in anything the CSI controller, curvine-cli or the FUSE client reads ------------

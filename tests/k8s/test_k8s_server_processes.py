@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -28,16 +27,6 @@ from k8s.curvine_chart import CURVINE_HOME, CURVINE_SERVER, FIRST_START_MARKER_W
 
 CONF = f"{names.CURVINE_CONFIG_DIR}/{names.CURVINE_CONFIG_FILE}"
 DATA_DIR = "/opt/dlami/nvme/curvine-data"
-
-
-@pytest.fixture(scope="module")
-def curvine(manifests):
-    return manifests["curvine"]
-
-
-@pytest.fixture(scope="module")
-def toml_conf(curvine):
-    return tomllib.loads(find(curvine, "ConfigMap", names.CURVINE_CONFIG_MAP)["data"][names.CURVINE_CONFIG_FILE])
 
 
 def _containers(obj):
