@@ -560,7 +560,11 @@ LineCheck = Callable[[PlatformConfig, list[tuple[Path, BusinessLineConfig]]], tu
 
 
 def source_warnings(path: Path, line: BusinessLineConfig) -> list[str]:
-    """What a valid line should still be told: a Hugging Face model without ``commit_sha``."""
+    """What a valid line should still be told: a Hugging Face model without ``commit_sha``; hot
+    prefixes declared on a line without L2 (nothing warms or keeps them)."""
+    if line.hot_prefixes.active and not line.cache.l2_enabled:
+        return [f"{path}: hot_prefixes declares {len(line.hot_prefixes.prefixes)} prefix(es), but cache.l2_enabled is "
+                "false: they are kept in L2, so nothing warms or keeps them until L2 is on"]
     source = line.model.source
     if isinstance(source, models.HuggingFaceModelSource) and source.commit_sha is None:
         return [f"{path}: model.source.commit_sha is not set, so each pod downloads whatever revision of "

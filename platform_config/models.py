@@ -1408,13 +1408,6 @@ class BusinessLineConfig(StrictModel):
                 f"canary.prompt_chunks 1..{(int(value) - CANARY_TAIL_TOKENS - 1) // chunk} (or canary.enabled: false)")
         return self
 
-    @model_validator(mode="after")
-    def _hot_prefixes_need_l2(self) -> "BusinessLineConfig":
-        if self.hot_prefixes.prefixes and not self.cache.l2_enabled:
-            raise FieldError("hot_prefixes.prefixes", "hot prefixes are kept in L2, which this line does not use "
-                                                      "(cache.l2_enabled: false); allowed: no prefixes, or L2 on")
-        return self
-
     @property
     def runs_canary(self) -> bool:
         """Whether the line runs the cross-pod hit canary: L2 on and ``canary.enabled`` (L2 on
