@@ -137,6 +137,7 @@ METRIC_PREFIX = "kvcache_l2_janitor_"
 USED_BYTES_METRIC = METRIC_PREFIX + "used_bytes"
 LAST_RUN_METRIC = METRIC_PREFIX + "last_run_timestamp_seconds"
 ERRORS_METRIC = METRIC_PREFIX + "errors"
+PINNED_BYTES_METRIC = METRIC_PREFIX + "pinned_bytes"
 
 
 @dataclass(frozen=True)
