@@ -249,3 +249,19 @@ def test_the_switch_turns_the_warm_up_and_the_pins_off(tmp_path: Path) -> None:
     edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", lambda d: d["hot_prefixes"].update(enabled=False))
     project = load_checked_project(cfg)
     assert janitor_chart.hot_prefix_config(project.platform, project.business_line("rag-assistant")) is None
+
+
+def test_the_largest_prefix_text_of_the_worst_kind_keeps_the_line_under_the_template_limit(tmp_path: Path) -> None:
+    """128 KiB of quotes and backslashes (4 bytes each once the manifest is a JSON string inside the
+    template's JSON) on top of the line's manifests: still below CloudFormation's 1,000,000 bytes."""
+    from platform_config.models import MAX_HOT_PREFIX_BYTES
+    from stacks.synthesis_checks import TEMPLATE_BODY_LIMIT_BYTES
+
+    cfg = copy_example_config(tmp_path / "config")
+    edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", lambda d: d["hot_prefixes"].update(
+        prefixes=[{"name": "worst", "text": '"\\' * (MAX_HOT_PREFIX_BYTES // 2)}]))
+    project = load_checked_project(cfg)
+    rendered = render_manifests(project, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a")
+    objects = next(v for k, v in rendered.items() if k.endswith("rag-assistant"))
+    as_in_template = json.dumps(json.dumps(objects))  # the manifest, a string property of the template
+    assert 4 * MAX_HOT_PREFIX_BYTES < len(as_in_template) < TEMPLATE_BODY_LIMIT_BYTES - 250_000
