@@ -110,6 +110,8 @@ def hot_prefix_problems(
             continue
         try:
             b = hot_prefix_budget(line)
+        except PlanInputError:  # a bad planner input: model_fit_problems reports it on its key
+            continue
         except KeyError:
             warnings.append(f"{path}: model.name {line.model.name!r} is not in the planner's table "
                             "(kv_tools/model_specs.py), so the L2 share its hot prefixes pin is not checked; the L2 "
