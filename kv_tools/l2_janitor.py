@@ -24,6 +24,10 @@ in a single-replica Deployment that mounts the line's PVC and, every :data:`PERI
 4. above ``high_watermark`` x ``capacity_bytes`` (the PVC's ``l2_size``), deletes the oldest
    chunk files until usage is at most ``low_watermark`` x ``capacity_bytes``.
 
+Steps 3 and 4 never delete a chunk of ``live_dir`` whose hash is one of the line's hot prefixes'
+(``pinned``, computed by :mod:`kv_tools.hot_prefixes`, which runs as a thread of this process with
+``--hot-prefixes``); those bytes still count against the capacity.
+
 Nothing younger than ``min_delete_age_s`` is ever deleted (docs/l2-cache.md explains the value),
 and steps 1 and 2 run only when the live Pods could be listed (without that list the janitor
 cannot tell a live temp directory or an old model's still-serving directory from garbage); step
@@ -34,8 +38,9 @@ removed for ``dir_grace_s``.
 Chunk files are ``<model path, '/' as -SEP->@<world size>@<worker id>@<chunk hash>@<dtype>.data``,
 with ``@<tag>%<value>`` before ``.data`` for each request tag if any (``FSConnector._get_file_name``
 and ``CacheEngineKey.to_string``, lmcache 0.5.5, the pinned release); the janitor relies only on the
-``.data`` suffix. Curvine updates a file's atime only on an
-explicit ``set_attr`` (reads do not), so "oldest" is by mtime: the time the chunk was stored.
+``.data`` suffix (and the hash, ``@``-separated, for pinning: :func:`chunk_hash_of`). Curvine updates a file's atime
+only on an explicit ``set_attr`` (reads do not; the kernel's FUSE client never does), so "oldest" is by mtime: the
+time the chunk was first stored, however often it is hit since (LMCache never rewrites a chunk it hits).
 
 Output of every pass: one JSON line on stdout (``"event": "kvcache_l2_janitor"``, see
 :class:`RunSummary`), the same JSON as the container's termination message, and its status as
