@@ -42,10 +42,12 @@ class ScriptAgent(Construct):
         config_file, config: the JSON config's file name and content (written indented, keys sorted).
         config_dir: where the container mounts the ConfigMap.
         hash_annotation: the pod-template annotation that gets :func:`config_hash` of the data.
+        extra_files: more files of the ConfigMap, file name -> text (a module the script imports, texts).
 
     Attributes:
         metadata, labels: of every object of the agent (``labels`` also of its Pods).
-        data: the ConfigMap's data, file name -> text: ``config_file``, ``script``, ``agent_core.py``.
+        data: the ConfigMap's data, file name -> text: ``config_file``, ``script``, ``agent_core.py``
+            and ``extra_files``.
         config_map, service_account: the two objects.
         command: ``python3 <config_dir>/<script> --config <config_dir>/<config_file>``; the agent
             appends its flags.
@@ -53,12 +55,13 @@ class ScriptAgent(Construct):
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, name: str, namespace: str, labels: dict[str, str],
-                 script: str, config_file: str, config: dict[str, Any], config_dir: str, hash_annotation: str) -> None:
+                 script: str, config_file: str, config: dict[str, Any], config_dir: str, hash_annotation: str,
+                 extra_files: dict[str, str] | None = None) -> None:
         super().__init__(scope, construct_id)
         self.labels = labels
         self.metadata = k8s.ObjectMeta(name=name, namespace=namespace, labels=labels)
         self.data = {config_file: json.dumps(config, indent=2, sort_keys=True) + "\n",
-                     script: source(script), CORE_FILE: source(CORE_FILE)}
+                     script: source(script), CORE_FILE: source(CORE_FILE), **(extra_files or {})}
         self.config_map = k8s.KubeConfigMap(self, "Config", metadata=self.metadata, data=self.data)
         self.service_account = k8s.KubeServiceAccount(self, "ServiceAccount", metadata=self.metadata)
         self.command = ["python3", f"{config_dir}/{script}", "--config", f"{config_dir}/{config_file}"]

@@ -4,7 +4,13 @@ Objects, all in the line's namespace (the PVC is namespaced, so the janitor must
 
 * ConfigMap ``l2-janitor``: ``janitor.json`` (:func:`janitor_config`), ``l2_janitor.py`` (the
   module's source) and ``agent_core.py``, standard library only, so the pinned ``python`` image
-  needs no build step (:class:`k8s.agent.LineAgent`);
+  needs no build step (:class:`k8s.agent.LineAgent`); for a line with hot prefixes
+  (``hot_prefixes``, docs/l2-cache.md "Hot prefixes") also ``hot_prefixes.json``
+  (:func:`hot_prefix_config`), one ``prefix-<i>[-<j>].txt`` per text and ``hot_prefixes.py``
+  (:mod:`kv_tools.hot_prefixes`), and the container gets ``--hot-prefixes``: it warms the prefixes
+  through the line's replicas (by Pod IP, the Pods its Role already lists) and keeps their chunks.
+  No other object and no other right: the warm-up needs the PVC (to see and keep the chunks) and
+  the Pod list, both the janitor's already;
 * ServiceAccount, Role and RoleBinding ``l2-janitor``: ``list`` on ``pods`` in this namespace,
   nothing else (the janitor reads the live Pods' ``LMCACHE_REMOTE_URL`` and temp directory so it
   never deletes a directory a running Pod writes to);
@@ -43,23 +49,26 @@ Why each number (docs/l2-cache.md, "Day two"):
 
 from __future__ import annotations
 
+import json
 from typing import Any, Final
 
-from k8s.kube import k8s
 from constructs import Construct
 
 from k8s import agent, names
-from platform_config import pod_resources
+from k8s.kube import k8s
 from k8s.lmcache import l2_cache_dir
 from k8s.nodes import hyperpod_node_requirements, instance_group_tolerations
 from k8s.patch import L2_MOUNT_PATH
-from kv_tools import l2_janitor
-from platform_config import BusinessLineConfig, PlatformConfig
+from kv_tools import hot_prefixes, l2_janitor
+from platform_config import BusinessLineConfig, PlatformConfig, pod_resources
 from platform_config.models import quantity_bytes
+from platform_config.vllm_args import PIPELINE_PARALLEL_FLAG, TENSOR_PARALLEL_FLAG, parallel_sizes
 
 NAME: Final = names.L2_JANITOR
 CONFIG_FILE: Final = "janitor.json"
 SCRIPT_FILE: Final = "l2_janitor.py"
+HOT_PREFIX_CONFIG_FILE: Final = "hot_prefixes.json"
+HOT_PREFIX_SCRIPT_FILE: Final = "hot_prefixes.py"
 CONFIG_DIR: Final = "/opt/kvcache-janitor"
 #: Seconds from the start of one pass to the start of the next (every 10 minutes).
 PERIOD_S: Final = l2_janitor.PERIOD_S
@@ -110,21 +119,71 @@ def janitor_config(platform: PlatformConfig, line: BusinessLineConfig) -> dict[s
     return config
 
 
+def hot_prefix_config(platform: PlatformConfig, line: BusinessLineConfig) -> tuple[dict[str, Any], dict[str, str]] | None:
+    """``hot_prefixes.json`` of the line (the fields of :class:`kv_tools.hot_prefixes.HotPrefixConfig`)
+    and the text files it names (ConfigMap key -> text), or None when the line warms no prefix
+    (``hot_prefixes.enabled`` false, none declared, or L2 off).
+
+    The texts are ConfigMap keys of their own (``prefix-<i>.txt``, ``prefix-<i>-<j>.txt`` for message
+    ``j`` of prefix ``i``), not strings inside the JSON, so the template escapes them once less.
+    ``world_size`` is TP x PP (vLLM's ``parallel_config.world_size``: one chunk file per rank);
+    ``pod_label``, ``port`` and ``port_name`` find the replicas as the canary does.
+    """
+    if not (line.cache.l2_enabled and line.hot_prefixes.active):
+        return None
+    sizes = parallel_sizes(line.vllm.args)
+    files: dict[str, str] = {}
+    prefixes: list[dict[str, Any]] = []
+    for i, prefix in enumerate(line.hot_prefixes.prefixes):
+        if prefix.messages:
+            entry: dict[str, Any] = {"name": prefix.name, "messages": []}
+            for j, message in enumerate(prefix.messages):
+                files[f"prefix-{i}-{j}.txt"] = message.text
+                entry["messages"].append({"role": message.role, "file": f"prefix-{i}-{j}.txt"})
+        else:
+            files[f"prefix-{i}.txt"] = prefix.raw_text
+            entry = {"name": prefix.name, "file": f"prefix-{i}.txt"}
+        prefixes.append(entry)
+    config = {
+        "line": line.name,
+        "namespace": line.namespace,
+        "live_dir": l2_cache_dir(platform, line),
+        "mount_path": L2_MOUNT_PATH,
+        "pod_label": [names.OPERATOR_POD_LABEL, names.endpoint_name(line)],
+        "port": line.vllm.port,
+        "port_name": names.VLLM_PORT_NAME,
+        "chunk_size": line.cache.chunk_size_tokens,
+        "world_size": sizes.get(TENSOR_PARALLEL_FLAG, 1) * sizes.get(PIPELINE_PARALLEL_FLAG, 1),
+        "python_hash_seed": line.python_hash_seed,
+        "hash_algorithm": hot_prefixes.HASH_ALGORITHM,
+        "warm_period_s": line.hot_prefixes.warm_period_minutes * 60,
+        "prefixes": prefixes,
+    }
+    # The same validation the agent applies at run time (texts given here, not read from files).
+    hot_prefixes.HotPrefixConfig(**{**config, "pod_label": tuple(config["pod_label"]), "prefixes": ()})
+    return config, files
+
+
 class L2Janitor(agent.LineAgent):
     """The janitor's ConfigMap, RBAC and Deployment for one line (see the module docstring and
     :class:`k8s.agent.LineAgent` for the attributes)."""
 
     def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig,
                  line: BusinessLineConfig) -> None:
+        hot = hot_prefix_config(platform, line)
+        extra_files = {} if hot is None else {
+            HOT_PREFIX_CONFIG_FILE: json.dumps(hot[0], indent=2, sort_keys=True) + "\n",
+            HOT_PREFIX_SCRIPT_FILE: agent.source(HOT_PREFIX_SCRIPT_FILE), **hot[1]}
         super().__init__(scope, construct_id, name=NAME, namespace=line.namespace, labels=LABELS, script=SCRIPT_FILE,
                          config_file=CONFIG_FILE, config=janitor_config(platform, line), config_dir=CONFIG_DIR,
-                         hash_annotation=CONFIG_HASH_ANNOTATION)
+                         hash_annotation=CONFIG_HASH_ANNOTATION, extra_files=extra_files)
         port = names.L2_JANITOR_METRICS_PORT_NAME
         container = k8s.Container(
             name="janitor", image=platform.versions.images.l2_janitor,
             command=[*self.command, "--root", L2_MOUNT_PATH, "--serve", "--port", str(l2_janitor.METRICS_PORT),
                      "--period-s", str(PERIOD_S), "--pass-deadline-s", str(PASS_DEADLINE_S),
-                     "--termination-log", "/dev/termination-log"],
+                     "--termination-log", "/dev/termination-log",
+                     *(["--hot-prefixes", f"{CONFIG_DIR}/{HOT_PREFIX_CONFIG_FILE}"] if hot is not None else [])],
             env=agent.python_env(),
             ports=[k8s.ContainerPort(name=port, container_port=l2_janitor.METRICS_PORT, protocol="TCP")],
             liveness_probe=agent.http_probe(l2_janitor.LIVENESS_PATH, port, period_s=LIVENESS_PERIOD_S,

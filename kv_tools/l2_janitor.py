@@ -24,6 +24,10 @@ in a single-replica Deployment that mounts the line's PVC and, every :data:`PERI
 4. above ``high_watermark`` x ``capacity_bytes`` (the PVC's ``l2_size``), deletes the oldest
    chunk files until usage is at most ``low_watermark`` x ``capacity_bytes``.
 
+Steps 3 and 4 never delete a chunk of ``live_dir`` whose hash is one of the line's hot prefixes'
+(``pinned``, computed by :mod:`kv_tools.hot_prefixes`, which runs as a thread of this process with
+``--hot-prefixes``); those bytes still count against the capacity.
+
 Nothing younger than ``min_delete_age_s`` is ever deleted (docs/l2-cache.md explains the value),
 and steps 1 and 2 run only when the live Pods could be listed (without that list the janitor
 cannot tell a live temp directory or an old model's still-serving directory from garbage); step
@@ -34,8 +38,9 @@ removed for ``dir_grace_s``.
 Chunk files are ``<model path, '/' as -SEP->@<world size>@<worker id>@<chunk hash>@<dtype>.data``,
 with ``@<tag>%<value>`` before ``.data`` for each request tag if any (``FSConnector._get_file_name``
 and ``CacheEngineKey.to_string``, lmcache 0.5.5, the pinned release); the janitor relies only on the
-``.data`` suffix. Curvine updates a file's atime only on an
-explicit ``set_attr`` (reads do not), so "oldest" is by mtime: the time the chunk was stored.
+``.data`` suffix (and the hash, ``@``-separated, for pinning: :func:`chunk_hash_of`). Curvine updates a file's atime
+only on an explicit ``set_attr`` (reads do not; the kernel's FUSE client never does), so "oldest" is by mtime: the
+time the chunk was first stored, however often it is hit since (LMCache never rewrites a chunk it hits).
 
 Output of every pass: one JSON line on stdout (``"event": "kvcache_l2_janitor"``, see
 :class:`RunSummary`), the same JSON as the container's termination message, and its status as
@@ -95,6 +100,9 @@ TMP_DIR_KEY = "fs_connector_relative_tmp_dir"
 #: used (:class:`DirHistory`). Not a chunk file: never counted, never deleted.
 STATE_FILE = ".kvcache-l2-janitor-state.json"
 STATE_VERSION = 1
+#: The hot-prefix warmer's record at the PVC root (``kv_tools.hot_prefixes.STATE_FILE``, copied: a
+#: test keeps the two equal). Not a chunk file: never counted, never deleted.
+HOT_PREFIX_STATE_FILE = ".kvcache-hot-prefixes.json"
 #: Configured directories remembered, newest last (the previous one is what protects a rollback).
 STATE_HISTORY = 32
 #: Prefix a directory is renamed to right before it is deleted; a pass removes any it finds.
@@ -135,6 +143,7 @@ METRIC_PREFIX = "kvcache_l2_janitor_"
 USED_BYTES_METRIC = METRIC_PREFIX + "used_bytes"
 LAST_RUN_METRIC = METRIC_PREFIX + "last_run_timestamp_seconds"
 ERRORS_METRIC = METRIC_PREFIX + "errors"
+PINNED_BYTES_METRIC = METRIC_PREFIX + "pinned_bytes"
 
 
 @dataclass(frozen=True)
@@ -209,6 +218,12 @@ class RunSummary:
     #: (:func:`protected_dirs`; ``""`` is the old flat layout at the root).
     protected_dirs: dict[str, str] = field(default_factory=dict)
     above_high_watermark_after: bool = False
+    #: Chunk files of the configured directory whose chunk is a declared hot prefix's (never deleted),
+    #: their bytes (counted in ``used_bytes_after``), and how many of them the age limit or the
+    #: watermarks would have deleted this pass (:func:`run`, ``pinned``).
+    pinned_chunk_files: int = 0
+    pinned_bytes: int = 0
+    pinned_chunks_kept: int = 0
     errors: list[str] = field(default_factory=list)
     duration_s: float = 0.0
     #: When the pass finished, seconds since the epoch.
@@ -397,8 +412,8 @@ def _scan(root: Path) -> list[_File]:
     for dirpath, _dirnames, filenames in os.walk(root):
         for name in filenames:
             path = Path(dirpath) / name
-            if name == STATE_FILE and Path(dirpath) == root:
-                continue  # the janitor's own record, not L2 content
+            if name in (STATE_FILE, HOT_PREFIX_STATE_FILE) and Path(dirpath) == root:
+                continue  # the janitor's own records, not L2 content
             try:
                 st = path.lstat()
             except FileNotFoundError:
@@ -417,12 +432,21 @@ def _newest_mtime(root: Path, rel: str, files: list[_File]) -> float:
     return max(mtimes, default=0.0)
 
 
+def chunk_hash_of(name: str) -> str | None:
+    """The chunk hash (hex) in an LMCache chunk file name, ``<model>@<world size>@<worker id>@<hash>@<dtype>
+    [@tags].data`` split on ``@`` as ``CacheEngineKey.from_string`` splits it; None for another name."""
+    if not name.endswith(CHUNK_SUFFIX):
+        return None
+    parts = name[:-len(CHUNK_SUFFIX)].split("@")
+    return parts[3] if len(parts) >= 5 else None
+
+
 def _top(rel: str) -> str:
     return rel.split("/", 1)[0]
 
 
 def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[str, Any]]] | None,
-        now: float | None = None, dry_run: bool = False) -> RunSummary:
+        now: float | None = None, dry_run: bool = False, pinned: frozenset[str] | None = None) -> RunSummary:
     """One janitor run over the PVC mounted at ``root`` (see the module docstring).
 
     Args:
@@ -432,6 +456,9 @@ def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[
             skip everything that needs them; an exception is recorded as an error.
         now: the current time (seconds since the epoch), for tests.
         dry_run: measure and report, delete nothing.
+        pinned: chunk hashes (hex, :func:`chunk_hash_of`) of the line's hot prefixes
+            (``kv_tools.hot_prefixes``): a chunk file of ``live_dir`` with one of them is never
+            deleted, neither by the age limit nor by the watermarks; its bytes still count.
 
     Returns:
         The :class:`RunSummary` (never raises for a filesystem or API problem: those are in
@@ -605,11 +632,19 @@ def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[
             return False
         return len(parts) == 1 or len(parts) == 2
 
+    def is_pinned(f: _File) -> bool:
+        top, _, name = f.rel.partition("/")
+        return bool(pinned) and top == config.live_dir and chunk_hash_of(name) in pinned
+
     chunks = sorted((f for f in files if evictable(f)), key=lambda f: (f.mtime, f.rel))
+    pins = {f.rel for f in chunks if is_pinned(f)}
+    kept: set[str] = set()
     if config.max_age_s is not None:
         for f in chunks:
             if now - f.mtime > config.max_age_s and old_enough(f.mtime):
-                if delete_file(f):
+                if f.rel in pins:
+                    kept.add(f.rel)
+                elif delete_file(f):
                     s.expired_chunks_deleted += 1
     used = sum(f.size for f in files if f.rel not in gone)
     if used > s.high_watermark_bytes:
@@ -618,9 +653,14 @@ def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[
                 break
             if f.rel in gone or not old_enough(f.mtime):
                 continue
-            if delete_file(f):
+            if f.rel in pins:
+                kept.add(f.rel)
+            elif delete_file(f):
                 s.evicted_chunks_deleted += 1
                 used -= f.size
+    s.pinned_chunk_files = len(pins)
+    s.pinned_bytes = sum(f.size for f in chunks if f.rel in pins)
+    s.pinned_chunks_kept = len(kept)
     left = [f for f in chunks if f.rel not in gone]
     s.used_bytes_after = used
     s.chunk_files_after = len(left)
@@ -646,6 +686,11 @@ _GAUGES: tuple[tuple[str, str, Callable[[RunSummary], float]], ...] = (
      lambda s: s.evicted_chunks_deleted),
     ("above_high_watermark", "1 if still above the high watermark after the last pass",
      lambda s: int(s.above_high_watermark_after)),
+    ("pinned_bytes", "bytes of the hot prefixes' chunk files (never deleted; counted in used_bytes)",
+     lambda s: s.pinned_bytes),
+    ("pinned_chunk_files", "chunk files of the hot prefixes in the configured directory", lambda s: s.pinned_chunk_files),
+    ("pinned_chunks_kept", "hot-prefix chunk files the last pass kept that the age limit or the watermarks would "
+     "have deleted", lambda s: s.pinned_chunks_kept),
     ("errors", "errors of the last pass (deletions that failed, Pods not listed, PVC not mounted)",
      lambda s: len(s.errors)),
     ("pods_listed", "1 if the last pass could list the line's Pods", lambda s: int(s.pods_listed)),
@@ -691,17 +736,22 @@ class JanitorService:
         dry_run: passes delete nothing.
         termination_log: file that gets each pass's JSON (the container's termination message).
         log: where each pass's JSON line goes (stdout).
+        pinned: returns the chunk hashes each pass keeps (:func:`run`; the hot-prefix warmer's).
+        extra_metrics: returns more Prometheus text for ``/metrics`` (the hot-prefix warmer's).
     """
 
     def __init__(self, config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[str, Any]]] | None,
                  period_s: float = PERIOD_S, pass_deadline_s: float = PASS_DEADLINE_S, dry_run: bool = False,
-                 termination_log: Path | None = None, log: Callable[[str], None] | None = None) -> None:
+                 termination_log: Path | None = None, log: Callable[[str], None] | None = None,
+                 pinned: Callable[[], frozenset[str]] | None = None,
+                 extra_metrics: Callable[[], str] | None = None) -> None:
         if period_s <= 0 or pass_deadline_s <= 0:
             raise ValueError("period_s and pass_deadline_s must be > 0")
         self.config, self.root, self.list_pods = config, root, list_pods
         self.period_s, self.pass_deadline_s, self.dry_run = period_s, pass_deadline_s, dry_run
         self.termination_log = termination_log
         self.log = log or (lambda line: print(line, flush=True))
+        self.pinned, self.extra_metrics = pinned, extra_metrics
         self._lock = threading.Lock()
         self._last: RunSummary | None = None
         self._running_since: float | None = None  # time.monotonic() at the start of the running pass
@@ -719,7 +769,8 @@ class JanitorService:
         with self._lock:
             self._running_since = time.monotonic()
         try:
-            summary = run(self.config, self.root, list_pods=self.list_pods, dry_run=self.dry_run)
+            summary = run(self.config, self.root, list_pods=self.list_pods, dry_run=self.dry_run,
+                          pinned=self.pinned() if self.pinned else None)
         except Exception as exc:  # a bug must not stop the service: report it as a failed pass
             summary = _failed_pass(self.config, f"unexpected {type(exc).__name__}: {exc}", started_at)
         with self._lock:
@@ -760,7 +811,8 @@ class JanitorService:
     def metrics(self) -> str:
         """:func:`prometheus_text` of the last finished pass ("" before the first)."""
         last = self.last
-        return "" if last is None else prometheus_text(last)
+        text = "" if last is None else prometheus_text(last)
+        return text + (self.extra_metrics() if self.extra_metrics else "")
 
 
 def make_server(service: JanitorService, port: int, host: str = "") -> ThreadingHTTPServer:
@@ -769,6 +821,27 @@ def make_server(service: JanitorService, port: int, host: str = "") -> Threading
     return core.make_server({METRICS_PATH: lambda: (200, service.metrics(), core.METRICS_TEXT),
                              LIVENESS_PATH: core.health(service.liveness),
                              READINESS_PATH: core.health(service.readiness)}, port, host)
+
+
+def hot_prefix_warmer(path: Path, root: Path, config: JanitorConfig) -> Any:
+    """The hot-prefix warmer of ``path`` (``kv_tools.hot_prefixes.HotPrefixWarmer``; it lists the Pods
+    of ``config.namespace``). Its module is this file's neighbour: ``kv_tools.hot_prefixes`` in the
+    repository, ``hot_prefixes.py`` beside this file in the ConfigMap. Raises OSError / ValueError."""
+    if __package__:
+        from . import hot_prefixes
+    else:  # run from the ConfigMap: the module sits beside this file
+        import hot_prefixes  # type: ignore[no-redef]
+    hot = hot_prefixes.load_config(path)
+    if (hot.line, hot.namespace, hot.live_dir, hot.mount_path) != (config.line, config.namespace, config.live_dir,
+                                                                    config.mount_path):
+        raise ValueError(f"{path} is not of the janitor's line and directory ({config.line}, {config.live_dir})")
+    return hot_prefixes.HotPrefixWarmer(hot, root, list_pods=lambda: list_pods(config.namespace))
+
+
+def list_pods(namespace: str) -> list[dict[str, Any]]:
+    """The Pods of ``namespace`` through the in-cluster API (the janitor's Role: ``list pods``, nothing
+    else). Raises :class:`agent_core.ApiError`."""
+    return core.KubeApi.in_cluster(timeout_s=20).list_pods(namespace)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -792,16 +865,27 @@ def main(argv: list[str] | None = None) -> int:
                         help="--serve: seconds between the starts of two passes (default: %(default)s)")
     parser.add_argument("--pass-deadline-s", type=float, default=PASS_DEADLINE_S,
                         help="--serve: a longer pass fails the liveness check (default: %(default)s)")
+    parser.add_argument("--hot-prefixes", type=Path, metavar="FILE",
+                        help="hot_prefixes.json rendered by the line chart: keep the line's declared prefixes' "
+                             "chunks; with --serve also warm them (kv_tools/hot_prefixes.py)")
     args = parser.parse_args(argv)
     try:
         config = config_from_dict(json.loads(args.config.read_text(encoding="utf-8")))
     except (OSError, ValueError) as exc:
         print(json.dumps({"event": "kvcache_l2_janitor", "errors": [f"config: {exc}"]}))
         return EXIT_ERROR
-    lister = None if args.no_pods else (lambda: core.KubeApi.in_cluster(timeout_s=20).list_pods(config.namespace))
+    lister = None if args.no_pods else (lambda: list_pods(config.namespace))
+    warmer = None
+    if args.hot_prefixes is not None:
+        try:
+            warmer = hot_prefix_warmer(args.hot_prefixes, args.root, config)
+        except (OSError, ValueError) as exc:
+            print(json.dumps({"event": "kvcache_l2_janitor", "errors": [f"hot prefixes config: {exc}"]}))
+            return EXIT_ERROR
     service = JanitorService(config, args.root, list_pods=lister, period_s=args.period_s,
                              pass_deadline_s=args.pass_deadline_s, dry_run=args.dry_run,
-                             termination_log=args.termination_log)
+                             termination_log=args.termination_log,
+                             pinned=warmer.pinned if warmer else None, extra_metrics=warmer.metrics if warmer else None)
     if not args.serve:
         summary = service.run_pass()
         if args.metrics_file is not None:
@@ -811,7 +895,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: cannot write {args.metrics_file}: {exc}", file=sys.stderr)
                 return EXIT_ERROR
         return summary.exit_code
-    return core.serve(lambda port: make_server(service, port), args.port, service.loop)
+
+    def loop(stop: threading.Event) -> None:
+        if warmer is not None and lister is not None:
+            threading.Thread(target=warmer.loop, args=(stop,), name="hot-prefixes", daemon=True).start()
+        service.loop(stop)
+
+    return core.serve(lambda port: make_server(service, port), args.port, loop)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,126 @@ the same configs (a test keeps every entry point on it).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
-from kv_tools.planner import LINE_CONFIG_FIELDS, PlanInputError, choose_tp, inputs_from_line
+from kv_tools.model_specs import lookup_model
+from kv_tools.planner import (LINE_CONFIG_FIELDS, PlanInputError, choose_tp, inputs_from_line,
+                              kv_bytes_per_token_per_gpu)
 from platform_config import BusinessLineConfig, ConfigProblem, PlatformConfig, ProjectConfig, load_project
+from platform_config.models import quantity_bytes
+from platform_config.vllm_args import PIPELINE_PARALLEL_FLAG, parallel_sizes
+
+#: Tokens a chat template may add around one message (role header, separators, end of turn): Qwen2's
+#: ChatML adds 5 (``<|im_start|>``, the role, a newline, ``<|im_end|>``, a newline), Llama 3's 5
+#: (``<|start_header_id|>``, the role, ``<|end_header_id|>``, a blank line, ``<|eot_id|>``). An allowance.
+TEMPLATE_TOKENS_PER_MESSAGE = 16
+#: Tokens a chat template or the tokenizer may add once per prompt: BOS, a date header (Llama 3.1's
+#: template puts "Cutting Knowledge Date: ... Today Date: ..." into the system turn, about 20), a
+#: default system prompt. An allowance: a template that injects more (long default instructions, tool
+#: definitions) exceeds the bound, which the janitor's measured figures then show.
+TEMPLATE_TOKENS_PER_PREFIX = 64
+#: Header LMCache 0.5.5 writes at the start of each chunk file (``save_chunk_meta``, pinned true): 4
+#: bytes x (2 + 5 per KV group), one group for the dense models here (lmcache/v1/protocol.py
+#: ``init_remote_metadata_info``).
+CHUNK_FILE_HEADER_BYTES = 4 * (2 + 5)
+
+
+@dataclass(frozen=True)
+class HotPrefixBudget:
+    """An upper bound of the L2 bytes a line's hot prefixes pin (:func:`hot_prefix_budget`).
+
+    Attributes:
+        token_bound: tokens of all prefixes at most: UTF-8 bytes of their text (a byte-level BPE
+            token covers at least one byte) plus the template allowances.
+        pinned_tokens: of them, the tokens in full chunks (what LMCache stores), summed per prefix.
+        kv_bytes_per_token: KV bytes per token of the model over all ranks (TP x PP files).
+        files: chunk files (chunks x ranks); pinned_bytes: the bound, headers included.
+        l2_size_bytes, share: ``cache.l2_size`` and pinned_bytes / it; max_share: ``max_l2_fraction``.
+    """
+
+    token_bound: int
+    pinned_tokens: int
+    kv_bytes_per_token: int
+    files: int
+    pinned_bytes: int
+    l2_size_bytes: int
+    share: float
+    max_share: float
+
+    @property
+    def fits(self) -> bool:
+        return self.share <= self.max_share
+
+
+def prefix_token_bound(texts: list[str], chat: bool) -> int:
+    """Tokens of one prefix at most: its UTF-8 bytes, plus :data:`TEMPLATE_TOKENS_PER_MESSAGE` per chat
+    message and :data:`TEMPLATE_TOKENS_PER_PREFIX` (a raw prompt: 1, the BOS vLLM adds)."""
+    size = sum(len(t.encode("utf-8")) for t in texts)
+    return size + (TEMPLATE_TOKENS_PER_MESSAGE * len(texts) + TEMPLATE_TOKENS_PER_PREFIX if chat else 1)
+
+
+def hot_prefix_budget(line: BusinessLineConfig) -> HotPrefixBudget:
+    """The bound of the KV bytes ``line``'s declared prefixes pin in L2: per prefix its token bound
+    (:func:`prefix_token_bound`) rounded down to full ``cache.chunk_size_tokens`` chunks, x the model's
+    KV bytes per token over every rank (:func:`kv_tools.planner.kv_bytes_per_token_per_gpu` x TP, x PP
+    stages), plus one header per chunk file. The KV dtype is the planner's (``--kv-cache-dtype``, else
+    ``model.dtype``, fp8 weights keeping a 16-bit cache).
+
+    Raises:
+        KeyError: the model is not in the planner's table.
+    """
+    spec = lookup_model(line.model.name)
+    inputs = inputs_from_line(line, None, model=spec)
+    tp = line.tensor_parallel_size
+    pp = parallel_sizes(line.vllm.args).get(PIPELINE_PARALLEL_FLAG, 1)
+    per_token = kv_bytes_per_token_per_gpu(spec, tp, inputs.effective_kv_dtype) * tp
+    chunk = line.cache.chunk_size_tokens
+    bounds = [prefix_token_bound(p.texts(), p.kind == "chat") for p in line.hot_prefixes.prefixes]
+    pinned = sum(b // chunk * chunk for b in bounds)
+    files = pinned // chunk * tp * pp
+    total = pinned * per_token + files * CHUNK_FILE_HEADER_BYTES
+    size = int(quantity_bytes(line.cache.l2_size))
+    return HotPrefixBudget(sum(bounds), pinned, per_token, files, total, size, total / size,
+                           line.hot_prefixes.max_l2_fraction)
+
+
+def hot_prefix_problems(
+    platform: PlatformConfig, lines: list[tuple[Path, BusinessLineConfig]]
+) -> tuple[list[ConfigProblem], list[str]]:
+    """Each line's hot prefixes must pin at most ``hot_prefixes.max_l2_fraction`` of its
+    ``cache.l2_size`` (:func:`hot_prefix_budget`, a bound: the config cannot tokenize). A model the
+    planner's table does not know is not checked (a warning); the janitor measures pinned bytes anyway.
+
+    Returns:
+        ``(problems, warnings)``.
+    """
+    problems: list[ConfigProblem] = []
+    warnings: list[str] = []
+    for path, line in lines:
+        if not (line.cache.l2_enabled and line.hot_prefixes.active):
+            continue
+        try:
+            b = hot_prefix_budget(line)
+        except PlanInputError:  # a bad planner input: model_fit_problems reports it on its key
+            continue
+        except KeyError:
+            warnings.append(f"{path}: model.name {line.model.name!r} is not in the planner's table "
+                            "(kv_tools/model_specs.py), so the L2 share its hot prefixes pin is not checked; the L2 "
+                            "janitor reports it (kvcache_l2_janitor_pinned_bytes)")
+            continue
+        if b.fits:
+            continue
+        gib = 2**30
+        problems.append(ConfigProblem(
+            str(path), "hot_prefixes.prefixes",
+            f"the prefixes may pin up to {b.pinned_bytes / gib:,.2f} GiB of L2 ({b.share:.1%} of cache.l2_size "
+            f"{line.cache.l2_size}): at most {b.token_bound:,} tokens (their UTF-8 bytes plus the chat template's), "
+            f"{b.pinned_tokens:,} of them in full {line.cache.chunk_size_tokens}-token chunks, x {b.kv_bytes_per_token:,} "
+            f"B of KV per token of {line.model.name}; allowed: at most hot_prefixes.max_l2_fraction "
+            f"{b.max_share:g} of it ({b.max_share * b.l2_size_bytes / gib:,.2f} GiB): shorter prefixes, a larger "
+            "max_l2_fraction or a larger l2_size (scripts/plan.py --business-line shows the figures)"))
+    return problems, warnings
 
 
 def model_fit_problems(
@@ -64,11 +180,11 @@ def model_fit_problems(
 
 def load_checked_project(config_dir: str | Path) -> ProjectConfig:
     """:func:`platform_config.load_project` of ``config_dir`` with the planner's fit
-    (:func:`model_fit_problems`) as one more check: what ``make synth``, ``make manifests`` and
-    every tool load.
+    (:func:`model_fit_problems`) and the hot prefixes' L2 share (:func:`hot_prefix_problems`) as more
+    checks: what ``make synth``, ``make manifests`` and every tool load.
 
     Raises:
         ConfigError: every problem of every file, the planner's included, each naming the file,
             the field or line, and what is allowed.
     """
-    return load_project(config_dir, line_checks=(model_fit_problems,))
+    return load_project(config_dir, line_checks=(model_fit_problems, hot_prefix_problems))

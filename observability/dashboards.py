@@ -25,7 +25,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 
-from kv_tools import kv_canary
+from kv_tools import hot_prefixes, kv_canary
 from observability import queries, targets
 from platform_config import BusinessLineConfig, PlatformConfig
 
@@ -178,6 +178,14 @@ def line_panels(platform: PlatformConfig, line: BusinessLineConfig) -> list[Any]
                     [(queries.lmcache_speed(line, "retrieve"), "retrieve"),
                      (queries.lmcache_speed(line, "store"), "store")]),
         ]
+        if line.hot_prefixes.active:
+            panels.append(_series(
+                "Hot prefixes: tokens kept in L2", "Per declared prefix (hot_prefixes): the tokens in full chunks "
+                "that L2 should hold (pinned) and the leading tokens whose chunks are in L2 now (in L2; the janitor "
+                "never evicts them, a warm-up restores a loss). In L2 below pinned: chunks lost and not yet "
+                "restored (docs/l2-cache.md, 'Hot prefixes').", "short",
+                [(queries.hot_prefix_tokens(line, hot_prefixes.PINNED_TOKENS_METRIC), "{{prefix}} pinned"),
+                 (queries.hot_prefix_tokens(line, hot_prefixes.L2_TOKENS_METRIC), "{{prefix}} in L2")]))
     panels += [
         _series("GPU KV-cache usage", "Share of the GPU KV-cache blocks in use, per pod.", "percentunit",
                 [(queries.kv_cache_usage(line), "{{pod}}")], max_value=1),

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, Literal
 
-from kv_tools import kv_canary, l2_janitor, l2_mount_watchdog
+from kv_tools import hot_prefixes, kv_canary, l2_janitor, l2_mount_watchdog
 
 Kind = Literal["counter", "gauge", "histogram"]
 
@@ -137,6 +137,10 @@ L2_JANITOR: Final = Source(
     component="L2 janitor (k8s/janitor.py Deployment)", repository="this project", path="kv_tools/l2_janitor.py",
     versions=("this repository",), naming=Naming.PROJECT,
     read_from="prometheus_text() of the janitor, served on GET /metrics by its --serve HTTP server")
+HOT_PREFIXES: Final = Source(
+    component="Hot-prefix warmer (in the L2 janitor's process, k8s/janitor.py)", repository="this project",
+    path="kv_tools/hot_prefixes.py", versions=("this repository",), naming=Naming.PROJECT,
+    read_from="HotPrefixWarmer.metrics(), appended to the janitor's GET /metrics")
 L2_MOUNT_WATCHDOG: Final = Source(
     component="L2 mount watchdog (k8s/mount_watchdog.py DaemonSet)", repository="this project",
     path="kv_tools/l2_mount_watchdog.py", versions=("this repository",), naming=Naming.PROJECT,
@@ -232,6 +236,20 @@ METRICS: Final[dict[str, Metric]] = {m.name: m for m in (
        "when the janitor's last pass for the line finished", L2_JANITOR),
     _m(l2_janitor.ERRORS_METRIC, "gauge", "count", ("line", "namespace"),
        "errors of the janitor's last pass (0 = it succeeded)", L2_JANITOR),
+    _m(l2_janitor.PINNED_BYTES_METRIC, "gauge", "bytes", ("line", "namespace"),
+       "bytes of the line's hot-prefix chunks in L2 (never deleted; part of the used bytes)", L2_JANITOR),
+    # Hot prefixes (issue 17): the warmer in the janitor's process, on the janitor's /metrics.
+    _m(hot_prefixes.DECLARED_TOKENS_METRIC, "gauge", "tokens", ("line", "namespace", "prefix"),
+       "tokens of a declared hot prefix as a replica tokenized it", HOT_PREFIXES),
+    _m(hot_prefixes.PINNED_TOKENS_METRIC, "gauge", "tokens", ("line", "namespace", "prefix"),
+       "of them, the tokens in full chunks: what L2 holds of the prefix and the janitor keeps", HOT_PREFIXES),
+    _m(hot_prefixes.L2_TOKENS_METRIC, "gauge", "tokens", ("line", "namespace", "prefix"),
+       "leading tokens of the prefix whose chunks are in L2 for every rank now (what a lookup hits)", HOT_PREFIXES),
+    _m(hot_prefixes.WARMUPS_METRIC + "_total", "counter", "warm-ups", ("line", "namespace", "prefix", "result"),
+       "warm-ups of a prefix by result: " + ", ".join(hot_prefixes.RESULTS), HOT_PREFIXES),
+    _m(hot_prefixes.NAMES_OK_METRIC, "gauge", "1/0", ("line", "namespace"),
+       "1 if the warmer's computed chunk names were found in L2, 0 if replicas stored chunks under other names",
+       HOT_PREFIXES),
     # L2 mount watchdog (one per HyperPod node: every pod's Curvine L2 mount).
     _m(l2_mount_watchdog.UP_METRIC, "gauge", "1/0", ("namespace", "pod", "node", "volume", "pod_uid"),
        "1 if the pod's L2 mount answered in the watchdog's last pass, 0 if dead, hung or failing",

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Final
 
 from k8s import names
-from kv_tools import kv_canary, l2_janitor, l2_mount_watchdog
+from kv_tools import hot_prefixes, kv_canary, l2_janitor, l2_mount_watchdog
 from observability import targets
 from observability.metrics import series
 from platform_config import BusinessLineConfig, PlatformConfig
@@ -246,6 +246,16 @@ def janitor_seconds_since_last_pass(line: BusinessLineConfig, lookback: str) -> 
     whose janitor never reported (not deployed yet) yields nothing.
     """
     return f"time() - max(max_over_time({janitor_selector(l2_janitor.LAST_RUN_METRIC, line)}[{lookback}]))"
+
+
+def hot_prefix_tokens(line: BusinessLineConfig, name: str) -> str:
+    """Per declared prefix of the line, the warmer's token gauge ``name`` (declared, pinned or in L2)."""
+    return f"max by (prefix)({janitor_selector(name, line)})"
+
+
+def hot_prefix_pinned_bytes(line: BusinessLineConfig) -> str:
+    """Bytes of the line's hot-prefix chunks in L2 (the janitor's last pass)."""
+    return f"max({janitor_selector(l2_janitor.PINNED_BYTES_METRIC, line)})"
 
 
 def janitor_errors(line: BusinessLineConfig) -> str:

@@ -7,6 +7,7 @@ before a single file is written (no half-synthesized ``cdk.out/`` or ``dist/``).
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -17,7 +18,8 @@ from platform_config import models, node_fit
 from platform_config.instances import INSTANCE_TYPES
 from platform_config.models import BusinessLineConfig, PlatformConfig
 from platform_config.problems import ConfigError, ConfigProblem, FieldError
-from platform_config.yaml_source import YAML_SUFFIXES, Scalar, YamlDocument, path_problem, read_yaml_document
+from platform_config.yaml_source import (YAML_SUFFIXES, Scalar, YamlDocument, path_problem, read_text,
+                                        read_yaml_document)
 
 
 PLATFORM_FILE = "platform.yaml"
@@ -38,6 +40,8 @@ PATTERN_DESCRIPTIONS = {
     models.hp_rules.TRAINING_PLAN_ARN_PATTERN: "a training plan ARN (arn:aws:sagemaker:<region>:<account>:training-plan/<name>)",
     models.WORKER_DATA_DIR_PATTERN: "a directory below /opt/dlami/nvme or /opt/sagemaker",
     models.EMAIL_PATTERN: "an email address such as oncall@example.com",
+    models.HOT_PREFIX_FILE_PATTERN: ("a path relative to the line's file: letters, digits, '.', '_', '-' and '/' "
+                                     "(e.g. rag-assistant.system-prompt.md)"),
 }
 BUSINESS_LINES_DIR = "business-lines"
 
@@ -192,16 +196,94 @@ def load_business_line(path: Path) -> BusinessLineConfig:
         raise ConfigError([ConfigProblem(str(path), "name", f"must equal the file name {stem!r}",
                                          document.data["name"])])
     document.data.setdefault("name", stem)
-    return parse_model(BusinessLineConfig, path, document)
+    return read_hot_prefix_files(path, parse_model(BusinessLineConfig, path, document))
 
 
-def business_line_files(config_dir: Path) -> tuple[list[Path], list[str], list[ConfigProblem]]:
+#: What a prefix file must be, for messages.
+_PREFIX_FILE_ALLOWED = "a UTF-8 text file, its path relative to the directory of the line's file"
+
+
+def read_hot_prefix_files(path: Path, line: BusinessLineConfig) -> BusinessLineConfig:
+    """``line`` with the text of every prefix file of ``hot_prefixes`` read (the files are relative to
+    ``path``'s directory), then the text of all its prefixes checked: each non-empty and free of
+    control characters (:func:`models.hot_prefix_text_problem`), together at most
+    :data:`models.MAX_HOT_PREFIX_BYTES` bytes of UTF-8.
+
+    The files are read here, with the config, so synthesis reads nothing else (and fails on nothing
+    else); the returned line holds the text (``content`` / ``text``) beside the file's name.
+
+    Raises:
+        ConfigError: one problem per bad file or text, each naming ``path``, the field
+            (``hot_prefixes.prefixes.<i>.messages.<j>.file`` or ``...<i>.file``), the prefix file and
+            what is allowed: missing, a directory, not readable, not UTF-8 (its line), empty, a control
+            character (its line); and one for the total size.
+    """
+    problems: list[ConfigProblem] = []
+
+    def read(file: str, field: str) -> str | None:
+        target = path.parent / file
+        try:
+            text = read_text(target)
+        except ConfigError as exc:
+            for p in exc.problems:
+                where = f" (line {p.line})" if p.line is not None else ""
+                message = p.message.replace("allowed: a YAML file", f"allowed: {_PREFIX_FILE_ALLOWED}")
+                problems.append(ConfigProblem(str(path), field, f"{target}{where}: {message}"))
+            return None
+        problem = models.hot_prefix_text_problem(text)
+        if problem:
+            problems.append(ConfigProblem(str(path), field, f"{target}: {problem}"))
+            return None
+        return text
+
+    prefixes = []
+    for i, prefix in enumerate(line.hot_prefixes.prefixes):
+        base = f"hot_prefixes.prefixes.{i}"
+        if prefix.messages:
+            messages = []
+            for j, message in enumerate(prefix.messages):
+                if message.file is not None:
+                    text = read(message.file, f"{base}.messages.{j}.file")
+                    message = message.model_copy(update={"content": text})
+                messages.append(message)
+            prefix = prefix.model_copy(update={"messages": tuple(messages)})
+        elif prefix.file is not None:
+            prefix = prefix.model_copy(update={"text": read(prefix.file, f"{base}.file")})
+        prefixes.append(prefix)
+    if problems:
+        raise ConfigError(problems)
+    total = sum(len(t.encode("utf-8")) for p in prefixes for t in p.texts())
+    if total > models.MAX_HOT_PREFIX_BYTES:
+        sizes = ", ".join(f"{p.name} {sum(len(t.encode('utf-8')) for t in p.texts()):,}" for p in prefixes)
+        raise ConfigError([ConfigProblem(
+            str(path), "hot_prefixes.prefixes",
+            f"the prefixes' text is {total:,} bytes of UTF-8 ({sizes}); allowed: at most "
+            f"{models.MAX_HOT_PREFIX_BYTES:,} bytes per line (it travels in the line's CloudFormation template, "
+            "docs/l2-cache.md 'Hot prefixes'): shorter or fewer prefixes")])
+    if not prefixes:
+        return line
+    return line.model_copy(update={"hot_prefixes": line.hot_prefixes.model_copy(update={"prefixes": tuple(prefixes)})})
+
+
+def hot_prefix_files(path: Path, line: BusinessLineConfig) -> set[Path]:
+    """The prefix files ``line`` (read from ``path``) names, as paths beside ``path``."""
+    files = set()
+    for prefix in line.hot_prefixes.prefixes:
+        for file in [m.file for m in prefix.messages] + [prefix.file]:
+            if file is not None:
+                files.add(path.parent / file)
+    return files
+
+
+def business_line_files(config_dir: Path, *, referenced: frozenset[Path] = frozenset()
+                        ) -> tuple[list[Path], list[str], list[ConfigProblem]]:
     """The business-line files of ``config_dir``: ``business-lines/*.yaml`` and ``*.yml``, sorted.
 
     Returns:
         ``(files, ignored, problems)``: the files to load; one warning per entry left out, saying
         which and why (a dotfile such as macOS's ``._x.yaml`` or an editor's ``.x.yaml.swp``, or a
-        name without a YAML suffix); and one problem per entry that looks like a line but cannot be
+        name without a YAML suffix; not for an entry in ``referenced``, or a directory holding one: a
+        line's prefix files, :func:`hot_prefix_files`); and one problem per entry that looks like a line but cannot be
         one (a directory named ``x.yaml``, a broken link, a link loop, a FIFO, no permission). A
         missing ``business-lines/`` holds no files (:func:`load_project` decides if that is allowed).
     """
@@ -214,7 +296,11 @@ def business_line_files(config_dir: Path) -> tuple[list[Path], list[str], list[C
     files: list[Path] = []
     ignored: list[str] = []
     problems: list[ConfigProblem] = []
+    kept = {directory / p.relative_to(directory).parts[0] for p in referenced
+            if p.is_relative_to(directory) and p != directory}
     for entry in sorted(directory.iterdir()):
+        if entry in kept and entry.suffix not in YAML_SUFFIXES:
+            continue
         if entry.name.startswith("."):
             ignored.append(f"ignored {entry}: a dotfile (hidden: macOS '._' metadata, an editor's file); a business "
                            "line's file name starts with a letter or digit")
@@ -301,12 +387,47 @@ def cross_check(
                 f"{platform_path}, so its {line.replicas} replica(s) would have no node; allowed: instance_count 1 "
                 f"or more on {names}" + (f", or a type with nodes ({', '.join(with_nodes)})" if with_nodes else ""),
                 line.instance_type))
+        problems.extend(hot_prefix_platform_problems(platform, platform_path, path, line))
         # No rule ties L1 to Tiered Storage: L1 is LMCache's own buffer in the vLLM process's memory
         # (inside resources.memory); Tiered Storage's share belongs to the ai-toolkit daemon, whose
         # sagemaker-hyperpod:// L2 this platform replaces with Curvine (docs/l2-cache.md, "L1 is not Tiered Storage").
     if check_node_fit:
         problems.extend(node_fit_problems(platform, platform_path, lines))
     problems.extend(_l2_pool_problems(platform, platform_path, lines))
+    return problems
+
+
+#: Oldest Python of the L2 janitor's image that names hot-prefix chunks as the vLLM image does: the
+#: chain of chunk keys starts from ``hash(str(PYTHONHASHSEED))``, and CPython hashes ``str`` with
+#: SipHash-1-3 since 3.11 (SipHash-2-4 before); the pinned vLLM image runs Python 3.12
+#: (docs/l2-cache.md, "Hot prefixes"; docs/sources.md).
+HOT_PREFIX_MIN_PYTHON = (3, 11)
+
+
+def hot_prefix_platform_problems(platform: PlatformConfig, platform_path: Path, path: Path,
+                                 line: BusinessLineConfig) -> list[ConfigProblem]:
+    """Rules between a line's ``hot_prefixes`` and the platform: the pinned share must stay below
+    ``curvine.eviction.low_watermark`` (or eviction could never reach it), and the janitor's image,
+    which names the chunks, must be a Python of the vLLM image's hash family (>= 3.11) when its tag
+    says which Python it is (``python:<major>.<minor>...``)."""
+    if not line.hot_prefixes.active or not line.cache.l2_enabled:
+        return []
+    problems = []
+    low = platform.curvine.eviction.low_watermark
+    if line.hot_prefixes.max_l2_fraction >= low:
+        problems.append(ConfigProblem(
+            str(path), "hot_prefixes.max_l2_fraction",
+            f"pinned chunks are never evicted, so pinning {line.hot_prefixes.max_l2_fraction:g} of l2_size would leave "
+            f"the janitor unable to reach curvine.eviction.low_watermark {low:g} ({platform_path}); allowed: "
+            f"below {low:g}", line.hot_prefixes.max_l2_fraction))
+    image = platform.versions.images.l2_janitor
+    match = re.match(r"^(?:docker\.io/)?(?:library/)?python:(\d+)\.(\d+)", image)
+    if match and (int(match.group(1)), int(match.group(2))) < HOT_PREFIX_MIN_PYTHON:
+        problems.append(ConfigProblem(
+            str(platform_path), "versions.images.l2_janitor",
+            f"business line {line.name} declares hot prefixes, whose chunk names the janitor computes with "
+            f"Python's own str hash, which changed in 3.11; allowed: a python image of 3.11 or later (the vLLM "
+            f"image runs 3.12)", image))
     return problems
 
 
@@ -439,7 +560,11 @@ LineCheck = Callable[[PlatformConfig, list[tuple[Path, BusinessLineConfig]]], tu
 
 
 def source_warnings(path: Path, line: BusinessLineConfig) -> list[str]:
-    """What a valid line should still be told: a Hugging Face model without ``commit_sha``."""
+    """What a valid line should still be told: a Hugging Face model without ``commit_sha``; hot
+    prefixes declared on a line without L2 (nothing warms or keeps them)."""
+    if line.hot_prefixes.active and not line.cache.l2_enabled:
+        return [f"{path}: hot_prefixes declares {len(line.hot_prefixes.prefixes)} prefix(es), but cache.l2_enabled is "
+                "false: they are kept in L2, so nothing warms or keeps them until L2 is on"]
     source = line.model.source
     if isinstance(source, models.HuggingFaceModelSource) and source.commit_sha is None:
         return [f"{path}: model.source.commit_sha is not set, so each pod downloads whatever revision of "
@@ -503,6 +628,9 @@ def load_project(config_dir: str | Path = "config", *, line_checks: Sequence[Lin
             "no business line (no <name>.yaml file); allowed: at least one, or allow_no_business_lines: true in "
             f"{platform_path} when the platform is meant to run without lines (scripts/orphans.py --destroy then "
             "deletes every deployed line stack)"))
+    if lines:  # the line's prefix files sit beside it: no "ignored" warning for them
+        referenced = frozenset(f for path, line in lines for f in hot_prefix_files(path, line))
+        warnings = business_line_files(config_dir, referenced=referenced)[1] if referenced else warnings
     for path, line in lines:
         warnings.extend(source_warnings(path, line))
     if platform is not None:

@@ -1147,6 +1147,150 @@ class CanaryConfig(StrictModel):
     prompt_chunks: Annotated[int, Field(ge=1, le=16)] = 4
 
 
+#: Most UTF-8 bytes of declared prefix text per business line, all its prefixes together (128 KiB,
+#: about 30,000 tokens of English). The text travels to the cluster in the line's L2 janitor ConfigMap,
+#: inside the line's CloudFormation template, where JSON escapes it twice: a quote or backslash takes 4
+#: bytes there, so 128 KiB stays below 512 KiB of the template's 1,000,000 bytes whatever the text
+#: (control characters, which would take 7, are refused); the line's other manifests take about 110 KB.
+MAX_HOT_PREFIX_BYTES = 128 * 1024
+#: Declared prefixes per line (each a label value of the janitor's metrics and a warm-up request).
+MAX_HOT_PREFIXES = 16
+#: Path of a prefix file relative to the directory of the line's YAML file: letters, digits, ``._-``
+#: and ``/`` for subdirectories; not absolute, and (checked beside the pattern) no ``.`` or ``..`` component.
+HOT_PREFIX_FILE_PATTERN = r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$"
+#: Control characters refused in prefix text (tab, newline and carriage return are text).
+_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def hot_prefix_text_problem(text: str) -> str | None:
+    """Why ``text`` cannot be a declared prefix's text (empty, or a control character), else None."""
+    if not text.strip():
+        return "is empty; allowed: the prefix's text (a system prompt, a RAG preamble, tool schemas)"
+    bad = _CONTROL_CHARS.search(text)
+    if bad:
+        line = text.count("\n", 0, bad.start()) + 1
+        return (f"holds the control character U+{ord(bad.group()):04X} on line {line}; allowed: text whose only "
+                "control characters are tab, newline and carriage return")
+    return None
+
+
+def _check_prefix_text(value: str | None) -> str | None:
+    if value is not None:
+        problem = hot_prefix_text_problem(value)
+        if problem:
+            raise ValueError(problem)
+    return value
+
+
+PrefixText = Annotated[str, AfterValidator(_check_prefix_text)]
+def _check_prefix_file(value: str) -> str:
+    if any(part in (".", "..") for part in value.split("/")):
+        raise ValueError("must stay inside the directory of the line's file; allowed: a relative path without "
+                         "'.' or '..' components, e.g. rag-assistant.system-prompt.md")
+    return value
+
+
+PrefixFile = Annotated[str, StringConstraints(pattern=HOT_PREFIX_FILE_PATTERN, max_length=255),
+                       AfterValidator(_check_prefix_file)]
+
+
+class HotPrefixMessage(StrictModel):
+    """One chat message of a declared prefix, rendered by the model's chat template on a replica."""
+
+    #: OpenAI chat role: `system` (a system prompt), `developer`, `user` or `assistant`.
+    role: Literal["system", "developer", "user", "assistant"]
+    #: The message's text, inline. Give `content` or `file`, not both.
+    content: PrefixText | None = None
+    #: A UTF-8 text file holding the message's text, relative to the directory of the line's YAML
+    #: file (e.g. `rag-assistant.system-prompt.md` beside it); read when the config is loaded.
+    file: PrefixFile | None = None
+
+    @model_validator(mode="after")
+    def _content_or_file(self) -> "HotPrefixMessage":
+        if (self.content is None) == (self.file is None):
+            raise FieldError("content", "give the message's text in content or name its file in file, not both "
+                                        "and not neither")
+        return self
+
+    @property
+    def text(self) -> str:
+        """The message's text (``content``, or the file's text once the loader has read it)."""
+        if self.content is None:
+            raise ValueError(f"prefix file {self.file!r} was not read (load the line with the config loader)")
+        return self.content
+
+
+class HotPrefix(StrictModel):
+    """A shared leading prompt of the line: chat `messages` (what user requests start with), or raw
+    `text` / a `file` of raw text (the start of /v1/completions prompts). Give exactly one of the three."""
+
+    #: Name of the prefix: a DNS-1123 label, unique in the line (a label of the janitor's metrics).
+    name: DnsLabel
+    #: The leading chat messages every user request of this prefix starts with, in order (e.g. one
+    #: `system` message). Rendered with the model's chat template, without the generation prompt.
+    messages: Annotated[tuple[HotPrefixMessage, ...], Field(max_length=16)] = ()
+    #: Raw prompt text, inline (tokenized as vLLM tokenizes a /v1/completions prompt, BOS included).
+    text: PrefixText | None = None
+    #: A UTF-8 file of raw prompt text, relative to the directory of the line's YAML file.
+    file: PrefixFile | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "HotPrefix":
+        given = [k for k, v in (("messages", self.messages), ("text", self.text), ("file", self.file)) if v]
+        if len(given) != 1:
+            raise FieldError("messages", f"a prefix takes exactly one of messages, text or file (got "
+                                         f"{', '.join(given) or 'none'})")
+        return self
+
+    @property
+    def kind(self) -> Literal["chat", "text"]:
+        """``chat`` (messages, tokenized with the chat template) or ``text`` (a raw prompt)."""
+        return "chat" if self.messages else "text"
+
+    @property
+    def raw_text(self) -> str:
+        """The raw prompt of a ``text`` prefix (``text``, or the file's text once the loader has read it)."""
+        if self.text is None:
+            raise ValueError(f"prefix {self.name!r}: no raw text (a chat prefix, or its file was not read)")
+        return self.text
+
+    def texts(self) -> list[str]:
+        """Every text of the prefix, in order (message texts, or the raw text)."""
+        return [m.text for m in self.messages] if self.messages else [self.raw_text]
+
+
+class HotPrefixesConfig(StrictModel):
+    """The line's shared prefixes, kept in L2 (docs/l2-cache.md, "Hot prefixes"): the line's L2 janitor
+    sends each once through a replica before traffic needs it (after a new replica turns Ready and
+    every `warm_period_minutes`), never evicts its chunks, and restores those that went missing."""
+
+    #: false: declared prefixes are validated but not warmed or pinned.
+    enabled: bool = True
+    #: Minutes between two scheduled warm-ups (each sends every prefix once; a prefix already in
+    #: L2 is a full hit). A new Ready replica triggers one at once.
+    warm_period_minutes: Annotated[int, Field(ge=5, le=1440)] = 60
+    #: Largest share of `cache.l2_size` the prefixes may pin, checked at synthesis against a bound of
+    #: their KV bytes (docs/l2-cache.md); must stay below `curvine.eviction.low_watermark`.
+    max_l2_fraction: Annotated[float, Field(gt=0, le=0.5)] = 0.1
+    #: The prefixes (at most 16; their text at most 128 KiB of UTF-8 together).
+    prefixes: Annotated[tuple[HotPrefix, ...], Field(max_length=MAX_HOT_PREFIXES)] = ()
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> "HotPrefixesConfig":
+        seen: set[str] = set()
+        for i, prefix in enumerate(self.prefixes):
+            if prefix.name in seen:
+                raise FieldError(f"prefixes.{i}.name", f"prefix name {prefix.name!r} is used twice; allowed: a "
+                                                       "name unique in the line")
+            seen.add(prefix.name)
+        return self
+
+    @property
+    def active(self) -> bool:
+        """Whether prefixes are warmed and pinned: ``enabled`` and at least one prefix."""
+        return self.enabled and bool(self.prefixes)
+
+
 class SloConfig(StrictModel):
     """Service-level objectives of a line, drawn on its dashboard row and alerted on."""
 
@@ -1178,6 +1322,8 @@ class BusinessLineConfig(StrictModel):
     resources: ResourcesConfig = ResourcesConfig()
     slo: SloConfig = SloConfig()
     canary: CanaryConfig = CanaryConfig()
+    #: Shared leading prompts kept in L2: warmed before traffic, never evicted, restored after loss.
+    hot_prefixes: HotPrefixesConfig = HotPrefixesConfig()
     #: PYTHONHASHSEED shared by every pod of the line. vLLM derives from it the initial prefix
     #: hash (`NONE_HASH`, random per process when unset) from which LMCache chains its chunk
     #: keys, so pods with different or unset seeds never hit each other's chunks. LMCache alone

@@ -44,6 +44,7 @@ import argparse
 import json
 import os
 import platform as host
+import shutil
 import statistics
 import subprocess
 import sys
@@ -85,6 +86,13 @@ def make_config(target: Path, lines: int, examples: Path | None = None) -> None:
     for group in platform["hyperpod"]["instance_groups"]:
         group["instance_count"] *= copies
     (target / "platform.yaml").write_text(yaml.safe_dump(platform, sort_keys=False))
+    # The files the example lines name beside them (hot_prefixes), so every copy finds them.
+    for extra in sorted((examples / "business-lines").iterdir()):
+        if extra.suffix not in (".yaml", ".yml") and not extra.name.startswith("."):
+            if extra.is_dir():
+                shutil.copytree(extra, target / "business-lines" / extra.name)
+            else:
+                shutil.copy2(extra, target / "business-lines" / extra.name)
     for i in range(lines):
         source = sources[i % len(sources)]
         data = yaml.safe_load(source.read_text())

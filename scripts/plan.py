@@ -39,6 +39,7 @@ from kv_tools.planner import (  # noqa: E402
     recommend,
 )
 from kv_tools.prices import DEFAULT_PRICES_FILE, load_prices  # noqa: E402
+from kv_tools.project_checks import hot_prefix_budget  # noqa: E402
 from platform_config import INSTANCE_TYPES, ConfigError, ConfigProblem, load_business_line, load_platform  # noqa: E402
 from platform_config.loader import default_config_dir  # noqa: E402
 from platform_config import node_fit  # noqa: E402
@@ -130,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         platform = None
         platform_file = None
+        hot: dict | None = None
         node_report: list[str] = []
         nodes_json = None
         nodes_fit = True
@@ -153,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                 ("gpus_per_replica", args.tp)) if v is not None})
             node_report, nodes_json, nodes_fit = _node_fit(platform, platform_file, args.business_line, planned,
                                                            others, notes)
+            hot = _hot_prefixes(line)
         else:
             if model is None or not args.instance_type:
                 parser.error("give --business-line, or --model/--hf-config and --instance-type")
@@ -182,17 +185,46 @@ def main(argv: list[str] | None = None) -> int:
         out = result.to_dict()
         out["platform_file"] = None if platform_file is None else str(platform_file)
         out["nodes"] = nodes_json
+        out["hot_prefixes"] = hot
         out["recommendation"] = rec.to_dict() if rec else None
         out["calibration"] = calibration_dict(calibration)
         cli.emit(json.dumps(out, indent=2))
     else:
         read = [f"config        {platform_file} (the platform this line is planned against)"] if platform_file else []
-        cli.emit("\n".join(read + [format_plan(result, rec, node_report=node_report)]))
+        cli.emit("\n".join(read + [format_plan(result, rec, node_report=node_report)] + _hot_prefix_report(hot)))
     if args.plot:
         from kv_tools.plots import plan_figure, save
 
         save(plan_figure(result), args.plot, log=sys.stderr)
     return cli.EXIT_OK if result.fit.fits and nodes_fit else cli.EXIT_NO
+
+
+def _hot_prefixes(line) -> dict | None:
+    """The pinned share of ``l2_size`` of the line's hot prefixes (the config check's bound,
+    :func:`kv_tools.project_checks.hot_prefix_budget`), or None when the line pins nothing."""
+    if not (line.cache.l2_enabled and line.hot_prefixes.active):
+        return None
+    try:
+        b = hot_prefix_budget(line)
+    except KeyError:  # a model the table does not know: the config check warns
+        return {"prefixes": [p.name for p in line.hot_prefixes.prefixes], "pinned_bytes_bound": None}
+    return {"prefixes": [p.name for p in line.hot_prefixes.prefixes], "token_bound": b.token_bound,
+            "pinned_tokens_bound": b.pinned_tokens, "kv_bytes_per_token": b.kv_bytes_per_token, "files": b.files,
+            "pinned_bytes_bound": b.pinned_bytes, "l2_size_bytes": b.l2_size_bytes,
+            "pinned_share_of_l2_size": round(b.share, 6), "max_l2_fraction": b.max_share, "fits": b.fits}
+
+
+def _hot_prefix_report(hot: dict | None) -> list[str]:
+    if hot is None:
+        return []
+    names = ", ".join(hot["prefixes"])
+    if hot["pinned_bytes_bound"] is None:
+        return [f"hot prefixes  {names}: pinned share of l2_size not known offline (model not in the table)"]
+    return [f"hot prefixes  {names}: at most {hot['pinned_bytes_bound'] / 2**30:,.3f} GiB pinned in L2, "
+            f"{hot['pinned_share_of_l2_size']:.2%} of l2_size (allowed: {hot['max_l2_fraction']:.0%}); at most "
+            f"{hot['token_bound']:,} tokens, {hot['pinned_tokens_bound']:,} in full chunks, x "
+            f"{hot['kv_bytes_per_token']:,} B/token, {hot['files']} chunk files"
+            + ("" if hot["fits"] else " -- MORE THAN ALLOWED")]
 
 
 def _default_prices(args: argparse.Namespace) -> Path:

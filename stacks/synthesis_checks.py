@@ -51,7 +51,7 @@ def template_size_problems(outdir: Path, project: ProjectConfig, *, shown_as: Pa
                      "or observability.enabled: false")
         elif "-line-" in stack:
             grows = ("it holds this business line's Kubernetes manifests; allowed: a smaller line config "
-                     "(vllm.args, model source)")
+                     "(vllm.args, model source, hot_prefixes)")
         else:
             grows = "allowed: fewer or smaller resources in this stack"
         problems.append(ConfigProblem(

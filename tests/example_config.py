@@ -39,6 +39,20 @@ def copy_example_config(target: Path) -> Path:
     return target
 
 
+def copy_line_file(source: Path, target: Path, text: str | None = None) -> Path:
+    """Copy the business-line file ``source`` to ``target`` (a file path), with the prefix files its
+    ``hot_prefixes`` name (relative to it) beside it; ``text`` replaces the line file's text. Returns ``target``."""
+    text = source.read_text(encoding="utf-8") if text is None else text
+    target.write_text(text, encoding="utf-8")
+    data = yaml.safe_load(text) or {}
+    for prefix in (data.get("hot_prefixes") or {}).get("prefixes") or []:
+        for file in [m.get("file") for m in prefix.get("messages") or []] + [prefix.get("file")]:
+            if file:
+                (target.parent / file).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source.parent / file, target.parent / file)
+    return target
+
+
 def edit_yaml(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
     """Load a YAML mapping, apply ``change`` to it in place, write it back."""
     data = yaml.safe_load(path.read_text(encoding="utf-8"))

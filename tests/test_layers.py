@@ -4,8 +4,9 @@ Layers, bottom first (STYLE, "Layers and the front door")::
 
     platform_config                     config models, loader, the facts its checks need
     imports                             classes generated from the InferenceEndpointConfig CRD
-    the in-cluster agents               kv_tools/l2_janitor.py, l2_mount_watchdog.py, kv_canary.py and
-                                        their agent_core.py: standard library only (shipped in ConfigMaps)
+    the in-cluster agents               kv_tools/l2_janitor.py (with hot_prefixes.py), l2_mount_watchdog.py,
+                                        kv_canary.py and their agent_core.py: standard library only
+                                        (shipped in ConfigMaps)
     kv_constructs                       our CDK constructs
     k8s                                 cdk8s charts
     observability                       metrics, dashboards, alerts
@@ -28,8 +29,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 #: The standard-library programs that run in the cluster from ConfigMaps: the L2 janitor (per line),
-#: the L2 mount watchdog (per HyperPod node), the cross-pod hit canary (per line) and the core they share.
-AGENT_MODULES = ("kv_tools.agent_core", "kv_tools.l2_janitor", "kv_tools.l2_mount_watchdog", "kv_tools.kv_canary")
+#: the L2 mount watchdog (per HyperPod node), the cross-pod hit canary (per line), the hot-prefix
+#: warmer (per line, inside the janitor's process) and the core they share.
+AGENT_MODULES = ("kv_tools.agent_core", "kv_tools.l2_janitor", "kv_tools.l2_mount_watchdog", "kv_tools.kv_canary",
+                 "kv_tools.hot_prefixes")
 AGENTS = "agents"
 
 #: Unit -> the units it may import. A unit is a package, or the agents.

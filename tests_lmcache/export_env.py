@@ -136,6 +136,10 @@ def export_project(project: ProjectConfig, pods: int, seed_base: int) -> dict[st
             # What the live Prometheus and the canary of the tier are given, as rendered.
             "scrape_meta": meta,
             "canary_config": canary_chart.canary_config(line) if canary_chart.enabled(project.platform, line) else None,
+            # The janitor ConfigMap's hot_prefixes.json and the prefix text files it names, as rendered.
+            "hot_prefixes": ({k: v for k, v in janitor_cms[0]["data"].items()
+                              if k == janitor.HOT_PREFIX_CONFIG_FILE or k.startswith("prefix-")}
+                             if janitor_cms and janitor.HOT_PREFIX_CONFIG_FILE in janitor_cms[0]["data"] else None),
         }
     return out
 

@@ -8,7 +8,12 @@ and LMCache 0.5.5's vLLM adapter do it:
 
 * ``POST /v1/completions`` (``prompt`` a string or a list of token ids, as vLLM's
   ``CompletionRequest.prompt``): a string is tokenized by a fixed word-hash tokenizer (one id per
-  whitespace-separated word; no model tokenizer here); LMCache looks the ids up
+  whitespace-separated word; no model tokenizer here) after a BOS id, as vLLM adds special tokens to a
+  completion prompt; ``POST /v1/chat/completions`` (``messages``) renders the stand-in chat template
+  (:func:`render_chat`, with the generation prompt) and goes the same way; ``POST /tokenize`` answers
+  as vLLM 0.29.0's (``TokenizeCompletionRequest``: ``prompt``, ``add_special_tokens`` default true;
+  ``TokenizeChatRequest``: ``messages``, ``add_generation_prompt`` default true; reply ``count``,
+  ``max_model_len``, ``tokens``). Either way LMCache looks the ids up
   (``engine.lookup``, what the adapter's scheduler side asks), retrieves the hit prefix
   (``engine.retrieve`` of ``tokens[:hit]``, what the adapter's ``start_load_kv`` asks), "prefills"
   the rest (the KV of :func:`tests_lmcache.pod.expected_kv`) and stores what it did not find
@@ -25,7 +30,9 @@ every request, once the request's L2 writes finished (:func:`tests_lmcache.pod.f
 :func:`tests_lmcache.pod.wait_for_remote_puts`), so a reader need not wait for the interval.
 
 Spec (JSON): ``geometry``, ``engine`` (as :mod:`tests_lmcache.pod`), ``port_file`` (written with
-the port once the server listens), ``served_model_name``.
+the port once the server listens), ``served_model_name``; ``max_model_len`` (what ``/tokenize``
+reports, default 8192); ``vllm_none_hash`` true: LMCache starts its chunk keys from vLLM's
+``NONE_HASH``, as in a vLLM Pod (:mod:`tests_lmcache.vllm_none_hash`), instead of 0.
 """
 
 from __future__ import annotations
@@ -57,6 +64,32 @@ def tokenize(text: str) -> list[int]:
     return [low + zlib.crc32(word.encode()) % (high - low) for word in text.split()]
 
 
+#: Special token ids of the stand-in (outside the words' range): BOS, a ChatML-like turn start and end,
+#: and the newline after a role.
+BOS, TURN_START, TURN_END, NEWLINE = 40000, 40001, 40002, 40003
+
+
+def render_chat(messages: list[dict[str, Any]], add_generation_prompt: bool) -> list[int]:
+    """The stand-in chat template (ChatML's shape, as Qwen2's): per message ``<turn> role \n content
+    <end> \n``; the generation prompt ``<turn> assistant \n``. A prefix of messages renders to a prefix
+    of the ids of every longer conversation that starts with them."""
+    ids: list[int] = []
+    for message in messages:
+        ids += [TURN_START, *tokenize(message["role"]), NEWLINE, *tokenize(str(message.get("content") or "")),
+                TURN_END, NEWLINE]
+    if add_generation_prompt:
+        ids += [TURN_START, *tokenize("assistant"), NEWLINE]
+    return ids
+
+
+def tokenize_request(body: dict[str, Any]) -> list[int]:
+    """Token ids of a vLLM 0.29.0 ``/tokenize`` body (the defaults of its two request models)."""
+    if "messages" in body:
+        ids = render_chat(body["messages"], body.get("add_generation_prompt", True))
+        return ([BOS] if body.get("add_special_tokens", False) else []) + ids
+    return ([BOS] if body.get("add_special_tokens", True) else []) + tokenize(body["prompt"])
+
+
 class Replica:
     """The engine, its lock (LMCacheEngine is driven by one thread at a time, as vLLM's worker does)
     and vLLM's metrics."""
@@ -71,10 +104,11 @@ class Replica:
         self.prompt_tokens = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.",
                                      VLLM_LABELS).labels(**labels)
         self.requests = 0
+        self.max_model_len = int(spec.get("max_model_len") or 8192)
 
     def complete(self, prompt: Any) -> dict[str, Any]:
         arrival = time.monotonic()
-        ids = tokenize(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+        ids = [BOS, *tokenize(prompt)] if isinstance(prompt, str) else [int(t) for t in prompt]
         tokens = torch.tensor(ids, dtype=torch.long)
         chunk = self.config.chunk_size
         with self.lock:
@@ -121,10 +155,17 @@ def make_server(replica: Replica) -> ThreadingHTTPServer:
                 self._send(404, b"not found\n", "text/plain")
 
         def do_POST(self) -> None:  # noqa: N802
-            if self.path != "/v1/completions":
+            if self.path not in ("/v1/completions", "/v1/chat/completions", "/tokenize"):
                 self._send(404, b"not found\n", "text/plain")
                 return
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            if self.path == "/tokenize":
+                ids = tokenize_request(body)
+                reply = {"count": len(ids), "max_model_len": replica.max_model_len, "tokens": ids}
+                self._send(200, json.dumps(reply).encode(), "application/json")
+                return
+            if self.path == "/v1/chat/completions":
+                body = {"prompt": render_chat(body.get("messages") or [], True)}
             if body.get("prompt") in (None, "", []):
                 self._send(400, b'{"error": "prompt is required"}', "application/json")
                 return
@@ -138,6 +179,10 @@ def make_server(replica: Replica) -> ThreadingHTTPServer:
 
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    if spec.get("vllm_none_hash"):
+        from tests_lmcache import vllm_none_hash
+
+        vllm_none_hash.install()
     replica = Replica(spec)
     server = make_server(replica)
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()

@@ -513,9 +513,12 @@ def test_a_model_outside_the_planners_table_is_a_warning_not_an_error(config_dir
     path = config_dir / "business-lines" / "rag-assistant.yaml"
     edit_yaml(path, lambda d: d["model"].update(name="Mistral-7B-Instruct"))
     project = load_checked_project(config_dir)
-    (warning,) = project.warnings
+    warning, hot = project.warnings
     assert warning.startswith(f"{path}: model.name 'Mistral-7B-Instruct' is not in the planner's table")
     assert f"scripts/plan.py --business-line {path} --hf-config" in warning
+    # The line's hot prefixes: their L2 share needs the model's KV bytes too (the janitor measures it).
+    assert hot.startswith(f"{path}: model.name 'Mistral-7B-Instruct' is not in the planner's table") and \
+        "the L2 share its hot prefixes pin is not checked" in hot
 
 
 def test_the_fixture_lines_all_fit_without_warnings() -> None:

@@ -13,10 +13,15 @@ import pytest
 from k8s import names
 from tests.k8s.conftest import find
 
-#: (chart, ConfigMap, script) of each agent in the example config.
-AGENTS = [("curvine", names.L2_MOUNT_WATCHDOG, "l2_mount_watchdog.py"),
-          ("line-rag-assistant", names.L2_JANITOR, "l2_janitor.py"),
-          ("line-rag-assistant", names.KV_CANARY, "kv_canary.py")]
+#: (chart, ConfigMap, script, the other modules it ships) of each agent in the example config; the
+#: janitor of a line with hot prefixes (rag-assistant) also ships its warmer.
+AGENTS = [("curvine", names.L2_MOUNT_WATCHDOG, "l2_mount_watchdog.py", {"agent_core"}),
+          ("line-rag-assistant", names.L2_JANITOR, "l2_janitor.py", {"agent_core", "hot_prefixes"}),
+          ("line-research-reasoning", names.L2_JANITOR, "l2_janitor.py", {"agent_core"}),
+          ("line-rag-assistant", names.KV_CANARY, "kv_canary.py", {"agent_core"})]
+#: Script -> {module it imports only when given a flag: that flag}. The janitor of a line without hot
+#: prefixes ships no warmer and is never given ``--hot-prefixes``.
+LAZY = {"l2_janitor.py": {"hot_prefixes": "--hot-prefixes"}}
 
 
 def imports(source: str) -> tuple[set[str], set[str]]:
@@ -28,20 +33,30 @@ def imports(source: str) -> tuple[set[str], set[str]]:
     return absolute, relative
 
 
-@pytest.mark.parametrize("chart,config_map,script", AGENTS)
-def test_shipped_files_import_only_the_standard_library_and_each_other(manifests, chart, config_map, script) -> None:
+@pytest.mark.parametrize("chart,config_map,script,modules", AGENTS)
+def test_shipped_files_import_only_the_standard_library_and_each_other(manifests, chart, config_map, script,
+                                                                       modules) -> None:
     """A ConfigMap never ships a script that cannot import in the pinned ``python`` image."""
     data = find(manifests[chart], "ConfigMap", config_map)["data"]
     shipped = {Path(f).stem for f in data if f.endswith(".py")}
-    assert shipped == {Path(script).stem, "agent_core"}
+    assert shipped == {Path(script).stem, *modules}
     for name in sorted(f for f in data if f.endswith(".py")):
         absolute, relative = imports(data[name])
-        assert absolute - {"__future__"} <= set(sys.stdlib_module_names) | shipped, (name, absolute)
-        assert relative <= shipped, (name, relative)
+        # A module imported only for a flag may be absent when the container is not given the flag.
+        lazy = {m for m, flag in LAZY.get(name, {}).items() if m not in shipped and flag not in _command(manifests, chart)}
+        assert absolute - {"__future__"} <= set(sys.stdlib_module_names) | shipped | lazy, (name, absolute)
+        assert relative <= shipped | lazy, (name, relative)
 
 
-@pytest.mark.parametrize("chart,config_map,script", AGENTS)
-def test_each_script_starts_from_its_configmaps_files_alone(manifests, tmp_path, chart, config_map, script) -> None:
+def _command(manifests, chart: str) -> list[str]:
+    """Every command word of the chart's agent containers (the janitor's, the canary's, the watchdog's)."""
+    return [word for obj in manifests[chart] if obj["kind"] in ("Deployment", "DaemonSet")
+            for c in obj["spec"]["template"]["spec"]["containers"] for word in c.get("command", [])]
+
+
+@pytest.mark.parametrize("chart,config_map,script,modules", AGENTS)
+def test_each_script_starts_from_its_configmaps_files_alone(manifests, tmp_path, chart, config_map, script,
+                                                            modules) -> None:
     """As the container runs it: ``python3 <dir>/<script>`` with the ConfigMap's files in ``<dir>`` as
     the kubelet lays them out (``<file> -> ..data/<file>``, ``..data -> ..<timestamp>/``), no
     site-packages (``-S``) and no project on the path (``-E``, another working directory)."""

@@ -84,7 +84,8 @@ def test_l2_janitor_serves_the_metrics_the_dashboards_and_alerts_read(tmp_path: 
     families = {f.name: f for f in text_string_to_metric_families(text)}
     janitor_metrics = [m for m in METRICS.values() if m.source is metrics.L2_JANITOR]
     assert {m.name for m in janitor_metrics} == {
-        "kvcache_l2_janitor_used_bytes", "kvcache_l2_janitor_last_run_timestamp_seconds", "kvcache_l2_janitor_errors"}
+        "kvcache_l2_janitor_used_bytes", "kvcache_l2_janitor_last_run_timestamp_seconds", "kvcache_l2_janitor_errors",
+        "kvcache_l2_janitor_pinned_bytes"}
     for metric in janitor_metrics:
         assert metric.name in families and families[metric.name].type == "gauge", metric.name
         (sample,) = families[metric.name].samples

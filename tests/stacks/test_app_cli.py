@@ -128,7 +128,7 @@ def test_a_template_over_cloudformations_limit_is_refused_with_nothing_written(c
     assert 1_050_000 < size < 2_000_000  # the 1.05 MB argument, once (in the endpoint's args)
     assert last.endswith(" bytes, more than CloudFormation accepts in a template (1,000,000 bytes; the deploy would "
                          "fail); it holds this business line's Kubernetes manifests; allowed: a smaller line config "
-                         "(vllm.args, model source)")
+                         "(vllm.args, model source, hot_prefixes)")
     assert list(out.iterdir()) == [] and not list(tmp_path.glob(".out.*")), "nothing written, no staging left"
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.example_config import FIXTURE_CONFIG, REPO
+from tests.example_config import FIXTURE_CONFIG, REPO, copy_line_file
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
@@ -57,7 +57,7 @@ def _example_folder(target: Path) -> Path:
     (target / "business-lines").mkdir(parents=True)
     shutil.copy2(FIXTURE_CONFIG / "platform.yaml", target / "platform.yaml")
     shutil.copy2(FIXTURE_CONFIG / "prices.yaml", target / "prices.yaml")
-    shutil.copy2(FIXTURE_CONFIG / "business-lines" / "rag-assistant.yaml", target / "business-lines")
+    copy_line_file(FIXTURE_CONFIG / "business-lines" / "rag-assistant.yaml", target / "business-lines" / "rag-assistant.yaml")
     return target
 
 

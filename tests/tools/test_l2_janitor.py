@@ -203,7 +203,7 @@ def test_json_summary_and_prometheus_text(tmp_path):
     text = (tmp_path / "m.prom").read_text()
     assert 'kvcache_l2_janitor_used_bytes{line="rag-assistant",namespace="rag-assistant"} 62914560' in text
     again = run(config(), root, list_pods=None, now=NOW)
-    assert prometheus_text(again).count("# TYPE") == 15
+    assert prometheus_text(again).count("# TYPE") == 18
     # The timestamp is when the pass finished, not when the text was made.
     assert f'kvcache_l2_janitor_last_run_timestamp_seconds{{line="rag-assistant",namespace="rag-assistant"}} ' \
            f'{again.finished_at!r}' in prometheus_text(again)
@@ -725,3 +725,70 @@ def test_live_pods_of_the_deployment_patch(project, line):
     live = live_pods_from_objects(pods, conf.mount_path)
     assert live.count == 2 and live.bases == {conf.live_dir}
     assert live.tmp_dirs == {f"{conf.live_dir}/.tmp-{n}" for n in names_}
+
+
+# --- hot prefixes (issue 17): pinned chunks are never deleted, the rest goes oldest first -------------
+
+
+def ranked_chunk(i: int, worker: int, world: int = 2) -> str:
+    return f"-SEP-opt-SEP-ml-SEP-model@{world}@{worker}@{i:016x}@bfloat16.data"
+
+
+def test_pinned_chunks_survive_the_age_limit_and_the_watermarks_the_rest_goes_oldest_first(tmp_path):
+    """Twenty 5 MiB chunks of two TP ranks, all past the 24 h age limit except the ten newest; the
+    four chunks of a hot prefix (eight files) are the oldest. The age limit deletes every other old
+    chunk; the watermarks then evict the newest chunks oldest first, down to 60 MiB; the pinned files
+    stay, counted in the use."""
+    root = tmp_path / "l2"
+    pinned = {f"{i:016x}" for i in range(4)}
+    for i in range(20):
+        for w in range(2):
+            put(root, f"{LIVE}/{ranked_chunk(i, w)}", 5 * MIB, age_s=100 * 3600 - i * 3600 if i < 10 else 3600 * (20 - i))
+    s = run(config(), root, list_pods=lambda: [], now=NOW, pinned=frozenset(pinned))
+    left = sorted(os.listdir(root / LIVE))
+    kept_hashes = {name.split("@")[3] for name in left}
+    assert pinned <= kept_hashes  # every pinned chunk, both ranks
+    assert all((root / LIVE / ranked_chunk(i, w)).exists() for i in range(4) for w in range(2))
+    # Chunks 4-9 were past the age limit: gone. Of 10-19 (100 MiB, plus 40 MiB pinned: above 80 MiB),
+    # the oldest go until 60 MiB are left: 40 MiB pinned + 20 MiB = the two newest chunks (18, 19).
+    assert kept_hashes == pinned | {f"{i:016x}" for i in (18, 19)}
+    assert s.expired_chunks_deleted == 12 and s.evicted_chunks_deleted == 16
+    assert s.pinned_chunk_files == 8 and s.pinned_bytes == 40 * MIB and s.used_bytes_after == 60 * MIB
+    assert s.pinned_chunks_kept == 8  # every pinned file was past the age limit
+    assert f'kvcache_l2_janitor_pinned_bytes{{line="rag-assistant",namespace="rag-assistant"}} {40 * MIB}' \
+        in prometheus_text(s)
+
+
+def test_control_without_pins_the_hot_prefix_goes_first(tmp_path):
+    """The same directory without pins: the prefix's chunks, hit but never rewritten, are the oldest
+    files and the first the janitor deletes (the issue's complaint)."""
+    root = tmp_path / "l2"
+    for i in range(20):
+        for w in range(2):
+            put(root, f"{LIVE}/{ranked_chunk(i, w)}", 5 * MIB, age_s=100 * 3600 - i * 3600 if i < 10 else 3600 * (20 - i))
+    s = run(config(), root, list_pods=lambda: [], now=NOW)
+    assert not any((root / LIVE / ranked_chunk(i, 0)).exists() for i in range(4))
+    assert s.pinned_chunk_files == 0 and s.pinned_chunks_kept == 0
+
+
+def test_pins_protect_only_the_configured_directory_and_never_young_chunks_anyway(tmp_path):
+    """A hash pinned in the live directory does not protect a file of the same hash in another
+    directory (the previous model's, kept for a rollback, ages out as before)."""
+    root = tmp_path / "l2"
+    seed_state(root, [("old-model-000000000000", 3600), (LIVE, 0)])
+    put(root, f"old-model-000000000000/{chunk_name(1)}", MIB, age_s=48 * 3600)
+    put(root, f"{LIVE}/{chunk_name(1)}", MIB, age_s=48 * 3600)
+    s = run(config(), root, list_pods=lambda: [], now=NOW, pinned=frozenset({f"{1:016x}"}))
+    assert (root / LIVE / chunk_name(1)).exists()
+    assert not (root / "old-model-000000000000" / chunk_name(1)).exists()
+    assert s.expired_chunks_deleted == 1 and s.pinned_chunks_kept == 1
+
+
+def test_the_warmers_state_file_is_not_l2_content(tmp_path):
+    from kv_tools import hot_prefixes
+
+    assert l2_janitor.HOT_PREFIX_STATE_FILE == hot_prefixes.STATE_FILE
+    root = tmp_path / "l2"
+    put(root, hot_prefixes.STATE_FILE, 1000, age_s=48 * 3600)
+    s = run(config(), root, list_pods=lambda: [], now=NOW)
+    assert (root / hot_prefixes.STATE_FILE).exists() and s.files_before == 0

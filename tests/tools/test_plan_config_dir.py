@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.example_config import REPO, copy_example_config
+from tests.example_config import REPO, copy_example_config, copy_line_file
 
 PLAN = REPO / "scripts" / "plan.py"
 
@@ -34,8 +34,7 @@ def test_the_config_dir_is_inferred_from_the_line_file(tmp_path) -> None:
 
 def test_a_line_file_without_its_platform_exits_2_cleanly(tmp_path) -> None:
     config = copy_example_config(tmp_path / "my-config")
-    lone = tmp_path / "rag-assistant.yaml"
-    lone.write_text((config / "business-lines" / "rag-assistant.yaml").read_text())
+    lone = copy_line_file(config / "business-lines" / "rag-assistant.yaml", tmp_path / "rag-assistant.yaml")
     empty = tmp_path / "empty"
     empty.mkdir()
     result = plan(["--business-line", str(lone), "--config", str(empty)], tmp_path)
@@ -63,8 +62,7 @@ def test_the_default_config_directory_is_the_same_for_every_command(tmp_path, mo
 
 def test_the_config_directory_comes_from_the_environment_too(tmp_path) -> None:
     config = copy_example_config(tmp_path / "my-config")
-    lone = tmp_path / "rag-assistant.yaml"
-    lone.write_text((config / "business-lines" / "rag-assistant.yaml").read_text())
+    lone = copy_line_file(config / "business-lines" / "rag-assistant.yaml", tmp_path / "rag-assistant.yaml")
     result = subprocess.run([sys.executable, str(PLAN), "--business-line", str(lone)], cwd=tmp_path,
                             capture_output=True, text=True, timeout=120,
                             env={**os.environ, "KVCACHE_CONFIG_DIR": str(config)})

@@ -25,7 +25,7 @@ from kv_tools.planner import (
 from kv_tools.prices import load_prices
 from platform_config import INSTANCE_TYPES, ConfigError, get_instance_type, load_project
 from platform_config.loader import l2_pool_gib
-from tests.example_config import FIXTURE_CONFIG
+from tests.example_config import FIXTURE_CONFIG, copy_line_file
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = load_project(FIXTURE_CONFIG)
@@ -337,9 +337,9 @@ def test_cli_exit_codes(capsys, tmp_path: Path) -> None:
 
 def test_cli_business_line_is_checked_against_the_platform(tmp_path, capsys) -> None:
     """A line synthesis would refuse (type of no instance group) is not planned as if fine."""
-    line = tmp_path / "rag-assistant.yaml"
-    line.write_text((FIXTURE_CONFIG / "business-lines/rag-assistant.yaml").read_text()
-                    .replace("instance_type: ml.g6e.12xlarge", "instance_type: ml.g6e.48xlarge"))
+    source = FIXTURE_CONFIG / "business-lines/rag-assistant.yaml"
+    line = copy_line_file(source, tmp_path / "rag-assistant.yaml", source.read_text()
+                          .replace("instance_type: ml.g6e.12xlarge", "instance_type: ml.g6e.48xlarge"))
     rc = load_script("plan").main(["--business-line", str(line), "--config", str(FIXTURE_CONFIG)])
     assert rc == 2
     assert "instance_type: no HyperPod instance group has this type" in capsys.readouterr().err
