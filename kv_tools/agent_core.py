@@ -1,4 +1,4 @@
-"""What the in-cluster agents l2_janitor.py, l2_mount_watchdog.py and kv_canary.py share.
+"""What the in-cluster agents l2_janitor.py (with hot_prefixes.py), l2_mount_watchdog.py and kv_canary.py share.
 
 Standard library only. Each chart ships it beside its script in the script's ConfigMap (k8s/agent.py),
 from whose directory the script imports it. Every agent's ConfigMap carries it: keep it small.
@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
@@ -140,3 +141,58 @@ def serve(make: Callable[[int], ThreadingHTTPServer], port: int, loop: Callable[
         pass
     server.shutdown()
     return 0
+
+
+#: LMCache's fs:// URL of the line's L2 directory, in the env the L2 mutation gives the vLLM container.
+REMOTE_URL_ENV = "LMCACHE_REMOTE_URL"
+
+
+def l2_dir_of(url: str, mount_path: str) -> str | None:
+    """The directory of an ``fs://host:port/<mount>/<dir>/`` URL relative to ``mount_path`` (``""``
+    for the mount itself), or None for another scheme or a path outside the mount."""
+    parsed = urllib.parse.urlparse(url)
+    path, mount = parsed.path.rstrip("/"), mount_path.rstrip("/")
+    if parsed.scheme != "fs" or not (path == mount or path.startswith(mount + "/")):
+        return None
+    return path[len(mount) + 1:]
+
+
+@dataclass(frozen=True)
+class EndpointPod:
+    """A Running, Ready, not deleting replica of an endpoint: ``name``, ``uid``, ``created`` (its
+    ``creationTimestamp``, RFC 3339 text), ``url`` (``http://<pod IP>:<port>``) and its vLLM container's
+    ``remote_url`` (:data:`REMOTE_URL_ENV`, ``""`` when unset)."""
+
+    name: str
+    uid: str
+    created: str
+    url: str
+    remote_url: str
+
+
+def endpoint_pods(pods: list[dict[str, Any]], pod_label: tuple[str, str], port_name: str,
+                  port: int) -> list[EndpointPod]:
+    """The Running, Ready, not deleting Pods of ``pods`` (API objects) labelled ``pod_label`` whose
+    container exposes vLLM's port (named ``port_name``, else number ``port``), in ``pods``' order."""
+    key, value = pod_label
+    found = []
+    for pod in pods:
+        meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+        if (meta.get("labels") or {}).get(key) != value or meta.get("deletionTimestamp"):
+            continue
+        if status.get("phase") != "Running" or not status.get("podIP"):
+            continue
+        if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []):
+            continue
+        for container in spec.get("containers") or []:
+            ports = container.get("ports") or []
+            named = [p["containerPort"] for p in ports if p.get("name") == port_name and "containerPort" in p]
+            if not named and not any(p.get("containerPort") == port for p in ports):
+                continue
+            env = {e.get("name"): e.get("value") for e in container.get("env") or []}
+            host = status["podIP"]
+            host = f"[{host}]" if ":" in host else host
+            found.append(EndpointPod(meta.get("name", ""), meta.get("uid", ""), meta.get("creationTimestamp") or "",
+                                     f"http://{host}:{named[0] if named else port}", env.get(REMOTE_URL_ENV) or ""))
+            break
+    return found

@@ -71,6 +71,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+if __package__:  # imported as kv_tools.hot_prefixes
+    from . import agent_core as core
+else:  # run from the janitor's ConfigMap, agent_core.py beside it
+    import agent_core as core
+
 #: The warmer's record at the PVC root: the token count and chunk hashes of each prefix, for the
 #: configured directory and configuration (:func:`config_fingerprint`). Not a chunk file.
 STATE_FILE = ".kvcache-hot-prefixes.json"
@@ -83,7 +88,6 @@ KEY_SEPARATOR = "@"
 HASH_ALGORITHM = "builtin"
 #: CPython's ``str`` hash of the vLLM image's Python (3.12): SipHash-1-3 since 3.11, 64-bit.
 STR_HASH_ALGORITHM = "siphash13"
-REMOTE_URL_ENV = "LMCACHE_REMOTE_URL"
 
 #: Seconds between two Pod listings (a new Ready replica is warmed within this).
 POLL_S = 15.0
@@ -279,42 +283,13 @@ class Replica:
     url: str
 
 
-def _rel_dir(url: str, mount_path: str) -> str | None:
-    parsed = urllib.parse.urlparse(url)
-    path, mount = parsed.path.rstrip("/"), mount_path.rstrip("/")
-    if parsed.scheme != "fs" or not path.startswith(mount + "/"):
-        return None
-    return path[len(mount) + 1:]
-
-
 def ready_replicas(pods: list[dict[str, Any]], config: HotPrefixConfig) -> list[Replica]:
     """The Running, Ready, not deleting Pods with the endpoint's label, vLLM's port and an
     ``LMCACHE_REMOTE_URL`` naming ``config.live_dir`` (replicas of another model, as during a model
     change, write elsewhere), sorted by creation time then name (newest last)."""
-    key, value = config.pod_label
-    found: list[tuple[str, Replica]] = []
-    for pod in pods:
-        meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
-        if (meta.get("labels") or {}).get(key) != value or meta.get("deletionTimestamp"):
-            continue
-        if status.get("phase") != "Running" or not status.get("podIP"):
-            continue
-        if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []):
-            continue
-        for container in spec.get("containers") or []:
-            ports = container.get("ports") or []
-            named = [p["containerPort"] for p in ports if p.get("name") == config.port_name and "containerPort" in p]
-            if not named and not any(p.get("containerPort") == config.port for p in ports):
-                continue
-            env = {e.get("name"): e.get("value") for e in container.get("env") or []}
-            if _rel_dir(env.get(REMOTE_URL_ENV) or "", config.mount_path) != config.live_dir:
-                continue
-            host = status["podIP"]
-            host = f"[{host}]" if ":" in host else host
-            replica = Replica(meta.get("name", ""), meta.get("uid", ""), f"http://{host}:{named[0] if named else config.port}")
-            found.append((meta.get("creationTimestamp") or "", replica))
-            break
-    return [r for _, r in sorted(found, key=lambda cr: (cr[0], cr[1].name))]
+    pods_on_dir = [p for p in core.endpoint_pods(pods, config.pod_label, config.port_name, config.port)
+                   if core.l2_dir_of(p.remote_url, config.mount_path) == config.live_dir]
+    return [Replica(p.name, p.uid, p.url) for p in sorted(pods_on_dir, key=lambda p: (p.created, p.name))]
 
 
 class ReplicaClient:

@@ -112,7 +112,6 @@ VLLM_TTFT_COUNT = "vllm:time_to_first_token_seconds_count"
 VLLM_TTFT_BUCKET = "vllm:time_to_first_token_seconds_bucket"
 #: LMCache's counters of one tensor-parallel rank (every rank reads its shard of each chunk).
 RANK0 = {"worker_id": "0"}
-REMOTE_URL_ENV = "LMCACHE_REMOTE_URL"
 
 
 @dataclass(frozen=True)
@@ -167,34 +166,14 @@ class Replica:
 def comparable_replicas(pods: list[dict[str, Any]], config: CanaryConfig) -> tuple[list[Replica], int]:
     """(the largest group of Running, Ready endpoint Pods sharing one ``LMCACHE_REMOTE_URL``, sorted by
     name; how many endpoint Pods were Running and Ready in all)."""
-    key, value = config.pod_label
+    ready = core.endpoint_pods(pods, config.pod_label, config.port_name, config.port)
     groups: dict[str, list[Replica]] = {}
-    ready = 0
-    for pod in pods:
-        meta, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
-        if (meta.get("labels") or {}).get(key) != value or meta.get("deletionTimestamp"):
-            continue
-        if status.get("phase") != "Running" or not status.get("podIP"):
-            continue
-        if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []):
-            continue
-        for container in spec.get("containers") or []:
-            ports = container.get("ports") or []
-            named = [p["containerPort"] for p in ports if p.get("name") == config.port_name and "containerPort" in p]
-            if not named and not any(p.get("containerPort") == config.port for p in ports):
-                continue
-            env = {e.get("name"): e.get("value") for e in container.get("env") or []}
-            host = status["podIP"]
-            host = f"[{host}]" if ":" in host else host
-            replica = Replica(meta.get("name", ""), f"http://{host}:{named[0] if named else config.port}",
-                              env.get(REMOTE_URL_ENV) or "")
-            groups.setdefault(replica.l2_url, []).append(replica)
-            ready += 1
-            break
+    for pod in ready:
+        groups.setdefault(pod.remote_url, []).append(Replica(pod.name, pod.url, pod.remote_url))
     if not groups:
         return [], 0
     best = max(sorted(groups), key=lambda url: len(groups[url]))
-    return sorted(groups[best], key=lambda r: r.name), ready
+    return sorted(groups[best], key=lambda r: r.name), len(ready)
 
 
 def canary_prompt(config: CanaryConfig, run: int, nonce: str, today: dt.date) -> list[int]:

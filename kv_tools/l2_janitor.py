@@ -76,7 +76,6 @@ import shutil
 import sys
 import threading
 import time
-import urllib.parse
 from dataclasses import asdict, dataclass, field
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -93,7 +92,7 @@ CHUNK_SUFFIX = ".data"
 LEGACY_TMP_SUFFIX = ".tmp"
 #: Prefix of the per-pod temp directories (``k8s.lmcache.TMP_DIR_PREFIX``).
 TMP_DIR_PREFIX = ".tmp-"
-REMOTE_URL_ENV = "LMCACHE_REMOTE_URL"
+REMOTE_URL_ENV = core.REMOTE_URL_ENV
 EXTRA_CONFIG_ENV = "LMCACHE_EXTRA_CONFIG"
 TMP_DIR_KEY = "fs_connector_relative_tmp_dir"
 #: The janitor's record, at the PVC root, of the directories its configuration named and the Pods
@@ -254,20 +253,6 @@ class LivePods:
     count: int
 
 
-def _rel_base(url: str, mount_path: str) -> str | None:
-    """The directory of an ``fs://host:port/<mount>/<dir>/`` URL relative to the mount, or None."""
-    parsed = urllib.parse.urlparse(url)
-    if parsed.scheme != "fs":
-        return None
-    path = parsed.path.rstrip("/")
-    mount = mount_path.rstrip("/")
-    if path == mount:
-        return ""
-    if path.startswith(mount + "/"):
-        return path[len(mount) + 1:]
-    return None
-
-
 def live_pods_from_objects(pods: Iterable[dict[str, Any]], mount_path: str) -> LivePods:
     """Base and temp directories named by the env of running or pending Pods.
 
@@ -286,7 +271,7 @@ def live_pods_from_objects(pods: Iterable[dict[str, Any]], mount_path: str) -> L
         pod_name = (pod.get("metadata") or {}).get("name", "")
         for container in (pod.get("spec") or {}).get("containers") or []:
             env = {e.get("name"): e.get("value") for e in container.get("env") or [] if e.get("value") is not None}
-            base = _rel_base(env.get(REMOTE_URL_ENV) or "", mount_path)
+            base = core.l2_dir_of(env.get(REMOTE_URL_ENV) or "", mount_path)
             if base is None:
                 continue
             bases.add(base)
