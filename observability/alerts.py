@@ -9,7 +9,8 @@ to the SNS topic.
 Severity ``critical``: users are hurt now or will be within minutes (TTFT over SLO, no
 admission webhook, Primary down, pool nearly full). ``warning``: the cache works worse than it
 should (hit rate collapsed, a line over its watermark, a pod without L2, a line's L2 janitor stale
-or failing, L2 stores or retrieves failing, the cross-pod hit canary failing).
+or failing, L2 stores or retrieves failing, the cross-pod hit canary failing, a dead L2 mount or a
+node without its mount watchdog, a hot prefix not in L2 or not pinnable).
 
 Every alert is evaluated by a real rule engine in the tests: ``promtool test rules`` with input
 series that fire it, the nearest healthy series that must not, and the labels a receiver gets
@@ -52,6 +53,17 @@ L2_STORE_MISSING_SHARE: Final = 0.5
 #: pod per GPU of the largest instance types (8) and the janitors that land there; healing evicts
 #: them one per ``curvine.mount_watchdog.eviction_interval_seconds``.
 MOUNT_HEAL_PODS_PER_NODE: Final = 10
+#: A node's L2 mount watchdog is missing when it has not finished a pass for this many of its
+#: periods (``curvine.mount_watchdog.period_seconds``; a pass is bounded by the probe timeout,
+#: below one period, and a stalled one is restarted by its liveness probe), for
+#: :data:`WATCHDOG_MISSING_FOR`: long enough for a DaemonSet pod to be pulled and started on a new
+#: node, which vLLM pods (minutes of model loading before their first scrape) never beat.
+WATCHDOG_STALE_PERIODS: Final = 5
+WATCHDOG_MISSING_FOR: Final = "10m"
+#: Scheduled warm-up rounds (``hot_prefixes.warm_period_minutes``) a declared prefix may stay
+#: short of its pinned tokens in L2 before the alert: one round can find every replica holding the
+#: prefix in its CPU buffer (L1), which then stores nothing; two in a row is a fault.
+HOT_PREFIX_MISSING_ROUNDS: Final = 2
 #: Time a replacement pod takes to be scheduled and to mount L2 afresh after its eviction (the old
 #: vLLM pod's graceful termination included): the alert waits this much beyond the evictions.
 MOUNT_HEAL_RESTART_S: Final = 300
@@ -206,6 +218,34 @@ def line_alerts(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...])
                "writer_chunks_written, reader_l2_tokens); writer_chunks_written 0: see KvCacheL2StoreFailing; "
                "written but not read: compare the two pods' LMCACHE_REMOTE_URL and PYTHONHASHSEED and their "
                "mounts (scripts/verify.py, docs/l2-cache.md 'Checking after deploy that two pods share the cache')."))
+    hot_lines = [l for l in l2_lines if l.hot_prefixes.active]
+    out += _per_line(hot_lines, lambda line: Alert(
+        name="KvCacheHotPrefixNotInL2",
+        expr=f"{queries.hot_prefix_tokens_missing(line)} > 0",
+        for_=f"{HOT_PREFIX_MISSING_ROUNDS * line.hot_prefixes.warm_period_minutes}m", severity="warning",
+        labels={"business_line": line.name},
+        summary=f"{line.name}: hot prefix {{{{ $labels.prefix }}}} lacks {{{{ $value }}}} pinned tokens in L2",
+        meaning=f"For {HOT_PREFIX_MISSING_ROUNDS} warm-up periods (hot_prefixes.warm_period_minutes) some chunk "
+                "of a declared prefix has not been in L2 (kvcache_hot_prefix_pinned_tokens above "
+                "kvcache_hot_prefix_l2_tokens): a chunk lost with a Worker or a wiped directory that the "
+                "warm-ups did not restore. Replicas that do not hold the prefix in their CPU buffer (every new "
+                "one) prefill it cold.",
+        action=f"kubectl -n <namespace> logs deploy/{names.L2_JANITOR} | grep kvcache_hot_prefix (each warm-up's "
+               "result): not_stored or error: L2 writes fail (KvCacheL2StoreFailing, the mount) or the replicas "
+               "refuse the request; partial: every replica holds the prefix in L1, and the next new replica "
+               "restores it; too_long: the prefix exceeds the model's context (docs/l2-cache.md, 'Hot prefixes')."))
+    out += _per_line(hot_lines, lambda line: Alert(
+        name="KvCacheHotPrefixNamesMismatch",
+        expr=f"{queries.hot_prefix_names_ok(line)} == 0",
+        for_="5m", severity="warning", labels={"business_line": line.name},
+        summary=f"{line.name}: the janitor cannot pin the hot prefixes (their chunk names are not LMCache's)",
+        meaning="The warmer's self-check found that a warm-up made replicas write chunk files, none of them "
+                "under the names it computed for the prefix: the janitor pins names that do not exist, so it "
+                "evicts the prefixes' real chunks by age and size like any other.",
+        action="Compare the janitor's PYTHONHASHSEED with the vLLM pods' (both from the line's L2 policy), the "
+               "vLLM image's Python (64-bit CPython 3.11 or later) and LMCache's pre_caching_hash_algorithm "
+               "(builtin); kubectl -n <namespace> logs deploy/" + names.L2_JANITOR + " | grep names_mismatch "
+               "(docs/l2-cache.md, 'Hot prefixes')."))
     for line in l2_lines:
         current = queries.l2_hit_share(line, "15m")
         baseline = queries.l2_hit_share(line, "6h", offset="15m")
@@ -283,6 +323,21 @@ def platform_alerts(platform: PlatformConfig, lines: tuple[BusinessLineConfig, .
                    "refused by a PodDisruptionBudget; delete the pod. hung or error: check KvCacheCurvinePrimaryDown "
                    f"and the FUSE pod (kubectl -n {platform.curvine.namespace} get pods -l app=curvine-standalone "
                    "-o wide); restarting pods does not help. scripts/verify.py lists every pod's mount."))
+        stale_s = WATCHDOG_STALE_PERIODS * w.period_seconds
+        out.append(Alert(
+            name="KvCacheL2MountWatchdogMissing",
+            expr=queries.l2_nodes_without_watchdog(l2_lines, stale_s),
+            for_=WATCHDOG_MISSING_FOR, severity="warning",
+            summary="{{ $labels.node }} runs vLLM pods of L2 lines with no L2 mount watchdog passing",
+            meaning=f"A node runs scraped vLLM pods of L2 lines, and no L2 mount watchdog there finished a pass "
+                    f"in {stale_s} s ({WATCHDOG_STALE_PERIODS} periods) for {WATCHDOG_MISSING_FOR}: its pod is "
+                    "not scheduled on the node (not a HyperPod node, no room), crashes, or is not scraped. "
+                    "Nobody sees or heals a dead L2 mount there, and KvCacheL2MountDead cannot fire for its pods.",
+            action=f"kubectl -n {platform.curvine.namespace} get pods -l app.kubernetes.io/name="
+                   f"{names.L2_MOUNT_WATCHDOG} -o wide --field-selector spec.nodeName=<node>; none: the DaemonSet "
+                   "runs on HyperPod nodes only (its node affinity), so a vLLM pod on another node is not "
+                   "watched: check the line's instance group; Pending: the node's free CPU and memory; "
+                   "crashing: its logs (--previous); until it runs, scripts/verify.py checks that node's mounts."))
         out += [
             Alert(
                 name="KvCacheAdmissionWebhookDown",

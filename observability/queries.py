@@ -258,6 +258,18 @@ def hot_prefix_pinned_bytes(line: BusinessLineConfig) -> str:
     return f"max({janitor_selector(l2_janitor.PINNED_BYTES_METRIC, line)})"
 
 
+def hot_prefix_tokens_missing(line: BusinessLineConfig) -> str:
+    """Per declared prefix of the line, pinned tokens whose chunks are not all in L2 now (> 0: some
+    chunk of the prefix is gone, or was never stored)."""
+    return (f"{hot_prefix_tokens(line, hot_prefixes.PINNED_TOKENS_METRIC)} - "
+            f"{hot_prefix_tokens(line, hot_prefixes.L2_TOKENS_METRIC)}")
+
+
+def hot_prefix_names_ok(line: BusinessLineConfig) -> str:
+    """The line's warmer's last self-check: 1 its computed chunk names are LMCache's, 0 they are not."""
+    return f"min({janitor_selector(hot_prefixes.NAMES_OK_METRIC, line)})"
+
+
 def janitor_errors(line: BusinessLineConfig) -> str:
     """Errors of the line's janitor's last pass."""
     return f"max({janitor_selector(l2_janitor.ERRORS_METRIC, line)})"
@@ -312,6 +324,21 @@ def targets_up(job: str) -> str:
 def l2_mounts_up() -> str:
     """Every pod's L2 mount as the node's watchdog saw it last: 1 alive, 0 dead, hung or failing."""
     return selector(l2_mount_watchdog.UP_METRIC, job=targets.JOB_L2_MOUNT_WATCHDOG)
+
+
+def l2_nodes_without_watchdog(lines: list[BusinessLineConfig], stale_s: int) -> str:
+    """Nodes running a scraped vLLM pod of an L2 line (``lines``) where no L2 mount watchdog
+    finished a pass in the last ``stale_s`` seconds: one series per node, label ``node``.
+
+    The vLLM job labels its targets with the pod's node; the watchdog's
+    ``kvcache_l2_mount_watchdog_last_pass_timestamp_seconds`` carries its node. A watchdog that is
+    not running there (not scheduled, crashing, not scraped) has no series; one that runs but no
+    longer finishes passes has an old one: either way the node is left.
+    """
+    regex = "|".join(l.name for l in lines)
+    vllm = f"count by (node) ({selector('up', job=targets.JOB_VLLM, business_line=f'{regex}~')} == 1)"
+    last_pass = selector(l2_mount_watchdog.LAST_PASS_METRIC, job=targets.JOB_L2_MOUNT_WATCHDOG)
+    return f"{vllm} unless on (node) (time() - max by (node) ({last_pass}) < {stale_s})"
 
 
 def l2_mounts_not_alive_by_state() -> str:

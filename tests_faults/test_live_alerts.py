@@ -12,6 +12,8 @@ is their Prometheus multiprocess directory served as vLLM serves it (``tests_lmc
   pod's labels; the session back, it resolves.
 * **No space** (ENOSPC on writes): the writer's stores fail while it stores on, and
   ``KvCacheL2StoreFailing`` fires for that pod; space back and stores working, it resolves.
+* **No watchdog** on the node (its target gone while the node's vLLM pods answer):
+  ``KvCacheL2MountWatchdogMissing`` fires for the node; the watchdog back, it resolves.
 """
 
 from __future__ import annotations
@@ -56,13 +58,14 @@ def live(rig, exported, tmp_path_factory):
         prometheus.set_targets(JOB_VLLM, [(f"127.0.0.1:{port}", {**vllm_meta, "__meta_kubernetes_pod_name": name,
                                                                  "__meta_kubernetes_pod_node_name": harness.NODE})
                                           for name, port in pods.values()])
-        prometheus.set_targets(JOB_WATCHDOG, [(f"127.0.0.1:{watchdog_http.server_address[1]}", {
+        watchdog_targets = [(f"127.0.0.1:{watchdog_http.server_address[1]}", {
             **exported["mount_watchdog_scrape_meta"], "__meta_kubernetes_pod_name": "l2-mount-watchdog-x",
-            "__meta_kubernetes_pod_node_name": harness.NODE})])
+            "__meta_kubernetes_pod_node_name": harness.NODE})]
+        prometheus.set_targets(JOB_WATCHDOG, watchdog_targets)
         rig.watchdog.run_pass()  # the watchdog serves nothing before its first pass
         prometheus.wait_for_scrapes(JOB_VLLM, 2)
         prometheus.wait_for_scrapes(JOB_WATCHDOG, 1)
-        yield SimpleNamespace(prometheus=prometheus, writer=pods["writer"][0])
+        yield SimpleNamespace(prometheus=prometheus, writer=pods["writer"][0], watchdog_targets=watchdog_targets)
         watchdog_http.shutdown()
     finally:
         if prometheus is not None:
@@ -121,3 +124,24 @@ def test_no_space_fails_the_writers_stores_then_resolves(rig, live):
         if not firing():
             break
     assert firing() == []
+
+
+def test_a_node_without_its_watchdog_fires_kvcache_l2_mount_watchdog_missing_and_resolves(rig, live):
+    """The node's vLLM pods answer while its watchdog's target is gone (its pod deleted, crashing or
+    unscheduled): the join of the vLLM job's ``node`` with the watchdog's gauge leaves the node;
+    the watchdog back and passing, it resolves."""
+    prometheus = live.prometheus
+    rig.watchdog.run_pass()
+    prometheus.settle()
+    assert prometheus.alerts("KvCacheL2MountWatchdogMissing") == []
+    prometheus.set_targets(JOB_WATCHDOG, [])
+    try:
+        alert = prometheus.wait_for_alert("KvCacheL2MountWatchdogMissing", {"node": harness.NODE})
+        assert alert["labels"] == {"alertname": "KvCacheL2MountWatchdogMissing", "node": harness.NODE,
+                                   "severity": "warning"}
+        assert alert["annotations"]["summary"] == (f"{harness.NODE} runs vLLM pods of L2 lines with no L2 mount "
+                                                   "watchdog passing")
+    finally:
+        prometheus.set_targets(JOB_WATCHDOG, live.watchdog_targets)
+    rig.watchdog.run_pass()
+    prometheus.wait_for_resolved("KvCacheL2MountWatchdogMissing", {"node": harness.NODE})

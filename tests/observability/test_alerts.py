@@ -25,7 +25,9 @@ def test_the_issue_alerts_are_all_there(all_alerts) -> None:
         "KvCacheTtftP90OverSlo", "KvCachePodWithoutL2", "KvCacheCurvineWorkersLost",
         "KvCacheL2JanitorStale", "KvCacheL2JanitorFailing", "KvCacheL2MountDead",
         # issue 16: L2 stores and retrieves failing, the cross-pod hit canary failing
-        "KvCacheL2StoreFailing", "KvCacheL2RetrieveFailing", "KvCacheCrossPodCanaryFailing"}
+        "KvCacheL2StoreFailing", "KvCacheL2RetrieveFailing", "KvCacheCrossPodCanaryFailing",
+        # a node without its mount watchdog; a hot prefix not in L2, or not pinnable
+        "KvCacheL2MountWatchdogMissing", "KvCacheHotPrefixNotInL2", "KvCacheHotPrefixNamesMismatch"}
     for alert in all_alerts:
         assert alert.severity in ("critical", "warning") and alert.meaning and alert.action
 
@@ -170,9 +172,40 @@ def test_mount_dead_alert_reads_the_watchdogs_gauge_and_outlasts_healing(obs_pro
     assert "kubectl -n curvine logs ds/l2-mount-watchdog" in alert.action
 
 
+def test_watchdog_missing_alert_joins_l2_vllm_nodes_with_the_watchdogs_last_pass(obs_project, all_alerts) -> None:
+    """Per node (the vLLM job's ``node`` target label against the watchdog's ``node`` metric label):
+    nodes with an answering vLLM pod of an L2 line and no watchdog pass in 5 periods (150 s)."""
+    [alert] = by_name(all_alerts)["KvCacheL2MountWatchdogMissing"]
+    assert obs_project.platform.curvine.mount_watchdog.period_seconds == 30
+    assert alert.expr == (
+        'count by (node) (up{job="kvcache-vllm",business_line=~"rag-assistant|research-reasoning|ticket-triage"} '
+        '== 1) unless on (node) (time() - max by (node) (kvcache_l2_mount_watchdog_last_pass_timestamp_seconds'
+        '{job="kvcache-l2-mount-watchdog"}) < 150)')
+    assert alert.for_ == "10m" and alert.severity == "warning" and not alert.labels
+    # The join's two sides: the vLLM job sets ``node`` from the pod's node; the watchdog's gauge has it.
+    [vllm] = [j for j in targets.jobs(obs_project.platform, obs_project.business_lines)
+              if j["job_name"] == targets.JOB_VLLM]
+    assert {"source_labels": ["__meta_kubernetes_pod_node_name"], "target_label": "node"} in vllm["relabel_configs"]
+
+
+def test_hot_prefix_alerts_only_for_lines_that_declare_them(obs_project, all_alerts) -> None:
+    """Two warm-up periods short of the pinned tokens (2 x 60 min), per prefix; a failed self-check."""
+    [missing] = by_name(all_alerts)["KvCacheHotPrefixNotInL2"]
+    [names_wrong] = by_name(all_alerts)["KvCacheHotPrefixNamesMismatch"]
+    line = obs_project.business_line("rag-assistant")
+    assert line.hot_prefixes.warm_period_minutes == 60 and missing.for_ == "120m"
+    assert missing.labels == names_wrong.labels == {"business_line": "rag-assistant"}
+    assert missing.expr == (
+        'max by (prefix)(kvcache_hot_prefix_pinned_tokens{job="kvcache-l2-janitor",line="rag-assistant"}) - '
+        'max by (prefix)(kvcache_hot_prefix_l2_tokens{job="kvcache-l2-janitor",line="rag-assistant"}) > 0')
+    assert names_wrong.expr == 'min(kvcache_hot_prefix_names_ok{job="kvcache-l2-janitor",line="rag-assistant"}) == 0'
+    assert [l.name for l in obs_project.business_lines if l.hot_prefixes.active] == ["rag-assistant"]
+
+
 def test_no_mount_dead_alert_without_the_watchdog(obs_project) -> None:
     platform = obs_project.platform
     off = platform.model_copy(update={"curvine": platform.curvine.model_copy(update={
         "mount_watchdog": platform.curvine.mount_watchdog.model_copy(update={"enabled": False})})})
-    assert "KvCacheL2MountDead" not in {a.name for a in alerts.all_alerts(off, obs_project.business_lines)}
+    names_off = {a.name for a in alerts.all_alerts(off, obs_project.business_lines)}
+    assert not names_off & {"KvCacheL2MountDead", "KvCacheL2MountWatchdogMissing"}
     assert targets.JOB_L2_MOUNT_WATCHDOG not in {j["job_name"] for j in targets.jobs(off, obs_project.business_lines)}

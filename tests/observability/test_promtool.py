@@ -285,6 +285,73 @@ def _mount_dead(ann) -> list[dict[str, Any]]:
     return [fires, healed]
 
 
+def _watchdog_missing(ann) -> list[dict[str, Any]]:
+    """A node with L2 vLLM pods and no watchdog passing there: absent, or present but stalled."""
+    watchdog = {"job": targets.JOB_L2_MOUNT_WATCHDOG}
+    last_pass = "kvcache_l2_mount_watchdog_last_pass_timestamp_seconds"
+
+    def vllm_up(node: str, values: str = "1x40", **extra: str) -> dict[str, str]:
+        return series("up", {**VLLM, "pod": f"rag-{node}", "node": node, **extra}, values)
+
+    def passing(node: str, values: str = "0+60x40") -> dict[str, str]:  # a pass every minute: value = time()
+        return series(last_pass, {**watchdog, "node": node}, values)
+
+    def firing(node: str) -> list[tuple[dict[str, str], dict[str, str]]]:
+        return [({"severity": "warning", "node": node},
+                 ann(f"{node} runs vLLM pods of L2 lines with no L2 mount watchdog passing"))]
+
+    # hyperpod-b's watchdog never ran (hyperpod-a's does): pending from the start, firing after 10 min.
+    absent = {"interval": "1m", "input_series": [vllm_up("hyperpod-a"), passing("hyperpod-a"), vllm_up("hyperpod-b")],
+              "alert_rule_test": [expect("KvCacheL2MountWatchdogMissing", "9m", []),
+                                  expect("KvCacheL2MountWatchdogMissing", "11m", firing("hyperpod-b"))]}
+    # Its last pass finished at 4 min and it is still scraped: stale (150 s, 5 periods) from 6.5 min,
+    # so pending at 7 min and firing at 17.
+    stalled = {"interval": "1m", "input_series": [vllm_up("hyperpod-a"), passing("hyperpod-a", "0+60x4 240x36")],
+               "alert_rule_test": [expect("KvCacheL2MountWatchdogMissing", "16m", []),
+                                   expect("KvCacheL2MountWatchdogMissing", "18m", firing("hyperpod-a"))]}
+    # Watched nodes; a line without L2 (nothing to watch); a vLLM pod that does not answer yet.
+    healthy = {"interval": "1m", "input_series": [
+        vllm_up("hyperpod-a"), passing("hyperpod-a"),
+        vllm_up("hyperpod-c", business_line="legal-search", namespace="legal-search"),
+        vllm_up("hyperpod-d", "0x40")],
+        "alert_rule_test": [expect("KvCacheL2MountWatchdogMissing", "30m", [])]}
+    return [absent, stalled, healthy]
+
+
+def _hot_prefix_not_in_l2(ann) -> list[dict[str, Any]]:
+    """A declared prefix short of its pinned tokens in L2 for two warm-up periods (60 min each)."""
+    prefix = {**JANITOR, "prefix": "system-prompt"}
+    pinned = series("kvcache_hot_prefix_pinned_tokens", prefix, "1024x200")
+    firing = [({"severity": "warning", "business_line": LINE, "prefix": "system-prompt"},
+               ann(f"{LINE}: hot prefix system-prompt lacks 256 pinned tokens in L2"))]
+    # Its last chunk lost at 10 min and never restored.
+    lost = {"interval": "1m", "input_series": [pinned, series("kvcache_hot_prefix_l2_tokens", prefix, "1024x10 768x190")],
+            "alert_rule_test": [expect("KvCacheHotPrefixNotInL2", "129m", []),
+                                expect("KvCacheHotPrefixNotInL2", "131m", firing)]}
+    # Lost at 10 min, restored by the warm-up at 70 min (one period later); a prefix with no full
+    # chunk pins nothing and has nothing to miss.
+    restored = {"interval": "1m", "input_series": [
+        pinned, series("kvcache_hot_prefix_l2_tokens", prefix, "1024x10 768x60 1024x130"),
+        series("kvcache_hot_prefix_pinned_tokens", {**prefix, "prefix": "tool-schemas"}, "0x200"),
+        series("kvcache_hot_prefix_l2_tokens", {**prefix, "prefix": "tool-schemas"}, "0x200")],
+        "alert_rule_test": [expect("KvCacheHotPrefixNotInL2", "190m", [])]}
+    return [lost, restored]
+
+
+def _hot_prefix_names(ann) -> list[dict[str, Any]]:
+    metric = "kvcache_hot_prefix_names_ok"
+    fires = {"interval": "1m", "input_series": [series(metric, JANITOR, "1x3 0x20")],
+             "alert_rule_test": [expect("KvCacheHotPrefixNamesMismatch", "7m", []),
+                                 expect("KvCacheHotPrefixNamesMismatch", "9m", [(
+                                     {"severity": "warning", "business_line": LINE},
+                                     ann(f"{LINE}: the janitor cannot pin the hot prefixes (their chunk names "
+                                         "are not LMCache's)"))])]}
+    # A janitor that has not self-checked yet exports no gauge; one that has, 1.
+    healthy = {"interval": "1m", "input_series": [series(metric, JANITOR, "_x5 1x20")],
+               "alert_rule_test": [expect("KvCacheHotPrefixNamesMismatch", "25m", [])]}
+    return [fires, healthy]
+
+
 #: alertname -> its promtool test groups (given a function that completes the annotations).
 CASES: dict[str, Callable[[Callable[..., dict[str, str]]], list[dict[str, Any]]]] = {
     "KvCacheCurvinePoolAlmostFull": _pool_full,
@@ -302,6 +369,9 @@ CASES: dict[str, Callable[[Callable[..., dict[str, str]]], list[dict[str, Any]]]
     "KvCacheCrossPodCanaryFailing": _canary,
     "KvCacheL2HitRateCollapsed": _hit_rate_collapsed,
     "KvCacheL2MountDead": _mount_dead,
+    "KvCacheL2MountWatchdogMissing": _watchdog_missing,
+    "KvCacheHotPrefixNotInL2": _hot_prefix_not_in_l2,
+    "KvCacheHotPrefixNamesMismatch": _hot_prefix_names,
 }
 
 
@@ -374,6 +444,7 @@ MUTATIONS = [
     ("KvCacheL2StoreFailing", ") > 0.5 * ", ") < 0.5 * "),
     ("KvCacheCrossPodCanaryFailing", "< 0.5", "<= 1"),
     ("KvCacheCurvinePrimaryDown", "== 1)", "== 0)"),
+    ("KvCacheL2MountWatchdogMissing", "unless on (node)", "and on (node)"),
 ]
 
 
