@@ -10,7 +10,7 @@ Severity ``critical``: users are hurt now or will be within minutes (TTFT over S
 admission webhook, Primary down, pool nearly full). ``warning``: the cache works worse than it
 should (hit rate collapsed, a line over its watermark, a pod without L2, a line's L2 janitor stale
 or failing, L2 stores or retrieves failing, the cross-pod hit canary failing, a dead L2 mount or a
-node without its mount watchdog, a hot prefix not in L2 or not pinnable).
+node without its mount watchdog, a hot prefix's warm-ups failing or its chunks not pinnable).
 
 Every alert is evaluated by a real rule engine in the tests: ``promtool test rules`` with input
 series that fire it, the nearest healthy series that must not, and the labels a receiver gets
@@ -60,10 +60,14 @@ MOUNT_HEAL_PODS_PER_NODE: Final = 10
 #: node, which vLLM pods (minutes of model loading before their first scrape) never beat.
 WATCHDOG_STALE_PERIODS: Final = 5
 WATCHDOG_MISSING_FOR: Final = "10m"
-#: Scheduled warm-up rounds (``hot_prefixes.warm_period_minutes``) a declared prefix may stay
-#: short of its pinned tokens in L2 before the alert: one round can find every replica holding the
-#: prefix in its CPU buffer (L1), which then stores nothing; two in a row is a fault.
-HOT_PREFIX_MISSING_ROUNDS: Final = 2
+#: Warm-up results that need the operator: the replicas refuse the requests or tokenizing fails
+#: (``error``), or the prefix does not fit the model's context (``too_long``). Not ``partial`` or
+#: ``not_stored``: a replica that holds the prefix in its CPU buffer (L1) answers from it and stores
+#: nothing, which is no loss to its users, and the next new replica restores L2; failing L2 writes
+#: have their own alert (``KvCacheL2StoreFailing``); ``names_mismatch`` too.
+HOT_PREFIX_FAILED_RESULTS: Final = ("error", "too_long")
+#: Slack beyond one warm-up period for a round to finish (its requests, up to 60 s of settling).
+HOT_PREFIX_ROUND_SLACK_MIN: Final = 5
 #: Time a replacement pod takes to be scheduled and to mount L2 afresh after its eviction (the old
 #: vLLM pod's graceful termination included): the alert waits this much beyond the evictions.
 MOUNT_HEAL_RESTART_S: Final = 300
@@ -219,21 +223,24 @@ def line_alerts(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...])
                "written but not read: compare the two pods' LMCACHE_REMOTE_URL and PYTHONHASHSEED and their "
                "mounts (scripts/verify.py, docs/l2-cache.md 'Checking after deploy that two pods share the cache')."))
     hot_lines = [l for l in l2_lines if l.hot_prefixes.active]
-    out += _per_line(hot_lines, lambda line: Alert(
-        name="KvCacheHotPrefixNotInL2",
-        expr=f"{queries.hot_prefix_tokens_missing(line)} > 0",
-        for_=f"{HOT_PREFIX_MISSING_ROUNDS * line.hot_prefixes.warm_period_minutes}m", severity="warning",
-        labels={"business_line": line.name},
-        summary=f"{line.name}: hot prefix {{{{ $labels.prefix }}}} lacks {{{{ $value }}}} pinned tokens in L2",
-        meaning=f"For {HOT_PREFIX_MISSING_ROUNDS} warm-up periods (hot_prefixes.warm_period_minutes) some chunk "
-                "of a declared prefix has not been in L2 (kvcache_hot_prefix_pinned_tokens above "
-                "kvcache_hot_prefix_l2_tokens): a chunk lost with a Worker or a wiped directory that the "
-                "warm-ups did not restore. Replicas that do not hold the prefix in their CPU buffer (every new "
-                "one) prefill it cold.",
-        action=f"kubectl -n <namespace> logs deploy/{names.L2_JANITOR} | grep kvcache_hot_prefix (each warm-up's "
-               "result): not_stored or error: L2 writes fail (KvCacheL2StoreFailing, the mount) or the replicas "
-               "refuse the request; partial: every replica holds the prefix in L1, and the next new replica "
-               "restores it; too_long: the prefix exceeds the model's context (docs/l2-cache.md, 'Hot prefixes')."))
+    def warmups_failing(line: BusinessLineConfig) -> Alert:
+        period = line.hot_prefixes.warm_period_minutes
+        return Alert(
+            name="KvCacheHotPrefixWarmupFailing",
+            expr=queries.hot_prefix_warmups_failing(line, HOT_PREFIX_FAILED_RESULTS,
+                                                    f"{2 * period + HOT_PREFIX_ROUND_SLACK_MIN}m"),
+            for_=f"{period + HOT_PREFIX_ROUND_SLACK_MIN}m", severity="warning", labels={"business_line": line.name},
+            summary=f"{line.name}: the warm-ups of hot prefix {{{{ $labels.prefix }}}} keep failing",
+            meaning=f"Warm-ups of a declared prefix ended in {' or '.join(HOT_PREFIX_FAILED_RESULTS)} and none "
+                    f"in anything else for a warm-up period and {HOT_PREFIX_ROUND_SLACK_MIN} minutes (so at "
+                    "least two rounds in a row): the prefix is not kept in L2, and every replica that does not "
+                    "hold it in its CPU buffer (every new one) prefills it cold.",
+            action=f"kubectl -n <namespace> logs deploy/{names.L2_JANITOR} | grep kvcache_hot_prefixes (each "
+                   "round's result per prefix): too_long: the prefix is longer than the model's context, shorten "
+                   "it; error: the replicas refuse /tokenize or the one-token request (their logs), or the "
+                   "janitor cannot reach them (docs/l2-cache.md, 'Hot prefixes').")
+
+    out += _per_line(hot_lines, warmups_failing)
     out += _per_line(hot_lines, lambda line: Alert(
         name="KvCacheHotPrefixNamesMismatch",
         expr=f"{queries.hot_prefix_names_ok(line)} == 0",

@@ -258,11 +258,21 @@ def hot_prefix_pinned_bytes(line: BusinessLineConfig) -> str:
     return f"max({janitor_selector(l2_janitor.PINNED_BYTES_METRIC, line)})"
 
 
-def hot_prefix_tokens_missing(line: BusinessLineConfig) -> str:
-    """Per declared prefix of the line, pinned tokens whose chunks are not all in L2 now (> 0: some
-    chunk of the prefix is gone, or was never stored)."""
-    return (f"{hot_prefix_tokens(line, hot_prefixes.PINNED_TOKENS_METRIC)} - "
-            f"{hot_prefix_tokens(line, hot_prefixes.L2_TOKENS_METRIC)}")
+def hot_prefix_warmups_failing(line: BusinessLineConfig, failed: tuple[str, ...], window: str) -> str:
+    """Per declared prefix of the line: warm-ups over ``window`` ended in one of the ``failed``
+    results, and none in another (1 series per such prefix, label ``prefix``).
+
+    The warmer exports every result's counter from 0 for each declared prefix, so ``increase``
+    sees the first failure too.
+    """
+    counter = hot_prefixes.WARMUPS_METRIC + "_total"
+    others = tuple(r for r in hot_prefixes.RESULTS if r not in failed)
+
+    def increase(results: tuple[str, ...]) -> str:
+        sel = selector(counter, job=targets.JOB_L2_JANITOR, line=line.name, result="|".join(results) + "~")
+        return f"sum by (prefix) (increase({sel}[{window}])) > 0"
+
+    return f"{increase(failed)} unless on (prefix) {increase(others)}"
 
 
 def hot_prefix_names_ok(line: BusinessLineConfig) -> str:

@@ -26,8 +26,8 @@ def test_the_issue_alerts_are_all_there(all_alerts) -> None:
         "KvCacheL2JanitorStale", "KvCacheL2JanitorFailing", "KvCacheL2MountDead",
         # issue 16: L2 stores and retrieves failing, the cross-pod hit canary failing
         "KvCacheL2StoreFailing", "KvCacheL2RetrieveFailing", "KvCacheCrossPodCanaryFailing",
-        # a node without its mount watchdog; a hot prefix not in L2, or not pinnable
-        "KvCacheL2MountWatchdogMissing", "KvCacheHotPrefixNotInL2", "KvCacheHotPrefixNamesMismatch"}
+        # a node without its mount watchdog; a hot prefix's warm-ups failing, or its chunks not pinnable
+        "KvCacheL2MountWatchdogMissing", "KvCacheHotPrefixWarmupFailing", "KvCacheHotPrefixNamesMismatch"}
     for alert in all_alerts:
         assert alert.severity in ("critical", "warning") and alert.meaning and alert.action
 
@@ -189,15 +189,17 @@ def test_watchdog_missing_alert_joins_l2_vllm_nodes_with_the_watchdogs_last_pass
 
 
 def test_hot_prefix_alerts_only_for_lines_that_declare_them(obs_project, all_alerts) -> None:
-    """Two warm-up periods short of the pinned tokens (2 x 60 min), per prefix; a failed self-check."""
-    [missing] = by_name(all_alerts)["KvCacheHotPrefixNotInL2"]
+    """Warm-ups failing (error, too_long; none else) over two periods and slack (2 x 60 + 5 min), held
+    one period and slack (65 min); a failed self-check of the chunk names, held 5 min."""
+    [failing] = by_name(all_alerts)["KvCacheHotPrefixWarmupFailing"]
     [names_wrong] = by_name(all_alerts)["KvCacheHotPrefixNamesMismatch"]
     line = obs_project.business_line("rag-assistant")
-    assert line.hot_prefixes.warm_period_minutes == 60 and missing.for_ == "120m"
-    assert missing.labels == names_wrong.labels == {"business_line": "rag-assistant"}
-    assert missing.expr == (
-        'max by (prefix)(kvcache_hot_prefix_pinned_tokens{job="kvcache-l2-janitor",line="rag-assistant"}) - '
-        'max by (prefix)(kvcache_hot_prefix_l2_tokens{job="kvcache-l2-janitor",line="rag-assistant"}) > 0')
+    assert line.hot_prefixes.warm_period_minutes == 60 and failing.for_ == "65m" and names_wrong.for_ == "5m"
+    assert failing.labels == names_wrong.labels == {"business_line": "rag-assistant"}
+    sel = 'kvcache_hot_prefix_warmups_total{job="kvcache-l2-janitor",line="rag-assistant",result=~"%s"}[125m]'
+    assert failing.expr == (
+        f'sum by (prefix) (increase({sel % "error|too_long"})) > 0 unless on (prefix) '
+        f'sum by (prefix) (increase({sel % "in_l2|stored|partial|not_stored|names_mismatch|short"})) > 0')
     assert names_wrong.expr == 'min(kvcache_hot_prefix_names_ok{job="kvcache-l2-janitor",line="rag-assistant"}) == 0'
     assert [l.name for l in obs_project.business_lines if l.hot_prefixes.active] == ["rag-assistant"]
 

@@ -318,24 +318,32 @@ def _watchdog_missing(ann) -> list[dict[str, Any]]:
     return [absent, stalled, healthy]
 
 
-def _hot_prefix_not_in_l2(ann) -> list[dict[str, Any]]:
-    """A declared prefix short of its pinned tokens in L2 for two warm-up periods (60 min each)."""
+def _hot_prefix_warmups_failing(ann) -> list[dict[str, Any]]:
+    """Warm-ups of a declared prefix failing (error, too_long) with none succeeding, past one warm-up
+    period (60 min) and its 5-minute slack: two rounds in a row, not one."""
     prefix = {**JANITOR, "prefix": "system-prompt"}
-    pinned = series("kvcache_hot_prefix_pinned_tokens", prefix, "1024x200")
+
+    def warmups(result: str, values: str) -> dict[str, str]:
+        return series("kvcache_hot_prefix_warmups_total", {**prefix, "result": result}, values)
+
     firing = [({"severity": "warning", "business_line": LINE, "prefix": "system-prompt"},
-               ann(f"{LINE}: hot prefix system-prompt lacks 256 pinned tokens in L2"))]
-    # Its last chunk lost at 10 min and never restored.
-    lost = {"interval": "1m", "input_series": [pinned, series("kvcache_hot_prefix_l2_tokens", prefix, "1024x10 768x190")],
-            "alert_rule_test": [expect("KvCacheHotPrefixNotInL2", "129m", []),
-                                expect("KvCacheHotPrefixNotInL2", "131m", firing)]}
-    # Lost at 10 min, restored by the warm-up at 70 min (one period later); a prefix with no full
-    # chunk pins nothing and has nothing to miss.
-    restored = {"interval": "1m", "input_series": [
-        pinned, series("kvcache_hot_prefix_l2_tokens", prefix, "1024x10 768x60 1024x130"),
-        series("kvcache_hot_prefix_pinned_tokens", {**prefix, "prefix": "tool-schemas"}, "0x200"),
-        series("kvcache_hot_prefix_l2_tokens", {**prefix, "prefix": "tool-schemas"}, "0x200")],
-        "alert_rule_test": [expect("KvCacheHotPrefixNotInL2", "190m", [])]}
-    return [lost, restored]
+               ann(f"{LINE}: the warm-ups of hot prefix system-prompt keep failing"))]
+    # Rounds at 10 and 70 min fail (the replicas refuse): pending from 10 min, firing at 75.
+    failing = {"interval": "1m", "input_series": [warmups("error", "0x10 1x60 2x120"), warmups("stored", "0x190")],
+               "alert_rule_test": [expect("KvCacheHotPrefixWarmupFailing", "74m", []),
+                                   expect("KvCacheHotPrefixWarmupFailing", "76m", firing)]}
+    # A prefix longer than the model's context fails every round the same way.
+    too_long = {"interval": "1m", "input_series": [warmups("too_long", "0x10 1x60 2x60 3x60"), warmups("in_l2", "0x190")],
+                "alert_rule_test": [expect("KvCacheHotPrefixWarmupFailing", "76m", firing)]}
+    # One failed round, the next one stores; and every round answered from the replicas' CPU
+    # buffers (not_stored, partial: L2 lacks chunks that no user misses) is not a failure.
+    recovered = {"interval": "1m", "input_series": [warmups("error", "0x10 1x180"), warmups("stored", "0x70 1x120")],
+                 "alert_rule_test": [expect("KvCacheHotPrefixWarmupFailing", "74m", []),
+                                     expect("KvCacheHotPrefixWarmupFailing", "150m", [])]}
+    l1_held = {"interval": "1m", "input_series": [warmups("not_stored", "0x10 1x60 2x60 3x60"),
+                                                  warmups("partial", "0x40 1x150"), warmups("error", "0x190")],
+               "alert_rule_test": [expect("KvCacheHotPrefixWarmupFailing", "180m", [])]}
+    return [failing, too_long, recovered, l1_held]
 
 
 def _hot_prefix_names(ann) -> list[dict[str, Any]]:
@@ -370,7 +378,7 @@ CASES: dict[str, Callable[[Callable[..., dict[str, str]]], list[dict[str, Any]]]
     "KvCacheL2HitRateCollapsed": _hit_rate_collapsed,
     "KvCacheL2MountDead": _mount_dead,
     "KvCacheL2MountWatchdogMissing": _watchdog_missing,
-    "KvCacheHotPrefixNotInL2": _hot_prefix_not_in_l2,
+    "KvCacheHotPrefixWarmupFailing": _hot_prefix_warmups_failing,
     "KvCacheHotPrefixNamesMismatch": _hot_prefix_names,
 }
 
@@ -445,6 +453,7 @@ MUTATIONS = [
     ("KvCacheCrossPodCanaryFailing", "< 0.5", "<= 1"),
     ("KvCacheCurvinePrimaryDown", "== 1)", "== 0)"),
     ("KvCacheL2MountWatchdogMissing", "unless on (node)", "and on (node)"),
+    ("KvCacheHotPrefixWarmupFailing", "unless on (prefix)", "or on (prefix)"),
 ]
 
 
