@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from platform_config.runtime import prepare_jsii_node
-from tests.example_config import FIXTURE_CONFIG
+from tests.example_config import FIXTURE_CONFIG, copy_example_config
 
 # Before any test module imports aws_cdk or cdk8s: no jsii end-of-life box on Node 20.
 prepare_jsii_node()
@@ -28,6 +28,12 @@ class SynthesizedPlatform:
     app: object  # aws_cdk.App
     stacks: object  # stacks.PlatformStacks
     outdir: Path
+
+
+@pytest.fixture
+def config_dir(tmp_path: Path) -> Path:
+    """A writable copy of the scenario configuration, for tests that break or change one thing."""
+    return copy_example_config(tmp_path / "config")
 
 
 @pytest.fixture(scope="session")

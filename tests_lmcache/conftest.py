@@ -62,6 +62,8 @@ class ReplicaProcess:
     #: The vLLM container's env as rendered (in-cluster paths), what the Kubernetes API would list.
     rendered_env: dict[str, str]
     log_path: Path
+    #: Its own L2 mount (:meth:`Tier.start_replica_on_mount`), which :func:`point_mount` can kill.
+    mount: Path | None = None
 
     @property
     def port(self) -> int:
@@ -171,6 +173,7 @@ class Tier:
         served = ServedPod(proc, os.fdopen(replies_r, encoding="utf-8"), log_path, pod_env)
         served.ready = served.reply()
         return served
+
     def start_replica(self, line: str, name: str, *, pod: int = 0, env: dict[str, str] | None = None,
                       geometry: dict[str, int] = SMALL, vllm_none_hash: bool = False) -> ReplicaProcess:
         """Start a stand-in replica (:mod:`tests_lmcache.replica`) of ``line`` with the env of
@@ -196,6 +199,17 @@ class Tier:
             time.sleep(0.1)
         return ReplicaProcess(name, line, proc, f"http://127.0.0.1:{port_file.read_text()}", pod_env,
                               dict(self.doc["lines"][line]["envs"][pod]), log_path)
+
+    def start_replica_on_mount(self, line: str, name: str, mount: Path, *, pod: int = 0) -> ReplicaProcess:
+        """:meth:`start_replica` whose L2 path goes through its own mount: ``mount``, a new symlink to
+        the L2 root that :func:`point_mount` re-points (elsewhere: a dead mount), as a Pod's CSI
+        volume is its own bind of the node's FUSE session."""
+        mount.symlink_to(self.root)
+        env = self.pod_env(line, pod)
+        env["LMCACHE_REMOTE_URL"] = env["LMCACHE_REMOTE_URL"].replace(str(self.root), str(mount), 1)
+        replica = self.start_replica(line, name, pod=pod, env=env)
+        replica.mount = mount
+        return replica
 
     @staticmethod
     def finish(started: tuple[subprocess.Popen, Path, dict]) -> PodRun:

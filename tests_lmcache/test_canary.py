@@ -28,14 +28,8 @@ def pods(exported, tmp_path_factory):
     started = []
     try:
         def start(line: str, pod: int, name: str):
-            mount = base / f"mount-{name}"
-            mount.symlink_to(tier.root)
-            env = tier.pod_env(line, pod)
-            env["LMCACHE_REMOTE_URL"] = env["LMCACHE_REMOTE_URL"].replace(str(tier.root), str(mount), 1)
-            replica = tier.start_replica(line, name, pod=pod, env=env)
-            replica.mount = mount
-            started.append(replica)
-            return replica
+            started.append(tier.start_replica_on_mount(line, name, base / f"mount-{name}", pod=pod))
+            return started[-1]
 
         a, b = start(RAG, 0, f"{RAG}-7d9-a"), start(RAG, 1, f"{RAG}-7d9-b")
         ft = start(FINE_TUNED, 2, f"{RAG}-8e1-ft")

@@ -70,17 +70,9 @@ def live(exported, tmp_path_factory):
     started = []
     prometheus = None
     try:
-        replicas = []
         for pod, name in ((0, f"{RAG}-5d8f7c9b4-a"), (1, f"{RAG}-5d8f7c9b4-b")):
-            mount = mounts / name
-            mount.symlink_to(tier.root)
-            env = tier.pod_env(RAG, pod)
-            env["LMCACHE_REMOTE_URL"] = env["LMCACHE_REMOTE_URL"].replace(str(tier.root), str(mount), 1)
-            replica = tier.start_replica(RAG, name, pod=pod, env=env)
-            replica.mount = mount
-            replicas.append(replica)
-            started.append(replica)
-        a, b = replicas
+            started.append(tier.start_replica_on_mount(RAG, name, mounts / name, pod=pod))
+        a, b = started
         # The janitor, as its Deployment runs it (--no-pods: no API server here), through its own mount.
         janitor_mount = mounts / "l2-janitor"
         janitor_mount.symlink_to(tier.root)

@@ -18,15 +18,10 @@ import pytest
 
 from kv_tools.project_checks import load_checked_project
 from platform_config import ConfigError
-from tests.example_config import REPO, copy_example_config, edit_yaml
+from tests.example_config import REPO, edit_yaml
 
 RAG = Path("business-lines") / "rag-assistant.yaml"
 PLATFORM = Path("platform.yaml")
-
-
-@pytest.fixture
-def config_dir(tmp_path: Path) -> Path:
-    return copy_example_config(tmp_path / "config")
 
 
 def app(config_dir: Path, tmp_path: Path) -> subprocess.CompletedProcess:

@@ -16,12 +16,7 @@ import pytest
 from kv_tools.project_checks import load_checked_project
 from platform_config import ConfigError, load_platform
 from platform_config.models import ROUTING_STRATEGIES
-from tests.example_config import EXAMPLE, EXAMPLE_LINES, REPO, USER_CONFIG, copy_example_config, edit_yaml
-
-
-@pytest.fixture
-def config_dir(tmp_path: Path) -> Path:
-    return copy_example_config(tmp_path / "config")
+from tests.example_config import EXAMPLE, EXAMPLE_LINES, REPO, USER_CONFIG, edit_yaml
 
 
 def problems(config_dir: Path) -> list[str]:

@@ -12,23 +12,12 @@ import pytest
 
 from kv_tools import project_checks
 from kv_tools.project_checks import hot_prefix_budget, load_checked_project
-from platform_config import ConfigError
 from platform_config.models import MAX_HOT_PREFIX_BYTES
 from tests.config.test_broken_inputs import RAG, refused
-from tests.example_config import copy_example_config, edit_yaml
+from tests.config.test_config import problems
+from tests.example_config import edit_yaml
 
 PROMPT_FILE = "rag-assistant.system-prompt.md"
-
-
-@pytest.fixture
-def config_dir(tmp_path: Path) -> Path:
-    return copy_example_config(tmp_path / "config")
-
-
-def problems(config_dir: Path) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        load_checked_project(config_dir)
-    return [str(p) for p in caught.value.problems]
 
 
 def declare(config_dir: Path, *prefixes: dict, **section) -> None:

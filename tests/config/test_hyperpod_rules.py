@@ -15,14 +15,9 @@ import pytest
 from platform_config import load_project
 from platform_config.instances import INSTANCE_TYPES, InstanceType
 from tests.config.test_config import only_problem
-from tests.example_config import copy_example_config, edit_yaml
+from tests.example_config import edit_yaml
 
 G6E, P5 = 0, 1  # indexes of the scenario's instance groups (g6e-inference, p5-inference)
-
-
-@pytest.fixture
-def config_dir(tmp_path: Path) -> Path:
-    return copy_example_config(tmp_path / "config")
 
 
 def group(index: int, **changes: Any) -> Callable[[dict], None]:

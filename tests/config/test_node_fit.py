@@ -31,7 +31,7 @@ from platform_config.node_fit import (
     kubelet_reserved_memory_mib,
     node_budget,
 )
-from tests.config.test_config import config_dir, only_problem, problems  # noqa: F401 (config_dir: fixture)
+from tests.config.test_config import only_problem, problems
 from tests.example_config import FIXTURE_CONFIG, edit_yaml
 
 PROJECT = load_project(FIXTURE_CONFIG)

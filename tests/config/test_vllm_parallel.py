@@ -17,7 +17,7 @@ from k8s.lmcache import kv_relevant_vllm_args
 from kv_tools.planner import parse_vllm_args
 from platform_config import load_project
 from platform_config.vllm_args import flag_values, parallel_sizes
-from tests.config.test_config import config_dir, only_problem  # noqa: F401 (config_dir: fixture)
+from tests.config.test_config import only_problem
 from tests.example_config import edit_yaml
 
 

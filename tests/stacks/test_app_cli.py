@@ -5,14 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from tests.example_config import copy_example_config, edit_yaml, run_app
-
-
-@pytest.fixture
-def config_dir(tmp_path: Path) -> Path:
-    return copy_example_config(tmp_path / "config")
+from tests.example_config import edit_yaml, run_app
 
 
 def test_bad_platform_value_exits_2_names_file_and_field_and_writes_nothing(config_dir, tmp_path) -> None:

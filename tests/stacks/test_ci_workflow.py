@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -206,18 +207,26 @@ def test_platform_deploy_runs_the_preflight_before_any_stack_changes() -> None:
     assert "deploy-platform" in needs(jobs()["deploy-line"]) and "deploy-platform" in needs(jobs()["remove-orphans"])
 
 
-@pytest.mark.parametrize("rc, step_ok", [(0, True), (1, False), (2, False)])
-def test_preflight_step_fails_on_any_failed_check_and_shows_the_table(tmp_path, rc, step_ok) -> None:
-    """The step's shell, with preflight.py replaced by a stub exiting ``rc``."""
-    step = jobs()["deploy-platform"]["steps"][_step_index(jobs()["deploy-platform"], PREFLIGHT)]
+def run_with_stub_preflight(step: dict, tmp_path: Path, output: str,
+                            rc: int) -> tuple[subprocess.CompletedProcess, str]:
+    """Run ``step``'s shell as the runner does (bash -eo pipefail) with ``scripts/preflight.py``
+    replaced by a stub that prints ``output`` and exits ``rc``; (the result, the job summary it wrote)."""
     stub = tmp_path / "stub.py"
-    stub.write_text(f"import sys\nprint('FAIL  add-on x configuration  schema lacks y')\nsys.exit({rc})\n")
+    stub.write_text(f"import sys\nprint({output!r})\nsys.exit({rc})\n")
     script = step["run"].replace(".venv/bin/python scripts/preflight.py", f"{sys.executable} {stub}")
     summary = tmp_path / "summary"
     result = subprocess.run(["bash", "-eo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
                             env={**os.environ, "GITHUB_STEP_SUMMARY": str(summary)})
+    return result, summary.read_text()
+
+
+@pytest.mark.parametrize("rc, step_ok", [(0, True), (1, False), (2, False)])
+def test_preflight_step_fails_on_any_failed_check_and_shows_the_table(tmp_path, rc, step_ok) -> None:
+    """The step's shell, with preflight.py replaced by a stub exiting ``rc``."""
+    step = jobs()["deploy-platform"]["steps"][_step_index(jobs()["deploy-platform"], PREFLIGHT)]
+    result, summary = run_with_stub_preflight(step, tmp_path, "FAIL  add-on x configuration  schema lacks y", rc)
     assert (result.returncode == 0) is step_ok
-    assert "schema lacks y" in summary.read_text()
+    assert "schema lacks y" in summary
 
 
 def test_header_names_the_permissions_the_preflight_needs() -> None:
@@ -506,16 +515,11 @@ def test_update_guard_step_stops_the_job_and_names_the_nodes(tmp_path, rc, step_
     """The step's shell, with preflight.py a stub answering as the check does."""
     job = jobs()["deploy-platform"]
     step = job["steps"][_step_index(job, GUARD)]
-    stub = tmp_path / "stub.py"
-    stub.write_text("import sys\nprint('FAIL  hyperpod update  kvcache-hyperpod changes (HyperPodCluster changes), but "
-                    f"deep health checks run on 1 node(s) of kvcache-hyperpod: i-0bbb (g6e-inference): "
-                    f"DeepHealthCheckInProgress')\nsys.exit({rc})\n")
-    script = step["run"].replace(".venv/bin/python scripts/preflight.py", f"{sys.executable} {stub}")
-    summary = tmp_path / "summary"
-    result = subprocess.run(["bash", "-eo", "pipefail", "-c", script], cwd=tmp_path, capture_output=True, text=True,
-                            env={**os.environ, "GITHUB_STEP_SUMMARY": str(summary)})
+    output = ("FAIL  hyperpod update  kvcache-hyperpod changes (HyperPodCluster changes), but deep health checks run "
+              "on 1 node(s) of kvcache-hyperpod: i-0bbb (g6e-inference): DeepHealthCheckInProgress")
+    result, summary = run_with_stub_preflight(step, tmp_path, output, rc)
     assert (result.returncode == 0) is step_ok
-    assert "i-0bbb (g6e-inference): DeepHealthCheckInProgress" in summary.read_text()
+    assert "i-0bbb (g6e-inference): DeepHealthCheckInProgress" in summary
 
 
 def test_plan_splits_the_platform_stacks_at_the_hyperpod_stack(tmp_path) -> None:
