@@ -19,7 +19,7 @@ import urllib.request
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 TEXT = "text/plain; charset=utf-8"
@@ -84,6 +84,22 @@ def config_from_dict(cls: Callable[..., Any], data: dict[str, Any], what: str) -
         return cls(**data)
     except TypeError as exc:
         raise ValueError(f"{what} config: {exc}") from None
+
+
+def sample(name: str, labels: dict[str, str], value: str) -> str:
+    """One sample line of the Prometheus text format (:data:`METRICS_TEXT`): ``name{k="v",...} value``,
+    label values escaped as the format requires (backslash, newline, double quote), in the order of
+    ``labels``; ``value`` as the caller formats it."""
+    def escaped(v: str) -> str:
+        return v.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+    pairs = ",".join(f'{k}="{escaped(v)}"' for k, v in labels.items())
+    return f"{name}{{{pairs}}} {value}"
+
+
+def family(name: str, kind: str, help_text: str, samples: Iterable[tuple[dict[str, str], str]] = ()) -> list[str]:
+    """One metric family: its ``# HELP`` and ``# TYPE`` (``gauge``, ``counter``, ``histogram``) lines,
+    then :func:`sample` of ``name`` for each (labels, value) of ``samples``."""
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *(sample(name, l, v) for l, v in samples)]
 
 
 def health(check: Callable[[], tuple[bool, str]]) -> Callable[[], tuple[int, str, str]]:

@@ -646,7 +646,7 @@ class HotPrefixWarmer:
     def metrics(self) -> str:
         """The warmer's metrics in the Prometheus text format (module docstring); per-prefix token
         gauges only once the prefix was tokenized."""
-        base = f'line="{self.config.line}",namespace="{self.config.namespace}"'
+        base = {"line": self.config.line, "namespace": self.config.namespace}
         out: list[str] = []
         with self._lock:
             states = list(self.states.values())
@@ -658,17 +658,16 @@ class HotPrefixWarmer:
                   (L2_TOKENS_METRIC, "leading tokens of the prefix whose chunks are in L2 for every rank now",
                    lambda s: s.leading_chunks * self.config.chunk_size))
         for name, text, value in gauges:
-            rows = [f'{name}{{{base},prefix="{s.name}"}} {value(s)}' for s in states if s.tokens is not None]
+            rows = [({**base, "prefix": s.name}, str(value(s))) for s in states if s.tokens is not None]
             if rows:
-                out += [f"# HELP {name} {text}", f"# TYPE {name} gauge", *rows]
-        out += [f"# HELP {WARMUPS_METRIC}_total warm-ups of each prefix by result", f"# TYPE {WARMUPS_METRIC}_total counter"]
-        out += [f'{WARMUPS_METRIC}_total{{{base},prefix="{s.name}",result="{r}"}} {s.results[r]}'
-                for s in states for r in RESULTS]
+                out += core.family(name, "gauge", text, rows)
+        out += core.family(f"{WARMUPS_METRIC}_total", "counter", "warm-ups of each prefix by result",
+                           [({**base, "prefix": s.name, "result": r}, str(s.results[r]))
+                            for s in states for r in RESULTS])
         if names_ok is not None:
-            out += [f"# HELP {NAMES_OK_METRIC} 1 if the last self-check found the computed chunk names in L2, 0 if "
-                    "replicas wrote chunks under other names", f"# TYPE {NAMES_OK_METRIC} gauge",
-                    f"{NAMES_OK_METRIC}{{{base}}} {int(names_ok)}"]
+            out += core.family(NAMES_OK_METRIC, "gauge", "1 if the last self-check found the computed chunk names in "
+                               "L2, 0 if replicas wrote chunks under other names", [(base, str(int(names_ok)))])
         if last_round is not None:
-            out += [f"# HELP {LAST_ROUND_METRIC} when the last warm-up round finished (seconds since the epoch)",
-                    f"# TYPE {LAST_ROUND_METRIC} gauge", f"{LAST_ROUND_METRIC}{{{base}}} {last_round!r}"]
+            out += core.family(LAST_ROUND_METRIC, "gauge", "when the last warm-up round finished (seconds since the "
+                               "epoch)", [(base, repr(last_round))])
         return "\n".join(out) + "\n"

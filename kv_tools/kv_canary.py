@@ -442,34 +442,34 @@ def prometheus_text(config: CanaryConfig, last: RunResult | None, results: dict[
     * ``kvcache_canary_request_ttft_seconds`` (histogram, vLLM's TTFT buckets): the canary's own
       requests, which the line's TTFT SLO queries subtract.
     """
-    labels = f'line="{config.line}",namespace="{config.namespace}"'
+    labels = {"line": config.line, "namespace": config.namespace}
     out: list[str] = []
 
-    def gauge(name: str, text: str, rows: list[tuple[str, float]]) -> None:
-        out.extend([f"# HELP {name} {text}", f"# TYPE {name} gauge"])
-        out.extend(f"{name}{{{labels}{extra}}} {value!r}" for extra, value in rows)
+    def gauge(name: str, text: str, rows: list[tuple[dict[str, str], float]]) -> None:
+        out.extend(core.family(name, "gauge", text, [({**labels, **extra}, repr(value)) for extra, value in rows]))
 
     if last is not None:
         if last.result == "measured" and last.ratio is not None:
             gauge(RATIO_METRIC, "L2-served share of the canary prompt's full-chunk tokens on the second replica "
-                  "(last run)", [("", float(last.ratio))])
+                  "(last run)", [({}, float(last.ratio))])
             gauge(TTFT_METRIC, "TTFT of the last run's canary requests: cold (writer) and warm (reader)",
-                  [(',phase="cold"', float(last.ttft_cold_s or 0.0)), (',phase="warm"', float(last.ttft_warm_s or 0.0))])
+                  [({"phase": "cold"}, float(last.ttft_cold_s or 0.0)),
+                   ({"phase": "warm"}, float(last.ttft_warm_s or 0.0))])
         gauge(REPLICAS_METRIC, "comparable replicas (Running, Ready, one L2 directory) of the last run",
-              [("", float(last.replicas))])
-        gauge(LAST_RUN_METRIC, "when the last run finished (seconds since the epoch)", [("", float(last.finished_at))])
-    out.extend([f"# HELP {RUNS_METRIC}_total canary runs by result", f"# TYPE {RUNS_METRIC}_total counter"])
-    out.extend(f'{RUNS_METRIC}_total{{{labels},result="{res}"}} {float(results.get(res, 0))!r}' for res in RESULTS)
+              [({}, float(last.replicas))])
+        gauge(LAST_RUN_METRIC, "when the last run finished (seconds since the epoch)", [({}, float(last.finished_at))])
+    out.extend(core.family(f"{RUNS_METRIC}_total", "counter", "canary runs by result",
+                           [({**labels, "result": res}, repr(float(results.get(res, 0)))) for res in RESULTS]))
     name = REQUEST_TTFT_METRIC
-    out.extend([f"# HELP {name} TTFT of the canary's own requests, in vLLM's buckets (subtracted from the SLO)",
-                f"# TYPE {name} histogram"])
+    out.extend(core.family(name, "histogram", "TTFT of the canary's own requests, in vLLM's buckets (subtracted "
+                           "from the SLO)"))
     cumulative = 0
     for bound in (*VLLM_TTFT_BUCKETS, float("inf")):
         le = format_le(bound)
         cumulative += ttft_counts.get(le, 0)
-        out.append(f'{name}_bucket{{{labels},le="{le}"}} {float(cumulative)!r}')
-    out.append(f"{name}_sum{{{labels}}} {float(ttft_sum)!r}")
-    out.append(f"{name}_count{{{labels}}} {float(cumulative)!r}")
+        out.append(core.sample(f"{name}_bucket", {**labels, "le": le}, repr(float(cumulative))))
+    out.append(core.sample(f"{name}_sum", labels, repr(float(ttft_sum))))
+    out.append(core.sample(f"{name}_count", labels, repr(float(cumulative))))
     return "\n".join(out) + "\n"
 
 

@@ -691,13 +691,12 @@ def prometheus_text(s: RunSummary) -> str:
     """The pass ``s`` in the Prometheus text format: one gauge per :data:`_GAUGES` entry, labelled
     ``line`` and ``namespace``. ``last_run_timestamp_seconds`` is when the pass finished, so a
     server that keeps serving an old pass shows its age."""
-    labels = f'line="{s.line}",namespace="{s.namespace}"'
+    labels = {"line": s.line, "namespace": s.namespace}
     out = []
     for name, text, value in _GAUGES:
-        metric = METRIC_PREFIX + name
         number = value(s)
         shown = str(number) if isinstance(number, int) else repr(float(number))  # no rounding of bytes
-        out += [f"# HELP {metric} {text}", f"# TYPE {metric} gauge", f"{metric}{{{labels}}} {shown}"]
+        out += core.family(METRIC_PREFIX + name, "gauge", text, [(labels, shown)])
     return "\n".join(out) + "\n"
 
 

@@ -672,14 +672,6 @@ class Watchdog:
         return "" if last is None else prometheus_text(last, self.evictions, self.unmounts)
 
 
-def _label_value(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(**labels: str) -> str:
-    return ",".join(f'{k}="{_label_value(v)}"' for k, v in labels.items())
-
-
 def prometheus_text(report: PassReport, evictions: dict[str, int], unmounts: dict[str, int]) -> str:
     """The pass in the Prometheus text format.
 
@@ -693,28 +685,24 @@ def prometheus_text(report: PassReport, evictions: dict[str, int], unmounts: dic
     ``namespace`` and ``pod`` are empty when the API could not name the pod (``pod_uid`` label).
     """
     node = report.node
-    out = [f"# HELP {UP_METRIC} 1 if the pod's Curvine L2 mount answered in the last pass, 0 if dead, hung "
-           "or failing", f"# TYPE {UP_METRIC} gauge"]
     rows = sorted(report.mounts, key=lambda m: (m.namespace, m.pod, m.pod_uid, m.volume))
-    for m in rows:
-        labels = _labels(namespace=m.namespace, pod=m.pod, node=node, volume=m.volume, pod_uid=m.pod_uid)
-        out.append(f"{UP_METRIC}{{{labels}}} {int(m.state == ALIVE)}")
-    out += [f"# HELP {STATE_METRIC} 1 for the mount's state in the last pass (alive, dead, hung, error)",
-            f"# TYPE {STATE_METRIC} gauge"]
-    for m in rows:
-        for state in STATES:
-            labels = _labels(namespace=m.namespace, pod=m.pod, node=node, volume=m.volume, pod_uid=m.pod_uid,
-                             state=state)
-            out.append(f"{STATE_METRIC}{{{labels}}} {int(m.state == state)}")
+
+    def mount_labels(m: MountState, **extra: str) -> dict[str, str]:
+        return {"namespace": m.namespace, "pod": m.pod, "node": node, "volume": m.volume, "pod_uid": m.pod_uid,
+                **extra}
+
+    out = core.family(UP_METRIC, "gauge", "1 if the pod's Curvine L2 mount answered in the last pass, 0 if dead, "
+                      "hung or failing", [(mount_labels(m), str(int(m.state == ALIVE))) for m in rows])
+    out += core.family(STATE_METRIC, "gauge", "1 for the mount's state in the last pass (alive, dead, hung, error)",
+                       [(mount_labels(m, state=state), str(int(m.state == state))) for m in rows for state in STATES])
     for metric, text, counts in ((EVICTIONS_METRIC, "evictions of pods with a dead L2 mount, by result", evictions),
                                  (UNMOUNTS_METRIC, "lazy unmounts of dead L2 binds, by result", unmounts)):
-        out += [f"# HELP {metric} {text}", f"# TYPE {metric} counter"]
-        out += [f"{metric}{{{_labels(node=node, result=r)}}} {n}" for r, n in counts.items()]
+        out += core.family(metric, "counter", text, [({"node": node, "result": r}, str(n)) for r, n in counts.items()])
     for metric, text, value in (
             (PROBES_STUCK_METRIC, "statvfs probes still waiting for a FUSE answer", str(report.probes_stuck)),
             (API_ERRORS_METRIC, "API calls of the last pass that failed", str(len(report.api_errors))),
             (LAST_PASS_METRIC, "when the last pass finished (seconds since the epoch)", repr(report.finished_at))):
-        out += [f"# HELP {metric} {text}", f"# TYPE {metric} gauge", f"{metric}{{{_labels(node=node)}}} {value}"]
+        out += core.family(metric, "gauge", text, [({"node": node}, value)])
     return "\n".join(out) + "\n"
 
 
