@@ -223,6 +223,7 @@ def line_alerts(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...])
                "written but not read: compare the two pods' LMCACHE_REMOTE_URL and PYTHONHASHSEED and their "
                "mounts (scripts/verify.py, docs/l2-cache.md 'Checking after deploy that two pods share the cache')."))
     hot_lines = [l for l in l2_lines if l.hot_prefixes.active]
+
     def warmups_failing(line: BusinessLineConfig) -> Alert:
         period = line.hot_prefixes.warm_period_minutes
         return Alert(
