@@ -6,6 +6,7 @@ from whose directory the script imports it. Every agent's ConfigMap carries it: 
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
@@ -75,6 +76,20 @@ class KubeApi:
         """The Pods of ``namespace`` (those ``field_selector`` selects, if given); raises as :meth:`call`."""
         query = "?" + urllib.parse.urlencode({"fieldSelector": field_selector}) if field_selector else ""
         return self.call("GET", f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods{query}").get("items") or []
+
+
+def replica_request(url: str, method: str, path: str, body: bytes | None, timeout_s: float) -> tuple[int, bytes]:
+    """One plain-HTTP request to a replica (``url``: ``http://<pod IP>:<port>``), JSON ``body`` if
+    any: (status, reply body). OSError (a timeout included) when the replica does not answer."""
+    parsed = urllib.parse.urlparse(url)
+    conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=timeout_s)
+    try:
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
 
 
 def config_from_dict(cls: Callable[..., Any], data: dict[str, Any], what: str) -> Any:

@@ -59,14 +59,12 @@ Standard library only; imports nothing of the project (it runs from a ConfigMap)
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
-import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -293,23 +291,16 @@ def ready_replicas(pods: list[dict[str, Any]], config: HotPrefixConfig) -> list[
 
 
 class ReplicaClient:
-    """JSON over HTTP to one replica (standard library ``http.client``): ``/tokenize`` and ``/v1/completions``."""
+    """JSON over HTTP to one replica (:func:`agent_core.replica_request`): ``/tokenize`` and ``/v1/completions``."""
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
 
     def post(self, url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         """POST ``body`` as JSON; the JSON reply. OSError on a failed request or a status other than 200."""
-        parsed = urllib.parse.urlparse(url)
-        conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=self.timeout_s)
-        try:
-            conn.request("POST", path, body=json.dumps(body).encode("utf-8"), headers={"Content-Type": "application/json"})
-            response = conn.getresponse()
-            reply = response.read()
-        finally:
-            conn.close()
-        if response.status != 200:
-            raise OSError(f"POST {url}{path}: HTTP {response.status}: {reply[:200]!r}")
+        status, reply = core.replica_request(url, "POST", path, json.dumps(body).encode("utf-8"), self.timeout_s)
+        if status != 200:
+            raise OSError(f"POST {url}{path}: HTTP {status}: {reply[:200]!r}")
         try:
             return json.loads(reply)
         except ValueError as exc:

@@ -57,7 +57,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import hashlib
-import http.client
 import json
 import os
 import random
@@ -65,7 +64,6 @@ import re
 import sys
 import threading
 import time
-import urllib.parse
 from dataclasses import asdict, dataclass, field
 from http.server import ThreadingHTTPServer
 from typing import Any, Callable
@@ -285,21 +283,13 @@ class RunResult:
 
 
 class ReplicaClient:
-    """HTTP to one replica: ``/metrics`` and ``/v1/completions`` (standard library ``http.client``)."""
+    """HTTP to one replica: ``/metrics`` and ``/v1/completions`` (:func:`agent_core.replica_request`)."""
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
 
     def _request(self, url: str, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-        parsed = urllib.parse.urlparse(url)
-        conn = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=self.timeout_s)
-        try:
-            headers = {"Content-Type": "application/json"} if body is not None else {}
-            conn.request(method, path, body=body, headers=headers)
-            response = conn.getresponse()
-            return response.status, response.read()
-        finally:
-            conn.close()
+        return core.replica_request(url, method, path, body, self.timeout_s)
 
     def metrics(self, url: str) -> list[tuple[str, dict[str, str], float]]:
         status, body = self._request(url, "GET", METRICS_PATH)

@@ -454,11 +454,8 @@ class WatchdogConfig:
 
 
 def config_from_dict(data: dict[str, Any]) -> WatchdogConfig:
-    """:class:`WatchdogConfig` from the rendered JSON; ValueError on an unknown or bad key."""
-    try:
-        return WatchdogConfig(**data)
-    except TypeError as exc:
-        raise ValueError(f"watchdog config: {exc}") from None
+    """:class:`WatchdogConfig` from the rendered JSON; ValueError on a missing, unknown or bad key."""
+    return core.config_from_dict(WatchdogConfig, data, "watchdog")
 
 
 @dataclass
