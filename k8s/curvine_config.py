@@ -327,7 +327,6 @@ def cluster_conf(platform: PlatformConfig) -> dict[str, Any]:
     master at :data:`MASTER_LOG_LEVEL` without audit lines, the Workers at
     :data:`WORKER_LOG_LEVEL` (no per-block lines).
     """
-    c = platform.curvine
     host = names.cluster_domain_host(platform)
     stdout_log = {"level": "info", "log_dir": LOG_TO_STDOUT}
     return {

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from decimal import Decimal
-from typing import Annotated, Any, Literal, Union, get_args
+from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
     AfterValidator,

@@ -11,7 +11,6 @@ mount of the reader (ratio 0) and of the writer (it writes nothing, the reader m
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest

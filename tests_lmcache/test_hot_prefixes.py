@@ -18,7 +18,6 @@ import json
 import os
 import random
 import urllib.request
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest

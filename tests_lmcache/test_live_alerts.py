@@ -25,11 +25,9 @@ gone. ``for:`` is 0 in the live rule file (:func:`tests_lmcache.prometheus.fast_
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import threading
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest

@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from tests.k8s.conftest import find

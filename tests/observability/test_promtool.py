@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from kv_tools.kv_canary import VLLM_TTFT_BUCKETS, format_le
-from observability import alerts, targets
+from observability import targets
 from tests.observability import promtool
 from tests.observability.promtool import expect, series
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import json
 from typing import Any
 
 import pytest
-
-import json
 
 from kv_tools.preflight import (
     CheckResult,
