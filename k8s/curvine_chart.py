@@ -585,10 +585,18 @@ class CurvineChart(cdk8s.Chart):
                 volume_mounts=[k8s.VolumeMount(name=socket_mount, mount_path="/csi")],
                 resources=_resources(SIDECAR_RESOURCES), security_context=_restricted())
 
+        namespace_env = k8s.EnvVar(name="KUBERNETES_NAMESPACE", value_from=k8s.EnvVarSource(
+            field_ref=k8s.ObjectFieldSelector(field_path="metadata.namespace")))
         controller = k8s.Container(
             name="csi-plugin", image=img.curvine_csi, command=["/opt/curvine/csi"],
             args=["--endpoint=$(CSI_ENDPOINT)", "--nodeid=$(NODE_NAME)"],
-            env=[k8s.EnvVar(name="CSI_ENDPOINT", value=f"unix://{CSI_SOCKET}"), node_name_env, conf_env],
+            # The binary builds a node service in every process, the controller's too, and without
+            # MOUNT_MODE it builds the standalone one, which exits (klog.Fatalf) for want of
+            # STANDALONE_SERVICE_ACCOUNT: the controller would crash-loop and no PVC would ever be
+            # provisioned. Upstream's controller sets "embedded" for this reason (curvine-csi
+            # pkg/csi/driver.go NewDriver, deploy/deployment.yaml; docs/sources.md §16).
+            env=[k8s.EnvVar(name="CSI_ENDPOINT", value=f"unix://{CSI_SOCKET}"), node_name_env, namespace_env,
+                 k8s.EnvVar(name="MOUNT_MODE", value="embedded"), conf_env],
             ports=[k8s.ContainerPort(name="healthz", container_port=CSI_HEALTH_PORT, protocol="TCP")],
             liveness_probe=health, resources=_resources(CSI_RESOURCES),
             volume_mounts=[k8s.VolumeMount(name="socket-dir", mount_path="/csi"), conf_mount],
@@ -624,9 +632,7 @@ class CurvineChart(cdk8s.Chart):
         node_plugin = k8s.Container(
             name="csi-plugin", image=img.curvine_csi, command=["/opt/curvine/csi"],
             args=["--endpoint=$(CSI_ENDPOINT)", "--nodeid=$(NODE_NAME)"],
-            env=[k8s.EnvVar(name="CSI_ENDPOINT", value=f"unix://{CSI_SOCKET}"), node_name_env,
-                 k8s.EnvVar(name="KUBERNETES_NAMESPACE", value_from=k8s.EnvVarSource(
-                     field_ref=k8s.ObjectFieldSelector(field_path="metadata.namespace"))),
+            env=[k8s.EnvVar(name="CSI_ENDPOINT", value=f"unix://{CSI_SOCKET}"), node_name_env, namespace_env,
                  # FUSE runs in standalone pods the plugin creates, so a plugin restart does not
                  # kill the mounts of running inference pods. Those pods are NOT in this chart:
                  # the plugin builds them (standalone_manager.go buildStandalone) as privileged,

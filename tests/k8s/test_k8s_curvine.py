@@ -323,6 +323,31 @@ def test_csi_rbac_is_scoped(curvine):
                 assert "*" not in rule["verbs"] and "*" not in rule["resources"]
 
 
+def _env_values(container) -> dict[str, str | None]:
+    """Plain env values of a container; a ``valueFrom`` entry reads as None (set, value from the API)."""
+    return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+
+def test_every_csi_plugin_process_starts(curvine):
+    """What curvine-csi v0.3.2-alpha's ``NewDriver`` needs to start (driver.go l.57-84, docs/sources.md §9):
+    ``MOUNT_MODE`` unset means standalone, which exits without ``STANDALONE_SERVICE_ACCOUNT``. The
+    controller runs embedded, as upstream's does (it mounts nothing; standalone would also run a FUSE-pod
+    garbage collector there); the node plugin runs standalone under an account of this chart."""
+    accounts = {o["metadata"]["name"] for o in curvine if o["kind"] == "ServiceAccount"}
+    modes = {}
+    for kind, name in (("Deployment", names.CSI_CONTROLLER), ("DaemonSet", names.CSI_NODE)):
+        plugin = _container(find(curvine, kind, name), "csi-plugin")
+        assert plugin["command"] == ["/opt/curvine/csi"]
+        env = _env_values(plugin)
+        mode = env.get("MOUNT_MODE") or "standalone"  # NewDriver's default
+        assert mode in ("embedded", "standalone"), (name, mode)
+        if mode == "standalone":
+            assert env.get("STANDALONE_SERVICE_ACCOUNT") in accounts, name
+        assert "KUBERNETES_NAMESPACE" in env, name  # else "curvine", whatever curvine.namespace says
+        modes[name] = mode
+    assert modes == {names.CSI_CONTROLLER: "embedded", names.CSI_NODE: "standalone"}
+
+
 def test_master_network_policy(curvine, k8s_project):
     pol = find(curvine, "NetworkPolicy", "curvine-master-ingress")["spec"]
     assert pol["policyTypes"] == ["Ingress"]
