@@ -3,8 +3,10 @@
 
 Same code path as the CDK app (:func:`k8s.render.render_manifests` builds the same chart
 classes the stacks apply), from the same config directory (``--config DIR``, else
-``$KVCACHE_CONFIG_DIR``, else ``config/``; ``make manifests CONFIG=dir``). Writes, replacing the
-output directory as a whole (readable by everyone, like ``cdk.out/``):
+``$KVCACHE_CONFIG_DIR``, else ``config/``; ``make manifests CONFIG=dir``). Writes into the output
+directory (readable by everyone, like ``cdk.out/``), replacing and removing only the files it wrote
+there before (listed in ``.kvcache-manifests.json``): a file of the same name that it did not write
+is refused, never overwritten, and nothing else in the directory is touched:
 
 * ``curvine.yaml``                    the Curvine chart (needs the Primary's EBS volume ID);
 * ``line-<name>.yaml``                one file per business line, in apply order;
@@ -34,10 +36,9 @@ Bad input (invalid config, malformed volume ID or zone, unreadable outputs file)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import shutil
-import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -167,37 +168,98 @@ def reference_patch(project: ProjectConfig, line: BusinessLineConfig) -> dict[st
     }
 
 
-def write_files(out: Path, files: dict[str, str], *, keep: tuple[str, ...] = ()) -> None:
-    """Replace ``out`` with exactly ``files``, plus the files of ``keep`` already in ``out``
-    (written to a sibling temp dir, then swapped in). Directories and files get the modes a plain
-    ``mkdir`` and ``open`` give under the current umask (``cdk.out/`` has the same), not the
-    owner-only mode of a temp dir."""
-    out = out.resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    umask = os.umask(0)
-    os.umask(umask)
+#: The list of files a run wrote into the output directory (JSON), so the next run replaces and
+#: removes only those: a directory may hold anything else (a GitOps checkout, ``.git`` included).
+WRITTEN_LIST = ".kvcache-manifests.json"
+
+
+def _written_before(out: Path) -> set[str]:
+    """Relative paths the last run wrote into ``out`` (:data:`WRITTEN_LIST`; empty if none)."""
+    listing = out / WRITTEN_LIST
+    if not listing.is_file():
+        return set()
     try:
-        os.chmod(tmp, (stat.S_IRWXU | stat.S_IRWXG | stat.S_IRWXO) & ~umask)
-        for rel, content in files.items():
-            path = tmp / rel
+        data = json.loads(listing.read_text(encoding="utf-8"))
+        return {rel for rel in data["files"] if isinstance(rel, str)}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"--out {out}: {WRITTEN_LIST} is not the list this tool writes ({exc}); "
+                         "allowed: remove it, or another --out") from None
+
+
+def check_out_dir(out: Path, files: dict[str, str]) -> set[str]:
+    """Refuse an ``out`` this tool must not write into; returns what the last run wrote there.
+
+    Raises:
+        InputError: ``out`` (or a folder on the way to one of ``files``) is not a directory, or one of
+            ``files`` is there already and was not written by this tool (it would be overwritten).
+    """
+    out = out.absolute()
+    allowed = "allowed: a directory (created if missing) that holds no other files of these names"
+    if out.exists() and not out.is_dir():
+        raise InputError(f"--out {out} is not a directory; {allowed}")
+    if not out.exists():
+        return set()
+    before = _written_before(out)
+    foreign = []
+    for rel in sorted(files):
+        path = out / rel
+        for folder in (out / parent for parent in Path(rel).parents if parent != Path(".")):
+            if folder.exists() and not folder.is_dir():
+                raise InputError(f"--out {out}: {folder} is not a directory; {allowed}")
+        if (path.exists() or path.is_symlink()) and rel not in before:
+            foreign.append(rel)
+    if foreign:
+        raise InputError(f"--out {out}: {', '.join(foreign)} already there and not written by {TOOL} "
+                         f"(no {WRITTEN_LIST} lists them): nothing was overwritten; {allowed}")
+    return before
+
+
+def write_files(out: Path, files: dict[str, str], *, keep: tuple[str, ...] = ()) -> None:
+    """Write ``files`` (relative path -> text) into ``out`` and remove the files the last run wrote
+    there that this run does not (except those of ``keep``); nothing else in ``out`` is touched.
+
+    Every file is first written beside its place and then renamed over it, so a reader never sees
+    half a file. Directories and files get the modes a plain ``mkdir`` and ``open`` give under the
+    current umask (``cdk.out/`` has the same). :data:`WRITTEN_LIST` records what was written.
+
+    Raises:
+        InputError: see :func:`check_out_dir` (checked before anything is written).
+    """
+    out = out.absolute()
+    before = check_out_dir(out, files)
+    kept = before & set(keep)  # still this tool's: a later run may replace or remove them
+    written = {**files, WRITTEN_LIST: json.dumps({"tool": TOOL, "files": sorted(set(files) | kept)}, indent=2) + "\n"}
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for rel, content in written.items():
+            path = out / rel
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(content, encoding="utf-8")
-        for rel in keep:
-            if (out / rel).is_file() and rel not in files:
-                shutil.copy2(out / rel, tmp / rel)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+            staged.append((Path(tmp), path))
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(content)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        for tmp, path in staged:
+            os.replace(tmp, path)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
         raise
+    for rel in sorted(before - set(files) - set(keep)):
+        stale = out / rel
+        if stale.is_file() or stale.is_symlink():
+            stale.unlink()
+        with contextlib.suppress(OSError):  # a folder this tool made, once empty (patches/)
+            if stale.parent != out:
+                stale.parent.rmdir()
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.make_parser(TOOL, __doc__.splitlines()[0])
     cli.add_config_option(parser)
-    parser.add_argument("--out", type=Path, default=ROOT / "dist", help="output directory (replaced)")
+    parser.add_argument("--out", type=Path, default=ROOT / "dist", help="output directory; only the files this tool wrote there are replaced or removed")
     parser.add_argument("--volume-id", default=os.environ.get("CURVINE_VOLUME_ID") or None,
                         help="EBS volume ID of the Curvine Primary (vol-...; env CURVINE_VOLUME_ID)")
     parser.add_argument("--availability-zone", default=os.environ.get("CURVINE_VOLUME_AZ") or None,
@@ -225,7 +287,10 @@ def main(argv: list[str] | None = None) -> int:
         return cli.fail(exc)
     curvine_file = f"{CURVINE_CHART}.yaml"
     kept = (curvine_file,) if volume_id is None and not args.drop_curvine else ()
-    write_files(args.out, files, keep=kept)
+    try:
+        write_files(args.out, files, keep=kept)
+    except (InputError, OSError) as exc:  # a file in the way, a full disk, no permission
+        return cli.fail(exc)
     if zone != project.platform.gpu_availability_zone and volume_id is not None:
         print(f"warning: the Curvine Primary's volume is in {zone}, gpu_availability_zone is "
               f"{project.platform.gpu_availability_zone}: the Primary can only run on nodes in {zone}", file=sys.stderr)

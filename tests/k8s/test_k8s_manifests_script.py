@@ -39,7 +39,7 @@ def test_writes_one_file_per_chart_equal_to_render(script, tmp_path, manifests, 
     assert {"rag-assistant", "research-reasoning"} <= set(lines)
     with_l2 = [line.name for line in k8s_project.business_lines if line.cache.l2_enabled]
     assert len(with_l2) < len(lines)  # the fixture has a line without L2: it gets no patch
-    assert written == sorted(["curvine.yaml", "kyverno-values.yaml", *(f"line-{n}.yaml" for n in lines),
+    assert written == sorted([script.WRITTEN_LIST, "curvine.yaml", "kyverno-values.yaml", *(f"line-{n}.yaml" for n in lines),
                               *(f"patches/{n}.reference.json" for n in with_l2)])
     for name, objects in manifests.items():
         assert list(yaml.safe_load_all((out / f"{name}.yaml").read_text())) == objects
@@ -192,3 +192,59 @@ def test_make_manifests_takes_the_config_directory(tmp_path):
     result = subprocess.run(["make", "--no-print-directory", "-n", "manifests", f"CONFIG={tmp_path}"], cwd=REPO,
                             capture_output=True, text=True, timeout=60)
     assert f'scripts/manifests.py --config "{tmp_path}" --out dist' in result.stdout
+
+
+# --- issue 27: never delete or overwrite what this tool did not write ------------------------------
+
+def _tree(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_out_at_a_folder_of_other_files_keeps_every_one(script, tmp_path):
+    """``--out`` at a GitOps checkout (``.git`` and all) or at ``.``: the files are added beside what is
+    there; a later run replaces and removes only what an earlier one wrote."""
+    out = tmp_path / "gitops"
+    (out / ".git" / "refs").mkdir(parents=True)
+    (out / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (out / "README.md").write_text("our GitOps repository")
+    (out / "patches").mkdir()
+    (out / "patches" / "ours.json").write_text("{}")
+    theirs = _tree(out)
+    assert script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out), "--volume-id", VOLUME_ID]) == 0
+    first = _tree(out)
+    assert {k: first[k] for k in theirs} == theirs
+    assert "curvine.yaml" in first and "line-rag-assistant.yaml" in first
+    # A line leaves the config: its file goes, the repository's own files stay.
+    cfg = tmp_path / "config"
+    import shutil
+    shutil.copytree(FIXTURE_CONFIG, cfg)
+    (cfg / "business-lines" / "rag-assistant.yaml").unlink()
+    assert script.main(["--config", str(cfg), "--out", str(out), "--volume-id", VOLUME_ID]) == 0
+    second = _tree(out)
+    assert "line-rag-assistant.yaml" not in second and "patches/rag-assistant.reference.json" not in second
+    assert {k: second[k] for k in theirs} == theirs
+
+
+def test_a_file_of_the_same_name_not_written_by_the_tool_is_refused(script, tmp_path, capsys):
+    out = tmp_path / "gitops"
+    out.mkdir()
+    (out / "kyverno-values.yaml").write_text("# hand-written values")
+    assert script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"error: --out {out}: kyverno-values.yaml already there and not written by manifests.py" in err
+    assert sorted(p.name for p in out.iterdir()) == ["kyverno-values.yaml"], "nothing may be written"
+    assert (out / "kyverno-values.yaml").read_text() == "# hand-written values"
+
+
+@pytest.mark.parametrize("where", ["out", "patches"])
+def test_out_at_a_file_is_refused(script, tmp_path, capsys, where):
+    out = tmp_path / "dist"
+    if where == "out":
+        out.write_text("a file")
+    else:
+        out.mkdir()
+        (out / "patches").write_text("a file")
+    before = _tree(tmp_path)
+    assert script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out)]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    assert _tree(tmp_path) == before
