@@ -4,7 +4,7 @@
 Config directory: ``$KVCACHE_CONFIG_DIR`` (``make synth CONFIG=dir`` sets it), else the
 repository's ``config/``. Output: ``$CDK_OUTDIR`` (the CDK CLI sets it).
 
-Exit status (the tools' convention, kv_tools/cli.py): 0 synthesized; 2 bad input: a config problem (found before any construct exists),
+Exit status (the tools' convention, operator_tools/cli.py): 0 synthesized; 2 bad input: a config problem (found before any construct exists),
 a template over CloudFormation's size limit, or a finding of the synthesis-time validation (CloudFormation's
 rules, cdk-nag; stacks/synthesis_checks.py). Each problem is one line
 on stderr naming the file and the field or line, and nothing is written to ``$CDK_OUTDIR``:
@@ -27,8 +27,8 @@ import sys  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from kv_tools import cli  # noqa: E402
-from kv_tools.project_checks import load_checked_project  # noqa: E402
+from operator_tools import cli  # noqa: E402
+from capacity.project_checks import load_checked_project  # noqa: E402
 from platform_config import ConfigError  # noqa: E402
 from platform_config.loader import default_config_dir  # noqa: E402
 

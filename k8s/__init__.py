@@ -9,8 +9,8 @@ Modules:
     kyverno        the per-line Kyverno Policy and the Kyverno Helm values.
     line_chart     one chart per business line (namespace, RWX PVC, policy, endpoint).
     agent          what the three in-cluster agents' objects share (ConfigMap with script and
-                   kv_tools/agent_core.py, hash annotation, probes, RBAC to list a line's Pods).
-    janitor        the per-line L2 janitor Deployment (its logic: kv_tools/l2_janitor.py).
+                   cluster_agents/agent_core.py, hash annotation, probes, RBAC to list a line's Pods).
+    janitor        the per-line L2 janitor Deployment (its logic: cluster_agents/l2_janitor.py).
     render         builds every chart; the one code path shared by the CDK app and
                    ``scripts/manifests.py``.
 

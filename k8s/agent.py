@@ -1,6 +1,6 @@
 """What the objects of the three in-cluster agents share (:mod:`k8s.janitor`, :mod:`k8s.mount_watchdog`,
 :mod:`k8s.canary`): each runs a standard-library script from its ConfigMap on the pinned ``python``
-image, with ``agent_core.py`` (:mod:`kv_tools.agent_core`), which every script imports, beside it.
+image, with ``agent_core.py`` (:mod:`cluster_agents.agent_core`), which every script imports, beside it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import cdk8s
 from constructs import Construct
 
 from k8s.kube import k8s
-from kv_tools import agent_core
+from cluster_agents import agent_core
 
 SCRIPTS_DIR = Path(agent_core.__file__).parent
 CORE_FILE = "agent_core.py"
@@ -24,7 +24,7 @@ VOLUME = "config"
 
 @functools.cache
 def source(file: str) -> str:
-    """The text of ``kv_tools/<file>``, read once per process (every line ships two agents)."""
+    """The text of ``cluster_agents/<file>``, read once per process (every line ships two agents)."""
     return (SCRIPTS_DIR / file).read_text(encoding="utf-8")
 
 
@@ -38,7 +38,7 @@ class ScriptAgent(Construct):
     named ``name`` in ``namespace`` with ``labels``; subclasses add the RBAC and the workload.
 
     Args:
-        script: the script's file name in ``kv_tools/``.
+        script: the script's file name in ``cluster_agents/``.
         config_file, config: the JSON config's file name and content (written indented, keys sorted).
         config_dir: where the container mounts the ConfigMap.
         hash_annotation: the pod-template annotation that gets :func:`config_hash` of the data.

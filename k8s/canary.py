@@ -1,4 +1,4 @@
-"""The Kubernetes side of a line's cross-pod hit canary (its logic is :mod:`kv_tools.kv_canary`).
+"""The Kubernetes side of a line's cross-pod hit canary (its logic is :mod:`cluster_agents.kv_canary`).
 
 Objects, all in the line's namespace (docs/observability.md, "The cross-pod hit canary"):
 
@@ -26,7 +26,7 @@ from constructs import Construct
 from k8s import agent, names
 from k8s.kube import k8s
 from k8s.nodes import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE
-from kv_tools import kv_canary
+from cluster_agents import kv_canary
 from platform_config import BusinessLineConfig, PlatformConfig
 
 NAME: Final = names.KV_CANARY
@@ -51,7 +51,7 @@ def enabled(platform: PlatformConfig, line: BusinessLineConfig) -> bool:
 
 
 def canary_config(line: BusinessLineConfig) -> dict[str, Any]:
-    """``canary.json`` of the line (the fields of :class:`kv_tools.kv_canary.CanaryConfig`):
+    """``canary.json`` of the line (the fields of :class:`cluster_agents.kv_canary.CanaryConfig`):
     the endpoint Pods' label, vLLM's port and its name, the chunk size, ``canary.prompt_chunks``
     and ``canary.period_minutes`` in seconds."""
     config = {

@@ -18,7 +18,7 @@ directory, the per-pod ``.tmp-*`` directory) and delete them, with every chunk, 
 idle for one TTL. Curvine's quota eviction, the other consumer of a TTL, is a no-op in v0.3.2
 and is rendered off (:data:`ENABLE_QUOTA_EVICTION`). So the age bound
 (``curvine.eviction.ttl_hours``) and the capacity bound of each line are enforced on chunk
-*files* only, by the line's L2 janitor (:mod:`kv_tools.l2_janitor`), the only thing that deletes.
+*files* only, by the line's L2 janitor (:mod:`cluster_agents.l2_janitor`), the only thing that deletes.
 
 Every port is written explicitly: Curvine's defaults moved between releases (v0.3.2-alpha:
 master web 9000, worker web 9001, FUSE web 9002; later code: 9001/9002/9003), and the Service,

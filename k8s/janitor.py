@@ -1,13 +1,14 @@
-"""The Kubernetes side of a line's L2 janitor (its logic is :mod:`kv_tools.l2_janitor`).
+"""The Kubernetes side of a line's L2 janitor (its logic is :mod:`cluster_agents.l2_janitor`).
 
 Objects, all in the line's namespace (the PVC is namespaced, so the janitor must run there):
 
 * ConfigMap ``l2-janitor``: ``janitor.json`` (:func:`janitor_config`), ``l2_janitor.py`` (the
-  module's source) and ``agent_core.py``, standard library only, so the pinned ``python`` image
+  module's source), ``l2_directories.py`` (which directories a pass keeps) and ``agent_core.py``,
+  standard library only, so the pinned ``python`` image
   needs no build step (:class:`k8s.agent.LineAgent`); for a line with hot prefixes
   (``hot_prefixes``, docs/l2-cache.md "Hot prefixes") also ``hot_prefixes.json``
   (:func:`hot_prefix_config`), one ``prefix-<i>[-<j>].txt`` per text and ``hot_prefixes.py``
-  (:mod:`kv_tools.hot_prefixes`), and the container gets ``--hot-prefixes``: it warms the prefixes
+  (:mod:`cluster_agents.hot_prefixes`), and the container gets ``--hot-prefixes``: it warms the prefixes
   through the line's replicas (by Pod IP, the Pods its Role already lists) and keeps their chunks.
   No other object and no other right: the warm-up needs the PVC (to see and keep the chunks) and
   the Pod list, both the janitor's already;
@@ -44,7 +45,7 @@ Why each number (docs/l2-cache.md, "Day two"):
 * :data:`DIR_GRACE_S` 24 hours: a model directory the configuration or a Pod named within it is
   never deleted (besides the current and the previous configuration's, kept for good): a
   rollback, Pods waiting for GPUs or admission, a janitor that was down. It costs no capacity:
-  the age limit and the watermarks still delete the chunk files inside (``kv_tools.l2_janitor``).
+  the age limit and the watermarks still delete the chunk files inside (``cluster_agents.l2_janitor``).
 """
 
 from __future__ import annotations
@@ -59,9 +60,9 @@ from k8s.kube import k8s
 from k8s.lmcache import l2_cache_dir
 from k8s.nodes import hyperpod_node_requirements, instance_group_tolerations
 from k8s.patch import L2_MOUNT_PATH
-from kv_tools import hot_prefixes, l2_janitor
+from cluster_agents import hot_prefixes, l2_janitor
 from platform_config import BusinessLineConfig, PlatformConfig, pod_resources
-from platform_config.models import quantity_bytes
+from platform_config.fields import quantity_bytes
 from platform_config.vllm_args import PIPELINE_PARALLEL_FLAG, TENSOR_PARALLEL_FLAG, parallel_sizes
 
 NAME: Final = names.L2_JANITOR
@@ -69,6 +70,8 @@ CONFIG_FILE: Final = "janitor.json"
 SCRIPT_FILE: Final = "l2_janitor.py"
 HOT_PREFIX_CONFIG_FILE: Final = "hot_prefixes.json"
 HOT_PREFIX_SCRIPT_FILE: Final = "hot_prefixes.py"
+#: The module the janitor imports beside agent_core.py (:mod:`cluster_agents.l2_directories`).
+DIRECTORIES_FILE: Final = "l2_directories.py"
 CONFIG_DIR: Final = "/opt/kvcache-janitor"
 #: Seconds from the start of one pass to the start of the next (every 10 minutes).
 PERIOD_S: Final = l2_janitor.PERIOD_S
@@ -95,7 +98,7 @@ LABELS: Final = {"app.kubernetes.io/name": NAME, names.L2_JANITOR_COMPONENT_LABE
 
 
 def janitor_config(platform: PlatformConfig, line: BusinessLineConfig) -> dict[str, Any]:
-    """``janitor.json`` of the line (the fields of :class:`kv_tools.l2_janitor.JanitorConfig`).
+    """``janitor.json`` of the line (the fields of :class:`cluster_agents.l2_janitor.JanitorConfig`).
 
     ``live_dir`` is :func:`k8s.lmcache.l2_cache_dir`; ``capacity_bytes`` the PVC's ``l2_size``;
     the watermarks ``curvine.eviction.high_watermark`` / ``low_watermark`` (fractions of it);
@@ -120,7 +123,7 @@ def janitor_config(platform: PlatformConfig, line: BusinessLineConfig) -> dict[s
 
 
 def hot_prefix_config(platform: PlatformConfig, line: BusinessLineConfig) -> tuple[dict[str, Any], dict[str, str]] | None:
-    """``hot_prefixes.json`` of the line (the fields of :class:`kv_tools.hot_prefixes.HotPrefixConfig`)
+    """``hot_prefixes.json`` of the line (the fields of :class:`cluster_agents.hot_prefixes.HotPrefixConfig`)
     and the text files it names (ConfigMap key -> text), or None when the line warms no prefix
     (``hot_prefixes.enabled`` false, none declared, or L2 off).
 
@@ -171,9 +174,10 @@ class L2Janitor(agent.LineAgent):
     def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig,
                  line: BusinessLineConfig) -> None:
         hot = hot_prefix_config(platform, line)
-        extra_files = {} if hot is None else {
-            HOT_PREFIX_CONFIG_FILE: json.dumps(hot[0], indent=2, sort_keys=True) + "\n",
-            HOT_PREFIX_SCRIPT_FILE: agent.source(HOT_PREFIX_SCRIPT_FILE), **hot[1]}
+        extra_files = {DIRECTORIES_FILE: agent.source(DIRECTORIES_FILE)}
+        if hot is not None:
+            extra_files |= {HOT_PREFIX_CONFIG_FILE: json.dumps(hot[0], indent=2, sort_keys=True) + "\n",
+                            HOT_PREFIX_SCRIPT_FILE: agent.source(HOT_PREFIX_SCRIPT_FILE), **hot[1]}
         super().__init__(scope, construct_id, name=NAME, namespace=line.namespace, labels=LABELS, script=SCRIPT_FILE,
                          config_file=CONFIG_FILE, config=janitor_config(platform, line), config_dir=CONFIG_DIR,
                          hash_annotation=CONFIG_HASH_ANNOTATION, extra_files=extra_files)

@@ -58,7 +58,7 @@ from k8s.kyverno import BUSINESS_LINE_NAMESPACE_LABEL, policy_manifest
 from k8s.lmcache import PYTHONHASHSEED_ENV, env_name
 from k8s.patch import line_cache_env
 from platform_config import BusinessLineConfig, PlatformConfig
-from platform_config.models import FsxModelSource, HuggingFaceModelSource, S3ModelSource
+from platform_config.line_models import FsxModelSource, HuggingFaceModelSource, S3ModelSource
 
 #: ``l2CacheBackend`` placeholder: the CRD admits only redis|tieredstorage, so no field can point
 #: L2 at a file system; ``tieredstorage`` makes the operator render an L2-enabled pod, whose

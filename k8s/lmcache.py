@@ -1,7 +1,7 @@
 """LMCache settings of a business line's vLLM pods: the typed allow-list and the env to set.
 
 LMCache (:data:`LMCACHE_VERSION`, the release inside the ``lmcache/vllm-openai`` image every
-line must pin; :class:`platform_config.models.VllmConfig` refuses any other) reads every config
+line must pin; :class:`platform_config.line_models.VllmConfig` refuses any other) reads every config
 key ``k`` from the environment variable ``LMCACHE_<K>`` and silently ignores any other
 ``LMCACHE_*`` name (docs/sources.md §8). A misspelled variable therefore does nothing and nobody
 notices; :data:`LMCACHE_CONFIG_KEYS` is the list of names that release really reads, and
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from platform_config import BusinessLineConfig, PlatformConfig, vllm_args
-from platform_config.models import LMCACHE_VERSION
+from platform_config.fields import LMCACHE_VERSION
 
 __all__ = [
     "LMCACHE_CONFIG_KEYS",
@@ -286,7 +286,7 @@ def l2_fault_timeouts(platform: PlatformConfig) -> dict[str, int]:
     ``lookup_timeout_ms`` bounds a lookup (vLLM's scheduler counts a timeout as 0 hit tokens);
     ``blocking_timeout_secs`` (whole seconds: LMCache converts it with ``int()``) bounds each
     chunk read of a retrieve. Units as the keys say; defaults and their reasons in
-    :class:`platform_config.models.LMCacheSettings`.
+    :class:`platform_config.platform_models.LMCacheSettings`.
     """
     return {key: getattr(platform.lmcache, key) for key in L2_FAULT_TIMEOUT_KEYS}
 

@@ -1,4 +1,4 @@
-"""The Kubernetes side of the L2 mount watchdog (its logic is :mod:`kv_tools.l2_mount_watchdog`).
+"""The Kubernetes side of the L2 mount watchdog (its logic is :mod:`cluster_agents.l2_mount_watchdog`).
 
 Objects in Curvine's namespace (rendered by :class:`k8s.curvine_chart.CurvineChart` when
 ``curvine.mount_watchdog.enabled``):
@@ -39,7 +39,7 @@ from constructs import Construct
 from k8s import agent, names
 from k8s.kube import k8s
 from k8s.nodes import hyperpod_node_requirements
-from kv_tools import l2_mount_watchdog as watchdog
+from cluster_agents import l2_mount_watchdog as watchdog
 from platform_config import PlatformConfig, pod_resources
 
 NAME: Final = names.L2_MOUNT_WATCHDOG
@@ -53,7 +53,7 @@ KUBELET_DIR: Final = watchdog.KUBELET_DIR
 #: Pod-template annotation holding the SHA-256 of the ConfigMap's data (rolls the pods on a change).
 CONFIG_HASH_ANNOTATION: Final = "kvcache.io/l2-mount-watchdog-config-sha256"
 #: Liveness: every 30 s, restart after 3 failures; ``/healthz`` itself fails only after
-#: :data:`kv_tools.l2_mount_watchdog.STALE_PERIODS` periods without a finished pass.
+#: :data:`cluster_agents.l2_mount_watchdog.STALE_PERIODS` periods without a finished pass.
 LIVENESS_PERIOD_S: Final = 30
 LIVENESS_FAILURES: Final = 3
 PROBE_TIMEOUT_S: Final = 5
@@ -64,7 +64,7 @@ LABELS: Final = {"app.kubernetes.io/name": NAME,
 
 
 def watchdog_config(platform: PlatformConfig) -> dict[str, Any]:
-    """``watchdog.json`` (the fields of :class:`kv_tools.l2_mount_watchdog.WatchdogConfig`) from
+    """``watchdog.json`` (the fields of :class:`cluster_agents.l2_mount_watchdog.WatchdogConfig`) from
     ``curvine.mount_watchdog``; validated by the module's own loader."""
     c = platform.curvine.mount_watchdog
     config = {"heal": c.heal, "period_s": c.period_seconds, "probe_timeout_s": c.probe_timeout_seconds,

@@ -73,7 +73,7 @@ L2_MUTATED_LABEL_POINTER: Final = L2_MUTATED_LABEL.replace("~", "~0").replace("/
 
 #: The per-line L2 janitor (k8s/janitor.py): object name, the pod label the observability stack's
 #: scrape job selects on (observability/targets.py) and the name of its container port serving
-#: ``/metrics`` (the port number is :data:`kv_tools.l2_janitor.METRICS_PORT`).
+#: ``/metrics`` (the port number is :data:`cluster_agents.l2_janitor.METRICS_PORT`).
 L2_JANITOR: Final = "l2-janitor"
 L2_JANITOR_COMPONENT_LABEL: Final = ("app.kubernetes.io/component", L2_JANITOR)
 L2_JANITOR_METRICS_PORT_NAME: Final = "metrics"
@@ -81,13 +81,13 @@ L2_JANITOR_METRICS_PORT_NAME: Final = "metrics"
 #: The L2 mount watchdog (k8s/mount_watchdog.py, a DaemonSet in Curvine's namespace): object name
 #: (also its ServiceAccount, which each L2 line's RoleBinding names), the pod label the scrape job
 #: selects on and the name of its container port serving ``/metrics`` (the number is
-#: :data:`kv_tools.l2_mount_watchdog.METRICS_PORT`).
+#: :data:`cluster_agents.l2_mount_watchdog.METRICS_PORT`).
 L2_MOUNT_WATCHDOG: Final = "l2-mount-watchdog"
 L2_MOUNT_WATCHDOG_COMPONENT_LABEL: Final = ("app.kubernetes.io/component", L2_MOUNT_WATCHDOG)
 L2_MOUNT_WATCHDOG_METRICS_PORT_NAME: Final = "metrics"
 #: The per-line cross-pod hit canary (k8s/canary.py): object name, the pod label the observability
 #: stack's scrape job selects on (observability/targets.py) and its metrics port's name (its number
-#: is :data:`kv_tools.kv_canary.METRICS_PORT`, the janitor's 9100: one scraper port for both).
+#: is :data:`cluster_agents.kv_canary.METRICS_PORT`, the janitor's 9100: one scraper port for both).
 KV_CANARY: Final = "kv-canary"
 KV_CANARY_COMPONENT_LABEL: Final = ("app.kubernetes.io/component", KV_CANARY)
 KV_CANARY_METRICS_PORT_NAME: Final = "metrics"

@@ -10,7 +10,7 @@ from aws_cdk import Acknowledgment, RemovalPolicy, Size, Tags, Validations
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
-from platform_config.models import AZ_NAME_PATTERN
+from platform_config.fields import AZ_NAME_PATTERN
 
 _AZ_NAME = re.compile(AZ_NAME_PATTERN)
 

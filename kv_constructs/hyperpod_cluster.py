@@ -20,7 +20,8 @@ from constructs import Construct
 
 from kv_constructs import nag
 from platform_config import hyperpod_rules as rules
-from platform_config.models import HYPERPOD_NAME_PATTERN, TieredStorageConfig
+from platform_config.fields import HYPERPOD_NAME_PATTERN
+from platform_config.platform_models import TieredStorageConfig
 
 #: ``ClusterName`` / ``InstanceGroupName`` pattern and length (CloudFormation reference); the
 #: pattern is the config schema's, so config and construct cannot disagree.

@@ -27,14 +27,14 @@ from typing import Any, Final
 import yaml
 
 from k8s import names
-from kv_tools import l2_janitor, l2_mount_watchdog
+from cluster_agents import l2_janitor, l2_mount_watchdog
 from observability import queries, targets
 from platform_config import BusinessLineConfig, PlatformConfig
 
 #: Namespace name of the rule groups in the workspace.
 RULES_NAMESPACE: Final = "kvcache-tiers"
 #: A line's janitor is stale when its last finished pass is older than this many periods
-#: (:data:`kv_tools.l2_janitor.PERIOD_S`): three passes missed, not one late pass.
+#: (:data:`cluster_agents.l2_janitor.PERIOD_S`): three passes missed, not one late pass.
 JANITOR_STALE_PERIODS: Final = 3
 #: How far back the stale alert still sees a janitor that stopped being scraped.
 JANITOR_STALE_LOOKBACK: Final = "1d"

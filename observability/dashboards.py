@@ -25,7 +25,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 
-from kv_tools import hot_prefixes, kv_canary
+from cluster_agents import hot_prefixes, kv_canary
 from observability import queries, targets
 from platform_config import BusinessLineConfig, PlatformConfig
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, Literal
 
-from kv_tools import hot_prefixes, kv_canary, l2_janitor, l2_mount_watchdog
+from cluster_agents import hot_prefixes, kv_canary, l2_janitor, l2_mount_watchdog
 
 Kind = Literal["counter", "gauge", "histogram"]
 
@@ -101,7 +101,7 @@ VLLM: Final = Source(
     component="vLLM", repository="vllm-project/vllm", path="vllm/v1/metrics/loggers.py",
     versions=("v0.29.0", "v0.30.0"), naming=Naming.PYTHON_CLIENT,
     read_from="the PyPI wheels vllm==0.29.0 and vllm==0.30.0 (the file as released at those tags)")
-#: The LMCache release of the pinned image (``platform_config.models.LMCACHE_VERSION``; a light
+#: The LMCache release of the pinned image (``platform_config.fields.LMCACHE_VERSION``; a light
 #: test holds the two together). ``make test-lmcache`` runs that release, scrapes its metrics the
 #: way vLLM's ``/metrics`` does, and checks every LMCache row of :data:`METRICS` (name, type,
 #: labels) against what it exposes.
@@ -134,20 +134,20 @@ SCRAPER: Final = Source(
     path="docs/configuration: 'up' per target", versions=("any",), naming=Naming.SCRAPER,
     read_from="Prometheus data model: every scrape writes up{job, instance, <target labels>}")
 L2_JANITOR: Final = Source(
-    component="L2 janitor (k8s/janitor.py Deployment)", repository="this project", path="kv_tools/l2_janitor.py",
+    component="L2 janitor (k8s/janitor.py Deployment)", repository="this project", path="cluster_agents/l2_janitor.py",
     versions=("this repository",), naming=Naming.PROJECT,
     read_from="prometheus_text() of the janitor, served on GET /metrics by its --serve HTTP server")
 HOT_PREFIXES: Final = Source(
     component="Hot-prefix warmer (in the L2 janitor's process, k8s/janitor.py)", repository="this project",
-    path="kv_tools/hot_prefixes.py", versions=("this repository",), naming=Naming.PROJECT,
+    path="cluster_agents/hot_prefixes.py", versions=("this repository",), naming=Naming.PROJECT,
     read_from="HotPrefixWarmer.metrics(), appended to the janitor's GET /metrics")
 L2_MOUNT_WATCHDOG: Final = Source(
     component="L2 mount watchdog (k8s/mount_watchdog.py DaemonSet)", repository="this project",
-    path="kv_tools/l2_mount_watchdog.py", versions=("this repository",), naming=Naming.PROJECT,
+    path="cluster_agents/l2_mount_watchdog.py", versions=("this repository",), naming=Naming.PROJECT,
     read_from="prometheus_text() of the watchdog, served on GET /metrics by its --serve HTTP server")
 KV_CANARY: Final = Source(
     component="Cross-pod hit canary (k8s/canary.py Deployment)", repository="this project",
-    path="kv_tools/kv_canary.py", versions=("this repository",), naming=Naming.PROJECT,
+    path="cluster_agents/kv_canary.py", versions=("this repository",), naming=Naming.PROJECT,
     read_from="prometheus_text() of the canary, served on GET /metrics by its --serve HTTP server")
 
 _VLLM_LABELS = ("model_name", "engine")

@@ -21,11 +21,11 @@ from __future__ import annotations
 from typing import Final
 
 from k8s import names
-from kv_tools import hot_prefixes, kv_canary, l2_janitor, l2_mount_watchdog
+from cluster_agents import hot_prefixes, kv_canary, l2_janitor, l2_mount_watchdog
 from observability import targets
 from observability.metrics import series
 from platform_config import BusinessLineConfig, PlatformConfig
-from platform_config.models import quantity_bytes
+from platform_config.fields import quantity_bytes
 
 #: Window of every rate in panels and alerts: 5 minutes holds 10 scrapes at the default 30 s.
 RATE_WINDOW: Final = "5m"
@@ -140,7 +140,7 @@ def ttft_quantile(line: BusinessLineConfig, q: float) -> str:
     name for every request, ``engine`` its engine index; vLLM 0.29.0 ``vllm/v1/metrics/loggers.py``),
     so on a line that runs the cross-pod hit canary its requests are taken out bucket by bucket:
     the canary exports its own requests in vLLM's buckets (``kvcache_canary_request_ttft_seconds``,
-    :mod:`kv_tools.kv_canary`), and ``vLLM - canary`` (clamped at 0; the canary's buckets count as
+    :mod:`cluster_agents.kv_canary`), and ``vLLM - canary`` (clamped at 0; the canary's buckets count as
     0 while it has no series) is what the quantile is computed from.
     """
     vllm = (f"sum by (le)(rate({selector('vllm:time_to_first_token_seconds', '_bucket', **line_labels(line))}"

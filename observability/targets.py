@@ -44,7 +44,7 @@ import yaml
 from k8s import names
 from k8s.curvine_config import MASTER_WEB_PORT, WORKER_WEB_PORT
 from k8s.kyverno import KYVERNO_NAMESPACE
-from kv_tools import kv_canary, l2_janitor, l2_mount_watchdog
+from cluster_agents import kv_canary, l2_janitor, l2_mount_watchdog
 from platform_config import BusinessLineConfig, PlatformConfig
 
 JOB_VLLM: Final = "kvcache-vllm"
@@ -77,15 +77,15 @@ DCGM_METRICS_PORT: Final = 9400
 #: collectors need private endpoint access, docs/sources.md §13).
 API_SERVER_PORT: Final = 443
 #: The L2 janitor's pods and port: the names its Deployment uses (k8s/names.py, k8s/janitor.py)
-#: and the port its HTTP server listens on (kv_tools/l2_janitor.py).
+#: and the port its HTTP server listens on (cluster_agents/l2_janitor.py).
 L2_JANITOR_COMPONENT: Final = names.L2_JANITOR_COMPONENT_LABEL
 L2_JANITOR_METRICS_PORT_NAME: Final = names.L2_JANITOR_METRICS_PORT_NAME
 L2_JANITOR_METRICS_PORT: Final = l2_janitor.METRICS_PORT
-#: The L2 mount watchdog's pods and port (k8s/names.py, k8s/mount_watchdog.py, kv_tools/l2_mount_watchdog.py).
+#: The L2 mount watchdog's pods and port (k8s/names.py, k8s/mount_watchdog.py, cluster_agents/l2_mount_watchdog.py).
 L2_MOUNT_WATCHDOG_COMPONENT: Final = names.L2_MOUNT_WATCHDOG_COMPONENT_LABEL
 L2_MOUNT_WATCHDOG_METRICS_PORT_NAME: Final = names.L2_MOUNT_WATCHDOG_METRICS_PORT_NAME
 L2_MOUNT_WATCHDOG_METRICS_PORT: Final = l2_mount_watchdog.METRICS_PORT
-#: The cross-pod hit canary's pods and port (k8s/names.py, k8s/canary.py, kv_tools/kv_canary.py);
+#: The cross-pod hit canary's pods and port (k8s/names.py, k8s/canary.py, cluster_agents/kv_canary.py);
 #: the same port number as the janitor's, so the scraper needs no other security-group rule.
 KV_CANARY_COMPONENT: Final = names.KV_CANARY_COMPONENT_LABEL
 KV_CANARY_METRICS_PORT_NAME: Final = names.KV_CANARY_METRICS_PORT_NAME

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from platform_config.models import PlatformConfig
+from platform_config.platform_models import PlatformConfig
 
 INFERENCE_ADDON: Final = "amazon-sagemaker-hyperpod-inference"
 

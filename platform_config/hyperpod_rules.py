@@ -2,9 +2,9 @@
 
 A CloudFormation schema (and so cfn-lint) sees only property types, patterns and lengths; the
 service refuses more at CreateCluster time. Every limit below names its source; the list with
-dates and versions is docs/sources.md §10. The config models (``platform_config.models``) and the
-reusable construct (``kv_constructs.hyperpod_cluster``) both check these, so a config file and a
-hand-built ``InstanceGroupSpec`` fail the same way.
+dates and versions is docs/sources.md §10. The platform's config models
+(``platform_config.platform_models``) and the reusable construct (``kv_constructs.hyperpod_cluster``)
+both check these, so a config file and a hand-built ``InstanceGroupSpec`` fail the same way.
 
 Sources, short names used below:
 

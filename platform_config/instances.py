@@ -1,7 +1,7 @@
 """Facts about the SageMaker HyperPod instance types this project plans and validates for.
 
 One table, shared by config validation (does a replica's GPU request fit its instance type?)
-and by the capacity planner (``kv_tools.planner``). Units are spelled out in every field name:
+and by the capacity planner (``capacity.planner``). Units are spelled out in every field name:
 ``gpu_memory_gib`` is GiB of HBM per GPU, ``host_memory_gib`` GiB of DRAM per instance,
 ``nvme_gb`` decimal GB of local instance storage per instance (AWS quotes NVMe in GB).
 
@@ -9,7 +9,7 @@ Sources: Amazon EC2 accelerated-computing instance specifications for G6e
 (https://aws.amazon.com/ec2/instance-types/g6e/) and P5
 (https://aws.amazon.com/ec2/instance-types/p5/), as listed in 2026; GPU memory as marketed by
 NVIDIA (L40S 48 GB, H100 80 GB, H200 141 GB). What CUDA really exposes of it (an L40S about
-44.5 GiB) is in :mod:`kv_tools.gpu_memory`, sourced; the planner's fit rule uses that, not the
+44.5 GiB) is in :mod:`capacity.gpu_memory`, sourced; the planner's fit rule uses that, not the
 marketed size.
 """
 
@@ -32,7 +32,7 @@ class InstanceType:
         nvme_gb: Local NVMe instance storage per instance, decimal GB (AWS convention).
         gpu_peak_bf16_tflops: Dense (no sparsity) BF16/FP16 tensor-core peak per GPU, TFLOP/s,
             from NVIDIA's datasheets: L40S 362.05, H100 SXM 989.4, H200 989.4 (the sheets'
-            larger "with sparsity" figures are twice these). Used by ``kv_tools.planner``
+            larger "with sparsity" figures are twice these). Used by ``capacity.planner``
             to scale the prefill rate calibrated on the reference run (an L40S) to other GPUs.
         enis: Network interfaces of the default network card (EC2 ``DefaultMaxENIs``).
         ipv4_per_eni: IPv4 addresses per interface (EC2 ``Ipv4AddressesPerInterface``). Both from

@@ -14,34 +14,34 @@ from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel, ValidationError
 
-from platform_config import models, node_fit
+from platform_config import fields, line_models, node_fit, platform_models
+from platform_config import hyperpod_rules as hp_rules
 from platform_config.instances import INSTANCE_TYPES
-from platform_config.models import BusinessLineConfig, PlatformConfig
+from platform_config.line_models import BusinessLineConfig
+from platform_config.platform_models import PlatformConfig
 from platform_config.problems import ConfigError, ConfigProblem, FieldError
-from platform_config.yaml_source import (YAML_SUFFIXES, Scalar, YamlDocument, path_problem, read_text,
-                                        read_yaml_document)
-
+from platform_config.yaml_source import YAML_SUFFIXES, Scalar, YamlDocument, path_problem, read_text, read_yaml_document
 
 PLATFORM_FILE = "platform.yaml"
 
-#: Human words for the regular expressions of ``models``, shown before the pattern itself.
+#: Human words for the regular expressions of the config models, shown before the pattern itself.
 PATTERN_DESCRIPTIONS = {
-    models.DNS_LABEL_PATTERN: "a DNS-1123 label (lowercase letters, digits, '-'; at most 63)",
-    models.HYPERPOD_NAME_PATTERN: "letters, digits and inner '-' (HyperPod names)",
-    models.QUANTITY_PATTERN: "a Kubernetes quantity such as 500Gi or 2Ti",
-    models.CPU_QUANTITY_PATTERN: ("a Kubernetes quantity of CPU: cores such as 8 or 0.5, or millicores such as "
+    fields.DNS_LABEL_PATTERN: "a DNS-1123 label (lowercase letters, digits, '-'; at most 63)",
+    fields.HYPERPOD_NAME_PATTERN: "letters, digits and inner '-' (HyperPod names)",
+    fields.QUANTITY_PATTERN: "a Kubernetes quantity such as 500Gi or 2Ti",
+    fields.CPU_QUANTITY_PATTERN: ("a Kubernetes quantity of CPU: cores such as 8 or 0.5, or millicores such as "
                                   "500m, without a byte suffix"),
-    models.PINNED_VERSION_PATTERN: "an exact version such as v1.18.2-eksbuild.2",
-    models.AWS_ACCOUNT_PATTERN: "a 12-digit account ID",
-    models.AWS_REGION_PATTERN: "a region name such as us-west-2",
-    models.AZ_NAME_PATTERN: "a zone name such as us-west-2a",
-    models.hp_rules.KUBERNETES_KEY_PATTERN: "a Kubernetes label/taint key: [prefix/]name, e.g. kvcache.io/tier",
-    models.hp_rules.KUBERNETES_VALUE_PATTERN: "a Kubernetes label value (letters, digits, '-', '_', '.')",
-    models.hp_rules.TRAINING_PLAN_ARN_PATTERN: "a training plan ARN (arn:aws:sagemaker:<region>:<account>:training-plan/<name>)",
-    models.WORKER_DATA_DIR_PATTERN: "a directory below /opt/dlami/nvme or /opt/sagemaker",
-    models.EMAIL_PATTERN: "an email address such as oncall@example.com",
-    models.HOT_PREFIX_FILE_PATTERN: ("a path relative to the line's file: letters, digits, '.', '_', '-' and '/' "
-                                     "(e.g. rag-assistant.system-prompt.md)"),
+    fields.PINNED_VERSION_PATTERN: "an exact version such as v1.18.2-eksbuild.2",
+    fields.AWS_ACCOUNT_PATTERN: "a 12-digit account ID",
+    fields.AWS_REGION_PATTERN: "a region name such as us-west-2",
+    fields.AZ_NAME_PATTERN: "a zone name such as us-west-2a",
+    hp_rules.KUBERNETES_KEY_PATTERN: "a Kubernetes label/taint key: [prefix/]name, e.g. kvcache.io/tier",
+    hp_rules.KUBERNETES_VALUE_PATTERN: "a Kubernetes label value (letters, digits, '-', '_', '.')",
+    hp_rules.TRAINING_PLAN_ARN_PATTERN: "a training plan ARN (arn:aws:sagemaker:<region>:<account>:training-plan/<name>)",
+    platform_models.WORKER_DATA_DIR_PATTERN: "a directory below /opt/dlami/nvme or /opt/sagemaker",
+    platform_models.EMAIL_PATTERN: "an email address such as oncall@example.com",
+    line_models.HOT_PREFIX_FILE_PATTERN: ("a path relative to the line's file: letters, digits, '.', '_', '-' and '/' "
+                                          "(e.g. rag-assistant.system-prompt.md)"),
 }
 BUSINESS_LINES_DIR = "business-lines"
 
@@ -152,7 +152,7 @@ def _problems_from_validation(path: Path, exc: ValidationError, document: YamlDo
             message = f"not allowed; allowed: {described} (pattern {pattern})" if described \
                 else f"not allowed; allowed: strings matching {pattern}"
         elif err["type"] == "extra_forbidden":
-            message = models.REMOVED_KEYS.get(field, f"unknown key (typo?); see the config reference, {CONFIG_REFERENCE}")
+            message = platform_models.REMOVED_KEYS.get(field, f"unknown key (typo?); see the config reference, {CONFIG_REFERENCE}")
         elif err["type"] == "missing":
             message = f"required field is missing; see the config reference, {CONFIG_REFERENCE}"
         elif err["type"] == "union_tag_invalid":
@@ -206,8 +206,8 @@ _PREFIX_FILE_ALLOWED = "a UTF-8 text file, its path relative to the directory of
 def read_hot_prefix_files(path: Path, line: BusinessLineConfig) -> BusinessLineConfig:
     """``line`` with the text of every prefix file of ``hot_prefixes`` read (the files are relative to
     ``path``'s directory), then the text of all its prefixes checked: each non-empty and free of
-    control characters (:func:`models.hot_prefix_text_problem`), together at most
-    :data:`models.MAX_HOT_PREFIX_BYTES` bytes of UTF-8.
+    control characters (:func:`line_models.hot_prefix_text_problem`), together at most
+    :data:`line_models.MAX_HOT_PREFIX_BYTES` bytes of UTF-8.
 
     The files are read here, with the config, so synthesis reads nothing else (and fails on nothing
     else); the returned line holds the text (``content`` / ``text``) beside the file's name.
@@ -230,7 +230,7 @@ def read_hot_prefix_files(path: Path, line: BusinessLineConfig) -> BusinessLineC
                 message = p.message.replace("allowed: a YAML file", f"allowed: {_PREFIX_FILE_ALLOWED}")
                 problems.append(ConfigProblem(str(path), field, f"{target}{where}: {message}"))
             return None
-        problem = models.hot_prefix_text_problem(text)
+        problem = line_models.hot_prefix_text_problem(text)
         if problem:
             problems.append(ConfigProblem(str(path), field, f"{target}: {problem}"))
             return None
@@ -253,12 +253,12 @@ def read_hot_prefix_files(path: Path, line: BusinessLineConfig) -> BusinessLineC
     if problems:
         raise ConfigError(problems)
     total = sum(len(t.encode("utf-8")) for p in prefixes for t in p.texts())
-    if total > models.MAX_HOT_PREFIX_BYTES:
+    if total > line_models.MAX_HOT_PREFIX_BYTES:
         sizes = ", ".join(f"{p.name} {sum(len(t.encode('utf-8')) for t in p.texts()):,}" for p in prefixes)
         raise ConfigError([ConfigProblem(
             str(path), "hot_prefixes.prefixes",
             f"the prefixes' text is {total:,} bytes of UTF-8 ({sizes}); allowed: at most "
-            f"{models.MAX_HOT_PREFIX_BYTES:,} bytes per line (it travels in the line's CloudFormation template, "
+            f"{line_models.MAX_HOT_PREFIX_BYTES:,} bytes per line (it travels in the line's CloudFormation template, "
             "docs/l2-cache.md 'Hot prefixes'): shorter or fewer prefixes")])
     if not prefixes:
         return line
@@ -513,7 +513,7 @@ def _l2_pool_problems(
     if problems or not l2_lines:
         return problems
     workers, pool = l2_pool_gib(platform)
-    total = sum(models.quantity_bytes(l.cache.l2_size) for _, l in l2_lines) / 2**30
+    total = sum(fields.quantity_bytes(l.cache.l2_size) for _, l in l2_lines) / 2**30
     if total <= pool + 1e-9:
         return []
     sizes = ", ".join(f"{l.name} {l.cache.l2_size}" for _, l in l2_lines)
@@ -555,7 +555,7 @@ def duplicate_line_problems(line_files: list[Path]) -> list[ConfigProblem]:
 
 #: A check above the config layer that ``load_project`` runs on the lines without other problems:
 #: ``(platform, [(file, line), ...]) -> (problems, warnings)``. The planner's fit
-#: (:func:`kv_tools.project_checks.model_fit_problems`) is one; the config layer knows only this shape.
+#: (:func:`capacity.project_checks.model_fit_problems`) is one; the config layer knows only this shape.
 LineCheck = Callable[[PlatformConfig, list[tuple[Path, BusinessLineConfig]]], tuple[list[ConfigProblem], list[str]]]
 
 
@@ -566,7 +566,7 @@ def source_warnings(path: Path, line: BusinessLineConfig) -> list[str]:
         return [f"{path}: hot_prefixes declares {len(line.hot_prefixes.prefixes)} prefix(es), but cache.l2_enabled is "
                 "false: they are kept in L2, so nothing warms or keeps them until L2 is on"]
     source = line.model.source
-    if isinstance(source, models.HuggingFaceModelSource) and source.commit_sha is None:
+    if isinstance(source, line_models.HuggingFaceModelSource) and source.commit_sha is None:
         return [f"{path}: model.source.commit_sha is not set, so each pod downloads whatever revision of "
                 f"{source.model_id} the Hub serves when it starts: after the repository changes, replicas serve "
                 "different weights, and new pods read the old weights' KV from the line's L2 directory (its name "
@@ -584,7 +584,7 @@ def load_project(config_dir: str | Path = "config", *, line_checks: Sequence[Lin
 
     Args:
         line_checks: checks of a layer above (:data:`LineCheck`), run on the lines without other
-            problems; every command loads through :func:`kv_tools.project_checks.load_checked_project`,
+            problems; every command loads through :func:`capacity.project_checks.load_checked_project`,
             which passes the planner's fit.
 
     Raises:

@@ -47,8 +47,10 @@ from pathlib import Path
 from typing import Iterable
 
 from platform_config import pod_resources as pr
+from platform_config.fields import quantity_bytes
 from platform_config.instances import INSTANCE_TYPES
-from platform_config.models import BusinessLineConfig, InstanceGroupConfig, PlatformConfig, quantity_bytes
+from platform_config.line_models import BusinessLineConfig
+from platform_config.platform_models import InstanceGroupConfig, PlatformConfig
 from platform_config.pod_resources import PodResources
 
 MIB = 2**20

@@ -1,6 +1,6 @@
 """CloudFormation stack names and the project tag: one rule for the CDK app and the operator tools.
 
-``stacks.build_platform`` names and tags its stacks with these; ``kv_tools.orphans`` finds the
+``stacks.build_platform`` names and tags its stacks with these; ``operator_tools.orphans`` finds the
 deployed line stacks by the same name prefix and tag. Pure Python (no aws_cdk), so the tools
 need no jsii runtime.
 """

@@ -6,9 +6,9 @@ and the last occurrence of a repeated flag wins. Three readers need that structu
 from here, so they cannot disagree about what a word is:
 
 * :func:`k8s.lmcache.kv_relevant_vllm_args` (the L2 directory digest) groups the arguments;
-* :class:`platform_config.models.BusinessLineConfig` compares the parallel sizes with
+* :class:`platform_config.line_models.BusinessLineConfig` compares the parallel sizes with
   ``gpus_per_replica`` (:func:`parallel_sizes`);
-* :func:`kv_tools.planner.parse_vllm_args` reads ``--max-model-len`` and the like.
+* :func:`capacity.fit.parse_vllm_args` reads ``--max-model-len`` and the like.
 
 The number of values of each known flag comes from vLLM ``engine/arg_utils.py`` and
 ``entrypoints/openai/cli_args.py``; a flag not in the tables takes every word up to the next flag.

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kv_tools import cli  # noqa: E402
-from kv_tools.bench_ttft import BenchConfig, format_report, run  # noqa: E402
+from operator_tools import cli  # noqa: E402
+from operator_tools.bench_ttft import BenchConfig, format_report, run  # noqa: E402
 
 TOOL = "bench_ttft.py"
 API_KEY_ENV = "OPENAI_API_KEY"
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
                           max_tokens=args.max_tokens, duration_s=args.duration, timeout_s=args.timeout,
                           seed=args.seed)
         if args.plot:
-            from kv_tools.plots import check_plot_path
+            from operator_tools.plots import check_plot_path
 
             check_plot_path(args.plot)
     except ValueError as exc:
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         return cli.fail(exc)
     cli.emit(json.dumps(report.to_dict(), indent=2) if args.json else format_report(report))
     if args.plot:
-        from kv_tools.plots import bench_figure, save
+        from operator_tools.plots import bench_figure, save
 
         save(bench_figure(report), args.plot, log=sys.stderr)
     if report.unanswered:

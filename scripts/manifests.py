@@ -54,7 +54,7 @@ from k8s import names  # noqa: E402
 from k8s.kyverno import kyverno_helm_values  # noqa: E402
 from k8s.patch import endpoint_json_patch  # noqa: E402
 from k8s.render import CURVINE_CHART, render_manifests  # noqa: E402
-from kv_tools import cli  # noqa: E402
+from operator_tools import cli  # noqa: E402
 from platform_config import BusinessLineConfig, ConfigError, ProjectConfig  # noqa: E402
 from platform_config.yaml_source import path_problem  # noqa: E402
 

@@ -23,9 +23,9 @@ from typing import Any, Callable, Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kv_tools import cli  # noqa: E402
-from kv_tools.orphans import delete_stacks, describe_all_stacks, find_orphans, format_table  # noqa: E402
-from kv_tools.preflight import check_account  # noqa: E402
+from operator_tools import cli  # noqa: E402
+from operator_tools.orphans import delete_stacks, describe_all_stacks, find_orphans, format_table  # noqa: E402
+from operator_tools.preflight import check_account  # noqa: E402
 from platform_config import ConfigError  # noqa: E402
 
 TOOL = "orphans.py"

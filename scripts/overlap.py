@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kv_tools import cli  # noqa: E402
-from kv_tools.overlap import (  # noqa: E402
+from operator_tools import cli  # noqa: E402
+from operator_tools.overlap import (  # noqa: E402
     ADOPTION_THRESHOLD,
     DEFAULT_CHUNK_TOKENS,
     DEFAULT_MAX_CACHED_CHUNKS,
@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.plot:
-        from kv_tools.plots import check_plot_path
+        from operator_tools.plots import check_plot_path
 
         try:
             check_plot_path(args.plot)
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                         + "; expected JSON Lines of OpenAI chat (messages) or completion (prompt) requests")
     cli.emit(json.dumps(report.to_dict(args.top), indent=2) if args.json else format_report(report, args.top))
     if args.plot:
-        from kv_tools.plots import overlap_figure, save
+        from operator_tools.plots import overlap_figure, save
 
         save(overlap_figure(report), args.plot, log=sys.stderr)
     return cli.EXIT_OK if report.share >= args.threshold else cli.EXIT_NO

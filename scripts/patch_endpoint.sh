@@ -23,7 +23,7 @@
 #
 # Usage: scripts/patch_endpoint.sh <business-line> [--config DIR] [--dry-run]   (--help: options, exit codes)
 # Needs: kubectl pointed at the cluster, the repository's .venv (make setup).
-# Exit codes follow the operator tools' convention (kv_tools/cli.py EXIT_CODES, docs/operator-tools.md's
+# Exit codes follow the operator tools' convention (operator_tools/cli.py EXIT_CODES, docs/operator-tools.md's
 # table): a failed kubectl or Python step exits 2, never 1 (the ERR trap below).
 set -Eeuo pipefail
 
@@ -79,7 +79,7 @@ TIMEOUT="${TIMEOUT:-30m}"
 NAMES="$(cd "$REPO" && "$PY" -c '
 import sys
 from k8s import names
-from kv_tools import cli
+from operator_tools import cli
 from platform_config import ConfigError
 try:
     line = cli.load_config(sys.argv[1]).business_line(sys.argv[2])

@@ -23,23 +23,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kv_tools import cli  # noqa: E402
-from kv_tools.model_specs import DTYPE_BYTES, MODELS, load_hf_config, lookup_model  # noqa: E402
-from kv_tools.planner import (  # noqa: E402
-    DEFAULT_CALIBRATION,
+from operator_tools import cli  # noqa: E402
+from capacity.fit import (  # noqa: E402
     DEFAULT_GPU_MEMORY_UTILIZATION,
     DEFAULT_NVME_RESERVE_FRACTION,
     DEFAULT_RUNTIME_RESERVE_GIB,
-    REFERENCE_RUN,
     PlanInputs,
-    calibration_dict,
-    format_plan,
     inputs_from_line,
-    plan,
-    recommend,
 )
-from kv_tools.prices import DEFAULT_PRICES_FILE, load_prices  # noqa: E402
-from kv_tools.project_checks import hot_prefix_budget  # noqa: E402
+from capacity.latency import DEFAULT_CALIBRATION, REFERENCE_RUN, calibration_dict  # noqa: E402
+from capacity.model_specs import DTYPE_BYTES, MODELS, load_hf_config, lookup_model  # noqa: E402
+from capacity.planner import format_plan, plan, recommend  # noqa: E402
+from capacity.prices import DEFAULT_PRICES_FILE, load_prices  # noqa: E402
+from capacity.project_checks import hot_prefix_budget  # noqa: E402
 from platform_config import INSTANCE_TYPES, ConfigError, ConfigProblem, load_business_line, load_platform  # noqa: E402
 from platform_config.loader import default_config_dir  # noqa: E402
 from platform_config import node_fit  # noqa: E402
@@ -112,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.plot:
-            from kv_tools.plots import check_plot_path
+            from operator_tools.plots import check_plot_path
 
             check_plot_path(args.plot)
         prices = load_prices(args.prices or _default_prices(args))
@@ -193,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         read = [f"config        {platform_file} (the platform this line is planned against)"] if platform_file else []
         cli.emit("\n".join(read + [format_plan(result, rec, node_report=node_report)] + _hot_prefix_report(hot)))
     if args.plot:
-        from kv_tools.plots import plan_figure, save
+        from operator_tools.plots import plan_figure, save
 
         save(plan_figure(result), args.plot, log=sys.stderr)
     return cli.EXIT_OK if result.fit.fits and nodes_fit else cli.EXIT_NO
@@ -201,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _hot_prefixes(line) -> dict | None:
     """The pinned share of ``l2_size`` of the line's hot prefixes (the config check's bound,
-    :func:`kv_tools.project_checks.hot_prefix_budget`), or None when the line pins nothing."""
+    :func:`capacity.project_checks.hot_prefix_budget`), or None when the line pins nothing."""
     if not (line.cache.l2_enabled and line.hot_prefixes.active):
         return None
     try:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kv_tools import cli  # noqa: E402
-from kv_tools.preflight import HYPERPOD_UPDATE_CHECK, run_preflight  # noqa: E402
+from operator_tools import cli  # noqa: E402
+from operator_tools.preflight import HYPERPOD_UPDATE_CHECK, run_preflight  # noqa: E402
 from platform_config import ConfigError  # noqa: E402
 from platform_config.stack_names import platform_stack_name  # noqa: E402
 

@@ -30,7 +30,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from kv_tools import cli  # noqa: E402
+from operator_tools import cli  # noqa: E402
 
 TOOL = "stateful_snapshot.py"
 #: Your deployment's config and its committed snapshot (the fork's workflow checks this pair).

@@ -23,7 +23,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from kv_tools import cli  # noqa: E402
+from operator_tools import cli  # noqa: E402
 
 TOOL = "update_crd_schema.py"
 SCHEMA_FILE = REPO / "imports" / "inferenceendpointconfig-v1.schema.json"

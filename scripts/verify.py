@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kv_tools import cli  # noqa: E402
-from kv_tools.verify import LiveReader, format_results, verify  # noqa: E402
+from operator_tools import cli  # noqa: E402
+from operator_tools.verify import LiveReader, format_results, verify  # noqa: E402
 from platform_config import ConfigError  # noqa: E402
 
 

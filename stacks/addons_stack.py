@@ -16,7 +16,7 @@ from kv_constructs import IrsaRole, SecureBucket, nag, prefixed_bucket_name
 from kv_constructs.teardown_wait import LoadBalancerTeardownWaiter
 from platform_config import BusinessLineConfig, PlatformConfig
 from platform_config.addon_configuration import INFERENCE_ADDON, inference_addon_configuration
-from platform_config.models import S3ModelSource
+from platform_config.line_models import S3ModelSource
 
 #: The inference operator's namespace and service accounts (aws/sagemaker-hyperpod-cli,
 #: helm_chart/.../inference-operator/migration/helm_to_addon.sh; docs/sources.md §1).

@@ -25,7 +25,7 @@ from kv_constructs import (
     prefixed_bucket_name,
 )
 from platform_config import INSTANCE_TYPES, PlatformConfig, hyperpod_rules
-from platform_config.models import HyperPodDependencyChartConfig
+from platform_config.platform_models import HyperPodDependencyChartConfig
 from stacks.cluster_stack import HELM_TIMEOUT
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -10,7 +10,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from platform_config import PlatformConfig
-from platform_config.models import CreateVpcConfig, ExistingVpcConfig
+from platform_config.platform_models import CreateVpcConfig, ExistingVpcConfig
 
 #: Public subnets hold only the NAT gateways (and an internet-facing load balancer if someone
 #: configures one); /26 = 64 addresses per zone is plenty. Private subnets get the largest equal

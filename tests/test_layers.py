@@ -1,23 +1,25 @@
-"""Layers point one way (issue 18): every import between the project's packages goes down.
+"""Layers point one way (issue 18, issue 28): every import between the project's packages goes down.
 
-Layers, bottom first (STYLE, "Layers and the front door")::
+Layers, bottom first (STYLE, "Layers and the front door", "Agents and tools are different programs")::
 
     platform_config                     config models, loader, the facts its checks need
     imports                             classes generated from the InferenceEndpointConfig CRD
-    the in-cluster agents               kv_tools/l2_janitor.py (with hot_prefixes.py), l2_mount_watchdog.py,
-                                        kv_canary.py and their agent_core.py: standard library only
-                                        (shipped in ConfigMaps)
+    cluster_agents                      the in-cluster agents: the L2 janitor (with the hot-prefix warmer),
+                                        the L2 mount watchdog, the cross-pod hit canary and their
+                                        agent_core.py; standard library only (shipped in ConfigMaps)
+    capacity                            model facts, GPU memory, node fit, TTFT, cost: the planner, and
+                                        the config checks that need it (every command loads through them)
     kv_constructs                       our CDK constructs
-    k8s                                 cdk8s charts
+    k8s                                 cdk8s charts (they ship the agents' source: an import downward)
     observability                       metrics, dashboards, alerts
-    kv_tools (the rest)                 the operator tools, and the checks that need the planner
+    operator_tools                      the tools an operator runs from a laptop or CI
     stacks                              the CDK stacks
     app.py, scripts/                    entry points
 
 Every ``import`` counts, at module level, inside a function or under ``TYPE_CHECKING``, and so does
-``importlib.import_module("...")`` with a literal name. The in-cluster agents (:data:`AGENTS`) are one
-unit of their own: the charts and the metric table read their constants, and they import nothing of
-the project but each other (a ConfigMap ships only standard-library code).
+``importlib.import_module("...")`` with a literal name. The agents import nothing of the project but
+each other (a ConfigMap ships only standard-library code): ``tests/k8s/test_k8s_agents.py`` checks
+the standard-library part on what the ConfigMaps ship.
 """
 
 from __future__ import annotations
@@ -28,23 +30,18 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-#: The standard-library programs that run in the cluster from ConfigMaps: the L2 janitor (per line),
-#: the L2 mount watchdog (per HyperPod node), the cross-pod hit canary (per line), the hot-prefix
-#: warmer (per line, inside the janitor's process) and the core they share.
-AGENT_MODULES = ("kv_tools.agent_core", "kv_tools.l2_janitor", "kv_tools.l2_mount_watchdog", "kv_tools.kv_canary",
-                 "kv_tools.hot_prefixes")
-AGENTS = "agents"
 
-#: Unit -> the units it may import. A unit is a package, or the agents.
+#: Unit -> the units it may import. A unit is a top-level package.
 ALLOWED: dict[str, set[str]] = {
     "platform_config": set(),
     "imports": set(),
-    AGENTS: set(),
+    "cluster_agents": set(),
+    "capacity": {"platform_config"},
     "kv_constructs": {"platform_config"},
-    "k8s": {"platform_config", "imports", AGENTS},
-    "observability": {"platform_config", "k8s", AGENTS},
-    "kv_tools": {"platform_config", "k8s", "observability", AGENTS},
-    "stacks": {"platform_config", "imports", "kv_constructs", "k8s", "observability", AGENTS},
+    "k8s": {"platform_config", "imports", "cluster_agents"},
+    "observability": {"platform_config", "k8s", "cluster_agents"},
+    "operator_tools": {"platform_config", "capacity", "k8s", "observability", "cluster_agents"},
+    "stacks": {"platform_config", "imports", "kv_constructs", "k8s", "observability", "cluster_agents"},
 }
 UNITS = {*ALLOWED, "scripts", "app", "tests", "tests_lmcache"}
 TOP = {"app", "scripts"}
@@ -56,8 +53,6 @@ PENDING: dict[tuple[str, str], str] = {}
 
 def _unit(module: str) -> str | None:
     """The unit a dotted module name belongs to, or None for a module outside the project."""
-    if any(module == agent or module.startswith(agent + ".") for agent in AGENT_MODULES):
-        return AGENTS
     top = module.split(".")[0]
     return top if top in UNITS else None
 
@@ -69,7 +64,7 @@ def _imports(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            # "from kv_tools import l2_janitor" is the janitor; "from k8s import names" is k8s.
+            # "from cluster_agents import l2_janitor" is the agents; "from k8s import names" is k8s.
             found.update(f"{node.module}.{alias.name}" for alias in node.names)
         elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
               in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant)
@@ -117,7 +112,7 @@ def test_each_unit_imports_only_the_layers_below_it(unit: str) -> None:
 
 
 def test_the_bottom_layer_imports_nothing_of_the_project() -> None:
-    """The issue's own words: nothing under platform_config/ imports k8s, kv_tools, observability,
+    """The issue's own words: nothing under platform_config/ imports k8s, the tools, observability,
     stacks or kv_constructs, not even inside a function."""
     upward = sorted({(path, target) for path, source, target in EDGES if source == "platform_config"})
     assert upward == sorted(PENDING), upward
@@ -146,17 +141,17 @@ def test_the_scan_sees_imports_inside_functions(tmp_path: Path) -> None:
     """The check is not fooled by the import-inside-a-function trick the layers used to need."""
     module = tmp_path / "m.py"
     module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from k8s import names\n"
-                      "def f():\n    from kv_tools.planner import plan\n    import observability.metrics\n"
+                      "def f():\n    from capacity.planner import plan\n    import observability.metrics\n"
                       "    importlib.import_module('stacks')\n")
-    assert {"k8s.names", "kv_tools.planner.plan", "observability.metrics", "stacks"} <= _imports(module)
+    assert {"k8s.names", "capacity.planner.plan", "observability.metrics", "stacks"} <= _imports(module)
 
 
 def test_every_command_loads_the_config_with_every_check() -> None:
     """``platform_config.load_project`` alone leaves the planner's fit out: app.py and every script load
-    through ``kv_tools.project_checks.load_checked_project`` (``kv_tools.cli.load_config``)."""
+    through ``capacity.project_checks.load_checked_project`` (``operator_tools.cli.load_config``)."""
     commands = [REPO / "app.py", *sorted((REPO / "scripts").glob("*.py")), *sorted((REPO / "scripts").glob("*.sh"))]
     unchecked = [path.name for path in commands if "load_project(" in path.read_text(encoding="utf-8")]
-    assert not unchecked, f"load through kv_tools.cli.load_config instead: {unchecked}"
+    assert not unchecked, f"load through operator_tools.cli.load_config instead: {unchecked}"
     loading = [path.name for path in commands
                if "load_checked_project" in (text := path.read_text(encoding="utf-8")) or "load_config(" in text]
     assert {"app.py", "manifests.py", "verify.py", "preflight.py", "orphans.py", "stateful_snapshot.py",

@@ -188,7 +188,7 @@ def test_every_section_that_left_the_readme_is_in_its_doc() -> None:
 
 def test_layout_names_every_top_level_folder() -> None:
     folders = {path.split("/", 1)[0] for path in _tracked() if "/" in path and not path.startswith(".")}
-    assert {"observability", "kv_tools", "k8s", "stacks", "tests"} <= folders  # the listing works
+    assert {"observability", "cluster_agents", "capacity", "operator_tools", "k8s", "stacks", "tests"} <= folders  # the listing works
     layout = _section("Layout")
     missing = sorted(f for f in folders if f"`{f}/`" not in layout)
     assert not missing, f"README 'Layout' does not name {missing}"

@@ -4,9 +4,9 @@ FUSE mount (:mod:`tests_faults.faultfs`) that is switched to a failure mode whil
 One :class:`Rig` per test module: the FUSE mount over a plain backing directory, standing in for
 the line's Curvine PVC; a writer pod and a reader pod (processes of :mod:`tests_lmcache.pod`,
 each a real ``LMCacheEngine`` built from the env the line's rendered Policy gives the vLLM
-container, kept up across faults); the line's janitor (``kv_tools/l2_janitor.py``'s
+container, kept up across faults); the line's janitor (``cluster_agents/l2_janitor.py``'s
 ``JanitorService``, one pass at a time, with its metrics), pointed at the mount; and the node's L2
-mount watchdog (``kv_tools/l2_mount_watchdog.py``'s ``Watchdog``, issue 15 item 2, report only:
+mount watchdog (``cluster_agents/l2_mount_watchdog.py``'s ``Watchdog``, issue 15 item 2, report only:
 there is no API server to name or evict pods), which finds the mount where the kubelet keeps a
 pod's CSI volume (the mount point is ``<kubelet>/pods/<uid>/volumes/kubernetes.io~csi/<pv>/mount``
 under the rig's directory) and publishes ``kvcache_l2_mount_up``, what ``KvCacheL2MountDead``
@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kv_tools import l2_janitor, l2_mount_watchdog
+from cluster_agents import l2_directories, l2_janitor, l2_mount_watchdog
 from tests_faults.faultfs import write_control
 from tests_lmcache.conftest import REPO, ServedPod, Tier
 from tests_lmcache.test_lmcache_metrics import scrape
@@ -250,10 +250,10 @@ def _plant_janitor_fixtures(rig: Rig) -> set[str]:
 
     The janitor's state file says the line has been configured with its live directory since
     :data:`OLD_S` ago and no Pod has named the old model since: without that history a first pass
-    keeps every directory for the grace period (``kv_tools.l2_janitor.DIR_GRACE_S``), and the old
+    keeps every directory for the grace period (``cluster_agents.l2_janitor.DIR_GRACE_S``), and the old
     model's directory is deletable only once it is neither the current nor the previous one."""
     backing = rig.mount.backing
-    l2_janitor.write_state(backing, l2_janitor.DirHistory([(rig.live_dir, time.time() - OLD_S)], {}))
+    l2_directories.write_state(backing, l2_directories.DirHistory([(rig.live_dir, time.time() - OLD_S)], {}))
     stale = backing / STALE_MODEL_DIR
     orphan = rig.backing_line_dir() / ORPHAN_TMP_DIR
     for d in (stale, orphan):

@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from kv_tools.l2_mount_watchdog import find_volumes
+from cluster_agents.l2_mount_watchdog import find_volumes
 from tests_faults.harness import CHUNKS, FAULTS, FULL_HIT, STALE_MODEL_DIR
 
 #: Slack on every latency bound, for a loaded 2-core machine (ms).

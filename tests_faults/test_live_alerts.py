@@ -25,7 +25,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kv_tools import l2_mount_watchdog
+from cluster_agents import l2_mount_watchdog
 from tests_faults import harness
 from tests_lmcache.conftest import REPO
 from tests_lmcache.prometheus import LivePrometheus

@@ -51,7 +51,7 @@ from typing import Any
 import torch
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 
-from kv_tools.kv_canary import TOKEN_ID_RANGE, VLLM_TTFT_BUCKETS
+from cluster_agents.kv_canary import TOKEN_ID_RANGE, VLLM_TTFT_BUCKETS
 from tests_lmcache.pod import Pod, expected_kv, flush_metrics, wait_for_remote_puts
 
 #: vLLM 0.29.0's labels of its engine metrics (``vllm/v1/metrics/loggers.py``: ``["model_name", "engine"]``).

@@ -1,6 +1,6 @@
 """The cross-pod hit canary against the real LMCache: stand-in replicas (:mod:`tests_lmcache.replica`)
 that tokenize, look up, retrieve and store through a real ``LMCacheEngine`` configured from the
-rendered env, and the canary (:mod:`kv_tools.kv_canary`) with the rendered ``canary.json``.
+rendered env, and the canary (:mod:`cluster_agents.kv_canary`) with the rendered ``canary.json``.
 
 Positive: a prompt one replica computed is served from L2 on the other, both ways, measured exactly
 (the reader served nothing else meanwhile), and the canary's own TTFT observations are exactly what
@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kv_tools import kv_canary
+from cluster_agents import kv_canary
 from tests_lmcache.conftest import make_tier, point_mount
 from tests_lmcache.test_lmcache_l2 import FINE_TUNED, RAG
 

@@ -2,8 +2,8 @@
 that tokenize (``/tokenize``, a chat template), look up, retrieve and store through a real
 ``LMCacheEngine`` configured from the rendered env, with LMCache's keys chained from vLLM's
 ``NONE_HASH`` as in a vLLM Pod (:mod:`tests_lmcache.vllm_none_hash`); the warmer
-(:mod:`kv_tools.hot_prefixes`) with the rendered ``hot_prefixes.json`` and prefix file of the
-janitor's ConfigMap; the janitor (:func:`kv_tools.l2_janitor.run`) with its rendered ``janitor.json``.
+(:mod:`cluster_agents.hot_prefixes`) with the rendered ``hot_prefixes.json`` and prefix file of the
+janitor's ConfigMap; the janitor (:func:`cluster_agents.l2_janitor.run`) with its rendered ``janitor.json``.
 
 Proven: the chunk names the warmer computes are exactly the files LMCache wrote (and not those of a
 chain from 0); a warmed prefix is a full L2 hit on a replica that never saw it; under pressure and
@@ -22,8 +22,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kv_tools import hot_prefixes, l2_janitor
-from kv_tools.hot_prefixes import HotPrefixConfig, HotPrefixWarmer, Prefix
+from cluster_agents import hot_prefixes, l2_janitor
+from cluster_agents.hot_prefixes import HotPrefixConfig, HotPrefixWarmer, Prefix
 from tests_lmcache.conftest import make_tier
 from tests_lmcache.replica import render_chat
 from tests_lmcache.test_lmcache_l2 import RAG

@@ -1,8 +1,8 @@
 """The L2 alerts, evaluated by a live Prometheus that scrapes real LMCache pods, the janitor and the canary.
 
 Two stand-in replicas of ``rag-assistant`` (:mod:`tests_lmcache.replica`: a real ``LMCacheEngine``
-each, configured from the rendered env), the real L2 janitor (``kv_tools/l2_janitor.py --serve``
-with the rendered ``janitor.json``) and the real canary (:mod:`kv_tools.kv_canary`, the rendered
+each, configured from the rendered env), the real L2 janitor (``cluster_agents/l2_janitor.py --serve``
+with the rendered ``janitor.json``) and the real canary (:mod:`cluster_agents.kv_canary`, the rendered
 ``canary.json``) serve ``/metrics``; a Prometheus (:mod:`tests_lmcache.prometheus`) scrapes them
 through the generated scrape jobs and relabel rules and evaluates the generated rule file. Faults
 are real operating-system errors on LMCache's and the janitor's own code paths (no FUSE here; the
@@ -32,7 +32,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kv_tools import kv_canary
+from cluster_agents import kv_canary
 from tests_lmcache.conftest import REPO, make_tier, point_mount
 from tests_lmcache.prometheus import LivePrometheus, free_port
 from tests_lmcache.test_lmcache_l2 import RAG
@@ -78,7 +78,7 @@ def live(exported, tmp_path_factory):
         janitor_json.write_text(json.dumps(doc["janitor_config"]), encoding="utf-8")
         janitor_port = free_port()
         janitor = subprocess.Popen(
-            [sys.executable, str(REPO / "kv_tools" / "l2_janitor.py"), "--config", str(janitor_json), "--root",
+            [sys.executable, str(REPO / "cluster_agents" / "l2_janitor.py"), "--config", str(janitor_json), "--root",
              str(janitor_mount), "--serve", "--port", str(janitor_port), "--period-s", "1", "--no-pods"],
             cwd=base, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         # The canary, in this process (its Pod list: the two replicas as the API server lists them).

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kv_tools.project_checks import load_checked_project
+from capacity.project_checks import load_checked_project
 from platform_config import ConfigError
 from tests.example_config import REPO, edit_yaml
 

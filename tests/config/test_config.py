@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from kv_tools.project_checks import load_checked_project
+from capacity.project_checks import load_checked_project
 from platform_config import ConfigError, load_platform
-from platform_config.models import ROUTING_STRATEGIES
+from platform_config.fields import ROUTING_STRATEGIES
 from tests.example_config import EXAMPLE, EXAMPLE_LINES, REPO, USER_CONFIG, edit_yaml
 
 
@@ -280,7 +280,7 @@ def test_l1_buffer_must_fit_the_pod_memory(config_dir: Path) -> None:
 
 
 def test_quantity_bytes() -> None:
-    from platform_config.models import quantity_bytes
+    from platform_config.fields import quantity_bytes
 
     assert quantity_bytes("80Gi") == 80 * 2**30
     assert quantity_bytes("1.5G") == 1.5e9 and quantity_bytes("500m") == 0.5 and quantity_bytes("6") == 6
@@ -476,7 +476,7 @@ def test_empty_zero_or_negative_resources_are_refused(config_dir: Path, field: s
 
 def test_a_model_that_does_not_fit_its_gpus_is_refused_with_the_planners_reason(config_dir: Path) -> None:
     """Llama-3.1-70B on one L40S: what `plan.py` calls DOES NOT FIT, synthesis refuses too."""
-    from kv_tools.planner import choose_tp, inputs_from_line
+    from capacity.fit import choose_tp, inputs_from_line
 
     path = config_dir / "business-lines" / "rag-assistant.yaml"
     edit_yaml(path, lambda d: (d["model"].update(name="Llama-3.1-70B-Instruct"), d.update(gpus_per_replica=1)))
@@ -543,13 +543,13 @@ def test_the_problem_field_comes_from_the_planners_error_not_its_text(config_dir
     """The planner's PlanInputError names the field; the loader maps it (LINE_CONFIG_FIELDS) and
     never guesses from words in the message (a message mentioning "utilization" or "convert" used
     to land on vllm.args whatever its cause)."""
-    import kv_tools.planner as planner
-    import kv_tools.project_checks as checks
+    import capacity.fit as fit
+    import capacity.project_checks as checks
 
     def bad(line, platform, **kw):
-        raise planner.PlanInputError([planner.InputProblem("tp", "could not convert: utilization"),
-                                      planner.InputProblem("chunk_tokens", "chunk size must be >= 1 (got 0)"),
-                                      planner.InputProblem("region", "a field no line key maps to")])
+        raise fit.PlanInputError([fit.InputProblem("tp", "could not convert: utilization"),
+                                  fit.InputProblem("chunk_tokens", "chunk size must be >= 1 (got 0)"),
+                                  fit.InputProblem("region", "a field no line key maps to")])
 
     monkeypatch.setattr(checks, "inputs_from_line", bad)
     found = [p for p in problems(config_dir) if "rag-assistant.yaml" in p]

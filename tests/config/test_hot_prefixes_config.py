@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kv_tools import project_checks
-from kv_tools.project_checks import hot_prefix_budget, load_checked_project
-from platform_config.models import MAX_HOT_PREFIX_BYTES
+from capacity import project_checks
+from capacity.project_checks import hot_prefix_budget, load_checked_project
+from platform_config.line_models import MAX_HOT_PREFIX_BYTES
 from tests.config.test_broken_inputs import RAG, refused
 from tests.config.test_config import problems
 from tests.example_config import edit_yaml

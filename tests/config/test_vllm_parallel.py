@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from k8s.lmcache import kv_relevant_vllm_args
-from kv_tools.planner import parse_vllm_args
+from capacity.fit import parse_vllm_args
 from platform_config import load_project
 from platform_config.vllm_args import flag_values, parallel_sizes
 from tests.config.test_config import only_problem

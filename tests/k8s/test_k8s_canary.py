@@ -11,7 +11,7 @@ from k8s import canary as canary_chart
 from k8s import names
 from k8s.nodes import HYPERPOD_NODE_LABEL
 from k8s.render import render_manifests
-from kv_tools import kv_canary
+from cluster_agents import kv_canary
 from observability import targets
 from platform_config import load_project
 from tests.example_config import copy_example_config, edit_yaml
@@ -73,7 +73,7 @@ def test_its_config_is_the_lines_and_the_scripts_are_the_repositorys(manifests, 
     assert (config.chunk_size, config.prompt_chunks, config.period_s) == (
         line.cache.chunk_size_tokens, line.canary.prompt_chunks, line.canary.period_minutes * 60)
     assert cm["data"]["kv_canary.py"] == Path(kv_canary.__file__).read_text()
-    # The script and the agents' shared core (kv_tools/agent_core.py), no janitor beside it.
+    # The script and the agents' shared core (cluster_agents/agent_core.py), no janitor beside it.
     assert set(cm["data"]) == {"canary.json", "kv_canary.py", "agent_core.py"}
     # The port name it looks for is the one the endpoint's worker declares.
     endpoint = find(manifests[names.line_chart_name(line)], "InferenceEndpointConfig")

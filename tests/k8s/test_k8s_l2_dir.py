@@ -20,7 +20,7 @@ from k8s.lmcache import (
 )
 from k8s.patch import line_cache_env, line_remote_url
 from platform_config import ConfigError, load_project
-from platform_config.models import lmcache_version_of_image
+from platform_config.fields import lmcache_version_of_image
 from tests.example_config import copy_example_config, edit_yaml
 from tests.k8s.kyverno_eval import apply_policy
 from tests.k8s.operator_render import pod

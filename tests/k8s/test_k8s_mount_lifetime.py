@@ -30,7 +30,7 @@ from tests.k8s.conftest import find
 from k8s import names
 from k8s.fuse_pod_guard import FUSE_POD_GUARD, STANDALONE_LABEL, STANDALONE_NAME_PREFIX, node_plugin_username
 from k8s.kube import KUBERNETES_VERSION
-from platform_config.models import quantity_bytes
+from platform_config.fields import quantity_bytes
 
 NODE = "hyperpod-i-0123456789abcdef0"
 LINE_X, LINE_Y = "pvc-rag-assistant", "pvc-research-reasoning"

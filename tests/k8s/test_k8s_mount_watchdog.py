@@ -18,7 +18,7 @@ import pytest
 from k8s import mount_watchdog as mw
 from k8s import names
 from k8s.nodes import HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE
-from kv_tools import l2_mount_watchdog
+from cluster_agents import l2_mount_watchdog
 from tests.k8s.conftest import find
 
 

@@ -8,7 +8,7 @@ chart without the budget knowing fails here.
 
 from __future__ import annotations
 
-from platform_config.models import quantity_bytes
+from platform_config.fields import quantity_bytes
 from platform_config.node_fit import node_budget, pod_request
 from k8s import names
 from platform_config import pod_resources

@@ -15,7 +15,7 @@ import pytest
 from tests.k8s.conftest import find
 
 from k8s import curvine_config, names
-from kv_tools import planner
+from capacity import fit, latency
 
 NODE_IPS = {"gpu-a": "10.192.1.10", "gpu-b": "10.192.1.11"}
 #: The reference deployment's figures (docs/sources.md §1): read across nodes 1.84 GiB/s, store on
@@ -45,8 +45,8 @@ def test_no_client_and_worker_identities_match_so_the_planner_reads_across_nodes
     assert set(clients.values()) == {"localhost"}
     assert curvine_config.local_worker_pairs(_worker_hostnames(curvine), clients) == set()
     # Hence every L2 read crosses the network: the planner times it at the cross-node figure.
-    assert planner.REFERENCE_RUN.l2_read_gibps == planner.PlanInputs.l2_read_gibps == CROSS_NODE_READ_GIBPS
-    assert planner.REFERENCE_RUN.l2_read_gibps != NODE_LOCAL_STORE_GIBPS
+    assert latency.REFERENCE_RUN.l2_read_gibps == fit.PlanInputs.l2_read_gibps == CROSS_NODE_READ_GIBPS
+    assert latency.REFERENCE_RUN.l2_read_gibps != NODE_LOCAL_STORE_GIBPS
 
 
 def test_a_static_client_hostname_would_make_one_workers_blocks_everyones(manifests):

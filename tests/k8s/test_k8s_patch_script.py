@@ -16,7 +16,7 @@ from tests.k8s.conftest import REPO
 from tests.k8s.operator_render import deployment
 
 from k8s import names
-from kv_tools import cli
+from operator_tools import cli
 from platform_config import load_project
 
 RAG = load_project(FIXTURE_CONFIG).business_line("rag-assistant")
@@ -108,7 +108,7 @@ def test_help_prints_usage_and_exit_codes_without_a_traceback(tmp_path):
         proc = _run_bare([flag], tmp_path)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.startswith("usage: scripts/patch_endpoint.sh <business-line>")
-        # The exit codes of the README's one table (kv_tools/cli.py), word for word.
+        # The exit codes of the README's one table (operator_tools/cli.py), word for word.
         assert cli.exit_epilog("patch_endpoint.sh") in " ".join(proc.stdout.split()) and "--dry-run" in proc.stdout
         assert "Traceback" not in proc.stdout + proc.stderr
 

@@ -6,7 +6,7 @@ import yaml
 
 from k8s import names
 from observability import alerts, queries, targets
-from platform_config.models import quantity_bytes
+from platform_config.fields import quantity_bytes
 from tests.example_config import copy_example_config, edit_yaml
 from tests.observability.conftest import selectors
 
@@ -61,8 +61,8 @@ def test_janitor_stale_alert_fires_after_three_periods_without_a_pass(obs_projec
     assert rules["rag-assistant"].expr == (
         'time() - max(max_over_time(kvcache_l2_janitor_last_run_timestamp_seconds{job="kvcache-l2-janitor",'
         'line="rag-assistant"}[1d])) > 1800')
-    assert 1800 == 3 * 600  # three janitor periods (kv_tools.l2_janitor.PERIOD_S)
-    from kv_tools.l2_janitor import PERIOD_S
+    assert 1800 == 3 * 600  # three janitor periods (cluster_agents.l2_janitor.PERIOD_S)
+    from cluster_agents.l2_janitor import PERIOD_S
 
     assert PERIOD_S == 600 and rules["rag-assistant"].for_ == "5m"
 

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from observability import metrics
 from observability.metrics import METRICS, Naming
-from platform_config.models import LMCACHE_VERSION
+from platform_config.fields import LMCACHE_VERSION
 
 
 def test_every_metric_names_its_component_file_and_versions() -> None:
@@ -65,7 +65,7 @@ def test_naming_rules_for_each_exposition() -> None:
 def test_l2_janitor_serves_the_metrics_the_dashboards_and_alerts_read(tmp_path: Path) -> None:
     """What the janitor's HTTP server answers on GET /metrics after a pass (the scraped text), parsed
     with prometheus_client's parser: every janitor metric of the table, as a gauge, with its labels."""
-    from kv_tools import l2_janitor
+    from cluster_agents import l2_janitor
 
     config = l2_janitor.JanitorConfig(line="rag-assistant", namespace="rag-assistant", live_dir="m",
                                       capacity_bytes=2**30, high_watermark=0.8, low_watermark=0.6, max_age_s=None,

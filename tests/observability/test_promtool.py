@@ -21,7 +21,7 @@ from typing import Any, Callable
 import pytest
 import yaml
 
-from kv_tools.kv_canary import VLLM_TTFT_BUCKETS, format_le
+from cluster_agents.kv_canary import VLLM_TTFT_BUCKETS, format_le
 from observability import targets
 from tests.observability import promtool
 from tests.observability.promtool import expect, series

@@ -32,7 +32,7 @@ from aws_cdk.assertions import Template
 from k8s import names
 from k8s.line_chart import L2_PVC_REQUEST, L2_SIZE_ANNOTATION
 from k8s.render import CURVINE_CHART, render_manifests
-from kv_tools.model_specs import lookup_model
+from capacity.model_specs import lookup_model
 from platform_config import ProjectConfig, load_project
 from platform_config.stack_names import stack_ids
 from tests.example_config import USER_CONFIG, run_app
@@ -100,7 +100,7 @@ def test_config_loads_one_line_per_file(user_project) -> None:
 
 
 def test_price_table_loads_if_present() -> None:
-    from kv_tools.prices import load_prices
+    from capacity.prices import load_prices
 
     path = USER_CONFIG / "prices.yaml"
     if not path.exists():

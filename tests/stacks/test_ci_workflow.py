@@ -328,7 +328,7 @@ def test_lmcache_tier_runs_on_pull_requests_that_touch_what_it_reads() -> None:
     match the workflow's pattern: a pull request that changes any of them runs the tier."""
     pattern = re.compile(_relevant_pattern())
     closure = _first_party_closure(sorted((REPO / "tests_lmcache").glob("*.py")))
-    assert {"k8s/render.py", "platform_config/models.py", "tests/k8s/kyverno_eval.py"} <= closure  # the walk works
+    assert {"k8s/render.py", "platform_config/line_models.py", "tests/k8s/kyverno_eval.py"} <= closure  # the walk works
     # scripts/jsii_node.sh: the Node.js command jsii runs for the charts (platform_config/runtime.py).
     inputs = {"requirements-lmcache.txt", "constraints-lmcache.txt", "requirements.txt", "Makefile",
               "scripts/jsii_node.sh",
@@ -506,7 +506,7 @@ def test_the_update_guard_runs_right_before_the_hyperpod_stack() -> None:
     step = job["steps"][guard]
     assert "continue-on-error" not in step and "if" not in step
     assert any(s.get("with", {}).get("name") == "cdk-out" for s in steps_using(job, "actions/download-artifact"))
-    from kv_tools.preflight import HYPERPOD_UPDATE_CHECK
+    from operator_tools.preflight import HYPERPOD_UPDATE_CHECK
     assert f'--only "{HYPERPOD_UPDATE_CHECK}"' in step["run"]
 
 

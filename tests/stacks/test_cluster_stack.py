@@ -11,7 +11,7 @@ from aws_cdk.assertions import Capture, Match
 
 from k8s import kube
 from platform_config.kubernetes_versions import KUBERNETES_RELEASES
-from platform_config.models import HYPERPOD_KUBERNETES_VERSIONS
+from platform_config.platform_models import HYPERPOD_KUBERNETES_VERSIONS
 from stacks.cluster_stack import CLUSTER_LOGICAL_ID, HELM_TIMEOUT
 
 EKS = "kvcache-eks"
@@ -244,7 +244,7 @@ def read_templates(outdir: Path) -> dict[str, dict]:
 def chart_templates(project, tmp_path_factory) -> dict[str, dict]:
     """Every template of the platform with the HyperPod dependency chart configured (its Helm wait)."""
     import stacks
-    from platform_config.models import HyperPodDependencyChartConfig
+    from platform_config.platform_models import HyperPodDependencyChartConfig
     from tests.stacks.test_dependency_chart import CHART, COMMIT, with_chart
 
     outdir = tmp_path_factory.mktemp("chart-waits")

@@ -11,7 +11,7 @@ from cdk_nag import AwsSolutionsChecks
 
 import stacks
 from platform_config import ConfigError, ProjectConfig
-from platform_config.models import HyperPodDependencyChartConfig
+from platform_config.platform_models import HyperPodDependencyChartConfig
 from stacks.hyperpod_stack import DEPENDENCY_CHART_DEFAULTS
 
 CHART = Path(__file__).resolve().parent / "fixtures" / "hyperpod-chart"

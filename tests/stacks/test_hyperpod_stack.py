@@ -91,7 +91,7 @@ def test_node_recovery_is_automatic(hp) -> None:
 
 def test_nodes_are_provisioned_continuously_by_default(hp, project) -> None:
     """One short group (P5 capacity) or one node failing its checks must not fail CreateCluster."""
-    from platform_config.models import HyperPodConfig
+    from platform_config.platform_models import HyperPodConfig
 
     assert HyperPodConfig.model_fields["node_provisioning_mode"].default == "Continuous"
     assert project.platform.hyperpod.node_provisioning_mode == "Continuous"
@@ -269,7 +269,7 @@ def reserved_capacity_template(project, tmp_path_factory):
     import stacks
     from aws_cdk.assertions import Template
     from platform_config import ProjectConfig
-    from platform_config.models import HyperPodConfig
+    from platform_config.platform_models import HyperPodConfig
 
     hp_cfg = project.platform.hyperpod.model_dump()
     hp_cfg["node_provisioning_mode"] = None

@@ -128,20 +128,19 @@ def test_prefixed_bucket_name_rejects_invalid_names() -> None:
 def test_construct_limits_are_the_config_schemas() -> None:
     """One source for the HyperPod name pattern, the Tiered Storage range and zone names."""
     from kv_constructs import curvine_volume, hyperpod_cluster
-    from platform_config import models
-
+    from platform_config import fields, platform_models
     from platform_config import hyperpod_rules as rules
 
-    assert hyperpod_cluster.NAME_PATTERN.pattern == models.HYPERPOD_NAME_PATTERN
+    assert hyperpod_cluster.NAME_PATTERN.pattern == fields.HYPERPOD_NAME_PATTERN
     assert hyperpod_cluster.TIERED_STORAGE_PERCENT_RANGE == (20, 100)
     assert hyperpod_cluster.DEEP_HEALTH_CHECKS == rules.DEEP_HEALTH_CHECKS
-    count = hyperpod_cluster._int_bounds(models.InstanceGroupConfig, "instance_count")
+    count = hyperpod_cluster._int_bounds(platform_models.InstanceGroupConfig, "instance_count")
     assert count == (0, rules.INSTANCE_COUNT_MAX)
-    assert hyperpod_cluster._int_bounds(models.InstanceGroupConfig, "ebs_volume_size_gb") == (
+    assert hyperpod_cluster._int_bounds(platform_models.InstanceGroupConfig, "ebs_volume_size_gb") == (
         rules.EBS_VOLUME_SIZE_GB_MIN, rules.EBS_VOLUME_SIZE_GB_MAX)
-    assert curvine_volume._AZ_NAME.pattern == models.AZ_NAME_PATTERN
+    assert curvine_volume._AZ_NAME.pattern == fields.AZ_NAME_PATTERN
     with pytest.raises(ValueError):
-        models.TieredStorageConfig(memory_allocation_percentage=101)
+        platform_models.TieredStorageConfig(memory_allocation_percentage=101)
 
 
 def test_irsa_role_rejects_invalid_service_account_names() -> None:

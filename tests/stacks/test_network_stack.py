@@ -213,7 +213,7 @@ def test_outputs(templates) -> None:
 def existing_vpc_network(project, tmp_path_factory):
     """A network stack for ``network.mode: existing`` (small app, synthesized once for this module)."""
     import stacks
-    from platform_config.models import ExistingVpcConfig
+    from platform_config.platform_models import ExistingVpcConfig
     from stacks.network_stack import NetworkStack
 
     network = ExistingVpcConfig(

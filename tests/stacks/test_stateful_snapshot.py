@@ -74,7 +74,7 @@ def test_replacing_properties_are_the_cloudformation_create_only_properties() ->
 def changed(project, tmp_path_factory) -> dict:
     """The scenario with four config fields changed that replace stateful resources (one synth)."""
     from platform_config import ProjectConfig
-    from platform_config.models import PlatformConfig
+    from platform_config.platform_models import PlatformConfig
 
     data = project.platform.model_dump(mode="json")
     data["gpu_availability_zone"] = "us-west-2b"
@@ -173,7 +173,7 @@ def test_defaults_are_your_config_and_a_snapshot_at_the_repo_root() -> None:
 def test_the_script_writes_then_flags_a_tampered_snapshot(tmp_path, monkeypatch, saved, capsys) -> None:
     """Exit codes and messages of the CLI (synthesis stubbed with the committed snapshot)."""
     cli = script()
-    from kv_tools.cli import EXIT_ERROR, EXIT_NO, EXIT_OK
+    from operator_tools.cli import EXIT_ERROR, EXIT_NO, EXIT_OK
 
     monkeypatch.setattr(cli, "current_snapshot", lambda config_dir: copy.deepcopy(saved))
     target = tmp_path / "mine.json"
@@ -200,7 +200,7 @@ def test_the_script_writes_then_flags_a_tampered_snapshot(tmp_path, monkeypatch,
 
 def test_a_bad_config_is_an_error_line_and_exit_2(tmp_path, capsys) -> None:
     cli = script()
-    from kv_tools.cli import EXIT_ERROR
+    from operator_tools.cli import EXIT_ERROR
 
     (tmp_path / "snap.json").write_text("{}")
     assert cli.main(["--config", str(tmp_path / "nope"), "--snapshot", str(tmp_path / "snap.json")]) == EXIT_ERROR

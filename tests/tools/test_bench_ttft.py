@@ -12,8 +12,8 @@ from typing import Any, Iterator
 import pytest
 
 from tests.tools.script_loader import load_script
-from kv_tools import cli
-from kv_tools.bench_ttft import BenchConfig, build_requests, endpoint_url, percentile, run
+from operator_tools import cli
+from operator_tools.bench_ttft import BenchConfig, build_requests, endpoint_url, percentile, run
 
 COLD_S, WARM_S, CHUNK_GAP_S = 0.200, 0.050, 0.100
 PREFIX_KEY_CHARS = 60  # the run id + document index are in the first characters
@@ -235,7 +235,7 @@ def test_request_plan_prefixes_are_unique_per_cold_request_and_reused_by_warm() 
 def test_exact_prefix_length_with_a_tokenizer(tmp_path) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    from kv_tools.bench_ttft import WORDS, TextMaker
+    from operator_tools.bench_ttft import WORDS, TextMaker
 
     words = list(WORDS) + ["[", "]", "run", "x", "document", "0"]
     vocab = {"[UNK]": 0, **{w: i + 1 for i, w in enumerate(words)}}
@@ -337,7 +337,7 @@ def test_cli_bad_flags_name_the_flag(capsys) -> None:
 
 
 def test_the_tokenizer_file_is_named_when_unreadable(tmp_path) -> None:
-    from kv_tools.bench_ttft import TextMaker
+    from operator_tools.bench_ttft import TextMaker
 
     with pytest.raises(FileNotFoundError, match="/nonexistent/tokenizer.json"):
         TextMaker("/nonexistent/tokenizer.json")
@@ -350,7 +350,7 @@ def test_the_tokenizer_file_is_named_when_unreadable(tmp_path) -> None:
 def test_cli_plot_draws_cold_and_warm_histograms(one: FakeServer, tmp_path, capsys) -> None:
     from matplotlib.container import BarContainer
 
-    from kv_tools.plots import bench_figure
+    from operator_tools.plots import bench_figure
 
     png = tmp_path / "ttft.png"
     rc = load_script("bench_ttft").main(["--base-url", one.url, "--model", "m", "--requests", "6",

@@ -1,4 +1,4 @@
-"""The convention every operator tool follows (kv_tools/cli.py): help texts, exit codes and the
+"""The convention every operator tool follows (operator_tools/cli.py): help texts, exit codes and the
 README's one table of them, error lines, quiet broken pipes; and the permissions the docs list
 for each tool, recorded from the calls the code makes."""
 
@@ -16,8 +16,8 @@ import botocore.session
 import pytest
 from botocore.exceptions import ClientError
 
-from kv_tools import cli
-from kv_tools.preflight import run_preflight
+from operator_tools import cli
+from operator_tools.preflight import run_preflight
 from platform_config import load_project
 from tests.example_config import FIXTURE_CONFIG
 from tests.tools.script_loader import REPO, load_script
@@ -50,11 +50,11 @@ def test_api_key_default_is_shown_once_and_never_its_value(monkeypatch) -> None:
 
 def test_the_docs_have_the_one_exit_code_table() -> None:
     assert cli.exit_code_table() in OPERATOR_DOC
-    # The Python tools, plus the two run by hand that cannot import kv_tools/cli.py (their
+    # The Python tools, plus the two run by hand that cannot import operator_tools/cli.py (their
     # --help texts are compared with it in tests/k8s/test_k8s_patch_script.py and
-    # tests/tools/test_l2_janitor.py).
-    assert set(cli.EXIT_CODES) == {f"{t}.py" for t in TOOLS} | {"patch_endpoint.sh", "kv_tools/l2_janitor.py"}
-    assert "| `scripts/patch_endpoint.sh` |" in OPERATOR_DOC and "| `kv_tools/l2_janitor.py` |" in OPERATOR_DOC
+    # tests/agents/test_l2_janitor.py).
+    assert set(cli.EXIT_CODES) == {f"{t}.py" for t in TOOLS} | {"patch_endpoint.sh", "cluster_agents/l2_janitor.py"}
+    assert "| `scripts/patch_endpoint.sh` |" in OPERATOR_DOC and "| `cluster_agents/l2_janitor.py` |" in OPERATOR_DOC
     # Nowhere else restates the codes tool by tool: the docs and the scripts point to the table.
     for tool in TOOLS:
         doc = load_script(tool).__doc__

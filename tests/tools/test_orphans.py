@@ -13,7 +13,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from kv_tools.orphans import LineStack, delete_stacks, find_orphans, line_stacks
+from operator_tools.orphans import LineStack, delete_stacks, find_orphans, line_stacks
 from platform_config import load_project
 from tests.example_config import FIXTURE_CONFIG
 from tests.tools.script_loader import load_script
@@ -120,7 +120,7 @@ def test_destroy_asks_then_deletes_by_stack_id_and_waits(monkeypatch, capsys) ->
         _expect_deletion(cfn_stub, o)
     for o in orphans:
         _expect_wait(cfn_stub, o)
-    monkeypatch.setattr("kv_tools.orphans.DELETE_POLL_SECONDS", 0)
+    monkeypatch.setattr("operator_tools.orphans.DELETE_POLL_SECONDS", 0)
     prompts: list[str] = []
     with sts_stub, cfn_stub:
         rc = run(["--destroy"], session, confirm=lambda p: prompts.append(p) or "delete")

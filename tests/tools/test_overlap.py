@@ -11,8 +11,8 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 
 from tests.tools.script_loader import load_script
-from kv_tools import cli
-from kv_tools.overlap import (
+from operator_tools import cli
+from operator_tools.overlap import (
     COMPLETION,
     NO_SYSTEM,
     ApproxTokenizer,
@@ -266,7 +266,7 @@ def test_cli_plot_draws_the_distribution_against_the_threshold(tokenizer_path: P
                                                                 tmp_path: Path, capsys) -> None:
     from matplotlib.container import BarContainer
 
-    from kv_tools.plots import overlap_figure
+    from operator_tools.plots import overlap_figure
 
     log = tmp_path / "r.jsonl"
     log.write_text("\n".join(chat(words(0, 512), words(1000 + 100 * i, 100)) for i in range(4)) + "\n")

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kv_tools.preflight import (
+from operator_tools.preflight import (
     CheckResult,
     check_addon_configuration,
     check_addon_versions,

@@ -16,7 +16,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from kv_tools.preflight import (
+from operator_tools.preflight import (
     HYPERPOD_UPDATE_CHECK,
     UPDATE_BLOCKING_NODE_STATUSES,
     CheckResult,

@@ -1,4 +1,4 @@
-"""scripts/update_crd_schema.py on the tools' CLI convention (kv_tools/cli.py): --help, one-line
+"""scripts/update_crd_schema.py on the tools' CLI convention (operator_tools/cli.py): --help, one-line
 errors naming the file, exit codes 0/1/2, and --check. Runs without ../shared/reference: the CRD
 here is a small one written by the test."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kv_tools import cli
+from operator_tools import cli
 from tests.tools.script_loader import REPO, load_script
 
 

@@ -22,7 +22,7 @@ from tests.tools.script_loader import load_script
 from k8s import names
 from k8s.patch import L2_MOUNT_PATH, endpoint_json_patch, line_cache_env, line_remote_url, owned_volumes
 from k8s.render import CURVINE_CHART, render_manifests
-from kv_tools.verify import (
+from operator_tools.verify import (
     OWN_ROWS,
     TMP_DIR_KEY,
     check_cross_pod_hit,
@@ -113,7 +113,7 @@ def find(objects: list[dict], kind: str, name: str | None = None) -> dict:
 
 
 class FakeReader:
-    """The cluster and AWS as plain dicts: what :class:`kv_tools.verify.LiveReader` would return."""
+    """The cluster and AWS as plain dicts: what :class:`operator_tools.verify.LiveReader` would return."""
 
     def __init__(self, describe: dict | None, objects: list[dict]) -> None:
         self.describe = describe
@@ -393,7 +393,7 @@ def test_cli_table_json_and_exit_codes(cluster: FakeReader, capsys) -> None:
     assert verify_cli.main(["--config", str(FIXTURE_CONFIG), "--line", "nope"], reader_factory=factory) == 2
 
 
-#: The RBAC rule (verb, resource) each call of :class:`kv_tools.verify.LiveReader` needs.
+#: The RBAC rule (verb, resource) each call of :class:`operator_tools.verify.LiveReader` needs.
 RBAC = {
     ("get", "DaemonSet"): "get apps/daemonsets", ("list", "DaemonSet"): "list apps/daemonsets",
     ("get", "StatefulSet"): "get apps/statefulsets", ("get", "Deployment"): "get apps/deployments",
@@ -427,7 +427,7 @@ class RecordingReader:
 
 
 def test_verify_permissions_in_the_docs_are_the_calls_it_makes(cluster: FakeReader, monkeypatch) -> None:
-    monkeypatch.setattr("kv_tools.verify.time.sleep", lambda seconds: None)  # the probe's settle time
+    monkeypatch.setattr("operator_tools.verify.time.sleep", lambda seconds: None)  # the probe's settle time
     doc = (REPO / "docs" / "operator-tools.md").read_text()
     section = doc[doc.index("### Permissions each tool needs"):]
     (row,) = [line for line in section[:section.index("\n#")].splitlines() if line.startswith("| `scripts/verify.py`")]
@@ -553,7 +553,7 @@ def test_pods_mutated_by_the_rendered_policy_pass(tmp_path: Path, telemetry: boo
 
 def test_a_new_policy_entry_is_checked_without_touching_verify(cluster: FakeReader, monkeypatch) -> None:
     """An entry added to line_cache_env (e.g. PROMETHEUS_MULTIPROC_DIR) is compared at once."""
-    import kv_tools.verify as verify_module
+    import operator_tools.verify as verify_module
 
     real = verify_module.line_cache_env
     monkeypatch.setattr(verify_module, "line_cache_env",

@@ -60,9 +60,9 @@ from typing import Any, Iterable, Protocol
 from k8s import names
 from k8s.lmcache import POD_NAME_ENV, PYTHONHASHSEED_ENV, TMP_DIR_PREFIX, env_name, owned_env_names
 from k8s.patch import DEPLOYMENT_TMP_TOKEN, find_vllm_container, line_cache_env, owned_volumes
-from kv_tools import l2_mount_watchdog
-from kv_tools.l2_janitor import TMP_DIR_KEY  # the LMCACHE_EXTRA_CONFIG key of the temp dir (tested equal)
-from kv_tools.preflight import CheckResult
+from cluster_agents import l2_mount_watchdog
+from cluster_agents.l2_directories import TMP_DIR_KEY  # the LMCACHE_EXTRA_CONFIG key of the temp dir (tested equal)
+from operator_tools.preflight import CheckResult
 from platform_config import BusinessLineConfig, PlatformConfig, ProjectConfig
 
 HYPERPOD_NAMESPACE = "aws-hyperpod"

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from kv_tools import l2_mount_watchdog as wd
-from kv_tools.l2_mount_watchdog import ALIVE, DEAD, HUNG, WatchdogConfig, Watchdog
+from cluster_agents import l2_mount_watchdog as wd
+from cluster_agents.l2_mount_watchdog import ALIVE, DEAD, HUNG, WatchdogConfig, Watchdog
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "5f0c2a9e1d3b4c6a8e7f90123456789a"
@@ -63,7 +63,7 @@ class Node:
         self.daemons: list[subprocess.Popen] = []
 
     def start_session(self) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-m", "tests.tools.fuse_minimal", str(self.fuse_mount)], cwd=ROOT,
+        proc = subprocess.Popen([sys.executable, "-m", "tests.agents.fuse_minimal", str(self.fuse_mount)], cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.daemons.append(proc)
         deadline = time.monotonic() + 20

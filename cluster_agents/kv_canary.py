@@ -68,7 +68,7 @@ from dataclasses import asdict, dataclass, field
 from http.server import ThreadingHTTPServer
 from typing import Any, Callable
 
-if __package__:  # imported as kv_tools.kv_canary
+if __package__:  # imported as cluster_agents.kv_canary
     from . import agent_core as core
 else:  # run from its ConfigMap, agent_core.py beside it
     import agent_core as core

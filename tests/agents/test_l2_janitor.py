@@ -1,4 +1,4 @@
-"""The per-line L2 janitor (kv_tools/l2_janitor.py) on a real directory tree, and its chart objects.
+"""The per-line L2 janitor (cluster_agents/l2_janitor.py) on a real directory tree, and its chart objects.
 
 File names follow lmcache 0.5.5's fs connector (the pinned release): ``<model path with '/' as -SEP->@<world size>@
 <worker id>@<chunk hash hex>@<dtype>.data`` in the base directory, temp files in
@@ -28,8 +28,9 @@ from k8s import janitor as janitor_chart
 from k8s import names
 from k8s.lmcache import l2_cache_dir
 from k8s.render import render_manifests
-from kv_tools import l2_janitor
-from kv_tools.l2_janitor import JanitorConfig, config_from_dict, live_pods_from_objects, prometheus_text, run
+from cluster_agents import l2_directories, l2_janitor
+from cluster_agents.l2_directories import live_pods_from_objects
+from cluster_agents.l2_janitor import JanitorConfig, config_from_dict, prometheus_text, run
 from platform_config import load_project
 from tests.example_config import FIXTURE_CONFIG
 
@@ -65,7 +66,7 @@ def age_dir(root: Path, rel: str, age_s: float) -> None:
 def seed_state(root: Path, configured: list[tuple[str, float]], in_use: dict[str, float] | None = None) -> None:
     """A state file as earlier passes would have left it (ages in seconds before NOW)."""
     root.mkdir(parents=True, exist_ok=True)
-    l2_janitor.write_state(root, l2_janitor.DirHistory([(d, NOW - age) for d, age in configured],
+    l2_directories.write_state(root, l2_directories.DirHistory([(d, NOW - age) for d, age in configured],
                                                        {d: NOW - age for d, age in (in_use or {}).items()}))
 
 
@@ -131,7 +132,7 @@ def test_stale_tmp_dirs_and_old_model_dirs_go_live_ones_stay(tmp_path):
     s = run(config(), tmp_path, list_pods=lambda: pods, now=NOW)
     assert s.pods_listed and s.live_pods == 2
     assert (s.tmp_dirs_deleted, s.stale_model_dirs_deleted) == (1, 1)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [l2_janitor.STATE_FILE, LIVE, "rolling-model-bbbbbbbbbbbb"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [l2_directories.STATE_FILE, LIVE, "rolling-model-bbbbbbbbbbbb"]
     assert s.protected_dirs == {"rolling-model-bbbbbbbbbbbb": "named by a running or pending Pod"}
     assert sorted(p.name for p in (tmp_path / LIVE).iterdir()) == [".tmp-justborn", ".tmp-live1"]
     assert s.bytes_freed == 5 * MIB
@@ -232,7 +233,7 @@ def model_dir(root: Path, name: str, age_s: float = 3 * DAY) -> None:
 
 
 def names_at(root: Path) -> list[str]:
-    return sorted(p.name for p in root.iterdir() if p.name != l2_janitor.STATE_FILE)
+    return sorted(p.name for p in root.iterdir() if p.name != l2_directories.STATE_FILE)
 
 
 def test_rollback_finds_its_directory_whichever_janitor_runs(tmp_path):
@@ -326,17 +327,17 @@ def test_a_first_pass_without_state_keeps_every_directory_for_the_grace_period(t
 def test_an_unreadable_state_deletes_no_directory_and_is_rebuilt(tmp_path):
     seed_state(tmp_path, [(MODEL_A, 9 * DAY), (LIVE, 600)])
     model_dir(tmp_path, MODEL_A)
-    (tmp_path / l2_janitor.STATE_FILE).write_text('{"version": 1, "configured": [{"dir"')  # torn by hand
+    (tmp_path / l2_directories.STATE_FILE).write_text('{"version": 1, "configured": [{"dir"')  # torn by hand
     s = run(config(), tmp_path, list_pods=lambda: [], now=NOW)
     assert s.exit_code == 2 and "janitor state" in s.errors[0] and names_at(tmp_path) == [MODEL_A]
-    assert l2_janitor.read_state(tmp_path).in_use == {MODEL_A: NOW}  # rebuilt as a first pass
+    assert l2_directories.read_state(tmp_path).in_use == {MODEL_A: NOW}  # rebuilt as a first pass
     assert run(config(), tmp_path, list_pods=lambda: [], now=NOW + 60).errors == []
 
 
 def test_the_state_is_replaced_atomically_and_written_before_any_deletion(tmp_path, monkeypatch):
     """A write that fails leaves the previous state whole and deletes no directory."""
     seed_state(tmp_path, [(MODEL_A, 9 * DAY), (MODEL_B, 8 * DAY), (LIVE, 600)])
-    before = (tmp_path / l2_janitor.STATE_FILE).read_text()
+    before = (tmp_path / l2_directories.STATE_FILE).read_text()
     model_dir(tmp_path, MODEL_A)
 
     def no_rename(src, dst):
@@ -345,11 +346,11 @@ def test_the_state_is_replaced_atomically_and_written_before_any_deletion(tmp_pa
     monkeypatch.setattr(l2_janitor.os, "replace", no_rename)
     s = run(config(max_age_s=None), tmp_path, list_pods=lambda: [], now=NOW)
     assert s.exit_code == 2 and "writing" in s.errors[0] and names_at(tmp_path) == [MODEL_A]
-    assert (tmp_path / l2_janitor.STATE_FILE).read_text() == before
+    assert (tmp_path / l2_directories.STATE_FILE).read_text() == before
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == []  # no temp file left
     monkeypatch.undo()
     s = run(config(max_age_s=None), tmp_path, list_pods=lambda: [], now=NOW)
-    assert s.errors == [] and names_at(tmp_path) == [] and json.loads((tmp_path / l2_janitor.STATE_FILE).read_text())
+    assert s.errors == [] and names_at(tmp_path) == [] and json.loads((tmp_path / l2_directories.STATE_FILE).read_text())
 
 
 def test_a_directory_is_renamed_aside_before_it_is_deleted(tmp_path, monkeypatch):
@@ -375,7 +376,7 @@ def test_a_directory_is_renamed_aside_before_it_is_deleted(tmp_path, monkeypatch
 def test_a_dry_run_writes_no_state(tmp_path):
     model_dir(tmp_path, MODEL_A)
     s = run(config(), tmp_path, list_pods=lambda: [], now=NOW, dry_run=True)
-    assert not (tmp_path / l2_janitor.STATE_FILE).exists() and s.protected_dirs == {
+    assert not (tmp_path / l2_directories.STATE_FILE).exists() and s.protected_dirs == {
         MODEL_A: "in use within the grace period"}
 
 
@@ -395,7 +396,7 @@ def test_readiness_shows_a_failing_janitor_and_recovers(tmp_path):
 
     service = quiet_service(tmp_path, list_pods=list_pods)
     assert service.readiness() == (False, "no pass has finished yet") and service.metrics() == ""
-    assert service.run_pass().exit_code == 2  # an error: 2, as for every tool (kv_tools/cli.py)
+    assert service.run_pass().exit_code == 2  # an error: 2, as for every tool (operator_tools/cli.py)
     ready, why = service.readiness()
     assert not ready and "403 Forbidden" in why and service.liveness() == (True, "ok")
     assert 'kvcache_l2_janitor_errors{line="rag-assistant",namespace="rag-assistant"} 1' in service.metrics()
@@ -618,8 +619,8 @@ def _one_shot(tmp_path: Path, *args: str, cfg: dict | None = None) -> subprocess
 
 def test_one_shot_exit_codes_follow_the_tools_convention(tmp_path):
     """0 fine, 1 "the answer is no" (still above the high watermark), 2 an error: never 1 for an
-    error (kv_tools/cli.py), whether the pass, the config, a flag or the metrics file fails."""
-    from kv_tools import cli
+    error (operator_tools/cli.py), whether the pass, the config, a flag or the metrics file fails."""
+    from operator_tools import cli
 
     root = tmp_path / "pvc"
     for i in range(95):
@@ -634,9 +635,9 @@ def test_one_shot_exit_codes_follow_the_tools_convention(tmp_path):
 
 
 def test_help_states_the_exit_codes_of_the_readme_table():
-    from kv_tools import cli
+    from operator_tools import cli
 
-    assert l2_janitor.EXIT_EPILOG == cli.exit_epilog("kv_tools/l2_janitor.py")
+    assert l2_janitor.EXIT_EPILOG == cli.exit_epilog("cluster_agents/l2_janitor.py")
     assert (l2_janitor.EXIT_OK, l2_janitor.EXIT_ABOVE_HIGH_WATERMARK, l2_janitor.EXIT_ERROR) == (
         cli.EXIT_OK, cli.EXIT_NO, cli.EXIT_ERROR)
     out = subprocess.run([sys.executable, l2_janitor.__file__, "--help"], capture_output=True, text=True, timeout=60)
@@ -653,13 +654,13 @@ def test_copied_names_equal_the_charts():
     from k8s.patch import DEPLOYMENT_TMP_TOKEN, L2_MOUNT_PATH
 
     assert l2_janitor.TMP_DIR_PREFIX == TMP_DIR_PREFIX
-    assert l2_janitor.REMOTE_URL_ENV == env_name("remote_url")
-    assert l2_janitor.EXTRA_CONFIG_ENV == env_name("extra_config")
+    assert l2_directories.REMOTE_URL_ENV == env_name("remote_url")
+    assert l2_directories.EXTRA_CONFIG_ENV == env_name("extra_config")
     # The key k8s.lmcache.extra_config puts the per-pod temp directory under, and the fs
     # connector reads.
-    assert extra_config("tok")[l2_janitor.TMP_DIR_KEY] == f"{TMP_DIR_PREFIX}tok"
-    assert l2_janitor.TMP_DIR_KEY in FS_CONNECTOR_EXTRA_KEYS
-    assert l2_janitor.POD_NAME_REFERENCE == DEPLOYMENT_TMP_TOKEN
+    assert extra_config("tok")[l2_directories.TMP_DIR_KEY] == f"{TMP_DIR_PREFIX}tok"
+    assert l2_directories.TMP_DIR_KEY in FS_CONNECTOR_EXTRA_KEYS
+    assert l2_directories.POD_NAME_REFERENCE == DEPLOYMENT_TMP_TOKEN
     assert janitor_chart.PERIOD_S == l2_janitor.PERIOD_S and MOUNT == L2_MOUNT_PATH
 
 
@@ -690,7 +691,7 @@ def test_live_pods_of_the_rendered_policy(project, line, tmp_path):
             for i in range(3)]
     conf = config_from_dict(janitor_chart.janitor_config(project.platform, line))
     live = live_pods_from_objects(pods, conf.mount_path)
-    tokens = sorted(json.loads(e["value"])[l2_janitor.TMP_DIR_KEY] for p in pods for c in p["spec"]["containers"]
+    tokens = sorted(json.loads(e["value"])[l2_directories.TMP_DIR_KEY] for p in pods for c in p["spec"]["containers"]
                     for e in c.get("env") or [] if e["name"] == "LMCACHE_EXTRA_CONFIG")
     assert len(set(tokens)) == 3 and all(t.startswith(".tmp-") for t in tokens)
     assert live.count == 3 and live.bases == {conf.live_dir}
@@ -785,7 +786,7 @@ def test_pins_protect_only_the_configured_directory_and_never_young_chunks_anywa
 
 
 def test_the_warmers_state_file_is_not_l2_content(tmp_path):
-    from kv_tools import hot_prefixes
+    from cluster_agents import hot_prefixes
 
     assert l2_janitor.HOT_PREFIX_STATE_FILE == hot_prefixes.STATE_FILE
     root = tmp_path / "l2"

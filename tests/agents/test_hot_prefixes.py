@@ -1,4 +1,4 @@
-"""The hot-prefix warmer (kv_tools/hot_prefixes.py) on a real directory, with a scripted replica client,
+"""The hot-prefix warmer (cluster_agents/hot_prefixes.py) on a real directory, with a scripted replica client,
 and its chart objects. The names against the real LMCache: tests_lmcache/test_hot_prefixes.py."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from k8s import janitor as janitor_chart
 from k8s.render import render_manifests
-from kv_tools import hot_prefixes
-from kv_tools.hot_prefixes import (HotPrefixConfig, HotPrefixWarmer, Prefix, chunk_hashes, hash_hex, parse_chunk_name,
+from cluster_agents import hot_prefixes
+from cluster_agents.hot_prefixes import (HotPrefixConfig, HotPrefixWarmer, Prefix, chunk_hashes, hash_hex, parse_chunk_name,
                                    ready_replicas)
-from kv_tools.project_checks import load_checked_project
+from capacity.project_checks import load_checked_project
 from tests.example_config import FIXTURE_CONFIG, copy_example_config, edit_yaml
 
 LIVE = "qwen2-7b-instruct-0123456789ab"
@@ -187,7 +187,7 @@ def test_a_lost_chunk_shows_at_the_next_count(tmp_path: Path) -> None:
 
 
 def test_the_warmers_metrics_parse_and_reach_the_janitors_endpoint(tmp_path: Path) -> None:
-    from kv_tools import l2_janitor
+    from cluster_agents import l2_janitor
 
     fake = FakeReplicas(tmp_path, list(range(10)), seeded_none_hash(0))
     fake.stores.add("http://10.0.0.1:8000")
@@ -254,7 +254,7 @@ def test_the_switch_turns_the_warm_up_and_the_pins_off(tmp_path: Path) -> None:
 def test_the_largest_prefix_text_of_the_worst_kind_keeps_the_line_under_the_template_limit(tmp_path: Path) -> None:
     """128 KiB of quotes and backslashes (4 bytes each once the manifest is a JSON string inside the
     template's JSON) on top of the line's manifests: still below CloudFormation's 1,000,000 bytes."""
-    from platform_config.models import MAX_HOT_PREFIX_BYTES
+    from platform_config.line_models import MAX_HOT_PREFIX_BYTES
     from stacks.synthesis_checks import TEMPLATE_BODY_LIMIT_BYTES
 
     cfg = copy_example_config(tmp_path / "config")

@@ -12,11 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kv_tools.model_specs import lookup_model
-from kv_tools.planner import (LINE_CONFIG_FIELDS, PlanInputError, choose_tp, inputs_from_line,
-                              kv_bytes_per_token_per_gpu)
+from capacity.model_specs import lookup_model
+from capacity.fit import LINE_CONFIG_FIELDS, PlanInputError, choose_tp, inputs_from_line, kv_bytes_per_token_per_gpu
 from platform_config import BusinessLineConfig, ConfigProblem, PlatformConfig, ProjectConfig, load_project
-from platform_config.models import quantity_bytes
+from platform_config.fields import quantity_bytes
 from platform_config.vllm_args import PIPELINE_PARALLEL_FLAG, parallel_sizes
 
 #: Tokens a chat template may add around one message (role header, separators, end of turn): Qwen2's
@@ -71,7 +70,7 @@ def prefix_token_bound(texts: list[str], chat: bool) -> int:
 def hot_prefix_budget(line: BusinessLineConfig) -> HotPrefixBudget:
     """The bound of the KV bytes ``line``'s declared prefixes pin in L2: per prefix its token bound
     (:func:`prefix_token_bound`) rounded down to full ``cache.chunk_size_tokens`` chunks, x the model's
-    KV bytes per token over every rank (:func:`kv_tools.planner.kv_bytes_per_token_per_gpu` x TP, x PP
+    KV bytes per token over every rank (:func:`capacity.fit.kv_bytes_per_token_per_gpu` x TP, x PP
     stages), plus one header per chunk file. The KV dtype is the planner's (``--kv-cache-dtype``, else
     ``model.dtype``, fp8 weights keeping a 16-bit cache).
 
@@ -114,7 +113,7 @@ def hot_prefix_problems(
             continue
         except KeyError:
             warnings.append(f"{path}: model.name {line.model.name!r} is not in the planner's table "
-                            "(kv_tools/model_specs.py), so the L2 share its hot prefixes pin is not checked; the L2 "
+                            "(capacity/model_specs.py), so the L2 share its hot prefixes pin is not checked; the L2 "
                             "janitor reports it (kvcache_l2_janitor_pinned_bytes)")
             continue
         if b.fits:
@@ -136,14 +135,14 @@ def model_fit_problems(
 ) -> tuple[list[ConfigProblem], list[str]]:
     """Each line's model must fit ``gpus_per_replica`` GPUs of its instance type.
 
-    The rule is the planner's, called, not copied: :func:`kv_tools.planner.choose_tp` over
-    :func:`kv_tools.planner.inputs_from_line`, i.e. exactly what ``scripts/plan.py
+    The rule is the planner's, called, not copied: :func:`capacity.fit.choose_tp` over
+    :func:`capacity.fit.inputs_from_line`, i.e. exactly what ``scripts/plan.py
     --business-line <file>`` reports with its default flags (weights per GPU plus the runtime
     reserve within vLLM's ``--gpu-memory-utilization`` share, and room left for one sequence of
     ``--max-model-len`` tokens, or of the planner's default prompt). So synthesis refuses what
     the planner says does not fit, and nothing else.
 
-    A model the planner's table (``kv_tools/model_specs.py``, matched by normalized
+    A model the planner's table (``capacity/model_specs.py``, matched by normalized
     ``model.name``) does not know cannot be sized offline: its fit is skipped and a warning
     names the file and the command that checks it (``plan.py --hf-config``).
 
@@ -157,7 +156,7 @@ def model_fit_problems(
             inputs = inputs_from_line(line, platform)
         except KeyError:  # the only KeyError of inputs_from_line: the model is not in the table
             warnings.append(
-                f"{path}: model.name {line.model.name!r} is not in the planner's table (kv_tools/model_specs.py), "
+                f"{path}: model.name {line.model.name!r} is not in the planner's table (capacity/model_specs.py), "
                 f"so whether it fits {line.instance_type} with gpus_per_replica {line.gpus_per_replica} is not "
                 f"checked; check it with: scripts/plan.py --business-line {path} --hf-config <its config.json>")
             continue

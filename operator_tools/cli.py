@@ -3,7 +3,7 @@
 (``scripts/manifests.py``), the stateful-resource guard (``scripts/stateful_snapshot.py``) and the
 CRD schema generator (``scripts/update_crd_schema.py``);
 the exit codes also hold for ``scripts/patch_endpoint.sh`` and the L2 janitor
-(``kv_tools/l2_janitor.py``) run by hand.
+(``cluster_agents/l2_janitor.py``) run by hand.
 
 * **Exit codes** (:data:`EXIT_CODES`, docs/operator-tools.md's one table is generated from it and a test
   keeps them equal): ``0`` fine, ``1`` the tool answered and the answer is "no", ``2`` bad
@@ -83,7 +83,7 @@ EXIT_CODES: dict[str, ExitMeaning] = {
                                      "not used (the script asks no yes/no question)",
                                      "bad input (unknown line, invalid config, L2 off), or a kubectl step "
                                      "failed (the operator is restored)"),
-    "kv_tools/l2_janitor.py": ExitMeaning("the pass finished at or below the high watermark",
+    "cluster_agents/l2_janitor.py": ExitMeaning("the pass finished at or below the high watermark",
                                           "still above the high watermark after the pass (everything left is "
                                           "younger than the minimum age)",
                                           "an error: a deletion failed, the Pods could not be listed, the PVC "
@@ -163,12 +163,12 @@ def add_config_option(parser: argparse.ArgumentParser, help: str = CONFIG_HELP) 
 
 def load_config(config_dir: Path | None, stream: TextIO | None = None) -> Any:
     """The project of ``config_dir`` (None: the default directory) as every command loads it:
-    :func:`kv_tools.project_checks.load_checked_project`; its warnings printed as ``warning: ...``.
+    :func:`capacity.project_checks.load_checked_project`; its warnings printed as ``warning: ...``.
 
     Raises:
         ConfigError: every problem found (:func:`fail` prints them, one line each).
     """
-    from kv_tools.project_checks import load_checked_project
+    from capacity.project_checks import load_checked_project
     from platform_config.loader import default_config_dir
 
     project = load_checked_project(config_dir if config_dir is not None else default_config_dir())

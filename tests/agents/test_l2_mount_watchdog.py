@@ -1,4 +1,4 @@
-"""The L2 mount watchdog (kv_tools/l2_mount_watchdog.py): classification on injected mountinfo and a
+"""The L2 mount watchdog (cluster_agents/l2_mount_watchdog.py): classification on injected mountinfo and a
 fake kubelet layout, and healing against a fake API server (standard library ``http.server``).
 
 The layouts are the real ones (docs/sources.md §17): the kubelet keeps a pod's CSI volume in
@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from kv_tools import l2_mount_watchdog as wd
-from kv_tools.l2_mount_watchdog import (
+from cluster_agents import l2_mount_watchdog as wd
+from cluster_agents.l2_mount_watchdog import (
     ALIVE, DEAD, ERROR, HUNG, HttpApi, Prober, WatchdogConfig, Watchdog, classify, find_volumes, live_fuse_devices,
     parse_mountinfo, top_mounts,
 )

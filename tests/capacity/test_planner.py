@@ -9,20 +9,13 @@ from pathlib import Path
 import pytest
 
 from tests.tools.script_loader import load_script
-from kv_tools.model_specs import MODELS, count_params, load_hf_config, lookup_model, normalize_model_name
-from kv_tools import cli
-from kv_tools.gpu_memory import GPU_MEMORY, usable_gpu_memory_gib
-from kv_tools.planner import (
-    DEFAULT_CALIBRATION,
-    PlanInputs,
-    inputs_from_line,
-    kv_bytes_per_token_per_gpu,
-    parse_vllm_args,
-    plan,
-    recommend,
-    timing,
-)
-from kv_tools.prices import load_prices
+from capacity.model_specs import MODELS, count_params, load_hf_config, lookup_model, normalize_model_name
+from operator_tools import cli
+from capacity.gpu_memory import GPU_MEMORY, usable_gpu_memory_gib
+from capacity.fit import PlanInputs, inputs_from_line, kv_bytes_per_token_per_gpu, parse_vllm_args
+from capacity.latency import DEFAULT_CALIBRATION, timing
+from capacity.planner import plan, recommend
+from capacity.prices import load_prices
 from platform_config import INSTANCE_TYPES, ConfigError, get_instance_type, load_project
 from platform_config.loader import l2_pool_gib
 from tests.example_config import FIXTURE_CONFIG, copy_line_file
@@ -363,7 +356,7 @@ def test_every_gpu_has_a_sourced_usable_memory_below_its_marketed_size() -> None
         assert "vllm-project/vllm#" in mem.source and "datasheet" in mem.source
     # An L40S sold as 48 GB exposes about 44.5 GiB to CUDA (and 46,068 MiB to nvidia-smi).
     assert usable_gpu_memory_gib("NVIDIA L40S") == 44.53 and GPU_MEMORY["NVIDIA L40S"].nvidia_smi_mib == 46068
-    with pytest.raises(KeyError, match="kv_tools/gpu_memory.py"):
+    with pytest.raises(KeyError, match="capacity/gpu_memory.py"):
         usable_gpu_memory_gib("NVIDIA B200")
 
 
@@ -450,8 +443,8 @@ def test_unchecked_prices_are_one_line_in_the_report_and_each_in_json(tmp_path: 
 
 
 def test_collapsing_keeps_other_warnings_and_their_order() -> None:
-    from kv_tools.planner import collapse_unchecked_prices, price_warnings
-    from kv_tools.prices import PriceTable
+    from capacity.planner import collapse_unchecked_prices, price_warnings
+    from capacity.prices import PriceTable
 
     prices = PriceTable.model_validate({"regions": {"us-west-2": {
         "ml.g6e.xlarge": {"usd_per_hour": 2.33, "as_of": "2026-11-29", "source": "https://example.com/a"},
@@ -475,7 +468,7 @@ def test_cli_chunk_size_zero_names_the_flag(capsys) -> None:
 
 
 def test_plot_cold_vs_warm_ttft_with_the_break_even(tmp_path: Path, capsys) -> None:
-    from kv_tools.plots import plan_figure
+    from operator_tools.plots import plan_figure
 
     png = tmp_path / "ttft.png"
     assert load_script("plan").main(["--model", "Qwen2-7B", "--instance-type", "ml.g6e.12xlarge",
@@ -521,7 +514,7 @@ def test_plot_file_extension_is_checked(tmp_path: Path, capsys) -> None:
 
 
 def test_bad_inputs_raise_one_typed_error_naming_every_field() -> None:
-    from kv_tools.planner import PlanInputError
+    from capacity.fit import PlanInputError
 
     with pytest.raises(PlanInputError) as err:
         PlanInputs(model=QWEN7, instance_type="ml.g6e.12xlarge", tp=3, gpu_memory_utilization=0, dtype="fp64",

@@ -2,7 +2,7 @@
 stand-in for a PV's directory that the Curvine CSI driver bind-mounts into a pod) with one file.
 
 Deliberately minimal: no fault injection (a controllable fault file system is the FUSE fault
-tier's). Run ``python -m tests.tools.fuse_minimal MOUNTPOINT``: it mounts in the foreground until
+tier's). Run ``python -m tests.agents.fuse_minimal MOUNTPOINT``: it mounts in the foreground until
 SIGTERM (unmounting) or SIGKILL (leaving the mount dead: ENOTCONN, as an OOM-killed curvine-fuse).
 """
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kv_tools import kv_canary
-from kv_tools.kv_canary import Canary, CanaryConfig, Snapshot, comparable_replicas
+from cluster_agents import kv_canary
+from cluster_agents.kv_canary import Canary, CanaryConfig, Snapshot, comparable_replicas
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = CanaryConfig(line="rag", namespace="rag", pod_label=("app", "rag"), port=8000, port_name="http",
@@ -163,7 +163,7 @@ def test_metrics_text_parses_with_prometheus_client_and_matches_the_table() -> N
     run, canary, _ = run_with({"a": [{"writes": 4, "ttft": {"0.5": 1}}], "b": [{"lookups": 1, "reads": 4, "ttft": {"0.5": 1}}]})
     families = {f.name: f for f in text_string_to_metric_families(canary.metrics())}
     for name, metric in METRICS.items():
-        if metric.source.path != "kv_tools/kv_canary.py":
+        if metric.source.path != "cluster_agents/kv_canary.py":
             continue
         family = families[name.removesuffix("_total")]
         assert family.type == metric.kind, name
@@ -178,14 +178,14 @@ def test_config_is_validated_and_the_command_line_reports_a_bad_one(tmp_path) ->
                      prompt_chunks=0, period_s=60)
     bad = tmp_path / "canary.json"
     bad.write_text("{}")
-    result = subprocess.run([sys.executable, str(REPO / "kv_tools" / "kv_canary.py"), "--config", str(bad), "--once"],
+    result = subprocess.run([sys.executable, str(REPO / "cluster_agents" / "kv_canary.py"), "--config", str(bad), "--once"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and json.loads(result.stdout)["errors"][0].startswith("config:")
 
 
 def test_the_prompt_must_fit_max_model_len_and_the_tail_is_the_configs(tmp_path) -> None:
     from platform_config import ConfigError, load_project
-    from platform_config.models import CANARY_TAIL_TOKENS
+    from platform_config.line_models import CANARY_TAIL_TOKENS
     from tests.example_config import copy_example_config, edit_yaml
 
     assert kv_canary.TAIL_TOKENS == CANARY_TAIL_TOKENS

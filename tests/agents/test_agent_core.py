@@ -1,11 +1,11 @@
-"""The in-cluster agents' shared core (:mod:`kv_tools.agent_core`): its Kubernetes client's request.
+"""The in-cluster agents' shared core (:mod:`cluster_agents.agent_core`): its Kubernetes client's request.
 The agents' own tests run the rest (HTTP server, serve loop, the client against a fake API server)."""
 
 from __future__ import annotations
 
 import urllib.request
 
-from kv_tools import agent_core
+from cluster_agents import agent_core
 
 
 def test_in_cluster_pod_listing_sends_the_service_accounts_request(tmp_path, monkeypatch) -> None:

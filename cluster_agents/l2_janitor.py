@@ -11,12 +11,12 @@ in a single-replica Deployment that mounts the line's PVC and, every :data:`PERI
 1. removes per-pod temp directories (``.tmp-<token>``, LMCache ``fs_connector_relative_tmp_dir``)
    that no live Pod uses, and stray ``*.tmp`` files of the layout without a temp directory;
 2. removes the directories of models no longer configured: top-level directories that are not
-   *protected* (:func:`protected_dirs`): not the live one (``live_dir``,
+   *protected* (:mod:`cluster_agents.l2_directories`): not the live one (``live_dir``,
    :func:`k8s.lmcache.l2_cache_dir`), not the one the previous configuration named, not named by
    a running or pending Pod's ``LMCACHE_REMOTE_URL``, and not named by the configuration or a Pod
    within ``dir_grace_s`` (24 h). The configurations and Pods seen are kept in a small state file
-   at the PVC root (:data:`STATE_FILE`, written atomically before anything is deleted), so a
-   rollback finds its directory, whichever janitor runs. Right before a directory goes, the Pods
+   at the PVC root (written atomically before anything is deleted), so a rollback finds its
+   directory, whichever janitor runs. Right before a directory goes, the Pods
    are listed and the state read again, and the directory is renamed aside
    (:data:`TRASH_PREFIX`) before it is deleted, so a Pod starting on it finds it whole or not at
    all. Chunk files directly at the root (the old flat layout) count as such a directory;
@@ -25,7 +25,7 @@ in a single-replica Deployment that mounts the line's PVC and, every :data:`PERI
    chunk files until usage is at most ``low_watermark`` x ``capacity_bytes``.
 
 Steps 3 and 4 never delete a chunk of ``live_dir`` whose hash is one of the line's hot prefixes'
-(``pinned``, computed by :mod:`kv_tools.hot_prefixes`, which runs as a thread of this process with
+(``pinned``, computed by :mod:`cluster_agents.hot_prefixes`, which runs as a thread of this process with
 ``--hot-prefixes``); those bytes still count against the capacity.
 
 Nothing younger than ``min_delete_age_s`` is ever deleted (docs/l2-cache.md explains the value),
@@ -44,7 +44,7 @@ time the chunk was first stored, however often it is hit since (LMCache never re
 
 Output of every pass: one JSON line on stdout (``"event": "kvcache_l2_janitor"``, see
 :class:`RunSummary`), the same JSON as the container's termination message, and its status as
-the exit code of a one-shot run, on the operator tools' convention (``kv_tools/cli.py``: 0 fine,
+the exit code of a one-shot run, on the operator tools' convention (``operator_tools/cli.py``: 0 fine,
 1 "the answer is no", 2 an error; never 1 for an error): :data:`EXIT_OK` 0 done and usage at or
 below the high watermark; :data:`EXIT_ABOVE_HIGH_WATERMARK` 1 still above it (everything left is
 younger than the minimum age); :data:`EXIT_ERROR` 2 an error (a deletion failed, the Pods could
@@ -60,11 +60,11 @@ time, and an HTTP server (standard library ``http.server``, :func:`make_server`)
 * ``GET /readyz`` (readiness): 200 once a pass finished and the last one had no errors (status 0
   or 1), else 503: a failing janitor shows as not ready in ``kubectl get pods``.
 
-Standard library only: the chart ships this file and ``agent_core.py`` (what the in-cluster agents
-share) in a ConfigMap and runs it with a pinned ``python`` image, so no image has to be built. Run
-locally with ``--dry-run`` to see what one pass would do::
+Standard library only: the chart ships this file, ``l2_directories.py`` and ``agent_core.py`` (what
+the in-cluster agents share) in a ConfigMap and runs it with a pinned ``python`` image, so no image
+has to be built. Run locally with ``--dry-run`` to see what one pass would do::
 
-    python kv_tools/l2_janitor.py --config janitor.json --root /mnt/curvine/l2cache --dry-run
+    python cluster_agents/l2_janitor.py --config janitor.json --root /mnt/curvine/l2cache --dry-run
 """
 
 from __future__ import annotations
@@ -79,12 +79,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from http.server import ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
-if __package__:  # imported as kv_tools.l2_janitor
+if __package__:  # imported as cluster_agents.l2_janitor
     from . import agent_core as core
-else:  # run from its ConfigMap, agent_core.py beside it
+    from . import l2_directories as dirs
+else:  # run from its ConfigMap, agent_core.py and l2_directories.py beside it
     import agent_core as core
+    import l2_directories as dirs
 
 #: Suffix of LMCache's chunk files and of its temp files without a temp directory
 #: (``file_path.with_suffix(".tmp")``), lmcache 0.5.5 ``fs_connector.py``.
@@ -92,18 +94,9 @@ CHUNK_SUFFIX = ".data"
 LEGACY_TMP_SUFFIX = ".tmp"
 #: Prefix of the per-pod temp directories (``k8s.lmcache.TMP_DIR_PREFIX``).
 TMP_DIR_PREFIX = ".tmp-"
-REMOTE_URL_ENV = core.REMOTE_URL_ENV
-EXTRA_CONFIG_ENV = "LMCACHE_EXTRA_CONFIG"
-TMP_DIR_KEY = "fs_connector_relative_tmp_dir"
-#: The janitor's record, at the PVC root, of the directories its configuration named and the Pods
-#: used (:class:`DirHistory`). Not a chunk file: never counted, never deleted.
-STATE_FILE = ".kvcache-l2-janitor-state.json"
-STATE_VERSION = 1
-#: The hot-prefix warmer's record at the PVC root (``kv_tools.hot_prefixes.STATE_FILE``, copied: a
+#: The hot-prefix warmer's record at the PVC root (``cluster_agents.hot_prefixes.STATE_FILE``, copied: a
 #: test keeps the two equal). Not a chunk file: never counted, never deleted.
 HOT_PREFIX_STATE_FILE = ".kvcache-hot-prefixes.json"
-#: Configured directories remembered, newest last (the previous one is what protects a rollback).
-STATE_HISTORY = 32
 #: Prefix a directory is renamed to right before it is deleted; a pass removes any it finds.
 TRASH_PREFIX = ".kvcache-l2-janitor-trash-"
 #: A directory the configuration or a Pod named within this many seconds is kept: long enough for
@@ -111,13 +104,10 @@ TRASH_PREFIX = ".kvcache-l2-janitor-trash-"
 #: down; and it costs no capacity, because the age limit and the watermarks still delete the
 #: directory's chunk files (with ``ttl_hours`` 24 an unused directory is empty by then anyway).
 DIR_GRACE_S = 24 * 3600
-#: The Deployment patch names the temp directory after the pod (``$(KVCACHE_POD_NAME)``,
-#: expanded by the kubelet); the janitor expands it the same way.
-POD_NAME_REFERENCE = "$(KVCACHE_POD_NAME)"
 
 #: Exit codes of a one-shot run and values of the ``status`` gauge, on the convention of the
-#: operator tools (``kv_tools.cli.EXIT_CODES``, whose row for this file a test keeps equal to
-#: :data:`EXIT_EPILOG`; copied, not imported: kv_tools/cli.py is not in the ConfigMap).
+#: operator tools (``operator_tools.cli.EXIT_CODES``, whose row for this file a test keeps equal to
+#: :data:`EXIT_EPILOG`; copied, not imported: operator_tools/cli.py is not in the ConfigMap).
 EXIT_OK = 0
 EXIT_ABOVE_HIGH_WATERMARK = 1
 EXIT_ERROR = 2
@@ -214,7 +204,7 @@ class RunSummary:
     evicted_chunks_deleted: int = 0
     bytes_freed: int = 0
     #: Directories at the root kept although no longer configured, each with why
-    #: (:func:`protected_dirs`; ``""`` is the old flat layout at the root).
+    #: (:func:`cluster_agents.l2_directories.protected_dirs`; ``""`` is the old flat layout at the root).
     protected_dirs: dict[str, str] = field(default_factory=dict)
     above_high_watermark_after: bool = False
     #: Chunk files of the configured directory whose chunk is a declared hot prefix's (never deleted),
@@ -244,152 +234,18 @@ class _File:
     mtime: float
 
 
-@dataclass(frozen=True)
-class LivePods:
-    """What the live Pods use: base directories and temp directories, relative to the PVC root."""
-
-    bases: frozenset[str]
-    tmp_dirs: frozenset[str]
-    count: int
 
 
-def live_pods_from_objects(pods: Iterable[dict[str, Any]], mount_path: str) -> LivePods:
-    """Base and temp directories named by the env of running or pending Pods.
-
-    A Pod counts unless its phase is ``Succeeded`` or ``Failed``. For every container with an
-    ``fs://`` ``LMCACHE_REMOTE_URL`` under ``mount_path``: its directory, and the temp directory
-    of its ``LMCACHE_EXTRA_CONFIG`` (``fs_connector_relative_tmp_dir``, relative to that
-    directory), ``$(KVCACHE_POD_NAME)`` expanded to the Pod's name.
-    """
-    bases: set[str] = set()
-    tmps: set[str] = set()
-    count = 0
-    for pod in pods:
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        count += 1
-        pod_name = (pod.get("metadata") or {}).get("name", "")
-        for container in (pod.get("spec") or {}).get("containers") or []:
-            env = {e.get("name"): e.get("value") for e in container.get("env") or [] if e.get("value") is not None}
-            base = core.l2_dir_of(env.get(REMOTE_URL_ENV) or "", mount_path)
-            if base is None:
-                continue
-            bases.add(base)
-            try:
-                extra = json.loads(env.get(EXTRA_CONFIG_ENV) or "{}")
-            except json.JSONDecodeError:
-                continue
-            tmp = extra.get(TMP_DIR_KEY) if isinstance(extra, dict) else None
-            if isinstance(tmp, str) and tmp:
-                tmp = tmp.replace(POD_NAME_REFERENCE, pod_name).strip("/")
-                tmps.add(f"{base}/{tmp}" if base else tmp)
-    return LivePods(frozenset(bases), frozenset(tmps), count)
 
 
-@dataclass
-class DirHistory:
-    """What :data:`STATE_FILE` holds: the directories the configuration named and Pods used.
-
-    Attributes:
-        configured: ``(directory, last seen)`` for each directory the janitor's configuration
-            named (``live_dir``), ordered by when it last became the configured one, newest
-            last; ``last seen`` is the end of the last pass with it configured (s since the epoch).
-        in_use: directory -> when a running or pending Pod last named it (or a first pass found
-            it: the state was missing).
-    """
-
-    configured: list[tuple[str, float]] = field(default_factory=list)
-    in_use: dict[str, float] = field(default_factory=dict)
-
-    def to_json(self) -> str:
-        """The file's text: ``{"version": 1, "configured": [{"dir", "last_seen"}, ...], "in_use": {dir: s}}``."""
-        return json.dumps({"version": STATE_VERSION, "configured": [{"dir": d, "last_seen": t} for d, t in self.configured],
-                           "in_use": self.in_use}, sort_keys=True, indent=1) + "\n"
-
-    @classmethod
-    def from_json(cls, text: str) -> "DirHistory":
-        """Raises ValueError unless ``text`` is a state of :data:`STATE_VERSION`."""
-        data = json.loads(text)
-        if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
-            raise ValueError(f"not a version {STATE_VERSION} janitor state")
-        configured = [(e["dir"], float(e["last_seen"])) for e in data["configured"]]
-        in_use = {str(k): float(v) for k, v in data["in_use"].items()}
-        if not all(isinstance(d, str) for d, _ in configured):
-            raise ValueError("configured: directory names must be strings")
-        return cls(configured, in_use)
 
 
-def read_state(root: Path) -> DirHistory | None:
-    """The state at ``root``, or None when there is none (a first pass).
-
-    Raises:
-        ValueError: the file exists but cannot be read or parsed.
-    """
-    try:
-        text = (root / STATE_FILE).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ValueError(f"cannot read {STATE_FILE}: {exc}") from None
-    try:
-        return DirHistory.from_json(text)
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ValueError(f"{STATE_FILE} is not a janitor state ({exc})") from None
 
 
-def update_state(state: DirHistory | None, *, live_dir: str, pod_dirs: Iterable[str], now: float, grace_s: float,
-                 found_dirs: Iterable[str] = ()) -> DirHistory:
-    """``state`` after a pass at ``now`` with ``live_dir`` configured and Pods naming ``pod_dirs``
-    (a new object). ``found_dirs`` (the directories present) are recorded as in use when there is
-    no ``state``: a first pass cannot know which of them a configuration or Pod still needs.
-    ``in_use`` entries older than ``grace_s`` are dropped; ``configured`` keeps its last
-    :data:`STATE_HISTORY` entries."""
-    configured = [(d, t) for d, t in (state.configured if state else []) if d != live_dir]
-    configured = (configured + [(live_dir, now)])[-STATE_HISTORY:]
-    in_use = {d: t for d, t in (state.in_use if state else {}).items() if now - t < grace_s}
-    for d in [*pod_dirs, *(() if state else found_dirs)]:
-        in_use[d] = max(now, in_use.get(d, now))
-    return DirHistory(configured, in_use)
 
 
-def write_state(root: Path, state: DirHistory) -> None:
-    """Write ``state`` atomically: a temp file of this process, flushed to disk, renamed over
-    :data:`STATE_FILE` (a reader sees the old or the new file, never part of one). Raises OSError."""
-    tmp = root / f"{STATE_FILE}.{os.getpid()}.{threading.get_ident()}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(state.to_json())
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, root / STATE_FILE)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
-def protected_dirs(state: DirHistory, *, live_dir: str, pod_dirs: Iterable[str], now: float,
-                   grace_s: float) -> dict[str, str]:
-    """Directories no pass may delete, each with why (the first reason that applies):
-
-    * ``configured``: ``live_dir``;
-    * ``named by a running or pending Pod``: in ``pod_dirs``;
-    * ``previous configuration``: the newest configured directory other than ``live_dir``, for
-      as long as the configuration does not change again (a rollback finds it, however late);
-    * ``configured within the grace period`` / ``in use within the grace period``: the
-      configuration or a Pod named it less than ``grace_s`` ago (a Pod may still start on it).
-    """
-    reasons = {live_dir: "configured"}
-    for d in pod_dirs:
-        reasons.setdefault(d, "named by a running or pending Pod")
-    previous = [d for d, _ in state.configured if d != live_dir]
-    if previous:
-        reasons.setdefault(previous[-1], "previous configuration")
-    for d, seen in state.configured:
-        if now - seen < grace_s:
-            reasons.setdefault(d, "configured within the grace period")
-    for d, seen in state.in_use.items():
-        if now - seen < grace_s:
-            reasons.setdefault(d, "in use within the grace period")
-    return reasons
 
 
 def _scan(root: Path) -> list[_File]:
@@ -397,7 +253,7 @@ def _scan(root: Path) -> list[_File]:
     for dirpath, _dirnames, filenames in os.walk(root):
         for name in filenames:
             path = Path(dirpath) / name
-            if name in (STATE_FILE, HOT_PREFIX_STATE_FILE) and Path(dirpath) == root:
+            if name in (dirs.STATE_FILE, HOT_PREFIX_STATE_FILE) and Path(dirpath) == root:
                 continue  # the janitor's own records, not L2 content
             try:
                 st = path.lstat()
@@ -442,7 +298,7 @@ def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[
         now: the current time (seconds since the epoch), for tests.
         dry_run: measure and report, delete nothing.
         pinned: chunk hashes (hex, :func:`chunk_hash_of`) of the line's hot prefixes
-            (``kv_tools.hot_prefixes``): a chunk file of ``live_dir`` with one of them is never
+            (``cluster_agents.hot_prefixes``): a chunk file of ``live_dir`` with one of them is never
             deleted, neither by the age limit nor by the watermarks; its bytes still count.
 
     Returns:
@@ -514,18 +370,18 @@ def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[
             s.bytes_freed += f.size
         return True
 
-    def fresh_pods() -> LivePods | None:
+    def fresh_pods() -> dirs.LivePods | None:
         """The Pods listed again (right before a deletion); None (an error) if they cannot be."""
         try:
-            return live_pods_from_objects(list_pods(), config.mount_path) if list_pods else None
+            return dirs.live_pods_from_objects(list_pods(), config.mount_path) if list_pods else None
         except Exception as exc:  # any API or parse failure: delete nothing that needs the Pods
             s.errors.append(f"listing Pods in {config.namespace}: {exc}")
             return None
 
-    live: LivePods | None = None
+    live: dirs.LivePods | None = None
     if list_pods is not None:
         try:
-            live = live_pods_from_objects(list_pods(), config.mount_path)
+            live = dirs.live_pods_from_objects(list_pods(), config.mount_path)
             s.pods_listed, s.live_pods = True, live.count
         except Exception as exc:  # any API or parse failure: skip what needs the Pods
             s.errors.append(f"listing Pods in {config.namespace}: {exc}")
@@ -554,20 +410,20 @@ def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[
     pod_dirs = live.bases if live else frozenset()
     history_ok = True
     try:
-        state = update_state(read_state(root), live_dir=config.live_dir, pod_dirs=pod_dirs, now=now, grace_s=grace,
+        state = dirs.update_state(dirs.read_state(root), live_dir=config.live_dir, pod_dirs=pod_dirs, now=now, grace_s=grace,
                              found_dirs=found)
     except ValueError as exc:  # unreadable: start over as a first pass, delete no directory now
         s.errors.append(f"janitor state: {exc}; every directory kept for this pass")
         history_ok = False
-        state = update_state(None, live_dir=config.live_dir, pod_dirs=pod_dirs, now=now, grace_s=grace,
+        state = dirs.update_state(None, live_dir=config.live_dir, pod_dirs=pod_dirs, now=now, grace_s=grace,
                              found_dirs=found)
     if not dry_run:
         try:
-            write_state(root, state)
+            dirs.write_state(root, state)
         except OSError as exc:
-            s.errors.append(f"writing {STATE_FILE}: {exc}; no directory deleted")
+            s.errors.append(f"writing {dirs.STATE_FILE}: {exc}; no directory deleted")
             history_ok = False
-    protected = protected_dirs(state, live_dir=config.live_dir, pod_dirs=pod_dirs, now=now, grace_s=grace)
+    protected = dirs.protected_dirs(state, live_dir=config.live_dir, pod_dirs=pod_dirs, now=now, grace_s=grace)
     s.protected_dirs = {d: protected[d] for d in found if d in protected and d != config.live_dir}
 
     def still_unprotected(d: str) -> bool:
@@ -576,12 +432,12 @@ def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[
         if pods is None:
             return False
         try:
-            fresh = update_state(read_state(root) or state, live_dir=config.live_dir, pod_dirs=pods.bases, now=now,
+            fresh = dirs.update_state(dirs.read_state(root) or state, live_dir=config.live_dir, pod_dirs=pods.bases, now=now,
                                  grace_s=grace)
         except ValueError as exc:
             s.errors.append(f"janitor state: {exc}")
             return False
-        reason = protected_dirs(fresh, live_dir=config.live_dir, pod_dirs=pods.bases, now=now, grace_s=grace).get(d)
+        reason = dirs.protected_dirs(fresh, live_dir=config.live_dir, pod_dirs=pods.bases, now=now, grace_s=grace).get(d)
         if reason:
             s.protected_dirs[d] = reason
         return reason is None
@@ -808,8 +664,8 @@ def make_server(service: JanitorService, port: int, host: str = "") -> Threading
 
 
 def hot_prefix_warmer(path: Path, root: Path, config: JanitorConfig) -> Any:
-    """The hot-prefix warmer of ``path`` (``kv_tools.hot_prefixes.HotPrefixWarmer``; it lists the Pods
-    of ``config.namespace``). Its module is this file's neighbour: ``kv_tools.hot_prefixes`` in the
+    """The hot-prefix warmer of ``path`` (``cluster_agents.hot_prefixes.HotPrefixWarmer``; it lists the Pods
+    of ``config.namespace``). Its module is this file's neighbour: ``cluster_agents.hot_prefixes`` in the
     repository, ``hot_prefixes.py`` beside this file in the ConfigMap. Raises OSError / ValueError."""
     if __package__:
         from . import hot_prefixes
@@ -851,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="--serve: a longer pass fails the liveness check (default: %(default)s)")
     parser.add_argument("--hot-prefixes", type=Path, metavar="FILE",
                         help="hot_prefixes.json rendered by the line chart: keep the line's declared prefixes' "
-                             "chunks; with --serve also warm them (kv_tools/hot_prefixes.py)")
+                             "chunks; with --serve also warm them (cluster_agents/hot_prefixes.py)")
     args = parser.parse_args(argv)
     try:
         config = config_from_dict(json.loads(args.config.read_text(encoding="utf-8")))

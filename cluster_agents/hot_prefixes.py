@@ -69,7 +69,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-if __package__:  # imported as kv_tools.hot_prefixes
+if __package__:  # imported as cluster_agents.hot_prefixes
     from . import agent_core as core
 else:  # run from the janitor's ConfigMap, agent_core.py beside it
     import agent_core as core

@@ -63,4 +63,4 @@ def usable_gpu_memory_gib(gpu_model: str) -> float:
         return GPU_MEMORY[gpu_model].cuda_total_gib
     except KeyError:
         raise KeyError(f"no usable-memory figure for GPU {gpu_model!r}; known: {', '.join(GPU_MEMORY)} "
-                       "(add one to kv_tools/gpu_memory.py with its source)") from None
+                       "(add one to capacity/gpu_memory.py with its source)") from None

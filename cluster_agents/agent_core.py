@@ -157,7 +157,7 @@ def every(period_s: float, step: Callable[[], Any], stop: threading.Event) -> No
 
 def serve(make: Callable[[int], ThreadingHTTPServer], port: int, loop: Callable[[threading.Event], None]) -> int:
     """``--serve``: server ``make(port)`` in a thread, ``loop(stop)`` until SIGTERM or Ctrl-C. Exit
-    status 0, or 2 (an error, kv_tools/cli.py) when the port cannot be served."""
+    status 0, or 2 (an error, operator_tools/cli.py) when the port cannot be served."""
     try:
         server = make(port)
     except OSError as exc:  # e.g. the port is taken

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from platform_config.loader import parse_model
 from platform_config.yaml_source import read_yaml_document
-from platform_config.models import AWS_REGION_PATTERN, KnownInstanceType
+from platform_config.fields import AWS_REGION_PATTERN, KnownInstanceType
 
 DEFAULT_PRICES_FILE = Path(__file__).resolve().parents[1] / "config" / "prices.yaml"
 

@@ -63,7 +63,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
 
-if __package__:  # imported as kv_tools.l2_mount_watchdog
+if __package__:  # imported as cluster_agents.l2_mount_watchdog
     from . import agent_core as core
 else:  # run from its ConfigMap, agent_core.py beside it
     import agent_core as core

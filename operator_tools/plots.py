@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Sequence, TextIO
 if TYPE_CHECKING:  # pragma: no cover
     from matplotlib.figure import Figure
 
-    from kv_tools.bench_ttft import BenchReport
-    from kv_tools.overlap import OverlapReport
-    from kv_tools.planner import Plan
+    from operator_tools.bench_ttft import BenchReport
+    from operator_tools.overlap import OverlapReport
+    from capacity.planner import Plan
 
 #: Colours of the two cases in every figure (matplotlib's default cycle's first two).
 COLD, WARM = "tab:blue", "tab:orange"
@@ -69,7 +69,7 @@ def plan_figure(p: "Plan", lengths: Sequence[int] | None = None) -> "Figure":
     ``break-even ...`` and ``planned prompt ...``. ``lengths`` defaults to 64 points from 1
     token to about twice the larger of the prompt and the break-even.
     """
-    from kv_tools.planner import ttft_curve
+    from capacity.planner import ttft_curve
 
     t = p.timing
     if lengths is None:
@@ -102,7 +102,7 @@ def overlap_figure(report: "OverlapReport") -> "Figure":
     Left: requests by the share of their prompt a perfect prefix cache served (%), with the
     adoption threshold and the log's overall (token-weighted) share as vertical lines. Right:
     requests by shared-prefix length (tokens, whole chunks). Both from the bounded histograms
-    :func:`kv_tools.overlap.analyse` keeps.
+    :func:`operator_tools.overlap.analyse` keeps.
     """
     fig = _figure(11.0, 4.6)
     left, right = fig.subplots(1, 2)
@@ -137,7 +137,7 @@ def overlap_figure(report: "OverlapReport") -> "Figure":
 
 def bench_figure(report: "BenchReport") -> "Figure":
     """Histograms of cold and warm TTFT (ms) on shared bins, each with its p50 as a line."""
-    from kv_tools.bench_ttft import percentile
+    from operator_tools.bench_ttft import percentile
 
     cold, warm = report.ttft("cold"), report.ttft("warm")
     fig = _figure()
