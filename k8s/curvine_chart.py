@@ -58,7 +58,19 @@ PRIMARY_FS_TYPE: Final = "ext4"
 #: Kubelet path layout of the Curvine CSI driver (curvine-csi Helm chart, CurvineIO/curvine-helm).
 CSI_PLUGIN_DIR: Final = "/var/lib/kubelet/csi-plugins/csi.curvine.io/"
 CSI_SOCKET: Final = "/csi/csi.sock"
+#: Port of the livenessprobe sidecar's ``/healthz`` (the driver serves no HTTP itself), named
+#: ``healthz`` on the plugin container as in upstream's manifests (curvine-csi ``deploy/*.yaml``).
 CSI_HEALTH_PORT: Final = 9909
+#: ``--timeout`` of csi-provisioner: how long it waits for one ``CreateVolume``/``DeleteVolume``.
+#: Curvine's ``CreateVolume`` (curvine-csi v0.3.2-alpha ``controller.go``) runs ``curvine-fuse
+#: validate-config`` (30 s bound), then ``curvine-cli fs ls`` and ``fs mkdir -p`` of ``fs-path`` and
+#: of the volume; each curvine-cli call is up to four 30 s runs 2 s apart (``ExecuteWithRetry``,
+#: ``utils.go``) and ignores the gRPC deadline. With the Primary unreachable it returns its own
+#: ``Internal`` error after 30 + 2 x 126 = 282 s; within this timeout the provisioner records that
+#: error on the PVC and retries with backoff, instead of a ``DeadlineExceeded`` that it retries while
+#: the first call still runs (external-provisioner v5.2.0 ``checkError``). Upstream's
+#: ``deploy/deployment.yaml`` uses the same 300 s (docs/sources.md §23).
+PROVISIONER_TIMEOUT_S: Final = 300
 #: Where the CSI driver and its FUSE client read curvine-cluster.toml (curvine-csi image layout).
 CSI_CONF_DIR: Final = "/opt/curvine/conf"
 #: Where the curvine image installs Curvine (``CURVINE_HOME``) and its server binary. The image
@@ -582,7 +594,9 @@ class CurvineChart(cdk8s.Chart):
         def liveness_sidecar(socket_mount: str) -> k8s.Container:
             return k8s.Container(
                 name="liveness-probe", image=img.livenessprobe,
-                args=["--csi-address=$(ADDRESS)", f"--health-port={CSI_HEALTH_PORT}"], env=socket_env,
+                # --http-endpoint, not --health-port: "(deprecated)" at livenessprobe v2.15.0
+                # (cmd/livenessprobe/main.go l.47-49); same listener, all addresses, plus /metrics.
+                args=["--csi-address=$(ADDRESS)", f"--http-endpoint=:{CSI_HEALTH_PORT}"], env=socket_env,
                 volume_mounts=[k8s.VolumeMount(name=socket_mount, mount_path="/csi")],
                 resources=_resources(SIDECAR_RESOURCES), security_context=_restricted())
 
@@ -607,7 +621,8 @@ class CurvineChart(cdk8s.Chart):
             security_context=_restricted())
         provisioner = k8s.Container(
             name="csi-provisioner", image=img.csi_provisioner,
-            args=["--csi-address=$(ADDRESS)", "--timeout=60s", "--v=2"], env=socket_env,
+            # No --leader-election (default false): the Deployment runs one replica.
+            args=["--csi-address=$(ADDRESS)", f"--timeout={PROVISIONER_TIMEOUT_S}s", "--v=2"], env=socket_env,
             volume_mounts=[k8s.VolumeMount(name="socket-dir", mount_path="/csi")],
             resources=_resources(SIDECAR_RESOURCES), security_context=_restricted())
         self.csi_controller = self._add(k8s.KubeDeployment(

@@ -316,6 +316,12 @@ def kyverno_helm_values() -> dict[str, Any]:
     * 3 admission-controller replicas: the policy fails closed, so the webhook must survive a
       node loss. Background, cleanup and reports controllers are off (unused by a mutate-at-
       admission policy; fewer privileged controllers).
+    * ``features.admissionReports.enabled: false``: with it on (the chart's default) the admission
+      controller writes one ``EphemeralReport`` per mutated vLLM Pod, and only the reports
+      controller, off here, ever deletes them: they would pile up in the business-line namespaces
+      until Kyverno's back-pressure threshold (1000) stops it (kyverno v1.15.2
+      ``pkg/webhooks/resource/mutation/mutation.go``, ``pkg/controllers/report/aggregate``;
+      docs/sources.md §23). Nothing of the platform reads policy reports.
     """
     return {
         "admissionController": {
@@ -325,6 +331,7 @@ def kyverno_helm_values() -> dict[str, Any]:
         "backgroundController": {"enabled": False},
         "cleanupController": {"enabled": False},
         "reportsController": {"enabled": False},
+        "features": {"admissionReports": {"enabled": False}},
         "config": {
             "excludeGroups": ["system:nodes"],
             "excludeUsernames": [],
