@@ -106,7 +106,9 @@ class VllmConfig(StrictModel):
     #: LMCache-enabled vLLM image, pinned by tag or digest.
     image: PinnedImage
     #: vLLM arguments (model path first). With kvCacheSpec on, the operator adds LMCache's KV
-    #: connector itself (the operator's own L1/L2 sample passes only model and length flags).
+    #: connector itself (the operator's own L1/L2 sample passes only model and length flags), and
+    #: the platform completes it with `kv_load_failure_policy: recompute`: `--kv-transfer-config`
+    #: is refused here (docs/l2-cache.md).
     args: tuple[str, ...] = ()
     port: Annotated[int, Field(ge=1024, le=65535)] = 8000
     #: Path the operator mounts model weights at (``worker.modelVolumeMount.mountPath``).
@@ -116,6 +118,16 @@ class VllmConfig(StrictModel):
     #: against (`LMCACHE_VERSION`, 0.5.5): the env allow-list, the unsafe-default table and the
     #: real-library tests (`make test-lmcache`) are all of that version.
     lmcache_version: PinnedVersion | None = None
+
+    @field_validator("args")
+    @classmethod
+    def _no_owned_flags(cls, args: tuple[str, ...]) -> tuple[str, ...]:
+        owned = vllm_flags.owned_flags_in(args)
+        if owned:
+            reasons = "; ".join(f"{flag}: {why}" for flag, why in vllm_flags.OWNED_VLLM_FLAGS.items())
+            raise ValueError(f"vllm.args sets {', '.join(repr(a) for a in owned)}, which the platform owns ({reasons}); "
+                             f"allowed: any vLLM flag but {', '.join(vllm_flags.OWNED_VLLM_FLAGS)}; remove it")
+        return args
 
     @model_validator(mode="after")
     def _one_lmcache_version(self) -> "VllmConfig":

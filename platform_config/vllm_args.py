@@ -52,6 +52,30 @@ PIPELINE_PARALLEL_FLAG: Final = "--pipeline-parallel-size"
 DATA_PARALLEL_FLAG: Final = "--data-parallel-size"
 PARALLEL_FLAGS: Final = (TENSOR_PARALLEL_FLAG, PIPELINE_PARALLEL_FLAG, DATA_PARALLEL_FLAG)
 
+#: vLLM's KV connector flag. The platform renders it on every vLLM pod of an L2 line (the
+#: operator's value completed with ``kv_load_failure_policy: recompute``: :mod:`k8s.kv_transfer`).
+KV_TRANSFER_FLAG: Final = "--kv-transfer-config"
+#: Flags ``vllm.args`` may not set, each with why: the platform owns them on every pod.
+OWNED_VLLM_FLAGS: Final[dict[str, str]] = {
+    KV_TRANSFER_FLAG: ("the platform renders it on every vLLM pod (LMCache's connector with "
+                       "kv_load_failure_policy recompute, docs/l2-cache.md); vLLM keeps only the last "
+                       "one, so a value here would drop or be dropped"),
+}
+
+
+def owned_flags_in(args: Iterable[str]) -> list[str]:
+    """The words of ``args`` that set a flag of :data:`OWNED_VLLM_FLAGS`, in every spelling vLLM's
+    parser accepts: ``--flag``, ``--flag=value``, ``--flag.key value`` (vLLM's dotted JSON keys) and
+    underscores for dashes (vLLM's ``FlexibleArgumentParser`` reads ``--kv_transfer_config`` too)."""
+    found = []
+    for arg in args:
+        if not is_flag(arg):
+            continue
+        name = arg.partition("=")[0].partition(".")[0]
+        if "--" + name[2:].replace("_", "-") in OWNED_VLLM_FLAGS:
+            found.append(arg)
+    return found
+
 
 def is_flag(arg: str) -> bool:
     """``--x``/``-x`` is a flag; ``-1``, ``-0.5`` (a negative number) and ``-`` are values."""

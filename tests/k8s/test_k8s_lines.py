@@ -9,6 +9,7 @@ import jsonpatch
 import pytest
 
 from k8s import names
+from k8s.kv_transfer import effective_settings
 from k8s.kyverno import policy_manifest
 from k8s.lmcache import LMCACHE_CONFIG_KEYS, POD_NAME_ENV, env_name, is_lmcache_env, l2_cache_dir, owned_env_names
 from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL, endpoint_json_patch, line_cache_env, line_remote_url
@@ -248,7 +249,11 @@ def test_static_patch_matches_the_reference_layout(k8s_project):
                       "value": {"name": "prometheus-multiproc", "emptyDir": {"sizeLimit": "64Mi"}}}
     assert ops[3] == {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
                       "value": {"name": "prometheus-multiproc", "mountPath": "/tmp/prometheus-multiproc"}}
-    env_ops = ops[4:]
+    env_ops, args_ops = ops[4:-2], ops[-2:]
+    assert args_ops == [{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--kv-transfer-config"},
+                        {"op": "add", "path": "/spec/template/spec/containers/0/args/-",
+                         "value": '{"kv_connector":"LMCacheConnectorV1","kv_load_failure_policy":"recompute",'
+                                  '"kv_role":"kv_both"}'}]
     assert [op["value"]["name"] for op in env_ops] == [
         "KVCACHE_POD_NAME", "LMCACHE_REMOTE_URL", "LMCACHE_CHUNK_SIZE", "LMCACHE_REMOTE_SERDE",
         "LMCACHE_SAVE_UNFULL_CHUNK", "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "LMCACHE_EXTRA_CONFIG",
@@ -260,6 +265,10 @@ def test_static_patch_matches_the_reference_layout(k8s_project):
     assert env["LMCACHE_REMOTE_URL"] == line_remote_url(k8s_project.platform, line)  # last duplicate wins
     # ...but the operator's entry is still there: why dist/ marks this variant reference-only.
     assert [e.get("value") for e in env_list if e["name"] == "LMCACHE_REMOTE_URL"][0] == OPERATOR_URL
+    # vLLM keeps the last --kv-transfer-config: the appended, complete one.
+    args = patched["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert effective_settings(args)["kv_load_failure_policy"] == "recompute"
+    assert args.count("--kv-transfer-config") == 2
 
 
 def test_patch_cli(tmp_path, capsys, k8s_project):
