@@ -43,7 +43,9 @@ Settings (environment, read once per process by :meth:`GateSettings.from_env`; d
 :class:`GateSettings`): ``KVCACHE_L2_GATE_ENABLED``, ``KVCACHE_L2_GATE_PATH``,
 ``KVCACHE_L2_GATE_PROBE_INTERVAL_MS``, ``KVCACHE_L2_GATE_OPEN_AFTER_MS``,
 ``KVCACHE_L2_GATE_CLOSE_AFTER_MS``, ``KVCACHE_L2_GATE_LOOKUP_SLOW_MS``. Each transition logs one line
-``L2GATE open ...`` / ``L2GATE closed ...`` with its reason (logger ``kvcache.l2_gate``).
+``L2GATE open ...`` / ``L2GATE closed ...`` with its reason and the wall-clock time (logger
+``vllm.kvcache_l2_gate``: a child of vLLM's ``vllm`` logger, so the lines come out with vLLM's own
+handler and format).
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ ENV_PREFIX = "KVCACHE_L2_GATE_"
 #: Prefix of the names the probe stats (never created: a probe only looks them up).
 PROBE_NAME_PREFIX = ".kvcache-l2-gate-probe-"
 
-logger = logging.getLogger("kvcache.l2_gate")
+#: A child of vLLM's logger, which vLLM configures (level INFO, its handler) in every process.
+logger = logging.getLogger("vllm.kvcache_l2_gate")
 
 
 def l2_path_from_remote_url(url: str | None) -> str | None:
@@ -381,7 +384,7 @@ def start_gate(settings: GateSettings, *, probe: Callable[[], None] | None = Non
     registry = _Metrics.get() if metrics else None
 
     def on_change(is_open: bool, reason: str, now: float) -> None:
-        logger.warning("L2GATE %s at %.3f: %s", "open" if is_open else "closed", now, reason)
+        logger.warning("L2GATE %s wall=%.3f: %s", "open" if is_open else "closed", time.time(), reason)
         if registry is not None:
             registry.open.set(1 if is_open else 0)
             registry.transitions.labels(to="open" if is_open else "closed").inc()
@@ -467,6 +470,7 @@ def _build_connector_class() -> type:
             return parent() if callable(parent) else None
 
     GatedLMCacheConnectorV1.__module__ = __name__
+    GatedLMCacheConnectorV1.__qualname__ = CONNECTOR_CLASS_NAME
     return GatedLMCacheConnectorV1
 
 
