@@ -20,7 +20,10 @@ on a daemon thread of its own and at most one at a time (a hung FUSE operation n
 nobody may wait for it). The gate **opens** (L2 bypassed) when the probe in flight is older than
 ``open_after_s``, when a probe fails with anything but "no such file" (``EIO``, ``ENOTCONN``...), or
 when a real lookup took longer than ``lookup_slow_s``; it **closes** once probes have answered
-healthily for ``close_after_s`` without a break. While it is open,
+healthily for ``close_after_s`` without a break (doubled, up to ``max_close_after_s``, each time it
+opens again within :data:`REOPEN_WINDOW_S` of closing: a lookup path that is broken while the mount
+answers, so that only slow lookups open the gate, then costs one slow lookup per hold, not one per
+half second). While it is open,
 :class:`GatedLMCacheConnectorV1` answers ``get_num_new_matched_tokens`` with ``(0, False)`` without
 calling LMCache, so the request is prefilled as on a replica without L2, and marks the step's
 requests as not to be saved, so no new write (each one holding an L1 buffer until the hung
@@ -42,7 +45,8 @@ only when vLLM asks this module for :data:`CONNECTOR_CLASS_NAME` (module ``__get
 Settings (environment, read once per process by :meth:`GateSettings.from_env`; defaults and why in
 :class:`GateSettings`): ``KVCACHE_L2_GATE_ENABLED``, ``KVCACHE_L2_GATE_PATH``,
 ``KVCACHE_L2_GATE_PROBE_INTERVAL_MS``, ``KVCACHE_L2_GATE_OPEN_AFTER_MS``,
-``KVCACHE_L2_GATE_CLOSE_AFTER_MS``, ``KVCACHE_L2_GATE_LOOKUP_SLOW_MS``. Each transition logs one line
+``KVCACHE_L2_GATE_CLOSE_AFTER_MS``, ``KVCACHE_L2_GATE_MAX_CLOSE_AFTER_MS``,
+``KVCACHE_L2_GATE_LOOKUP_SLOW_MS``. Each transition logs one line
 ``L2GATE open ...`` / ``L2GATE closed ...`` with its reason and the wall-clock time (logger
 ``vllm.kvcache_l2_gate``: a child of vLLM's ``vllm`` logger, so the lines come out with vLLM's own
 handler and format).
@@ -74,6 +78,10 @@ __all__ = [
 CONNECTOR_CLASS_NAME = "GatedLMCacheConnectorV1"
 #: Prefix of every setting's environment variable.
 ENV_PREFIX = "KVCACHE_L2_GATE_"
+#: An open this soon (seconds) after the last close doubles the hold (:class:`L2Gate`). Ten seconds:
+#: measured with a dead LMCache lookup server and a healthy mount (every lookup times out at 200 ms,
+#: every probe answers), the gate reopened 0.5-2.5 s after each close.
+REOPEN_WINDOW_S = 10.0
 #: Prefix of the names the probe stats (never created: a probe only looks them up).
 PROBE_NAME_PREFIX = ".kvcache-l2-gate-probe-"
 
@@ -128,6 +136,9 @@ class GateSettings:
         lookup_slow_s: ``..._LOOKUP_SLOW_MS``, default 100: a real LMCache lookup slower than this
             opens the gate too (it catches a fault the probe's one stat did not see, such as a
             lookup server stuck behind slow reads); well above the healthy p99 above.
+        max_close_after_s: ``..._MAX_CLOSE_AFTER_MS``, default 30000: the longest the hold grows to
+            when the gate keeps reopening (:data:`REOPEN_WINDOW_S`); a fault that only slow lookups
+            see then costs one ``LMCACHE_LOOKUP_TIMEOUT_MS`` stall per 30 s.
     """
 
     enabled: bool = True
@@ -136,6 +147,7 @@ class GateSettings:
     open_after_s: float = 0.05
     close_after_s: float = 0.5
     lookup_slow_s: float = 0.1
+    max_close_after_s: float = 30.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> GateSettings:
@@ -151,7 +163,8 @@ class GateSettings:
                    probe_interval_s=_env_ms(env, "PROBE_INTERVAL_MS", 50),
                    open_after_s=_env_ms(env, "OPEN_AFTER_MS", 50),
                    close_after_s=_env_ms(env, "CLOSE_AFTER_MS", 500),
-                   lookup_slow_s=_env_ms(env, "LOOKUP_SLOW_MS", 100))
+                   lookup_slow_s=_env_ms(env, "LOOKUP_SLOW_MS", 100),
+                   max_close_after_s=_env_ms(env, "MAX_CLOSE_AFTER_MS", 30000))
 
 
 class L2Gate:
@@ -161,15 +174,21 @@ class L2Gate:
     ``on_change(is_open, reason, now)`` is called (outside the lock) on each transition.
     Unhealthy reports (:meth:`probe_failed`, :meth:`probe_outstanding` or a probe/lookup over its
     threshold) open the gate and restart the healthy run; the gate closes at the first healthy
-    probe that ends a run of healthy probes at least ``close_after_s`` long.
+    probe that ends a run of healthy probes at least :attr:`hold_s` long. The hold starts at
+    ``close_after_s`` and doubles (at most ``max_close_after_s``) on each open that comes less than
+    :data:`REOPEN_WINDOW_S` after the last close; an open after a longer quiet resets it.
     """
 
     def __init__(self, *, open_after_s: float, close_after_s: float, lookup_slow_s: float,
-                 clock: Callable[[], float] = time.monotonic,
+                 max_close_after_s: float | None = None, clock: Callable[[], float] = time.monotonic,
                  on_change: Callable[[bool, str, float], None] | None = None) -> None:
         self.open_after_s = open_after_s
         self.close_after_s = close_after_s
+        self.max_close_after_s = max(close_after_s, max_close_after_s or close_after_s)
         self.lookup_slow_s = lookup_slow_s
+        #: The healthy run (seconds) the gate needs now to close.
+        self.hold_s = close_after_s
+        self._closed_at: float | None = None
         self._clock = clock
         self._on_change = on_change
         self._lock = threading.Lock()
@@ -192,18 +211,24 @@ class L2Gate:
         with self._lock:
             self._healthy_since = None
             changed = not self._open
-            self._open = True
+            if changed:
+                self._open = True
+                soon = self._closed_at is not None and now - self._closed_at < REOPEN_WINDOW_S
+                self.hold_s = min(self.hold_s * 2, self.max_close_after_s) if soon else self.close_after_s
+                reason = f"{reason}; closes after {self.hold_s * 1000:.0f} ms of healthy probes"
         if changed:
             self._transition(True, reason, now)
 
-    def _healthy(self, reason: str) -> None:
+    def _healthy(self) -> None:
         now = self._clock()
         with self._lock:
             if self._healthy_since is None:
                 self._healthy_since = now
-            changed = self._open and now - self._healthy_since >= self.close_after_s
+            changed = self._open and now - self._healthy_since >= self.hold_s
             if changed:
                 self._open = False
+                self._closed_at = now
+                reason = f"probes healthy for {(now - self._healthy_since) * 1000:.0f} ms"
         if changed:
             self._transition(False, reason, now)
 
@@ -212,7 +237,7 @@ class L2Gate:
         if latency_s > self.open_after_s:
             self._unhealthy(f"probe answered after {latency_s * 1000:.0f} ms (> {self.open_after_s * 1000:.0f} ms)")
         else:
-            self._healthy(f"probes healthy for {self.close_after_s * 1000:.0f} ms")
+            self._healthy()
 
     def probe_failed(self, error: str) -> None:
         """A probe failed (``error``: what it raised, e.g. ``OSError(5, 'Input/output error')``)."""
@@ -390,7 +415,8 @@ def start_gate(settings: GateSettings, *, probe: Callable[[], None] | None = Non
             registry.transitions.labels(to="open" if is_open else "closed").inc()
 
     gate = L2Gate(open_after_s=settings.open_after_s, close_after_s=settings.close_after_s,
-                  lookup_slow_s=settings.lookup_slow_s, clock=clock, on_change=on_change)
+                  lookup_slow_s=settings.lookup_slow_s, max_close_after_s=settings.max_close_after_s,
+                  clock=clock, on_change=on_change)
     if registry is not None:
         registry.open.set(0)
     prober = GateProber(gate, probe or stat_fresh_name(settings.path), interval_s=settings.probe_interval_s,

@@ -223,3 +223,29 @@ def test_skip_saves_marks_only_saving_requests() -> None:
 
     assert l2_gate._skip_saves(Meta) == 1
     assert [r.save_spec and r.save_spec.can_save for r in Meta.requests] == [False, False, None]
+
+
+def test_a_gate_that_keeps_reopening_holds_longer_and_resets_after_a_quiet_spell() -> None:
+    """A dead lookup path on a mount that answers: only slow lookups open the gate, probes close it."""
+    clock, changes = Clock(), []
+    gate = L2Gate(open_after_s=0.05, close_after_s=0.5, lookup_slow_s=0.1, max_close_after_s=1.5, clock=clock,
+                  on_change=lambda is_open, reason, now: changes.append((is_open, reason, now)))
+
+    def healthy_for(seconds: float) -> None:
+        end = clock.now + seconds
+        while clock.now < end - 1e-9:
+            clock.now += 0.05
+            gate.probe_done(0.001)
+
+    holds = []
+    for _ in range(4):
+        gate.lookup_done(0.2)
+        holds.append(gate.hold_s)
+        healthy_for(holds[-1] + 0.1)
+        assert not gate.is_open
+        clock.now += 1.0  # the next slow lookup comes soon after the close
+    assert holds == [0.5, 1.0, 1.5, 1.5]
+    assert "closes after 1000 ms" in changes[2][1]
+    clock.now += l2_gate.REOPEN_WINDOW_S  # quiet: the next open starts from close_after again
+    gate.lookup_done(0.2)
+    assert gate.hold_s == 0.5
