@@ -7,6 +7,8 @@ Layers, bottom first (STYLE, "Layers and the front door", "Agents and tools are 
     cluster_agents                      the in-cluster agents: the L2 janitor (with the hot-prefix warmer),
                                         the L2 mount watchdog, the cross-pod hit canary and their
                                         agent_core.py; standard library only (shipped in ConfigMaps)
+    vllm_plugins                        code vLLM loads inside its own process (the L2 gate connector);
+                                        shipped in ConfigMaps like the agents, imports nothing of the project
     capacity                            model facts, GPU memory, node fit, TTFT, cost: the planner, and
                                         the config checks that need it (every command loads through them)
     kv_constructs                       our CDK constructs
@@ -36,9 +38,10 @@ ALLOWED: dict[str, set[str]] = {
     "platform_config": set(),
     "imports": set(),
     "cluster_agents": set(),
+    "vllm_plugins": set(),
     "capacity": {"platform_config"},
     "kv_constructs": {"platform_config"},
-    "k8s": {"platform_config", "imports", "cluster_agents"},
+    "k8s": {"platform_config", "imports", "cluster_agents", "vllm_plugins"},
     "observability": {"platform_config", "k8s", "cluster_agents"},
     "operator_tools": {"platform_config", "capacity", "k8s", "observability", "cluster_agents"},
     "stacks": {"platform_config", "imports", "kv_constructs", "k8s", "observability", "cluster_agents"},

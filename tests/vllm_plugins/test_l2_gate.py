@@ -1,0 +1,251 @@
+"""The L2 gate's core (vllm_plugins/l2_gate.py) without vLLM: settings, the state machine, the prober.
+
+The connector class itself needs vLLM and LMCache, which this venv does not have; it is tested in
+the serving tier (tests_serving/test_l2_gate.py, tests_serving/test_hung_l2.py). Here: that the
+module imports without them, that the state machine opens and closes on the documented reports, and
+that the prober never blocks and never runs more than one probe, on real threads with a probe that
+hangs until told, and on a real directory.
+"""
+
+from __future__ import annotations
+
+import errno
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from vllm_plugins import l2_gate
+from vllm_plugins.l2_gate import GateProber, GateSettings, L2Gate, l2_path_from_remote_url, stat_fresh_name
+
+
+class Clock:
+    """A clock the test moves (seconds)."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _gate(clock: Clock, changes: list) -> L2Gate:
+    return L2Gate(open_after_s=0.05, close_after_s=0.5, lookup_slow_s=0.1, clock=clock,
+                  on_change=lambda is_open, reason, now: changes.append((is_open, reason, now)))
+
+
+def test_the_module_imports_without_vllm() -> None:
+    assert "vllm" not in sys.modules
+    with pytest.raises(AttributeError):
+        l2_gate.NoSuchThing  # noqa: B018 - the module __getattr__ refuses other names
+
+
+def test_remote_url_to_path() -> None:
+    assert l2_path_from_remote_url("fs://localhost:0/mnt/curvine/l2cache/m/") == "/mnt/curvine/l2cache/m/"
+    assert l2_path_from_remote_url("redis://h:6379") is None
+    assert l2_path_from_remote_url(None) is None
+
+
+def test_settings_from_env() -> None:
+    s = GateSettings.from_env({"LMCACHE_REMOTE_URL": "fs://localhost:0/l2/x"})
+    assert s == GateSettings(enabled=True, path="/l2/x", probe_interval_s=0.05, open_after_s=0.05,
+                             close_after_s=0.5, lookup_slow_s=0.1)
+    s = GateSettings.from_env({"LMCACHE_REMOTE_URL": "fs://localhost:0/l2/x", "KVCACHE_L2_GATE_PATH": "/other",
+                               "KVCACHE_L2_GATE_OPEN_AFTER_MS": "80", "KVCACHE_L2_GATE_CLOSE_AFTER_MS": "1000",
+                               "KVCACHE_L2_GATE_ENABLED": "false"})
+    assert (s.enabled, s.path, s.open_after_s, s.close_after_s) == (False, "/other", 0.08, 1.0)
+    with pytest.raises(ValueError, match="KVCACHE_L2_GATE_PROBE_INTERVAL_MS"):
+        GateSettings.from_env({"KVCACHE_L2_GATE_PROBE_INTERVAL_MS": "0"})
+
+
+def test_no_fs_l2_or_disabled_starts_nothing() -> None:
+    assert l2_gate.start_gate(GateSettings(path=None), metrics=False) is None
+    assert l2_gate.start_gate(GateSettings(enabled=False, path="/x"), metrics=False) is None
+
+
+def test_opens_on_a_stuck_probe_and_closes_after_the_hold() -> None:
+    clock, changes = Clock(), []
+    gate = _gate(clock, changes)
+    gate.probe_done(0.002)
+    gate.probe_outstanding(0.04)  # younger than open_after: nothing yet
+    assert not gate.is_open
+    clock.now += 0.06
+    gate.probe_outstanding(0.06)
+    assert gate.is_open and changes[-1][0] is True and "outstanding 60 ms" in changes[-1][1]
+    clock.now += 1.0
+    gate.probe_done(1.0)  # the stuck probe returns late: still unhealthy
+    assert gate.is_open
+    for _ in range(10):  # 0.45 s of healthy probes: not yet
+        clock.now += 0.05
+        gate.probe_done(0.001)
+    assert gate.is_open
+    clock.now += 0.06
+    gate.probe_done(0.001)
+    assert not gate.is_open and changes[-1][0] is False
+    assert [c[0] for c in changes] == [True, False]
+
+
+def test_a_failure_in_the_hold_restarts_it() -> None:
+    clock, changes = Clock(), []
+    gate = _gate(clock, changes)
+    gate.probe_failed(repr(OSError(errno.ENOTCONN, "Transport endpoint is not connected")))
+    assert gate.is_open and "not connected" in changes[-1][1]
+    clock.now += 0.4
+    gate.probe_done(0.001)
+    clock.now += 0.4
+    gate.probe_failed("OSError(5)")
+    clock.now += 0.4
+    gate.probe_done(0.001)
+    assert gate.is_open  # 0.4 s healthy since the last failure
+    clock.now += 0.5
+    gate.probe_done(0.001)
+    assert not gate.is_open
+    assert [c[0] for c in changes] == [True, False]
+
+
+def test_a_slow_lookup_opens_a_fast_one_does_not() -> None:
+    clock, changes = Clock(), []
+    gate = _gate(clock, changes)
+    gate.lookup_done(0.05)
+    assert not gate.is_open
+    gate.lookup_done(0.2)
+    assert gate.is_open and "lookup took 200 ms" in changes[-1][1]
+
+
+class HangingProbe:
+    """A probe that blocks while ``hung`` is set (as a hung FUSE operation) and counts concurrent calls."""
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+        self.released.set()
+        self.lock = threading.Lock()
+        self.running = 0
+        self.max_running = 0
+        self.calls = 0
+
+    def __call__(self) -> None:
+        with self.lock:
+            self.running += 1
+            self.calls += 1
+            self.max_running = max(self.max_running, self.running)
+        try:
+            self.released.wait()
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+def _wait(predicate, timeout_s: float = 5.0) -> float:
+    start = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - start < timeout_s, "timed out"
+        time.sleep(0.002)
+    return time.monotonic() - start
+
+
+def test_the_prober_opens_on_a_hang_within_the_window_and_closes_after_recovery() -> None:
+    changes: list = []
+    gate = L2Gate(open_after_s=0.05, close_after_s=0.3, lookup_slow_s=0.1,
+                  on_change=lambda is_open, reason, now: changes.append((is_open, reason, now)))
+    probe = HangingProbe()
+    prober = GateProber(gate, probe, interval_s=0.01)
+    prober.start()
+    try:
+        _wait(lambda: probe.calls >= 5)
+        assert not gate.is_open
+        probe.released.clear()  # the mount hangs
+        hang_at = time.monotonic()
+        _wait(lambda: gate.is_open)
+        opened_after = time.monotonic() - hang_at
+        calls = probe.calls
+        time.sleep(0.2)
+        assert probe.calls == calls, "a second probe started while one was stuck"
+        probe.released.set()  # the mount answers again
+        back_at = time.monotonic()
+        _wait(lambda: not gate.is_open)
+        closed_after = time.monotonic() - back_at
+    finally:
+        prober.stop()
+    assert probe.max_running == 1
+    # Window: open_after + one interval, with slack for a busy machine; close: the hold + slack.
+    assert opened_after < 0.05 + 0.01 + 0.5
+    assert 0.3 <= closed_after < 0.3 + 0.5
+    assert [c[0] for c in changes] == [True, False]
+
+
+def test_the_prober_sees_a_failing_probe() -> None:
+    gate = L2Gate(open_after_s=0.05, close_after_s=0.3, lookup_slow_s=0.1)
+    failing = threading.Event()
+
+    def probe() -> None:
+        if failing.is_set():
+            raise OSError(errno.EIO, "Input/output error")
+
+    prober = GateProber(gate, probe, interval_s=0.01)
+    prober.start()
+    try:
+        time.sleep(0.05)
+        assert not gate.is_open
+        failing.set()
+        _wait(lambda: gate.is_open, 2.0)
+        failing.clear()
+        _wait(lambda: not gate.is_open, 2.0)
+    finally:
+        prober.stop()
+
+
+def test_stat_fresh_name_on_a_real_directory(tmp_path: Path) -> None:
+    probe = stat_fresh_name(str(tmp_path))
+    probe()  # a miss is an answer
+    probe()
+    assert list(tmp_path.iterdir()) == []  # a probe never creates anything
+    missing = stat_fresh_name(str(tmp_path / "not-yet"))
+    missing()  # a directory LMCache has not created yet is healthy too
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    with pytest.raises(NotADirectoryError):
+        stat_fresh_name(str(blocked))()
+
+
+def test_skip_saves_marks_only_saving_requests() -> None:
+    class Spec:
+        def __init__(self, can_save: bool) -> None:
+            self.skip_leading_tokens, self.can_save = 0, can_save
+
+    class Req:
+        def __init__(self, spec) -> None:
+            self.save_spec = spec
+
+    class Meta:
+        requests = [Req(Spec(True)), Req(Spec(False)), Req(None)]
+
+    assert l2_gate._skip_saves(Meta) == 1
+    assert [r.save_spec and r.save_spec.can_save for r in Meta.requests] == [False, False, None]
+
+
+def test_a_gate_that_keeps_reopening_holds_longer_and_resets_after_a_quiet_spell() -> None:
+    """A dead lookup path on a mount that answers: only slow lookups open the gate, probes close it."""
+    clock, changes = Clock(), []
+    gate = L2Gate(open_after_s=0.05, close_after_s=0.5, lookup_slow_s=0.1, max_close_after_s=1.5, clock=clock,
+                  on_change=lambda is_open, reason, now: changes.append((is_open, reason, now)))
+
+    def healthy_for(seconds: float) -> None:
+        end = clock.now + seconds
+        while clock.now < end - 1e-9:
+            clock.now += 0.05
+            gate.probe_done(0.001)
+
+    holds = []
+    for _ in range(4):
+        gate.lookup_done(0.2)
+        holds.append(gate.hold_s)
+        healthy_for(holds[-1] + 0.1)
+        assert not gate.is_open
+        clock.now += 1.0  # the next slow lookup comes soon after the close
+    assert holds == [0.5, 1.0, 1.5, 1.5]
+    assert "closes after 1000 ms" in changes[2][1]
+    clock.now += l2_gate.REOPEN_WINDOW_S  # quiet: the next open starts from close_after again
+    gate.lookup_done(0.2)
+    assert gate.hold_s == 0.5
