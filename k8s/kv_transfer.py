@@ -32,14 +32,16 @@ from __future__ import annotations
 import json
 from typing import Any, Final, Iterable
 
+from k8s import vllm_plugins
 from platform_config.vllm_args import KV_TRANSFER_FLAG
 
 #: Keys of vLLM's ``KVTransferConfig`` the platform sets on every vLLM pod of an L2 line, merged
-#: over the operator's value. ``kv_connector`` / ``kv_role``: LMCache's connector, storing and
-#: loading (the operator's own values, FACTS.md §5). ``kv_load_failure_policy: "recompute"``:
-#: a failed L2 read is prefilled again instead of failing the request (module docstring).
+#: over the operator's value. ``kv_connector`` / ``kv_connector_module_path``: the L2 gate, LMCache's
+#: connector that stops asking a hung L2 (:mod:`k8s.vllm_plugins`); ``kv_role``: storing and
+#: loading (the operator's own value, FACTS.md §5); ``kv_load_failure_policy: "recompute"``: a
+#: failed L2 read is prefilled again instead of failing the request (module docstring).
 PLATFORM_SETTINGS: Final[dict[str, str]] = {
-    "kv_connector": "LMCacheConnectorV1",
+    **vllm_plugins.KV_TRANSFER_SETTINGS,
     "kv_role": "kv_both",
     "kv_load_failure_policy": "recompute",
 }

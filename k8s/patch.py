@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from k8s import kv_transfer, names
+from k8s import kv_transfer, names, vllm_plugins
 from k8s.lmcache import METRICS_DIR, POD_NAME_ENV, l2_cache_dir, lmcache_env, owned_env_names
 from platform_config import BusinessLineConfig, ConfigError, PlatformConfig, load_project
 from platform_config.loader import default_config_dir
@@ -147,12 +147,14 @@ def metrics_volume_mount() -> dict[str, Any]:
 def owned_volumes(line: BusinessLineConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """Every (pod volume, vLLM container mount) pair the L2 patch owns, in the order it adds them.
 
-    The line's L2 PVC at :data:`L2_MOUNT_PATH`, and the ``emptyDir`` of
-    ``PROMETHEUS_MULTIPROC_DIR``. The Kyverno policy and :func:`endpoint_json_patch` both remove
+    The line's L2 PVC at :data:`L2_MOUNT_PATH`, the ``emptyDir`` of ``PROMETHEUS_MULTIPROC_DIR``,
+    and the vLLM plugin ConfigMap (the L2 gate, read-only at :data:`k8s.vllm_plugins.PLUGIN_DIR`).
+    The Kyverno policy and :func:`endpoint_json_patch` both remove
     any volume with one of these names, and any vLLM mount of one of these names or at one of
     these paths, before adding exactly one of each.
     """
-    return [(l2_volume(line), l2_volume_mount()), (metrics_volume(), metrics_volume_mount())]
+    return [(l2_volume(line), l2_volume_mount()), (metrics_volume(), metrics_volume_mount()),
+            (vllm_plugins.volume(), vllm_plugins.volume_mount())]
 
 
 def is_hyperpod_shm_volume(volume: dict[str, Any]) -> bool:

@@ -281,8 +281,9 @@ def _volume_source(volume: dict[str, Any]) -> str:
 
 def owned_volume_problems(spec: dict[str, Any], container: dict[str, Any], line: BusinessLineConfig) -> list[str]:
     """What differs from :func:`k8s.patch.owned_volumes` (the line's L2 PVC, the Prometheus
-    multiprocess ``emptyDir``, whatever the patch adds later): exactly one writable mount at each
-    path, of a pod volume whose source has every field the patch sets."""
+    multiprocess ``emptyDir``, the vLLM plugin ConfigMap, whatever the patch adds later): exactly one
+    mount at each path, writable or read-only as the patch mounts it, of a pod volume whose source
+    has every field the patch sets."""
     problems: list[str] = []
     volumes = {v.get("name"): v for v in spec.get("volumes") or []}
     for volume, mount in owned_volumes(line):
@@ -297,8 +298,8 @@ def owned_volume_problems(spec: dict[str, Any], container: dict[str, Any], line:
         if wrong:
             problems.append(f"{path} is not {_volume_source(volume)} {json.dumps(volume[wrong[0]], sort_keys=True)} "
                             f"(got {_volume_source(actual) if actual else 'no volume'})")
-        elif mounts[0].get("readOnly"):
-            problems.append(f"{path} mounted read-only")
+        elif bool(mounts[0].get("readOnly")) != bool(mount.get("readOnly")):
+            problems.append(f"{path} mounted {'read-only' if mounts[0].get('readOnly') else 'writable'}")
     return problems
 
 

@@ -23,8 +23,10 @@ from tests.k8s.conftest import find
 from tests.k8s.kyverno_eval import apply_policy
 from tests.k8s.operator_render import OPERATOR_KV_TRANSFER, deployment, pod
 
-#: The value every admitted pod must run with: the operator's keys, ours merged over them.
-EXPECTED = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both", "kv_load_failure_policy": "recompute"}
+#: The value every admitted pod must run with: the operator's keys, ours merged over them (the L2
+#: gate, LMCache's connector under it, k8s/vllm_plugins.py).
+EXPECTED = {"kv_connector": "GatedLMCacheConnectorV1", "kv_connector_module_path": "kvcache_l2_gate",
+            "kv_role": "kv_both", "kv_load_failure_policy": "recompute"}
 
 
 def _l2_lines(project):

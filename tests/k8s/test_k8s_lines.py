@@ -28,10 +28,14 @@ def test_each_line_gets_its_own_namespace_pvc_and_endpoint(manifests, k8s_projec
         objs = manifests[names.line_chart_name(line)]
         kinds = [o["kind"] for o in objs]
         if line.cache.l2_enabled:
-            assert kinds[0] == "Namespace" and kinds[-2:] == ["Policy", "InferenceEndpointConfig"]
-            assert sorted(kinds[1:-2]) == sorted(["NetworkPolicy", "PersistentVolumeClaim"] + 2 * [
+            assert kinds[0] == "Namespace" and kinds[-1] == "InferenceEndpointConfig"
+            assert sorted(kinds[1:-1]) == sorted(["NetworkPolicy", "PersistentVolumeClaim", "Policy"] + 2 * [
                 "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Deployment"]  # janitor and canary
-                + ["Role", "RoleBinding"])  # the mount watchdog's rights
+                + ["Role", "RoleBinding"]  # the mount watchdog's rights
+                + ["ConfigMap"])  # the vLLM plugins (the L2 gate)
+            # What the endpoint's pods need exists before it: the mutation and the gate's ConfigMap.
+            plugins = next(i for i, o in enumerate(objs) if o["metadata"]["name"] == names.VLLM_PLUGINS)
+            assert kinds.index("Policy") < kinds.index("InferenceEndpointConfig") and plugins < len(objs) - 1
             assert kinds.index("PersistentVolumeClaim") < kinds.index("Deployment")
         else:  # no L2: no PVC, no mutation, no janitor
             assert kinds == ["Namespace", "NetworkPolicy", "InferenceEndpointConfig"]
@@ -178,6 +182,8 @@ def test_cache_env_values(k8s_project):
         "DO_NOT_TRACK": "1",
         # Not LMCache's: where prometheus_client's multiprocess files go (the mounted emptyDir).
         "PROMETHEUS_MULTIPROC_DIR": "/tmp/prometheus-multiproc",
+        # Not LMCache's: where vLLM imports the L2 gate from (the mounted plugin ConfigMap).
+        "PYTHONPATH": "/opt/kvcache/vllm-plugins",
         "LMCACHE_MAX_LOCAL_CPU_SIZE": "16",  # cache.l1_cpu_gib 16, one TP rank; LMCache reads GiB
     }
     assert re.fullmatch(r"qwen2-7b-instruct-[0-9a-f]{12}", l2_cache_dir(k8s_project.platform, line))
@@ -249,16 +255,21 @@ def test_static_patch_matches_the_reference_layout(k8s_project):
                       "value": {"name": "prometheus-multiproc", "emptyDir": {"sizeLimit": "64Mi"}}}
     assert ops[3] == {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
                       "value": {"name": "prometheus-multiproc", "mountPath": "/tmp/prometheus-multiproc"}}
-    env_ops, args_ops = ops[4:-2], ops[-2:]
+    assert ops[4] == {"op": "add", "path": "/spec/template/spec/volumes/-",
+                      "value": {"name": "kvcache-vllm-plugins",
+                                "configMap": {"name": "kvcache-vllm-plugins", "defaultMode": 0o444}}}
+    assert ops[5] == {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
+                      "value": {"name": "kvcache-vllm-plugins", "mountPath": "/opt/kvcache/vllm-plugins", "readOnly": True}}
+    env_ops, args_ops = ops[6:-2], ops[-2:]
     assert args_ops == [{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--kv-transfer-config"},
                         {"op": "add", "path": "/spec/template/spec/containers/0/args/-",
-                         "value": '{"kv_connector":"LMCacheConnectorV1","kv_load_failure_policy":"recompute",'
-                                  '"kv_role":"kv_both"}'}]
+                         "value": '{"kv_connector":"GatedLMCacheConnectorV1","kv_connector_module_path":'
+                                  '"kvcache_l2_gate","kv_load_failure_policy":"recompute","kv_role":"kv_both"}'}]
     assert [op["value"]["name"] for op in env_ops] == [
         "KVCACHE_POD_NAME", "LMCACHE_REMOTE_URL", "LMCACHE_CHUNK_SIZE", "LMCACHE_REMOTE_SERDE",
         "LMCACHE_SAVE_UNFULL_CHUNK", "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "LMCACHE_EXTRA_CONFIG",
         "LMCACHE_LOOKUP_TIMEOUT_MS", "LMCACHE_BLOCKING_TIMEOUT_SECS", "PYTHONHASHSEED",
-        "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK", "PROMETHEUS_MULTIPROC_DIR", "LMCACHE_MAX_LOCAL_CPU_SIZE"]
+        "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK", "PROMETHEUS_MULTIPROC_DIR", "PYTHONPATH", "LMCACHE_MAX_LOCAL_CPU_SIZE"]
     patched = jsonpatch.apply_patch(deployment(line), ops)
     env_list = patched["spec"]["template"]["spec"]["containers"][0]["env"]
     env = _kubelet_env(env_list, "p-1")

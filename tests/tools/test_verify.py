@@ -576,19 +576,19 @@ def test_a_new_policy_entry_is_checked_without_touching_verify(cluster: FakeRead
 
 @pytest.mark.parametrize("index", range(len(owned_volumes(RAG))),
                          ids=[m["mountPath"] for _, m in owned_volumes(RAG)])
-@pytest.mark.parametrize("how", ["mount dropped", "other source", "read-only"])
+@pytest.mark.parametrize("how", ["mount dropped", "other source", "read-only flipped"])
 def test_every_owned_volume_is_checked(cluster: FakeReader, index: int, how: str) -> None:
     """The volumes the patch owns (k8s.patch.owned_volumes: the L2 PVC, the Prometheus
-    multiprocess emptyDir, ...) are checked like the env: each one mounted once, writable, from
-    the volume the patch sets."""
+    multiprocess emptyDir, the vLLM plugin ConfigMap) are checked like the env: each one mounted
+    once, writable or read-only as the patch mounts it, from the volume the patch sets."""
     volume, mount = owned_volumes(RAG)[index]
     pod = rag_pods(cluster)[0]
     mounts = vllm(pod)["volumeMounts"]
     (mine,) = [m for m in mounts if m["mountPath"] == mount["mountPath"]]
     if how == "mount dropped":
         mounts.remove(mine)
-    elif how == "read-only":
-        mine["readOnly"] = True
+    elif how == "read-only flipped":
+        mine["readOnly"] = not mount.get("readOnly", False)
     else:
         (vol,) = [v for v in pod["spec"]["volumes"] if v["name"] == mine["name"]]
         for key in [k for k in vol if k != "name"]:
