@@ -498,10 +498,12 @@ def test_a_tp_that_does_not_divide_the_heads_is_refused(config_dir: Path) -> Non
 
 
 def test_the_long_sequence_must_fit_too(config_dir: Path) -> None:
-    """Weights fit one L40S, but not 2M tokens of KV: vLLM would refuse to start."""
+    """Weights fit one L40S, but 2M tokens is beyond the model's context (and its KV beyond the GPU):
+    vLLM would refuse to start. The context is checked first, in vLLM's own units (2000k = 2M)."""
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit_yaml(path, lambda d: d["vllm"].update(args=["/opt/ml/model", "--max-model-len", "2000000"]))
-    assert "below one 2,000,000-token sequence" in only_problem(config_dir)
+    edit_yaml(path, lambda d: d["vllm"].update(args=["/opt/ml/model", "--max-model-len", "2000k"]))
+    assert ("--max-model-len 2000k = 2000000 tokens exceeds Qwen2-7B's context of 131072 tokens"
+            in only_problem(config_dir))
 
 
 def test_a_model_outside_the_planners_table_is_a_warning_not_an_error(config_dir: Path) -> None:
