@@ -108,7 +108,9 @@ class VllmConfig(StrictModel):
     #: vLLM arguments (model path first). With kvCacheSpec on, the operator adds LMCache's KV
     #: connector itself (the operator's own L1/L2 sample passes only model and length flags), and
     #: the platform completes it with `kv_load_failure_policy: recompute`: `--kv-transfer-config`
-    #: is refused here (docs/l2-cache.md).
+    #: is refused here (docs/l2-cache.md), as is `--no-enable-prefix-caching` (L0 is always on).
+    #: The model path must be `model_mount_path` or under it; `--max-model-len` is read as vLLM
+    #: reads it (8192, 8k, 8K, auto) and must fit the model's context.
     args: tuple[str, ...] = ()
     port: Annotated[int, Field(ge=1024, le=65535)] = 8000
     #: Path the operator mounts model weights at (``worker.modelVolumeMount.mountPath``).
