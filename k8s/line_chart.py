@@ -3,7 +3,9 @@
 Objects, in apply order (cdk8s orders them by the dependencies declared here):
 
 1. ``Namespace`` from ``namespace`` in the line's config.
-2. ``NetworkPolicy`` ``block-curvine-ports``: the line's pods may open connections anywhere
+2. ``PodDisruptionBudget`` of the line's vLLM pods (``app=<endpoint>``): ``maxUnavailable: 1``,
+   so drains, updates and the L2 mount watchdog take one replica at a time and never block a
+   one-replica line's drain. ``NetworkPolicy`` ``block-curvine-ports``: the line's pods may open connections anywhere
    except on Curvine's ports. They never need them: the L2 PVC is served by the CSI driver's
    FUSE pod on the node, and the vLLM container only does file I/O on the mount. Egress only:
    ingress stays open, so the AMP collector (outside the cluster) scrapes the vLLM pods and the
@@ -231,6 +233,18 @@ class BusinessLineChart(cdk8s.Chart):
                     k8s.NetworkPolicyPort(protocol="UDP"),
                 ])]))
         self.network_policy.add_dependency(self.namespace_obj)
+        # Planned disruptions (drains, node-group and HyperPod updates, the L2 mount watchdog's
+        # evictions through the Eviction API) take one replica of the line at a time, across the
+        # cluster. maxUnavailable, not minAvailable: a one-replica line keeps disruptionsAllowed 1,
+        # so its drains never hang (minAvailable 1 of 1 once hung every drain of the Curvine
+        # Primary); the watchdog itself never evicts a line's last Ready replica. AlwaysAllow: a
+        # replica that is not Ready serves nobody and never blocks a drain.
+        self.disruption_budget = k8s.KubePodDisruptionBudget(
+            self, "DisruptionBudget", metadata=k8s.ObjectMeta(name=names.endpoint_name(line), namespace=ns),
+            spec=k8s.PodDisruptionBudgetSpec(
+                max_unavailable=k8s.IntOrString.from_number(1), unhealthy_pod_eviction_policy="AlwaysAllow",
+                selector=k8s.LabelSelector(match_labels={names.OPERATOR_POD_LABEL: names.endpoint_name(line)})))
+        self.disruption_budget.add_dependency(self.namespace_obj)
         self.pvc: cdk8s.ApiObject | None = None
         self.policy: cdk8s.ApiObject | None = None
         self.vllm_plugins: cdk8s.ApiObject | None = None

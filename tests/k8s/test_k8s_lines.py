@@ -29,7 +29,7 @@ def test_each_line_gets_its_own_namespace_pvc_and_endpoint(manifests, k8s_projec
         kinds = [o["kind"] for o in objs]
         if line.cache.l2_enabled:
             assert kinds[0] == "Namespace" and kinds[-1] == "InferenceEndpointConfig"
-            assert sorted(kinds[1:-1]) == sorted(["NetworkPolicy", "PersistentVolumeClaim", "Policy"] + 2 * [
+            assert sorted(kinds[1:-1]) == sorted(["NetworkPolicy", "PodDisruptionBudget", "PersistentVolumeClaim", "Policy"] + 2 * [
                 "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Deployment"]  # janitor and canary
                 + ["Role", "RoleBinding"]  # the mount watchdog's rights
                 + ["ConfigMap"])  # the vLLM plugins (the L2 gate)
@@ -38,7 +38,11 @@ def test_each_line_gets_its_own_namespace_pvc_and_endpoint(manifests, k8s_projec
             assert kinds.index("Policy") < kinds.index("InferenceEndpointConfig") and plugins < len(objs) - 1
             assert kinds.index("PersistentVolumeClaim") < kinds.index("Deployment")
         else:  # no L2: no PVC, no mutation, no janitor
-            assert kinds == ["Namespace", "NetworkPolicy", "InferenceEndpointConfig"]
+            assert kinds == ["Namespace", "NetworkPolicy", "PodDisruptionBudget", "InferenceEndpointConfig"]
+        # One replica at a time, across the cluster, without ever blocking a drain (k8s/line_chart.py).
+        (pdb,) = [o for o in objs if o["kind"] == "PodDisruptionBudget"]
+        assert pdb["spec"] == {"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow",
+                               "selector": {"matchLabels": {"app": names.endpoint_name(line)}}}
         assert objs[0]["metadata"]["name"] == line.namespace
         assert all(o["metadata"]["namespace"] == line.namespace for o in objs[1:])
         ep = find(objs, "InferenceEndpointConfig")
@@ -299,7 +303,7 @@ def test_line_without_l2(config_copy):
     edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", lambda d: d["cache"].update(l2_enabled=False))
     project = load_project(cfg)
     objs = render_manifests(project, volume_id="vol-0123456789abcdef0", availability_zone="us-west-2a")["line-rag-assistant"]
-    assert [o["kind"] for o in objs] == ["Namespace", "NetworkPolicy", "InferenceEndpointConfig"]
+    assert [o["kind"] for o in objs] == ["Namespace", "NetworkPolicy", "PodDisruptionBudget", "InferenceEndpointConfig"]
     spec = objs[-1]["spec"]["kvCacheSpec"]
     assert spec == {"enableL1Cache": True, "enableL2Cache": False}
 
