@@ -651,3 +651,12 @@ def test_l2_fault_timeouts_out_of_range_are_refused(config_dir: Path, key: str, 
     edit_yaml(config_dir / "platform.yaml", lambda d: d.setdefault("lmcache", {}).update({key: value}))
     found = only_problem(config_dir)
     assert f"platform.yaml: lmcache.{key}:" in found and allowed in found, found
+
+
+def test_the_system_node_ami_release_must_be_of_the_cluster_version(config_dir: Path) -> None:
+    """A pinned AMI release of another Kubernetes minor would be refused by EKS at deploy
+    (issue 26): refused here, naming both versions."""
+    edit_yaml(config_dir / "platform.yaml", lambda d: d["eks"].update(system_node_release_version="1.33.5-20261020"))
+    problem = only_problem(config_dir)
+    assert "system_node_release_version '1.33.5-20261020' is an AMI of Kubernetes 1.33" in problem
+    assert "allowed: a release" in problem

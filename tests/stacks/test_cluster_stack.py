@@ -111,6 +111,10 @@ def test_system_nodegroup_is_small_al2023_in_the_gpu_zone(templates, project, pl
                           "MaxSize": eks.system_node_count},
         "Labels": {"kvcache.io/node-role": "system"},
         "Subnets": [Match.any_value()],
+        # EKS upgrades a managed node group only when one of these changes (issue 26): the
+        # version follows eks.version; the AMI release is EKS's newest unless pinned.
+        "Version": eks.version,
+        "ReleaseVersion": Match.absent() if eks.system_node_release_version is None else eks.system_node_release_version,
     })
     subnets = platform.cluster.resolve(platform.cluster.system_nodegroup.node.default_child.subnets)
     assert subnets == [platform.cluster.resolve(platform.network.hyperpod_subnet.subnet_id)]
