@@ -275,6 +275,12 @@ def hot_prefix_files(path: Path, line: BusinessLineConfig) -> set[Path]:
     return files
 
 
+def _looks_like_a_line(name: str) -> bool:
+    """A name with a YAML suffix in another case or followed by more (``x.YAML``, ``x.yaml.txt``)."""
+    parts = name.lower().split(".")[1:]
+    return any(f".{part}" in YAML_SUFFIXES for part in parts)
+
+
 def business_line_files(config_dir: Path, *, referenced: frozenset[Path] = frozenset()
                         ) -> tuple[list[Path], list[str], list[ConfigProblem]]:
     """The business-line files of ``config_dir``: ``business-lines/*.yaml`` and ``*.yml``, sorted.
@@ -304,6 +310,14 @@ def business_line_files(config_dir: Path, *, referenced: frozenset[Path] = froze
         if entry.name.startswith("."):
             ignored.append(f"ignored {entry}: a dotfile (hidden: macOS '._' metadata, an editor's file); a business "
                            "line's file name starts with a letter or digit")
+        elif entry.suffix not in YAML_SUFFIXES and _looks_like_a_line(entry.name):
+            # x.YAML, x.yaml.txt, x.yml.bak: meant as (or copied from) a line. Ignored, the line would
+            # vanish with exit 0 and its deployed stack become an orphan that orphans.py deletes.
+            problems.append(ConfigProblem(
+                str(entry), "",
+                f"{entry.name!r} looks like a business line's file but does not end in .yaml or .yml (lower case), "
+                f"so it would be skipped and its line dropped; allowed: <name>.yaml or <name>.yml; rename it, or "
+                f"move it out of {BUSINESS_LINES_DIR}/ if it is a copy"))
         elif entry.suffix not in YAML_SUFFIXES:
             ignored.append(f"ignored {entry}: not a .yaml or .yml file")
         else:

@@ -241,10 +241,21 @@ def test_a_file_without_read_permission(config_dir: Path, tmp_path: Path) -> Non
 def test_a_file_that_is_not_yaml_is_ignored_and_said_so(config_dir: Path) -> None:
     notes = config_dir / "business-lines" / "README.md"
     notes.write_text("# our lines\n")
-    backup = config_dir / "business-lines" / "rag-assistant.yaml.bak"
-    backup.write_text("namespace: old\n")
-    assert load_checked_project(config_dir).warnings == (f"ignored {notes}: not a .yaml or .yml file",
-                                                         f"ignored {backup}: not a .yaml or .yml file")
+    assert load_checked_project(config_dir).warnings == (f"ignored {notes}: not a .yaml or .yml file",)
+
+
+@pytest.mark.parametrize("name", ["legal-search.YAML", "legal-search.yaml.txt", "legal-search.Yml",
+                                  "rag-assistant.yaml.bak"])
+def test_a_line_file_with_another_suffix_is_refused_not_dropped(config_dir: Path, tmp_path: Path, name: str) -> None:
+    """Skipped, the line would vanish with exit 0 and orphans.py would delete its deployed stack
+    (issue 27): refused, naming the file and the names allowed."""
+    lines = config_dir / "business-lines"
+    source = lines / "rag-assistant.yaml" if name.endswith(".bak") else lines / "legal-search.yaml"
+    (lines / name).write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    if not name.endswith(".bak"):
+        source.unlink()
+    message = refused(config_dir, tmp_path)
+    assert name in message and "allowed: <name>.yaml or <name>.yml" in message
 
 
 def test_a_utf8_byte_order_mark_is_fine(config_dir: Path) -> None:
