@@ -13,6 +13,8 @@ we keep the API's name), ``*_mibps`` MiB/s.
 
 from __future__ import annotations
 
+import ipaddress
+
 import math
 import re
 from decimal import Decimal
@@ -40,6 +42,26 @@ HyperPodName = Annotated[str, StringConstraints(pattern=HYPERPOD_NAME_PATTERN, m
 
 #: SageMaker instance type; the CRD demands ``^ml\\..*`` and we additionally require a known type.
 MlInstanceType = Annotated[str, StringConstraints(pattern=r"^ml\.[a-z0-9]+\.[a-z0-9]+$")]
+
+def ipv4_network(min_prefix: int = 1, max_prefix: int = 32) -> Any:
+    """An IPv4 network in CIDR notation (``10.192.0.0/16``): four octets of 0-255, host bits zero,
+    a prefix length within ``[min_prefix, max_prefix]``; the message names what is wrong and gives
+    the allowed form (a regular expression alone would accept ``300.192.0.0/16`` and leave the
+    error to CloudFormation)."""
+
+    def check(value: str) -> str:
+        try:
+            network = ipaddress.IPv4Network(value, strict=True)
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not an IPv4 network ({exc}); allowed: a.b.c.d/n with a, b, c, d "
+                             f"in 0-255, host bits 0 and n in {min_prefix}-{max_prefix}, e.g. 10.192.0.0/16") from None
+        if not min_prefix <= network.prefixlen <= max_prefix or "/" not in value:
+            raise ValueError(f"{value!r}: the prefix length must be /{min_prefix} to /{max_prefix}; allowed: e.g. "
+                             f"10.192.0.0/{max(min_prefix, min(16, max_prefix))}")
+        return value
+
+    return Annotated[str, AfterValidator(check)]
+
 
 def _check_known_instance_type(value: str) -> str:
     if value not in INSTANCE_TYPES:

@@ -21,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    field_validator,
     model_validator,
 )
 
@@ -36,6 +37,7 @@ from platform_config.fields import (
     PinnedImage,
     PinnedVersion,
     StrictModel,
+    ipv4_network,
 )
 from platform_config.instances import INSTANCE_TYPES
 from platform_config.problems import FieldError
@@ -48,10 +50,8 @@ class CreateVpcConfig(StrictModel):
     """
 
     mode: Literal["create"] = "create"
-    #: IPv4 CIDR of the new VPC, /16 to /24.
-    cidr: Annotated[str, StringConstraints(pattern=r"^([0-9]{1,3}\.){3}[0-9]{1,3}/(1[6-9]|2[0-4])$")] = (
-        "10.192.0.0/16"
-    )
+    #: IPv4 CIDR of the new VPC, an IPv4 network a.b.c.d/n, /16 to /24, host bits 0.
+    cidr: ipv4_network(16, 24) = "10.192.0.0/16"  # type: ignore[valid-type]
     #: NAT gateways; null = one per zone (HA). 1 saves cost in a lab.
     nat_gateways: Annotated[int, Field(ge=1, le=6)] | None = None
     #: Interface endpoints HyperPod nodes use without leaving the VPC (the console's cluster
@@ -79,7 +79,8 @@ class ExistingVpcConfig(StrictModel):
 
     mode: Literal["existing"]
     vpc_id: Annotated[str, StringConstraints(pattern=r"^vpc-[0-9a-f]{8,17}$")]
-    vpc_cidr: Annotated[str, StringConstraints(pattern=r"^([0-9]{1,3}\.){3}[0-9]{1,3}/[0-9]{1,2}$")]
+    #: The VPC's IPv4 CIDR, an IPv4 network a.b.c.d/n (/8 to /28, host bits 0).
+    vpc_cidr: ipv4_network(8, 28)  # type: ignore[valid-type]
     #: zone name -> private subnet ID (must cover every ``availability_zones`` entry).
     private_subnet_ids: dict[
         Annotated[str, StringConstraints(pattern=AZ_NAME_PATTERN)],
@@ -131,8 +132,9 @@ class EksConfig(StrictModel):
     #: private: API reachable only inside the VPC (default, no public endpoint);
     #: public_and_private: also from ``public_access_cidrs``.
     endpoint_access: Literal["private", "public_and_private"] = "private"
-    #: CIDRs allowed to reach a public endpoint; required with public_and_private.
-    public_access_cidrs: tuple[str, ...] = ()
+    #: CIDRs allowed to reach a public endpoint, IPv4 networks a.b.c.d/n (/1 to /32: never the whole
+    #: internet, 0.0.0.0/0); required with public_and_private.
+    public_access_cidrs: tuple[ipv4_network(1, 32), ...] = ()  # type: ignore[valid-type]
     #: IAM principal ARNs granted AmazonEKSClusterAdminPolicy through access entries.
     admin_principal_arns: tuple[
         Annotated[str, StringConstraints(pattern=r"^arn:aws[a-z-]*:(iam|sts)::[0-9]{12}:[A-Za-z0-9+=,.@_/-]+$")],
@@ -674,6 +676,16 @@ class AlertsConfig(StrictModel):
 
     #: Email addresses subscribed to the alert topic; each must confirm the subscription mail.
     email_subscriptions: tuple[Annotated[str, StringConstraints(pattern=EMAIL_PATTERN)], ...] = ()
+
+    @field_validator("email_subscriptions")
+    @classmethod
+    def _each_address_once(cls, addresses: tuple[str, ...]) -> tuple[str, ...]:
+        seen: set[str] = set()
+        twice = sorted({a for a in addresses if a.lower() in seen or seen.add(a.lower())})
+        if twice:
+            raise ValueError(f"{', '.join(twice)} listed more than once (e-mail addresses are compared without "
+                             "case); allowed: each address once")
+        return addresses
     #: Fire when the Curvine pool (all Workers) is fuller than this share of its capacity.
     pool_usage_threshold: Annotated[float, Field(gt=0, le=1)] = 0.85
     #: L2 hit rate "collapses" when the last 15 minutes reach less than this share of the

@@ -660,3 +660,29 @@ def test_the_system_node_ami_release_must_be_of_the_cluster_version(config_dir: 
     problem = only_problem(config_dir)
     assert "system_node_release_version '1.33.5-20261020' is an AMI of Kubernetes 1.33" in problem
     assert "allowed: a release" in problem
+
+
+@pytest.mark.parametrize("section, key, value, expected", [
+    ("network", "cidr", "300.192.0.0/16", "Octet 300 (> 255) not permitted"),
+    ("network", "cidr", "10.192.0.1/16", "has host bits set"),
+    ("network", "cidr", "10.192.0.0/12", "the prefix length must be /16 to /24"),
+    ("eks", "public_access_cidrs", ["0.0.0.0/0"], "the prefix length must be /1 to /32"),
+    ("eks", "public_access_cidrs", ["203.0.113.0/33"], "is not an IPv4 network"),
+])
+def test_networks_are_checked_as_networks(config_dir: Path, section, key, value, expected) -> None:
+    """A pattern alone accepted 300.192.0.0/16 and left a traceback to synthesis (issue 27); the whole
+    internet as the EKS endpoint's allow-list is refused too (issue 25, low)."""
+    def edit(d):
+        d[section][key] = value
+        if key == "public_access_cidrs":
+            d["eks"]["endpoint_access"] = "public_and_private"
+    edit_yaml(config_dir / "platform.yaml", edit)
+    problem = only_problem(config_dir)
+    assert f"{section}.{key}" in problem and expected in problem and "allowed:" in problem
+
+
+def test_an_alert_address_listed_twice_is_refused(config_dir: Path) -> None:
+    edit_yaml(config_dir / "platform.yaml", lambda d: d["observability"]["alerts"].update(
+        email_subscriptions=["oncall@example.com", "OnCall@example.com"]))
+    problem = only_problem(config_dir)
+    assert "observability.alerts.email_subscriptions" in problem and "listed more than once" in problem
