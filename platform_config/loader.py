@@ -329,6 +329,10 @@ def business_line_files(config_dir: Path, *, referenced: frozenset[Path] = froze
     return files, ignored, problems
 
 
+#: Longest CloudFormation stack name (CreateStack: "StackName ... 128 characters").
+MAX_STACK_NAME = 128
+
+
 def cross_check(
     platform: PlatformConfig, platform_path: Path, lines: list[tuple[Path, BusinessLineConfig]],
     *, check_node_fit: bool = True,
@@ -350,6 +354,13 @@ def cross_check(
                 platform.observability.namespace}
     seen_ns: dict[str, Path] = {}
     for path, line in lines:
+        stack = f"{platform.project}-line-{line.name}"  # platform_config.stack_names.line_stack_prefix
+        if len(stack) > MAX_STACK_NAME:
+            problems.append(ConfigProblem(
+                str(path), "name",
+                f"the line's stack name {stack!r} is {len(stack)} characters; CloudFormation allows "
+                f"{MAX_STACK_NAME}; allowed: a line name of at most {MAX_STACK_NAME - len(platform.project) - 6} "
+                f"characters with project {platform.project!r} (or a shorter project)", line.name))
         if line.instance_type not in group_types:
             problems.append(ConfigProblem(
                 str(path), "instance_type",

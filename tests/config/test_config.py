@@ -686,3 +686,17 @@ def test_an_alert_address_listed_twice_is_refused(config_dir: Path) -> None:
         email_subscriptions=["oncall@example.com", "OnCall@example.com"]))
     problem = only_problem(config_dir)
     assert "observability.alerts.email_subscriptions" in problem and "listed more than once" in problem
+
+
+def test_a_line_whose_stack_name_cloudformation_would_refuse(config_dir: Path) -> None:
+    """project (63) + "-line-" + line (63) can exceed CloudFormation's 128 characters: a traceback
+    at synthesis before (issue 27), a problem naming the line's file and the longest name now."""
+    project = "p" * 63
+    edit_yaml(config_dir / "platform.yaml", lambda d: d.update(project=project))
+    name = "l" * 63
+    src = config_dir / "business-lines" / "legal-search.yaml"
+    edit_yaml(src, lambda d: d.update(name=name, namespace="legal"))
+    src.rename(src.with_name(f"{name}.yaml"))
+    problem = only_problem(config_dir)
+    assert f"{name}.yaml: name:" in problem and "is 132 characters; CloudFormation allows 128" in problem
+    assert "at most 59 characters" in problem
