@@ -75,6 +75,10 @@ class InputProblem:
     field: str
     message: str
 
+    def __str__(self) -> str:
+        """``<field>: <message>``, as the tools print it (``error: tp: tp 3 does not divide ...``)."""
+        return f"{self.field}: {self.message}"
+
 
 class PlanInputError(ValueError):
     """Bad planner inputs, each naming its :class:`PlanInputs` field (``problems``); the message

@@ -45,17 +45,26 @@ def check_plot_path(path: str | Path) -> Path:
                          f"allowed: {', '.join(FORMATS)}")
     if not path.parent.is_dir():
         raise ValueError(f"plot file {path}: folder {path.parent} does not exist")
+    if path.is_dir():
+        raise ValueError(f"plot file {path}: is a folder; allowed: a file name ending in {', '.join(FORMATS)}")
     return path
 
 
 def save(fig: "Figure", path: str | Path, *, log: TextIO | None = None) -> Path:
     """Write ``fig`` to ``path`` (format from the extension, 120 dpi for PNG); returns the path.
 
+    Raises:
+        ValueError: :func:`check_plot_path`'s, or the file cannot be written (the message names it
+            and the system's reason).
+
     With ``log`` (the tools pass stderr, so ``--json`` keeps stdout one JSON document), also
     print ``plot: wrote <path>`` there, so the user learns where the figure went.
     """
     path = check_plot_path(path)
-    fig.savefig(path, dpi=120)
+    try:
+        fig.savefig(path, dpi=120)
+    except OSError as exc:  # a folder of that name, a read-only or pseudo file system, a full disk
+        raise ValueError(f"plot file {path}: cannot write it: {exc.strerror or exc}") from None
     if log is not None:
         print(f"plot: wrote {path}", file=log)
     return path

@@ -86,7 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         from operator_tools.plots import bench_figure, save
 
-        save(bench_figure(report), args.plot, log=sys.stderr)
+        try:
+            save(bench_figure(report), args.plot, log=sys.stderr)
+        except ValueError as exc:  # written after the report: say why the figure is missing
+            return cli.fail(exc)
     if report.unanswered:
         hint = ""
         if report.all_unreachable:

@@ -92,7 +92,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         from operator_tools.plots import overlap_figure, save
 
-        save(overlap_figure(report), args.plot, log=sys.stderr)
+        try:
+            save(overlap_figure(report), args.plot, log=sys.stderr)
+        except ValueError as exc:  # written after the report: say why the figure is missing
+            return cli.fail(exc)
     return cli.EXIT_OK if report.share >= args.threshold else cli.EXIT_NO
 
 

@@ -191,7 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         from operator_tools.plots import plan_figure, save
 
-        save(plan_figure(result), args.plot, log=sys.stderr)
+        try:
+            save(plan_figure(result), args.plot, log=sys.stderr)
+        except ValueError as exc:  # written after the report: say why the figure is missing
+            return cli.fail(exc)
     return cli.EXIT_OK if result.fit.fits and nodes_fit else cli.EXIT_NO
 
 

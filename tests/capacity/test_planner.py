@@ -513,6 +513,26 @@ def test_plot_file_extension_is_checked(tmp_path: Path, capsys) -> None:
     assert not (tmp_path / "ttft.gif").exists()
 
 
+@pytest.mark.parametrize("where", ["a folder", "no such place"])
+def test_a_plot_that_cannot_be_written_is_an_error_not_a_traceback(tmp_path: Path, capsys, where: str) -> None:
+    """--plot at a folder named like a figure, or where nothing can be created (issue 27): exit 2,
+    one error line naming the file, after the report."""
+    target = tmp_path / "ttft.png"
+    if where == "a folder":
+        target.mkdir()
+    else:
+        target = Path("/proc/no-such-dir-here.png")
+    rc = load_script("plan").main(["--model", "Qwen2-7B", "--instance-type", "ml.g6e.12xlarge", "--plot", str(target)])
+    err = capsys.readouterr().err
+    assert rc == cli.EXIT_ERROR and err.startswith(f"error: plot file {target}") and "Traceback" not in err
+
+
+def test_a_bad_tp_on_the_command_line_reads_as_a_sentence(capsys) -> None:
+    rc = load_script("plan").main(["--model", "Qwen2-7B", "--instance-type", "ml.g6e.12xlarge", "--tp", "3"])
+    assert rc == cli.EXIT_ERROR
+    assert capsys.readouterr().err == "error: tp: tp 3 does not divide Qwen2-7B's 28 attention heads / 4 KV heads\n"
+
+
 def test_bad_inputs_raise_one_typed_error_naming_every_field() -> None:
     from capacity.fit import PlanInputError
 
