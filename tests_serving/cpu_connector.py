@@ -22,10 +22,13 @@ retrieve paths, metrics and the vLLM side are the released code.
 vLLM's CPU KV cache, per attention layer (``CPUAttentionBackendImpl.forward`` and
 ``do_kv_cache_update``, vllm/v1/attention/backends/cpu_attn.py, vLLM 0.29.0; layout ``LBHNC``):
 a tensor ``[num_blocks, num_kv_heads, block_size, 2 * head_size]`` that the kernels view as
-``[num_blocks, num_kv_heads, 2 * block_size, head_size]`` and split in two along dim 2: rows
-``0 .. block_size-1`` hold K of the block's tokens, rows ``block_size ..`` hold V. Slot ``s`` is
-token ``s % block_size`` of block ``s // block_size`` (LMCache's slot mapping,
-``vllm_v1_adapter.RequestTracker``/``ReqMeta``: ``block_id * block_size + offset``).
+``[num_blocks, num_kv_heads, 2 * block_size, head_size]`` and split in two along dim 2: each
+(block, head) region holds a K half, then a V half, of ``block_size * head_size`` elements. Inside
+a half the order is the kernel's own and depends on the ISA ``_get_attn_isa`` picks (with ``vec``,
+float32 here: K channel-major, V token-major), so :meth:`CPUPagedKVCopy.positions` learns it from
+``cpu_attn_reshape_and_cache`` itself instead of assuming it. Slot ``s`` is token
+``s % block_size`` of block ``s // block_size`` (LMCache's slot mapping, ``vllm_v1_adapter``:
+``block_id * block_size + offset``).
 
 LMCache's memory object (``MemoryFormat.KV_2LTD``, ``VLLMPagedMemGPUConnectorV2.get_shape``):
 ``[2, num_layers, num_tokens, num_kv_heads * head_size]``, K first.
@@ -80,6 +83,7 @@ class CPUPagedKVCopy:
         self.num_layers, self.num_kv_heads, self.head_size = num_layers, num_kv_heads, head_size
         self.hidden_dim_size = num_kv_heads * head_size
         self.kvcaches: list[torch.Tensor] | None = None
+        self._positions: dict[tuple[int, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
 
     @classmethod
     def from_metadata(cls, metadata: Any) -> "CPUPagedKVCopy":
@@ -91,20 +95,61 @@ class CPUPagedKVCopy:
 
     # -- the layout ---------------------------------------------------------------------------
 
-    def planes(self, layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """K and V of one layer as views ``[num_blocks, num_kv_heads, block_size, head_size]``,
-        split the way ``CPUAttentionBackendImpl`` splits them."""
-        if layer.dim() != 4 or layer.shape[1] != self.num_kv_heads or layer.shape[3] != 2 * self.head_size:
-            raise ValueError(f"unexpected vLLM CPU KV cache layer shape {tuple(layer.shape)} "
-                             f"(expected [blocks, {self.num_kv_heads}, block_size, {2 * self.head_size}])")
-        num_blocks, heads, block_size, _ = layer.shape
-        key, value = layer.view(num_blocks, heads, 2 * block_size, self.head_size).chunk(2, dim=2)
-        return key, value
+    def positions(self, block_size: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where vLLM's kernel puts K and V of (token offset ``o``, channel ``c``) inside one
+        (block, head) region: element ``o * head_size + c`` of each returned tensor is an index
+        into the region's K half, resp. V half (``block_size * head_size`` elements each).
 
-    @staticmethod
-    def _where(slots: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        Learnt from vLLM itself, once per block size: K and V whose values encode (o, c) are
+        written into a one-block cache by ``cpu_attn_reshape_and_cache`` with the ISA the
+        backend picks (``_get_attn_isa``), and every code is looked up where it landed. (With
+        the ``vec`` ISA, K is stored channel-major, ``[head_size, block_size]``, and V
+        token-major; other ISAs pack differently.) float32 only: the codes must be exact.
+        """
+        key = (block_size, dtype)
+        if key in self._positions:
+            return self._positions[key]
+        if dtype != torch.float32:
+            raise NotImplementedError(f"the test copy connector covers float32 KV caches, not {dtype}")
+        from vllm import _custom_ops as ops
+        from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+        n = block_size * self.head_size
+        probe = torch.zeros(1, 1, block_size, 2 * self.head_size, dtype=dtype)
+        key_cache, value_cache = probe.view(1, 1, 2 * block_size, self.head_size).chunk(2, dim=2)
+        codes = torch.arange(1, n + 1, dtype=dtype).view(block_size, 1, self.head_size)
+        ops.cpu_attn_reshape_and_cache(codes, -codes, key_cache, value_cache, torch.arange(block_size),
+                                       _get_attn_isa(dtype, block_size, self.head_size, "auto"))
+        flat = probe.view(2, n)
+        found = []
+        for half, sign in ((0, 1), (1, -1)):
+            landed = (sign * flat[half]).to(torch.long) - 1  # code - 1 = o * head_size + c, at each position
+            if sorted(landed.tolist()) != list(range(n)):
+                raise RuntimeError("vLLM's CPU KV kernel did not place every element of a block exactly once")
+            where = torch.empty(n, dtype=torch.long)
+            where[landed] = torch.arange(n)
+            found.append(where)
+        self._positions[key] = (found[0], found[1])
+        return self._positions[key]
+
+    def _indices(self, layer: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Flat indices into ``layer`` of K and V of the tokens in ``slots``: ``[tokens, heads, head_size]``."""
+        if layer.dim() != 4 or layer.shape[1] != self.num_kv_heads or layer.shape[3] != 2 * self.head_size \
+                or not layer.is_contiguous():
+            raise ValueError(f"unexpected vLLM CPU KV cache layer {tuple(layer.shape)} "
+                             f"(expected contiguous [blocks, {self.num_kv_heads}, block_size, {2 * self.head_size}])")
+        block_size = layer.shape[2]
+        n = block_size * self.head_size
+        key_pos, value_pos = self.positions(block_size, layer.dtype)
         slots = slots.to(device="cpu", dtype=torch.long)
-        return slots // block_size, slots % block_size
+        blocks, offsets = slots // block_size, slots % block_size
+        heads = torch.arange(self.num_kv_heads)
+        channels = torch.arange(self.head_size)
+        # region of (block b, head h) starts at (b * heads + h) * 2n; K half first, then V.
+        region = (blocks[:, None] * self.num_kv_heads + heads[None, :]) * (2 * n)  # [tokens, heads]
+        inner = offsets[:, None] * self.head_size + channels[None, :]  # [tokens, head_size]
+        return (region[:, :, None] + key_pos[inner][:, None, :],
+                region[:, :, None] + n + value_pos[inner][:, None, :])
 
     # -- GPUConnectorInterface ----------------------------------------------------------------
 
@@ -132,11 +177,10 @@ class CPUPagedKVCopy:
         n = end - start
         out = memory_obj.tensor
         for layer_idx, layer in enumerate(kvcaches):
-            key, value = self.planes(layer)
-            blocks, offsets = self._where(slots, key.shape[2])
-            # [n, heads, head_size] -> [n, heads * head_size]
-            out[0, layer_idx, :n].copy_(key[blocks, :, offsets].reshape(n, self.hidden_dim_size))
-            out[1, layer_idx, :n].copy_(value[blocks, :, offsets].reshape(n, self.hidden_dim_size))
+            key_idx, value_idx = self._indices(layer, slots)
+            flat = layer.view(-1)
+            out[0, layer_idx, :n].copy_(flat[key_idx].reshape(n, self.hidden_dim_size))
+            out[1, layer_idx, :n].copy_(flat[value_idx].reshape(n, self.hidden_dim_size))
 
     def to_gpu(self, memory_obj: Any, start: int, end: int, **kwargs: Any) -> None:
         """LMCache -> vLLM: ``memory_obj.tensor`` into the slots of tokens ``start:end``, except the
@@ -149,10 +193,10 @@ class CPUPagedKVCopy:
             return
         src = memory_obj.tensor
         for layer_idx, layer in enumerate(kvcaches):
-            key, value = self.planes(layer)
-            blocks, offsets = self._where(slots, key.shape[2])
-            key[blocks, :, offsets] = src[0, layer_idx, skip:skip + n].reshape(n, self.num_kv_heads, self.head_size)
-            value[blocks, :, offsets] = src[1, layer_idx, skip:skip + n].reshape(n, self.num_kv_heads, self.head_size)
+            key_idx, value_idx = self._indices(layer, slots)
+            flat = layer.view(-1)
+            flat[key_idx] = src[0, layer_idx, skip:skip + n].reshape(n, self.num_kv_heads, self.head_size)
+            flat[value_idx] = src[1, layer_idx, skip:skip + n].reshape(n, self.num_kv_heads, self.head_size)
 
     def batched_from_gpu(self, memory_objs, starts, ends, **kwargs: Any) -> None:
         for memory_obj, start, end in zip(memory_objs, starts, ends, strict=True):
@@ -180,7 +224,7 @@ def install_cpu_copy() -> None:
     """
     import lmcache.v1.gpu_connector as gpu_connector
     from lmcache.utils import EngineType
-    from lmcache.v1.platform._device_detect import torch_device_type
+    from lmcache import torch_device_type  # as lmcache.v1.gpu_connector imports it
 
     released = gpu_connector.CreateGPUConnector
     if getattr(released, "_cpu_copy", False):
