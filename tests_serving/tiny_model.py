@@ -30,6 +30,11 @@ GEOMETRY = {"vocab_size": 32000, "hidden_size": 512, "intermediate_size": 1408, 
 #: Special tokens at the start of the vocabulary (ids 0, 1, 2), as in Llama tokenizers.
 SPECIALS = ("<unk>", "<s>", "</s>")
 SEED = 20261202
+#: A plain chat template (role, then content, per message), for ``/tokenize`` of chat messages
+#: (the hot-prefix warmer tokenizes a line's system prompt that way). Words outside the synthetic
+#: vocabulary are ``<unk>``: the token ids are still a deterministic function of the text.
+CHAT_TEMPLATE = ("{% for message in messages %}{{ message['role'] }} {{ message['content'] }} {% endfor %}"
+                 "{% if add_generation_prompt %}assistant {% endif %}")
 #: Standard deviation of the random weights: larger than Llama's 0.02 so that the logits of the
 #: random model have clear maxima (greedy decoding is stable against float32 rounding).
 INIT_STD = 0.05
@@ -54,7 +59,7 @@ def make_tokenizer(out: Path) -> None:
     (out / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
         "unk_token": "<unk>", "add_bos_token": True, "model_max_length": GEOMETRY["max_position_embeddings"],
-        "clean_up_tokenization_spaces": False}, indent=1), encoding="utf-8")
+        "clean_up_tokenization_spaces": False, "chat_template": CHAT_TEMPLATE}, indent=1), encoding="utf-8")
 
 
 def make_model(out: Path) -> Path:
