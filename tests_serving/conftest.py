@@ -6,7 +6,7 @@ The servers (:mod:`tests_serving.servers`), one process tree each, all on the on
 PVC, so their L2 directory is one shared fs:// directory as in a business line:
 
 * ``a`` and ``b``: admitted Pods 0 and 1 of rag-assistant, as rendered (``kv_load_failure_policy``
-  as the rendered args give it: ``recompute``);
+  ``recompute``, :mod:`k8s.kv_transfer`);
 * ``default_policy``: admitted Pod 2, the same but for ``kv_load_failure_policy`` removed, i.e.
   vLLM 0.29's default ``fail`` (``KVTransferConfig``, vllm/config/kv_transfer.py): the control that
   shows why the rendered policy matters.
@@ -17,7 +17,6 @@ They start together (one ``torch.compile`` each: vLLM's AOT cache does not load 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -30,7 +29,7 @@ from typing import Any
 import pytest
 
 from tests_faults.harness import FaultMount
-from tests_lmcache.conftest import PROJECT_PYTHON, export_env
+from tests_lmcache.conftest import export_env
 from tests_serving import chunkfs, servers
 from tests_serving.servers import LINE, REPO, Server
 
@@ -97,11 +96,6 @@ def exported(tmp_path_factory) -> dict[str, Any]:
     t0 = time.monotonic()
     out = tmp_path_factory.mktemp("export")
     doc = export_env(out / "env.json")
-    if "args" not in doc["lines"][LINE]:
-        # Interim (servers.rendered_args): the admitted args, until export_env exports them.
-        subprocess.run([str(PROJECT_PYTHON), "-m", "tests_serving.export_args", "--out", str(out / "args.json")],
-                       cwd=REPO, check=True, stdout=subprocess.DEVNULL)
-        doc["serving_args"] = json.loads((out / "args.json").read_text(encoding="utf-8"))
     TIMES["export (project .venv)"] = time.monotonic() - t0
     return doc
 

@@ -35,9 +35,9 @@ args: ``--kv-transfer-config``                 the same JSON but ``kv_connector`
                                                                                                "identical" is a sharp test
 =============================================  ==============================================  =========================================
 
-Interim, until the rendered args carry it (k8s/kv_transfer.py on main): when the rendered args have
-no ``--kv-transfer-config``, :data:`INTERIM_KV_TRANSFER` is added (the connector of the lines'
-image, docs FACTS §5, with ``kv_load_failure_policy`` ``recompute``), and listed as added.
+The rendered ``--kv-transfer-config`` is the operator's value completed by the platform
+(:mod:`k8s.kv_transfer`: LMCache's connector, ``kv_role`` ``kv_both``, ``kv_load_failure_policy``
+``recompute``); the args come from :func:`rendered_args` alone.
 """
 
 from __future__ import annotations
@@ -67,8 +67,6 @@ KV_CACHE_GIB = "1"
 GPU_ONLY_FLAGS = ("--tensor-parallel-size", "-tp", "--pipeline-parallel-size", "-pp", "--gpu-memory-utilization",
                   "--data-parallel-size", "-dp", "--cuda-graph-sizes", "--max-cudagraph-capture-size")
 KV_TRANSFER_FLAG = "--kv-transfer-config"
-#: Added while the rendered args name no connector (module docstring).
-INTERIM_KV_TRANSFER = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both", "kv_load_failure_policy": "recompute"}
 #: The module vLLM's registry loads ``LMCacheConnectorV1`` from (``KVConnectorFactory``).
 VLLM_CONNECTOR_MODULE = cpu_connector.DEFAULT_BASE.split(":")[0]
 START_TIMEOUT_S = 900
@@ -78,16 +76,11 @@ MAX_TOKENS = 16
 
 
 def rendered_args(exported: dict[str, Any], line: str, pod: int) -> list[str]:
-    """The admitted Pod ``pod``'s vLLM container ``args``: THE one place they come from.
-
-    export_env's ``args`` (beside ``envs``) once it exports them; until then
-    :mod:`tests_serving.export_args` (``exported["serving_args"]``, added by the conftest).
-    """
-    doc = exported["lines"][line]
-    if "args" in doc:
-        args = doc["args"]
-        return list(args[pod] if args and isinstance(args[0], list) else args)
-    return list(exported["serving_args"][line][pod])
+    """The admitted Pod ``pod``'s vLLM container ``args``, as :mod:`tests_lmcache.export_env` exports
+    them (``args`` beside ``envs``: one list, the same for every admitted Pod of a line, or one per
+    Pod): the one place the tier's argv comes from."""
+    args = exported["lines"][line]["args"]
+    return list(args[pod] if args and isinstance(args[0], list) else args)
 
 
 def rendered_kv_transfer(args: list[str]) -> dict[str, Any] | None:
@@ -130,8 +123,7 @@ def serving_argv(rendered: list[str], *, model_dir: Path, port: int,
     added: list[str] = []
     kv = rendered_kv_transfer(rendered)
     if kv is None:
-        kv = dict(INTERIM_KV_TRANSFER)
-        added.append(f"{KV_TRANSFER_FLAG} (interim, {json.dumps(INTERIM_KV_TRANSFER)})")
+        raise AssertionError(f"the rendered args carry no {KV_TRANSFER_FLAG}: {rendered}")
     base = connector_base(kv)
     test_kv = {**kv, "kv_connector": cpu_connector.CONNECTOR_NAME,
                "kv_connector_module_path": "tests_serving.cpu_connector"}

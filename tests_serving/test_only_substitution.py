@@ -61,13 +61,13 @@ def test_every_server_process_runs_the_rendered_pod_but_for_the_listed_substitut
         assert [a for a in server.rendered_args if not a.startswith("-") and a not in rendered.values()] == ["/opt/ml/model"]
         assert got["--model"] == str(rig.model_dir)
         added = set(got) - set(rendered) - {"--model"}
-        expected_added = {"--host", "--port", "--dtype"} | ({KV_TRANSFER_FLAG} if KV_TRANSFER_FLAG not in rendered else set())
-        assert added == expected_added, added
+        assert added == {"--host", "--port", "--dtype"}, added
         assert (got["--host"], got["--dtype"]) == ("127.0.0.1", "float32")
-        # The connector: every key as rendered (or the interim JSON) but the class and its module.
+        # The connector: every key as rendered but the class and its module.
         kv = json.loads(got[KV_TRANSFER_FLAG])
-        want = (json.loads(rendered[KV_TRANSFER_FLAG]) if KV_TRANSFER_FLAG in rendered
-                else dict(servers.INTERIM_KV_TRANSFER))
+        want = json.loads(rendered[KV_TRANSFER_FLAG])
+        if server is not rig.default_policy:
+            assert want["kv_load_failure_policy"] == kv["kv_load_failure_policy"] == "recompute"
         assert kv["kv_connector"] == CONNECTOR_NAME and kv["kv_connector_module_path"] == "tests_serving.cpu_connector"
         overrides = {"kv_load_failure_policy"} if server is rig.default_policy else set()
         changed = {k for k in set(kv) | set(want) if kv.get(k) != want.get(k)}
