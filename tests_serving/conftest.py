@@ -11,8 +11,8 @@ PVC, so their L2 directory is one shared fs:// directory as in a business line:
   vLLM 0.29's default ``fail`` (``KVTransferConfig``, vllm/config/kv_transfer.py): the control that
   shows why the rendered policy matters.
 
-They start together (one ``torch.compile`` each: vLLM's AOT cache does not load back on CPU here,
-"Compiling model again due to a load failure") and stop at the end of the session.
+They start together (``-O0``: no torch.compile, :mod:`tests_serving.servers`) and stop at the end
+of the session.
 """
 
 from __future__ import annotations

@@ -33,6 +33,11 @@ args: ``--kv-transfer-config``                 the same JSON but ``kv_connector`
                                                                                                bfloat16 by default; float32 keeps a
                                                                                                completion over loaded KV bit-stable, so
                                                                                                "identical" is a sharp test
+(none)                                         ``-O0``                                         no torch.compile: on 2 CPU cores it costs
+                                                                                               about 2 min per server at every start (the
+                                                                                               AOT cache does not load back on CPU); on a
+                                                                                               GPU it is a start-up cost too, not a
+                                                                                               different KV path
 =============================================  ==============================================  =========================================
 
 The rendered ``--kv-transfer-config`` is the operator's value completed by the platform
@@ -155,8 +160,9 @@ def serving_argv(rendered: list[str], *, model_dir: Path, port: int,
             k += 2
         else:
             k += 1
-    extra = [KV_TRANSFER_FLAG, json.dumps(test_kv), "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32"]
-    added += ["--host 127.0.0.1", f"--port {port}", "--dtype float32"]
+    extra = [KV_TRANSFER_FLAG, json.dumps(test_kv), "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
+             "-O0"]
+    added += ["--host 127.0.0.1", f"--port {port}", "--dtype float32", "-O0"]
     return Argv(out + extra, base, kv, replaced, dropped, added)
 
 
