@@ -29,7 +29,8 @@ TAIL = 99
 #: Tokens of a test prompt: <s> + words.
 PROMPT_TOKENS = CHUNKS * CHUNK + TAIL + 1
 FULL_HIT = CHUNKS * CHUNK
-#: LMCache's stats thread interval (10 s) plus a margin.
+#: LMCache's stats thread interval (``log_interval=10``), and a wait of two intervals and a margin.
+LMCACHE_LOG_INTERVAL_S = 10.0
 LMCACHE_SETTLE_S = 25.0
 L2_WRITE_TIMEOUT_S = 60.0
 
@@ -60,6 +61,23 @@ def wait_counters(server: Server, before: dict[str, float], done: Callable[[dict
         if done(after) or time.monotonic() > deadline:
             return after
         time.sleep(0.5)
+
+
+def quiet_counters(server: Server, quiet_s: float = LMCACHE_LOG_INTERVAL_S + 1, timeout_s: float = 40.0) -> dict[str, float]:
+    """``server``'s counters once its LMCache counters stopped moving for ``quiet_s`` (one stats
+    interval: what the server did before has reached ``/metrics``), so that a delta from here
+    counts only what follows."""
+    deadline = time.monotonic() + timeout_s
+    last = server.counters()
+    since = time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = server.counters()
+        if {k: v for k, v in now.items() if k.startswith("lmcache:")} != {k: v for k, v in last.items() if k.startswith("lmcache:")}:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return now
+    return last
 
 
 def store(writer: Server, text: str, chunk_files: Callable[[], set[str]]) -> tuple[Reply, list[str]]:
