@@ -123,7 +123,7 @@ def rig(exported, model_dir, tmp_path_factory):
             started.append(servers.start_server(
                 name, rendered_env=line["envs"][pod], rendered=servers.rendered_args(exported, LINE, pod),
                 root_url=exported["l2_root_url"], mount=mount_dir, model_dir=model_dir, work=work, home=home,
-                core=core, **kwargs))
+                core=core, plugins=line.get("vllm_plugins"), **kwargs))
             return started[-1]
 
         a = start("a", 0, 0)

@@ -15,7 +15,10 @@ env ``PROMETHEUS_MULTIPROC_DIR`` (emptyDir)    a temporary directory per server 
 (no such variable)                             ``VLLM_CPU_KVCACHE_SPACE``                       CPU stand-in of the GPU's KV cache memory
 (no such variable)                             ``VLLM_CPU_OMP_THREADS_BIND`` one core each     two servers on 2 cores, no shared core
 (no such variable)                             ``KVCACHE_TEST_CONNECTOR_BASE``                 the class the rendered args name
-(no such variable)                             ``PATH``, ``HOME``, ``PYTHONPATH`` (repo)        the test connector module is importable
+env ``PYTHONPATH`` (the plugin ConfigMap's     a temporary directory holding the rendered      the Pod's read-only ConfigMap volume; the
+mount, /opt/kvcache/vllm-plugins)              ConfigMap's files (:func:`write_plugins`), then  repository makes the test connector module
+                                               the repository                                  importable
+(no such variable)                             ``PATH``, ``HOME``                              a process environment
 args: positional model ``/opt/ml/model``       ``--model <tiny model dir>``                   no weights here (:mod:`tests_serving.tiny_model`);
                                                                                                ``python -m vllm.entrypoints.openai.api_server``
                                                                                                ignores the positional model ``vllm serve``
@@ -334,34 +337,55 @@ def l2_url(rendered_url: str, root_url: str, mount: Path) -> str:
     return f"fs://localhost:0{mount}/{rendered_url[len(root_url):]}"
 
 
+def write_plugins(plugins: dict[str, Any] | None, into: Path) -> Path:
+    """The line's vLLM plugin ConfigMap (``export_env``'s ``vllm_plugins``: ``dir``, ``files``) as the
+    Pod sees it: each file, byte for byte, in ``into`` (created); returns ``into``."""
+    into.mkdir(parents=True, exist_ok=True)
+    for name, text in ((plugins or {}).get("files") or {}).items():
+        (into / name).write_text(text, encoding="utf-8")
+    return into
+
+
 def serving_env(rendered: dict[str, str], *, root_url: str, mount: Path, metrics_dir: Path, home: Path,
-                base: str, core: int) -> dict[str, str]:
-    """The rendered env with the substitutions and additions of the module docstring, nothing else."""
+                base: str, core: int, plugins: dict[str, Any] | None = None,
+                plugin_dir: Path | None = None) -> dict[str, str]:
+    """The rendered env with the substitutions and additions of the module docstring, nothing else.
+
+    ``PYTHONPATH``: the rendered value names the plugin ConfigMap's mount (``plugins["dir"]``);
+    here ``plugin_dir`` (written by :func:`write_plugins`) takes its place, then the repository.
+    """
     env = dict(rendered)
+    rendered_path = [p for p in rendered.get("PYTHONPATH", "").split(":") if p]
+    if plugins and plugin_dir is not None:
+        rendered_path = [str(plugin_dir) if p == plugins["dir"] else p for p in rendered_path]
+        if str(plugin_dir) not in rendered_path:
+            raise AssertionError(f"PYTHONPATH {rendered.get('PYTHONPATH')!r} does not name the plugin mount {plugins['dir']}")
     env["LMCACHE_REMOTE_URL"] = l2_url(rendered["LMCACHE_REMOTE_URL"], root_url, mount)
     env["LMCACHE_MAX_LOCAL_CPU_SIZE"] = TEST_L1_GIB
     env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
     env.update({"VLLM_CPU_KVCACHE_SPACE": KV_CACHE_GIB, "VLLM_CPU_OMP_THREADS_BIND": str(core),
                 cpu_connector.BASE_ENV: base, "PATH": os.environ["PATH"], "HOME": str(home),
-                "PYTHONPATH": str(REPO)})
+                "PYTHONPATH": ":".join([*rendered_path, str(REPO)])})
     return env
 
 
 #: What :func:`serving_env` may change or add, and nothing else (test_only_substitution.py).
-ENV_REPLACED = ("LMCACHE_REMOTE_URL", "LMCACHE_MAX_LOCAL_CPU_SIZE", "PROMETHEUS_MULTIPROC_DIR")
+ENV_REPLACED = ("LMCACHE_REMOTE_URL", "LMCACHE_MAX_LOCAL_CPU_SIZE", "PROMETHEUS_MULTIPROC_DIR", "PYTHONPATH")
 ENV_ADDED = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", cpu_connector.BASE_ENV, "PATH", "HOME", "PYTHONPATH")
 
 
 def start_server(name: str, *, rendered_env: dict[str, str], rendered: list[str], root_url: str, mount: Path,
-                 model_dir: Path, work: Path, home: Path, core: int,
+                 model_dir: Path, work: Path, home: Path, core: int, plugins: dict[str, Any] | None = None,
                  kv_overrides: dict[str, Any] | None = None) -> Server:
-    """Start one server (returns at once; :func:`wait_ready` waits for it)."""
+    """Start one server (returns at once; :func:`wait_ready` waits for it). ``plugins``: the line's
+    exported plugin ConfigMap (``vllm_plugins``), written to ``work/plugins-<name>``."""
     port = free_port()
     argv = serving_argv(rendered, model_dir=model_dir, port=port, kv_overrides=kv_overrides)
     metrics_dir = work / f"metrics-{name}"
     metrics_dir.mkdir(parents=True, exist_ok=True)
+    plugin_dir = write_plugins(plugins, work / f"plugins-{name}") if plugins else None
     env = serving_env(rendered_env, root_url=root_url, mount=mount, metrics_dir=metrics_dir, home=home,
-                      base=argv.base, core=core)
+                      base=argv.base, core=core, plugins=plugins, plugin_dir=plugin_dir)
     log_path = work / f"{name}.log"
     with log_path.open("w", encoding="utf-8") as log:
         proc = subprocess.Popen([sys.executable, "-m", "vllm.entrypoints.openai.api_server", *argv.args], cwd=REPO,

@@ -20,6 +20,7 @@ against healthy | external hit tokens of the reads | recovered.
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -34,6 +35,8 @@ READS = 3
 #: The healthy baseline, then every fault; hang last (the longest: each hung operation waits the
 #: rendered Curvine bound).
 MODES = ("healthy", *[f for f in FAULTS if f != "hang"], "hang")
+#: Recovery: new prompts tried until one is a full cross-pod hit again (printed: how long it took).
+RECOVERY_ATTEMPTS = 10
 
 
 @dataclass
@@ -45,6 +48,7 @@ class FaultRun:
     identical: list[bool] = field(default_factory=list)
     read_hits: list[float] = field(default_factory=list)
     recovered_hits: float | None = None
+    recovery_s: float | None = None
 
     @property
     def failed(self) -> int:
@@ -62,7 +66,7 @@ def _table() -> str:
     healthy = _RUNS.get("healthy")
     base_tps = healthy.decode_tps() if healthy else None
     head = ("fault", "ok / failed", "identical", "TTFT p50 ms", "TTFT p99 ms", "decode tok/s", "vs healthy",
-            "L2 hit tokens (reads)", "recovered")
+            "L2 hit tokens (reads)", "recovered (s)")
     rows = [head]
     for mode in MODES:
         run = _RUNS.get(mode)
@@ -75,7 +79,8 @@ def _table() -> str:
                      "-" if tps is None else f"{tps:.1f}",
                      "-" if tps is None or not base_tps else f"{tps / base_tps:.2f}x",
                      " ".join(str(int(h)) for h in run.read_hits),
-                     "-" if run.recovered_hits is None else str(run.recovered_hits == FULL_HIT)))
+                     "-" if run.recovered_hits is None
+                     else f"{run.recovered_hits == FULL_HIT} ({run.recovery_s:.1f})"))
     widths = [max(len(r[k]) for r in rows) for k in range(len(head))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows)
 
@@ -111,12 +116,18 @@ def test_fault_under_running_servers(rig, mode):
         rig.mount.switch("ok")
     reference = a.complete(chunk_prompt(seed + 50))
     run.identical.append(written.text == reference.text)
-    # Recovery: a new prompt stored by the writer is a full hit on the reader again.
-    text = chunk_prompt(seed + 60)
-    store(a, text, rig.chunk_files)
-    b0 = b.counters()
-    assert b.complete(text).ok
-    run.recovered_hits = delta(b.counters(), b0, EXTERNAL_HITS)
+    # Recovery: a new prompt stored by the writer is a full hit on the reader again (the L2 gate,
+    # when the rendered connector is the gate, closes only after healthy probes: polled).
+    t0 = time.monotonic()
+    for attempt in range(RECOVERY_ATTEMPTS):
+        text = chunk_prompt(seed + 60 + attempt)
+        store(a, text, rig.chunk_files)
+        b0 = b.counters()
+        assert b.complete(text).ok
+        run.recovered_hits = delta(b.counters(), b0, EXTERNAL_HITS)
+        if run.recovered_hits == FULL_HIT:
+            break
+    run.recovery_s = time.monotonic() - t0
     REPORT["faults"] = ("L2 faults under running vLLM servers (reader b; FUSE mount switched while in use)", _table())
     assert run.failed == 0, [r for r in run.replies if not r.ok]
     assert all(run.identical), run.identical

@@ -74,11 +74,20 @@ def test_every_server_process_runs_the_rendered_pod_but_for_the_listed_substitut
         assert changed <= {"kv_connector", "kv_connector_module_path"} | overrides, changed
         env = _environ(server.proc.pid)
         assert env[BASE_ENV] == servers.connector_base(want)
-        # The env: every rendered variable with its value but the three re-pointed ones; no other.
+        # The env: every rendered variable with its value but the re-pointed ones; no other.
         for name, value in server.rendered_env.items():
             if name not in ENV_REPLACED:
                 assert env.get(name) == value, (server.name, name)
         assert set(env) - set(server.rendered_env) <= set(ENV_ADDED), set(env) - set(server.rendered_env)
+        # PYTHONPATH: the rendered plugin mount replaced by a directory holding the rendered
+        # ConfigMap's files byte for byte, then the repository (the test connector's module).
+        plugins = rig.exported["lines"][servers.LINE].get("vllm_plugins")
+        path = env["PYTHONPATH"].split(":")
+        assert path[-1] == str(servers.REPO)
+        if plugins:
+            assert server.rendered_env["PYTHONPATH"].split(":") == [plugins["dir"]]
+            plugin_dir = Path(path[0])
+            assert {f.name: f.read_text(encoding="utf-8") for f in plugin_dir.iterdir()} == plugins["files"]
         assert env["LMCACHE_REMOTE_URL"].endswith(
             server.rendered_env["LMCACHE_REMOTE_URL"][len(rig.exported["l2_root_url"]):])
         # The engine core and worker are children that inherit this env (vLLM's setproctitle
