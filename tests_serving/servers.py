@@ -44,8 +44,10 @@ args: ``--kv-transfer-config``                 the same JSON but ``kv_connector`
 =============================================  ==============================================  =========================================
 
 The rendered ``--kv-transfer-config`` is the operator's value completed by the platform
-(:mod:`k8s.kv_transfer`: LMCache's connector, ``kv_role`` ``kv_both``, ``kv_load_failure_policy``
-``recompute``); the args come from :func:`rendered_args` alone.
+(:mod:`k8s.kv_transfer`: the L2 gate's ``GatedLMCacheConnectorV1`` from ``kvcache_l2_gate``,
+``kv_role`` ``kv_both``, ``kv_load_failure_policy`` ``recompute``); the test connector subclasses
+whatever class it names (``KVCACHE_TEST_CONNECTOR_BASE``). The args come from
+:func:`rendered_args` alone.
 """
 
 from __future__ import annotations
