@@ -105,3 +105,8 @@ def test_the_engine_loaded_the_copy_connector_over_the_rendered_base(rig):
         assert f"Creating v1 connector with name: {CONNECTOR_NAME}" in log, server.name
         assert "degraded mode" not in log and "No supported cpu connector" not in log, server.name
         assert "Creating LMCacheEngine instance" in log, server.name
+        # The rendered base's own code ran: the L2 gate, when the rendered JSON names it, started
+        # its prober on the server's (re-pointed) L2 directory.
+        if server.argv.base.startswith("kvcache_l2_gate:"):
+            l2_dir = server.env["LMCACHE_REMOTE_URL"].split("localhost:0", 1)[1].rstrip("/")
+            assert "L2GATE on: probing" in log and l2_dir in log, server.name
