@@ -64,6 +64,32 @@ def test_a_prefix_one_server_computed_is_read_from_l2_by_another(rig):
     print(f"TTFT cold {ms(cold.ttft_s)} ms, warm from L2 {ms(warm.ttft_s)} ms, L0 {ms(again.ttft_s)} ms; files {files}")
 
 
+#: Attempts of a fault case whose lookup must reach L2: the L2 gate (the rendered base connector)
+#: skips LMCache while a probe through the FUSE mount is slow, which three servers on 2 cores
+#: sometimes make it; such an attempt exercised nothing (0 external hit tokens) and a new prompt
+#: is tried. Printed in the table either way.
+LOOKUP_ATTEMPTS = 3
+
+
+def _attempts(rig, server, seed: int, fault, stream: bool = True):
+    """(reply, reference, external hit tokens) of the first attempt whose lookup reached L2: the
+    writer stores a new prompt, ``fault(files)`` breaks it, ``server`` asks for it."""
+    for attempt in range(LOOKUP_ATTEMPTS):
+        text = chunk_prompt(seed + 10_000 * attempt)
+        cold, files = store(rig.a, text, rig.chunk_files)
+        before = server.counters()
+        fault(files)
+        try:
+            reply = server.complete(text, stream=stream)
+        finally:
+            rig.mount.switch("ok")
+        hits = delta(server.counters(), before, EXTERNAL_HITS)
+        if hits > 0:
+            return reply, cold, hits
+        _row(f"(attempt {attempt + 1}: L2 skipped, the gate was open)", server, reply, cold, hits)
+    raise AssertionError(f"no lookup reached L2 in {LOOKUP_ATTEMPTS} attempts on {server.name}")
+
+
 def _vanish_one(rig, files: list[str]) -> None:
     """The chunk files ``files`` vanish at their next open (lookup still finds them)."""
     rig.mount.switch("ok", vanish=files)
@@ -74,33 +100,22 @@ def test_a_chunk_deleted_between_lookup_and_load_is_recomputed(rig):
     the load of one fails (ENOENT at open), vLLM recomputes: 0 failed requests, identical output,
     streaming and not."""
     for case, seed, stream in (("vanished chunk, stream", 201, True), ("vanished chunk", 202, False)):
-        text = chunk_prompt(seed)
-        cold, files = store(rig.a, text, rig.chunk_files)
-        b0 = rig.b.counters()
-        _vanish_one(rig, files[1:2])
-        try:
-            reply = rig.b.complete(text, stream=stream)
-        finally:
-            rig.mount.switch("ok")
-        b1 = rig.b.counters()
+        reply, cold, hits = _attempts(rig, rig.b, seed, lambda files: _vanish_one(rig, files[1:2]), stream)
         assert reply.status == 200 and reply.ok, reply
         assert reply.text == cold.text
         # The lookup counted the chunks as hits (the file was there): the load is what failed.
-        assert delta(b1, b0, EXTERNAL_HITS) >= CHUNK
-        _row(case + " (recompute)", rig.b, reply, cold, delta(b1, b0, EXTERNAL_HITS))
+        assert hits >= CHUNK
+        _row(case + " (recompute)", rig.b, reply, cold, hits)
 
 
 def test_a_truncated_chunk_is_recomputed(rig):
-    text = chunk_prompt(203)
-    cold, files = store(rig.a, text, rig.chunk_files)
-    path = rig.line_dir() / files[2]
-    size = path.stat().st_size
-    os.truncate(path, size // 2)
-    b0 = rig.b.counters()
-    reply = rig.b.complete(text)
-    b1 = rig.b.counters()
+    def truncate(files: list[str]) -> None:
+        path = rig.line_dir() / files[2]
+        os.truncate(path, path.stat().st_size // 2)
+
+    reply, cold, hits = _attempts(rig, rig.b, 203, truncate, stream=False)
     assert reply.ok and reply.text == cold.text, reply
-    _row("truncated chunk (recompute)", rig.b, reply, cold, delta(b1, b0, EXTERNAL_HITS))
+    _row("truncated chunk (recompute)", rig.b, reply, cold, hits)
 
 
 def test_vllm_default_policy_fails_such_a_request(rig):
@@ -112,17 +127,9 @@ def test_vllm_default_policy_fails_such_a_request(rig):
     assert "kv_load_failure_policy" not in c.argv.args[c.argv.args.index("--kv-transfer-config") + 1]
     outcomes = {}
     for stream, seed in ((False, 204), (True, 205)):
-        text = chunk_prompt(seed)
-        cold, files = store(rig.a, text, rig.chunk_files)
-        c0 = c.counters()
-        _vanish_one(rig, files[1:2])
-        try:
-            reply = c.complete(text, stream=stream)
-        finally:
-            rig.mount.switch("ok")
+        reply, cold, hits = _attempts(rig, c, seed, lambda files: _vanish_one(rig, files[1:2]), stream)
         outcomes[stream] = reply
-        _row("vanished chunk, default policy" + (", stream" if stream else ""), c, reply, cold,
-             delta(c.counters(), c0, EXTERNAL_HITS))
+        _row("vanished chunk, default policy" + (", stream" if stream else ""), c, reply, cold, hits)
     assert outcomes[False].status == 500, outcomes[False]
     assert outcomes[True].status == 200 and outcomes[True].text == "" and outcomes[True].tokens == 0, outcomes[True]
     # The server itself is fine afterwards: a healthy request succeeds.
