@@ -460,8 +460,10 @@ def _build_connector_class() -> type:
     class GatedLMCacheConnectorV1(LMCacheConnectorV1):  # type: ignore[misc, valid-type]
         """LMCacheConnectorV1 whose scheduler side skips LMCache while the L2 gate is open (module docstring)."""
 
-        def __init__(self, vllm_config: Any, role: Any, *args: Any, **kwargs: Any) -> None:
-            super().__init__(vllm_config, role, *args, **kwargs)
+        # The parent's signature, spelled out: vLLM 0.29.0's KVConnectorFactory.get_connector_class
+        # refuses an external connector whose constructor lacks ``kv_cache_config`` (supports_kw).
+        def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
+            super().__init__(vllm_config, role, kv_cache_config)
             self._l2_gate: GateRuntime | None = None
             if role == KVConnectorRole.SCHEDULER:
                 self._l2_gate = start_gate(GateSettings.from_env())
