@@ -4,7 +4,7 @@ Issue 23 item 2. Each scenario is one real ``vllm serve`` (vLLM 0.29.0 CPU, LMCa
 tiny model, :mod:`tests_serving.tiny_model`) with its L2 directory on the fault tier's FUSE mount
 (:mod:`tests_faults.faultfs`), under a closed-loop load of :data:`STREAMS` streaming clients (each
 request: one of six shared 128-token prefixes, two LMCache chunks of :data:`CHUNK` tokens, plus a
-unique tail; 32 tokens out, greedy). Phases of :data:`PHASE_S` seconds: healthy, the mount in
+unique tail of one chunk and some; 32 tokens out, greedy). Phases of :data:`PHASE_S` seconds: healthy, the mount in
 ``hang`` (every metadata operation blocks until switched back: an absent Curvine Primary whose
 client never gives up), recovered. Scenarios:
 
@@ -60,7 +60,9 @@ REPO = Path(__file__).resolve().parents[1]
 #: LMCache chunk size here (tokens): two chunks per shared prefix keep prefill short on one core.
 CHUNK = 64
 PREFIX_WORDS = 2 * CHUNK
-SUFFIX_WORDS = 12
+#: A unique tail of one full chunk and some: LMCache's lookup finds the shared chunks in L1 and must
+#: ask the mount for the next one (on a hung mount, that ``stat`` is what blocks), as for any novel prompt.
+SUFFIX_WORDS = CHUNK + 6
 #: Concurrent streaming clients.
 STREAMS = int(os.environ.get("KVCACHE_HUNG_L2_STREAMS", "4"))
 #: Seconds per phase (healthy, hang, recovered).
@@ -267,7 +269,8 @@ async def _scenario(scenario: str, model: Path, run: Path) -> dict[str, Any]:
             except subprocess.TimeoutExpired:
                 os.killpg(server.pid, signal.SIGKILL)
         write_control(control, "ok")
-        subprocess.run(["fusermount3", "-u", str(mnt)], check=False)
+        if subprocess.run(["fusermount3", "-u", str(mnt)], check=False).returncode:
+            subprocess.run(["fusermount3", "-uz", str(mnt)], check=False)  # still busy: detach it
         fuse.terminate()
         try:
             fuse.wait(10)
