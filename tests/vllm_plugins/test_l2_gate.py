@@ -249,3 +249,20 @@ def test_a_gate_that_keeps_reopening_holds_longer_and_resets_after_a_quiet_spell
     clock.now += l2_gate.REOPEN_WINDOW_S  # quiet: the next open starts from close_after again
     gate.lookup_done(0.2)
     assert gate.hold_s == 0.5
+
+
+def test_the_shipped_file_imports_only_the_standard_library_at_module_level() -> None:
+    """The ConfigMap ships this one file: nothing of the project, and vLLM / prometheus_client only
+    inside the functions that run in vLLM's process (the image has them; this venv has no vLLM)."""
+    import ast
+
+    tree = ast.parse(Path(l2_gate.__file__).read_text(encoding="utf-8"))
+    top = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            top.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            top.add(node.module.split(".")[0])
+    assert top - {"__future__"} <= set(sys.stdlib_module_names), top
+    nested = {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert nested - set(sys.stdlib_module_names) == {"vllm", "prometheus_client"}
