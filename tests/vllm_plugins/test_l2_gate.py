@@ -266,3 +266,23 @@ def test_the_shipped_file_imports_only_the_standard_library_at_module_level() ->
     assert top - {"__future__"} <= set(sys.stdlib_module_names), top
     nested = {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
     assert nested - set(sys.stdlib_module_names) == {"vllm", "prometheus_client"}
+
+
+def test_start_gate_probes_a_real_directory_and_publishes_its_state(tmp_path: Path) -> None:
+    prometheus_client = pytest.importorskip("prometheus_client")
+    runtime = l2_gate.start_gate(GateSettings(path=str(tmp_path), probe_interval_s=0.01), metrics=True)
+    assert runtime is not None
+    try:
+        _wait(lambda: runtime.prober.probes >= 3)
+        assert not runtime.gate.is_open
+        registry = prometheus_client.REGISTRY
+        assert registry.get_sample_value("kvcache_l2_gate_open") == 0
+        runtime.gate.probe_failed("OSError(107)")
+        runtime.bypass()
+        assert registry.get_sample_value("kvcache_l2_gate_open") == 1
+        assert registry.get_sample_value("kvcache_l2_gate_transitions_total", {"to": "open"}) >= 1
+        assert registry.get_sample_value("kvcache_l2_gate_bypassed_lookups_total") >= 1
+        _wait(lambda: not runtime.gate.is_open)  # the directory answers: closed after the hold
+        assert registry.get_sample_value("kvcache_l2_gate_open") == 0
+    finally:
+        runtime.stop()
