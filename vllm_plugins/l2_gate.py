@@ -434,7 +434,9 @@ def _skip_saves(metadata: Any) -> int:
     ``LMCacheConnectorMetadata.requests`` holds ``ReqMeta`` objects whose ``save_spec``
     (``SaveSpec(skip_leading_tokens, can_save)``) the worker reads in ``save_kv_layer`` and
     ``wait_for_save``: ``can_save`` False skips the store, the path LMCache itself takes for a
-    request in decode (``lmcache/integration/vllm/vllm_v1_adapter.py``, 0.5.5). The request's
+    request in decode (``lmcache/integration/vllm/vllm_v1_adapter.py``, 0.5.5). ``wait_for_save``
+    still releases the request's lookup pins (``lookup_unpin`` comes before its ``can_save`` test),
+    so a request looked up before the gate opened leaves nothing pinned in L1. The request's
     tracker has already counted those tokens as saved, so they are not stored later either.
     """
     skipped = 0
