@@ -338,8 +338,14 @@ def inputs_from_line(line: BusinessLineConfig, platform: PlatformConfig | None, 
         model=spec, instance_type=line.instance_type, dtype=line.model.dtype, tp=line.tensor_parallel_size,
         replicas=line.replicas, chunk_tokens=line.cache.chunk_size_tokens,
     )
-    if vargs.get("--max-model-len", "").isdigit():
-        values["max_model_len"] = int(vargs["--max-model-len"])
+    length = vllm_args.max_model_len(line.vllm.args)  # validated by the config loader
+    if length is not None:
+        if spec.max_position_embeddings and length > spec.max_position_embeddings:
+            raise PlanInputError([InputProblem(
+                "max_model_len", f"--max-model-len {vargs['--max-model-len']} = {length} tokens exceeds "
+                f"{spec.name}'s context of {spec.max_position_embeddings} tokens (max_position_embeddings), which "
+                f"vLLM refuses at start; allowed: at most {spec.max_position_embeddings}")])
+        values["max_model_len"] = length
     if vargs.get("--kv-cache-dtype") in ("fp8", "fp8_e4m3", "fp8_e5m2"):
         values["kv_dtype"] = "fp8"
     if vargs.get("--gpu-memory-utilization"):

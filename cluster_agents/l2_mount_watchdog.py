@@ -29,7 +29,9 @@ One process per node (a DaemonSet). Each *pass* (every :data:`PERIOD_S`):
    namespace, then the Pods of that namespace on this node (``fieldSelector=spec.nodeName``);
 4. heals (when ``heal`` is on), never a hung or error mount (an unreachable Primary is not cured
    by restarting pods) and never a pod without a controller: it *evicts* (Eviction API, so
-   PodDisruptionBudgets hold) at most one pod with a dead mount per ``eviction_interval_s``; its
+   PodDisruptionBudgets hold: each line's ``maxUnavailable: 1`` bounds evictions across nodes) at
+   most one pod with a dead mount per ``eviction_interval_s``, never the last Ready pod of its
+   controller (a one-replica line keeps serving, without L2, until someone acts); its
    controller creates a replacement, which gets a fresh bind. And it *lazily unmounts* the dead bind
    of a pod that is terminating (whoever deleted it) or whose pod no longer exists: the driver's
    ``NodeUnpublishVolume`` skips the unmount of a target ``mountpoint -q`` cannot stat, and the
@@ -367,6 +369,7 @@ class Api(Protocol):
 
     def pv_namespace(self, pv: str) -> str | None: ...
     def pods_on_node(self, namespace: str, node: str) -> list[dict[str, Any]]: ...
+    def pods_in(self, namespace: str) -> list[dict[str, Any]]: ...
     def evict(self, namespace: str, name: str, uid: str) -> str: ...
 
 
@@ -391,6 +394,10 @@ class HttpApi(core.KubeApi):
     def pods_on_node(self, namespace: str, node: str) -> list[dict[str, Any]]:
         """The Pods of ``namespace`` scheduled to ``node``."""
         return self.list_pods(namespace, f"spec.nodeName={node}")
+
+    def pods_in(self, namespace: str) -> list[dict[str, Any]]:
+        """Every Pod of ``namespace`` (to count a pod's Ready siblings before evicting it)."""
+        return self.list_pods(namespace)
 
     def evict(self, namespace: str, name: str, uid: str) -> str:
         """Evict one Pod (policy/v1 Eviction, precondition: this UID). Returns ``evicted``, or
@@ -481,6 +488,14 @@ class PassReport:
     probes_stuck: int = 0
     finished_at: float = 0.0
     duration_s: float = 0.0
+
+
+def _is_ready(pod: dict[str, Any]) -> bool:
+    """A Pod that serves: condition ``Ready`` True and not being deleted."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 def _controller(pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -619,11 +634,33 @@ class Watchdog:
                     namespace=m.namespace, pod=m.pod)
         return f"unmounted ({why})"
 
+    def _last_ready_replica(self, m: MountReport, pod: dict[str, Any]) -> bool:
+        """True when ``pod`` is Ready and no other Ready pod of its controller is left: evicting it would
+        take the last serving replica (of a one-replica line, or of one whose others are down). The
+        line's PodDisruptionBudget (``maxUnavailable: 1``, k8s/line_chart.py) cannot say so without
+        blocking every drain of a one-replica line; it bounds concurrent evictions across nodes."""
+        if not _is_ready(pod):
+            return False
+        owner = _controller(pod)
+        assert self.api is not None and owner is not None
+        siblings = [p for p in self.api.pods_in(m.namespace)
+                    if (p.get("metadata") or {}).get("uid") != m.pod_uid and _is_ready(p)
+                    and (_controller(p) or {}).get("name") == owner.get("name")
+                    and (_controller(p) or {}).get("kind") == owner.get("kind")]
+        return not siblings
+
     def _evict(self, m: MountReport, pod: dict[str, Any]) -> str:
         if not self.config.heal:
             return "report only: would evict"
         if m.pod_uid in self._evicted:
             return "evicted; waiting for it to terminate"
+        try:
+            last = self._last_ready_replica(m, pod)
+        except ApiError as exc:
+            return f"not healed: its siblings could not be listed ({exc})"
+        if last:
+            return ("kept: the last Ready replica of its controller (it serves without L2 through the L2 gate); "
+                    "delete it by hand when a new one may start, or add replicas")
         now = self.clock()
         if self._last_eviction is not None and now - self._last_eviction < self.config.eviction_interval_s:
             return (f"eviction waits: one per {self.config.eviction_interval_s:g} s on this node, the last "

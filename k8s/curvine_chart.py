@@ -40,6 +40,7 @@ from k8s.curvine_config import (
     render_cluster_toml,
 )
 from k8s.fuse_pod_guard import fuse_pod_guard
+from k8s.csi_node_limits import FUSE_SERVICE_ACCOUNT, csi_node_limits
 from k8s.mount_watchdog import L2MountWatchdog
 from k8s.nodes import (HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, hyperpod_node_requirements, instance_group_tolerations,
                        system_node_requirements)
@@ -543,6 +544,11 @@ class CurvineChart(cdk8s.Chart):
                 fs_group_policy="None"))  # FUSE: no recursive chown of a shared cache on mount
         for sa in (names.CSI_CONTROLLER, names.CSI_NODE):
             self._add(k8s.KubeServiceAccount(self, f"Sa-{sa}", metadata=self._meta(sa)))
+        # The FUSE pods' own identity: no binding, no token (curvine-fuse never calls the API
+        # server, docs/sources.md §23); upstream runs them under the node plugin's account, whose
+        # token can create and delete pods in this privileged namespace.
+        self._add(k8s.KubeServiceAccount(self, "Sa-fuse", metadata=self._meta(FUSE_SERVICE_ACCOUNT),
+                                         automount_service_account_token=False))
         rule = k8s.PolicyRule
         # Rules of the external-provisioner sidecar (kubernetes-csi/external-provisioner
         # deploy/kubernetes/rbac.yaml, without snapshots and leader election) plus the PV reads
@@ -654,13 +660,13 @@ class CurvineChart(cdk8s.Chart):
                  # the plugin builds them (standalone_manager.go buildStandalone) as privileged,
                  # hostNetwork, hostPID, with /dev/fuse and a Bidirectional hostPath mount, one
                  # per node and (master-addrs, fs-path), in this namespace, under the
-                 # curvine-csi-node service account; hence the namespace's "privileged" Pod
+                 # curvine-fuse service account (no rights, no token); hence the namespace's "privileged" Pod
                  # Security level. Their resources come from the STANDALONE_* variables below
                  # (requests = limits: Guaranteed, platform_config/pod_resources.py), and the FUSE pod guard
                  # keeps this plugin from deleting a healthy one (k8s/fuse_pod_guard.py).
                  k8s.EnvVar(name="MOUNT_MODE", value="standalone"),
                  k8s.EnvVar(name="STANDALONE_IMAGE", value=img.curvine_csi),
-                 k8s.EnvVar(name="STANDALONE_SERVICE_ACCOUNT", value=names.CSI_NODE),
+                 k8s.EnvVar(name="STANDALONE_SERVICE_ACCOUNT", value=FUSE_SERVICE_ACCOUNT),
                  k8s.EnvVar(name="STANDALONE_CPU_REQUEST", value=fuse["cpu_request"]),
                  k8s.EnvVar(name="STANDALONE_CPU_LIMIT", value=fuse["cpu_limit"]),
                  k8s.EnvVar(name="STANDALONE_MEMORY_REQUEST", value=fuse["memory_request"]),
@@ -715,6 +721,11 @@ class CurvineChart(cdk8s.Chart):
         self.fuse_pod_guard, self.fuse_pod_guard_binding = (
             self._add(obj) for obj in fuse_pod_guard(self, namespace=self.ns, node_service_account=names.CSI_NODE))
         self.csi_node.add_dependency(self.fuse_pod_guard_binding)
+        # And what the plugin's identity may create, delete and write (k8s/csi_node_limits.py).
+        self.csi_node_limits, self.csi_node_limits_binding = (
+            self._add(obj) for obj in csi_node_limits(self, namespace=self.ns, node_service_account=names.CSI_NODE,
+                                                      csi_image=img.curvine_csi))
+        self.csi_node.add_dependency(self.csi_node_limits_binding)
 
     # --- NetworkPolicy ------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ Deployment differs from what the operator renders, the operator puts its version
 mutates it again: the two fight forever. With ``autogen-controllers: none`` and a match on
 ``Pod`` / ``CREATE`` only, the Deployment stays exactly as the operator wants it.
 
-What the policy does, in three rules applied in order (Kyverno processes rules in declaration
+What the policy does, in four steps applied in order (Kyverno processes rules in declaration
 order, each on the result of the previous one):
 
 1. ``remove-owned-entries``: removes every existing volume the patch owns
@@ -37,6 +37,10 @@ order, each on the result of the previous one):
 3. ``ensure-volumes`` / ``add-l2-volume``: adds the owned volumes (the PVC and the metrics
    ``emptyDir``) and the mutation label.
 
+4. ``complete-kv-transfer-config``: vLLM's ``--kv-transfer-config`` carries
+   ``kv_load_failure_policy: recompute`` (the operator's value rewritten, merged with the
+   platform's settings, never a second flag: :mod:`k8s.kv_transfer`).
+
 The patches use only index-free appends (``/-``) or indices of the list being iterated, so the
 result does not depend on whether Kyverno re-reads ``request.object`` between rules.
 """
@@ -46,7 +50,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from k8s import names
+from k8s import kv_transfer, names
 from k8s.lmcache import owned_env_names
 from k8s.patch import HYPERPOD_SHM_HOST_PATH, line_cache_env, owned_volumes, pod_env_entries
 from platform_config import BusinessLineConfig, PlatformConfig
@@ -266,7 +270,8 @@ def policy_spec(platform: PlatformConfig, line: BusinessLineConfig) -> dict[str,
         # blocks nothing outside the line's vLLM Pods (webhook_match_conditions).
         "webhookConfiguration": {"failurePolicy": "Fail", "timeoutSeconds": 15,
                                  "matchConditions": webhook_match_conditions(line)},
-        "rules": [remove_rule, append_rule, ensure_volumes, add_volume],
+        "rules": [remove_rule, append_rule, ensure_volumes, add_volume,
+                  kv_transfer.kyverno_rule(match, has_vllm, vllm)],
     }
 
 
@@ -285,7 +290,8 @@ def policy_manifest(platform: PlatformConfig, line: BusinessLineConfig) -> dict[
                     "Mutates the vLLM Pods of this line at CREATE only: exactly one each of "
                     + ", ".join(line_cache_env(platform, line))
                     + "; the line's RWX PVC and its mount at /mnt/curvine/l2cache; an emptyDir for "
-                    "PROMETHEUS_MULTIPROC_DIR (LMCache's metrics on vLLM's /metrics); removes the operator's "
+                    "PROMETHEUS_MULTIPROC_DIR (LMCache's metrics on vLLM's /metrics); vLLM's --kv-transfer-config "
+                    "completed with kv_load_failure_policy recompute; removes the operator's "
                     "/dev/shm hostPath (only the replaced sagemaker-hyperpod:// backend used it)."),
             },
         },

@@ -65,6 +65,9 @@ def line_chart_name(line: BusinessLineConfig) -> str:
 #: Pod label the line's Kyverno Policy sets on every inference Pod it mutated onto the L2 tier
 #: (value :data:`L2_MUTATED_VALUE`). verify.py and the "pod without the L2 mutation" alert look
 #: for pods of a line that lack it.
+#: ConfigMap (and pod volume) of the vLLM plugin files every vLLM pod of an L2 line loads: the L2
+#: gate (:mod:`k8s.vllm_plugins`).
+VLLM_PLUGINS: Final = "kvcache-vllm-plugins"
 L2_MUTATED_LABEL: Final = "kvcache.io/l2-cache"
 L2_MUTATED_VALUE: Final = "curvine"
 #: :data:`L2_MUTATED_LABEL` as one JSON Pointer token (RFC 6901: ``~`` -> ``~0``, ``/`` -> ``~1``),

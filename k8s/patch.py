@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
-from k8s import names
+from k8s import kv_transfer, names, vllm_plugins
 from k8s.lmcache import METRICS_DIR, POD_NAME_ENV, l2_cache_dir, lmcache_env, owned_env_names
 from platform_config import BusinessLineConfig, ConfigError, PlatformConfig, load_project
 from platform_config.loader import default_config_dir
@@ -147,12 +147,14 @@ def metrics_volume_mount() -> dict[str, Any]:
 def owned_volumes(line: BusinessLineConfig) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """Every (pod volume, vLLM container mount) pair the L2 patch owns, in the order it adds them.
 
-    The line's L2 PVC at :data:`L2_MOUNT_PATH`, and the ``emptyDir`` of
-    ``PROMETHEUS_MULTIPROC_DIR``. The Kyverno policy and :func:`endpoint_json_patch` both remove
+    The line's L2 PVC at :data:`L2_MOUNT_PATH`, the ``emptyDir`` of ``PROMETHEUS_MULTIPROC_DIR``,
+    and the vLLM plugin ConfigMap (the L2 gate, read-only at :data:`k8s.vllm_plugins.PLUGIN_DIR`).
+    The Kyverno policy and :func:`endpoint_json_patch` both remove
     any volume with one of these names, and any vLLM mount of one of these names or at one of
     these paths, before adding exactly one of each.
     """
-    return [(l2_volume(line), l2_volume_mount()), (metrics_volume(), metrics_volume_mount())]
+    return [(l2_volume(line), l2_volume_mount()), (metrics_volume(), metrics_volume_mount()),
+            (vllm_plugins.volume(), vllm_plugins.volume_mount())]
 
 
 def is_hyperpod_shm_volume(volume: dict[str, Any]) -> bool:
@@ -217,17 +219,21 @@ def endpoint_json_patch(platform: PlatformConfig, line: BusinessLineConfig, *,
             of it in any container or init container, each guarded by a ``test`` op so a
             concurrent change fails the patch instead of removing the wrong entry; the result
             holds exactly one of each and no shared-memory ``hostPath`` (Pod Security
-            ``baseline`` would refuse the Pods). Without it, the result is only a
+            ``baseline`` would refuse the Pods). It also replaces the vLLM container's ``args``
+            with :func:`k8s.kv_transfer.completed_args` of them (the operator's
+            ``--kv-transfer-config`` value completed with ``kv_load_failure_policy: recompute``),
+            behind a ``test`` of the live list. Without it, the result is only a
             *reference* (``dist/patches/<line>.reference.json``): it assumes vLLM is container 0
             and only appends, so the operator's entries stay beside ours (the kubelet uses the
-            last of duplicate names). ``scripts/patch_endpoint.sh`` always passes the live
-            Deployment.
+            last of duplicate names; vLLM the last ``--kv-transfer-config``, which the reference
+            appends complete). ``scripts/patch_endpoint.sh`` always passes the live Deployment.
 
     Returns:
         The operations, in order (a JSON-serialisable list of dicts).
 
     Raises:
-        ValueError: ``deployment`` has no vLLM container (see :func:`find_vllm_container`).
+        ValueError: ``deployment`` has no vLLM container (see :func:`find_vllm_container`), or its
+            ``--kv-transfer-config`` has no value or one that is not a JSON object.
     """
     spec_path = "/spec/template/spec"
     ops: list[dict[str, Any]] = []
@@ -260,6 +266,12 @@ def endpoint_json_patch(platform: PlatformConfig, line: BusinessLineConfig, *,
                 ops += _removals(f"{spec_path}/{kind}/{i}/volumeMounts", other.get("volumeMounts") or [], "name",
                                  lambda m: m.get("name") in shm_names)
         ops += _removals(f"{cpath}/env", env, "name", lambda e: e.get("name") in owned)
+        live_args = container.get("args")
+        args = kv_transfer.completed_args(live_args or [])
+        if live_args != args:
+            if live_args is not None:
+                ops.append({"op": "test", "path": f"{cpath}/args", "value": list(live_args)})
+            ops.append({"op": "replace" if live_args is not None else "add", "path": f"{cpath}/args", "value": args})
         has = {"volumes": "volumes" in pod_spec, "volumeMounts": "volumeMounts" in container, "env": "env" in container}
     cpath = f"{spec_path}/containers/{idx}"
     for key, path in (("volumes", f"{spec_path}/volumes"), ("volumeMounts", f"{cpath}/volumeMounts"),
@@ -275,6 +287,9 @@ def endpoint_json_patch(platform: PlatformConfig, line: BusinessLineConfig, *,
         ops.append({"op": "add", "path": f"{cpath}/volumeMounts/-", "value": mount})
     for entry in pod_env_entries(platform, line):
         ops.append({"op": "add", "path": f"{cpath}/env/-", "value": entry})
+    if deployment is None:
+        ops += [{"op": "add", "path": f"{cpath}/args/-", "value": item}
+                for item in (kv_transfer.KV_TRANSFER_FLAG, kv_transfer.settings_json(kv_transfer.PLATFORM_SETTINGS))]
     return ops
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from aws_cdk import CustomResource, Duration
+from aws_cdk import CfnResource, CustomResource, Duration
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -33,6 +33,9 @@ HANDLER_TIMEOUT: Final = Duration.minutes(15)
 #: (the handler also stops a minute before its own end), like every other wait of the platform
 #: (tests/stacks/test_cluster_stack.py checks each against its handler).
 WAIT_TIMEOUT: Final = Duration.minutes(10)
+#: CloudFormation's wait for the resource's answer: the handler's 15 minutes and 5 to spare for the
+#: Provider framework around it.
+SERVICE_TIMEOUT: Final = Duration.minutes(20)
 #: Lambda runtime of the handler (standard library + the runtime's boto3).
 RUNTIME: Final = lambda_.Runtime.PYTHON_3_14
 #: Read-only calls of the handler; none of them takes a resource ARN (no resource-level permissions).
@@ -73,10 +76,18 @@ class LoadBalancerTeardownWaiter(Construct):
 
 
 def wait_for_load_balancers(scope: Construct, construct_id: str, *, service_token: str,
-                            namespace: str) -> CustomResource:
+                            namespace: str, cluster_name: str) -> CustomResource:
     """A ``Custom::LoadBalancersGone`` of ``namespace``: a no-op on create, the wait on delete.
 
-    Make the line's other resources depend on it, so it is deleted after them.
+    Make the line's other resources depend on it, so it is deleted after them. ``cluster_name``: the
+    EKS cluster, whose controller's resources alone count (their ``elbv2.k8s.aws/cluster`` tag).
+    ``ServiceTimeout`` (:data:`SERVICE_TIMEOUT`): how long CloudFormation waits for an answer; its
+    default, an hour, would hold a delete whose handler died that long.
     """
-    return CustomResource(scope, construct_id, service_token=service_token, resource_type=RESOURCE_TYPE,
-                          properties={"Namespace": namespace, "TimeoutSeconds": int(WAIT_TIMEOUT.to_seconds())})
+    resource = CustomResource(scope, construct_id, service_token=service_token, resource_type=RESOURCE_TYPE,
+                              properties={"Namespace": namespace, "ClusterName": cluster_name,
+                                          "TimeoutSeconds": int(WAIT_TIMEOUT.to_seconds())})
+    cfn = resource.node.default_child
+    assert isinstance(cfn, CfnResource)
+    cfn.add_property_override("ServiceTimeout", int(SERVICE_TIMEOUT.to_seconds()))
+    return resource

@@ -402,10 +402,16 @@ def hyperpod_nodes(sagemaker: Any, cluster_name: str) -> list[NodeStatus] | None
                 if node.status != "Running":
                     key = {"NodeId": summary["InstanceId"]} if summary.get("InstanceId") else \
                         {"NodeLogicalId": summary.get("NodeLogicalId", "")}
-                    details = sagemaker.describe_cluster_node(ClusterName=cluster_name, **key)["NodeDetails"]
+                    try:
+                        details = sagemaker.describe_cluster_node(ClusterName=cluster_name, **key)["NodeDetails"]
+                    except sagemaker.exceptions.ResourceNotFound:
+                        # The node went between the two calls (replaced, scaled in): keep what the
+                        # listing said, so a node listed in a deep health check still blocks (fail
+                        # closed), rather than read "no such node" as "no such cluster".
+                        details = {}
                     status = details.get("InstanceStatus", {})
                     node = NodeStatus(node_id, details.get("InstanceGroupName", node.group),
-                                      status.get("Status", node.status), status.get("Message", ""))
+                                      status.get("Status", node.status), status.get("Message", node.message))
                 nodes.append(node)
     except sagemaker.exceptions.ResourceNotFound:
         return None

@@ -29,6 +29,10 @@ business line (L2 enabled)
     line's PVC, the ``emptyDir`` of ``PROMETHEUS_MULTIPROC_DIR``), mounted once, writable, and the
     same ``PYTHONHASHSEED`` as its siblings (and as configured): with different seeds cross-pod
     hits are silently 0;
+  * every pod's vLLM container runs with ``kv_load_failure_policy: recompute`` and LMCache's
+    connector: the last ``--kv-transfer-config`` of its args (vLLM keeps the last) holds every
+    key of :data:`k8s.kv_transfer.PLATFORM_SETTINGS` with its value; with vLLM's default
+    (``fail``) an L2 read that fails after a lookup hit fails the user's request;
   * every pod with a vLLM container carries the label of the L2 mutation
     (``kvcache.io/l2-cache=curvine``, set by the line's Kyverno Policy): a pod created while
     the policy was not ready (or while Kyverno skipped it) was never mutated, since the policy
@@ -57,7 +61,7 @@ import time
 import uuid
 from typing import Any, Iterable, Protocol
 
-from k8s import names
+from k8s import kv_transfer, names
 from k8s.lmcache import POD_NAME_ENV, PYTHONHASHSEED_ENV, TMP_DIR_PREFIX, env_name, owned_env_names
 from k8s.patch import DEPLOYMENT_TMP_TOKEN, find_vllm_container, line_cache_env, owned_volumes
 from cluster_agents import l2_mount_watchdog
@@ -73,6 +77,8 @@ HASH_SEED_ENV = PYTHONHASHSEED_ENV
 #: Entries of :func:`k8s.patch.line_cache_env` that have a check row of their own; the
 #: "LMCache env" row compares every other entry.
 OWN_ROWS = frozenset((REMOTE_URL_ENV, HASH_SEED_ENV))
+#: Row of the vLLM pods' ``--kv-transfer-config`` (:func:`kv_transfer_problems`).
+KV_TRANSFER_ROW = "vLLM KV transfer config"
 #: vLLM + LMCache log line of a retrieval (docs/sources.md §5).
 HIT_LOG_PATTERN = re.compile(r"LMCache hit tokens:\s*(\d+)")
 
@@ -253,6 +259,20 @@ def cache_env_problems(pod: dict[str, Any], container: dict[str, Any], expected:
     return problems, tmp
 
 
+def kv_transfer_problems(container: dict[str, Any]) -> list[str]:
+    """What is wrong with the ``KVTransferConfig`` the vLLM container runs with (empty: nothing):
+    no ``--kv-transfer-config``, an unreadable value, or a key of
+    :data:`k8s.kv_transfer.PLATFORM_SETTINGS` missing or different in the last one."""
+    try:
+        settings = kv_transfer.effective_settings(container.get("args") or [])
+    except ValueError as exc:
+        return [str(exc)]
+    if settings is None:
+        return [f"no {kv_transfer.KV_TRANSFER_FLAG} in the vLLM args"]
+    return [f"{key} is {settings.get(key)!r}, not {value!r}" for key, value in kv_transfer.PLATFORM_SETTINGS.items()
+            if settings.get(key) != value]
+
+
 def _volume_source(volume: dict[str, Any]) -> str:
     """``PVC <claim>`` or the volume's kind (``emptyDir``), for messages."""
     claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
@@ -261,8 +281,9 @@ def _volume_source(volume: dict[str, Any]) -> str:
 
 def owned_volume_problems(spec: dict[str, Any], container: dict[str, Any], line: BusinessLineConfig) -> list[str]:
     """What differs from :func:`k8s.patch.owned_volumes` (the line's L2 PVC, the Prometheus
-    multiprocess ``emptyDir``, whatever the patch adds later): exactly one writable mount at each
-    path, of a pod volume whose source has every field the patch sets."""
+    multiprocess ``emptyDir``, the vLLM plugin ConfigMap, whatever the patch adds later): exactly one
+    mount at each path, writable or read-only as the patch mounts it, of a pod volume whose source
+    has every field the patch sets."""
     problems: list[str] = []
     volumes = {v.get("name"): v for v in spec.get("volumes") or []}
     for volume, mount in owned_volumes(line):
@@ -277,8 +298,8 @@ def owned_volume_problems(spec: dict[str, Any], container: dict[str, Any], line:
         if wrong:
             problems.append(f"{path} is not {_volume_source(volume)} {json.dumps(volume[wrong[0]], sort_keys=True)} "
                             f"(got {_volume_source(actual) if actual else 'no volume'})")
-        elif mounts[0].get("readOnly"):
-            problems.append(f"{path} mounted read-only")
+        elif bool(mounts[0].get("readOnly")) != bool(mount.get("readOnly")):
+            problems.append(f"{path} mounted {'read-only' if mounts[0].get('readOnly') else 'writable'}")
     return problems
 
 
@@ -299,7 +320,7 @@ def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]], *
     ready = [p for p in pods if _ready(p)]
     results = [CheckResult(prefix + "inference pods Ready", len(ready) == len(pods) and len(pods) >= line.replicas,
                            f"{len(ready)}/{len(pods)} Ready, {line.replicas} configured")]
-    url_problems, env_problems, mount_problems, seeds = [], [], [], {}
+    url_problems, env_problems, mount_problems, transfer_problems, seeds = [], [], [], [], {}
     tmp_dirs: dict[str, list[str]] = {}
     unmutated: list[str] = []
     for pod in pods:
@@ -324,6 +345,7 @@ def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]], *
         if tmp is not None:
             tmp_dirs.setdefault(tmp, []).append(pname)
         mount_problems += [f"{pname}: {p}" for p in owned_volume_problems(spec, container, line)]
+        transfer_problems += [f"{pname}: {p}" for p in kv_transfer_problems(container)]
         seed = _env_values(container, HASH_SEED_ENV)
         seeds[pname] = seed[-1] if len(seed) == 1 else (f"{len(seed)} entries {seed}" if seed else None)
     # Two writers of one temp directory race on the same temp file (LMCache issue #2517).
@@ -340,6 +362,8 @@ def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]], *
     results.append(CheckResult(prefix + "LMCache env", not env_problems,
                                "; ".join(env_problems) or f"{len(compared)} variables as configured "
                                f"({', '.join(compared)}) in {len(pods)} pod(s)"))
+    results.append(CheckResult(prefix + KV_TRANSFER_ROW, not transfer_problems, "; ".join(transfer_problems) or (
+        f"{kv_transfer.settings_json(kv_transfer.PLATFORM_SETTINGS)} in {len(pods)} pod(s)")))
     results.append(CheckResult(prefix + "L2 mount", not mount_problems, "; ".join(mount_problems) or "; ".join(
         f"{m['mountPath']} from {_volume_source(v)}" for v, m in owned_volumes(line))))
     distinct = sorted({str(s) for s in seeds.values()})

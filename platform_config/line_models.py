@@ -106,7 +106,11 @@ class VllmConfig(StrictModel):
     #: LMCache-enabled vLLM image, pinned by tag or digest.
     image: PinnedImage
     #: vLLM arguments (model path first). With kvCacheSpec on, the operator adds LMCache's KV
-    #: connector itself (the operator's own L1/L2 sample passes only model and length flags).
+    #: connector itself (the operator's own L1/L2 sample passes only model and length flags), and
+    #: the platform completes it with `kv_load_failure_policy: recompute`: `--kv-transfer-config`
+    #: is refused here (docs/l2-cache.md), as is `--no-enable-prefix-caching` (L0 is always on).
+    #: The model path must be `model_mount_path` or under it; `--max-model-len` is read as vLLM
+    #: reads it (8192, 8k, 8K, auto) and must fit the model's context.
     args: tuple[str, ...] = ()
     port: Annotated[int, Field(ge=1024, le=65535)] = 8000
     #: Path the operator mounts model weights at (``worker.modelVolumeMount.mountPath``).
@@ -116,6 +120,32 @@ class VllmConfig(StrictModel):
     #: against (`LMCACHE_VERSION`, 0.5.5): the env allow-list, the unsafe-default table and the
     #: real-library tests (`make test-lmcache`) are all of that version.
     lmcache_version: PinnedVersion | None = None
+
+    @field_validator("args")
+    @classmethod
+    def _no_owned_flags(cls, args: tuple[str, ...]) -> tuple[str, ...]:
+        owned = vllm_flags.owned_flags_in(args)
+        if owned:
+            refused = {**vllm_flags.OWNED_VLLM_FLAGS, **vllm_flags.REFUSED_VLLM_FLAGS}
+            reasons = "; ".join(f"{flag}: {why}" for flag, why in refused.items()
+                                if any(a.replace("_", "-").startswith(flag) for a in owned))
+            raise ValueError(f"vllm.args sets {', '.join(repr(a) for a in owned)}, which the platform owns ({reasons}); "
+                             f"allowed: any vLLM flag but {', '.join(refused)}; remove it")
+        vllm_flags.max_model_len(args)  # ValueError: a length vLLM would refuse at pod start
+        return args
+
+    @model_validator(mode="after")
+    def _serves_the_mounted_model(self) -> "VllmConfig":
+        """vLLM must serve the weights the operator mounts: without a model path ``vllm serve`` takes
+        its built-in default from a hub the pod cannot reach; another path holds no weights."""
+        path = vllm_flags.model_path(self.args)
+        mount = self.model_mount_path.rstrip("/")
+        if path is None or not (path.rstrip("/") == mount or path.startswith(mount + "/")):
+            found = "no model path" if path is None else f"model path {path!r}"
+            raise FieldError("args", f"vllm.args has {found}, but the operator mounts the model at model_mount_path "
+                             f"{self.model_mount_path!r}; allowed: {self.model_mount_path!r} (or a path under it) as the "
+                             "first argument or --model")
+        return self
 
     @model_validator(mode="after")
     def _one_lmcache_version(self) -> "VllmConfig":
@@ -446,12 +476,13 @@ class BusinessLineConfig(StrictModel):
         ``vllm.args`` sets it, or vLLM refuses every canary request."""
         if not self.runs_canary:
             return self
-        value = " ".join(vllm_flags.flag_values(self.vllm.args).get("--max-model-len") or [])
-        if not value.isdigit():  # not set (the model's own limit), or a form vLLM parses itself
+        length = vllm_flags.max_model_len(self.vllm.args)
+        if length is None:  # not set: the model's own limit
             return self
+        value = str(length)
         chunk = self.cache.chunk_size_tokens
         needed = self.canary.prompt_chunks * chunk + CANARY_TAIL_TOKENS + 1
-        if needed > int(value):
+        if needed > length:
             raise ValueError(
                 f"canary.prompt_chunks {self.canary.prompt_chunks} x cache.chunk_size_tokens {chunk} + "
                 f"{CANARY_TAIL_TOKENS + 1} = {needed} tokens exceed vllm.args --max-model-len {value}; allowed: "

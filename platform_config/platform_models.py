@@ -144,6 +144,22 @@ class EksConfig(StrictModel):
     #: Small managed node group for system pods (CoreDNS, operators, Kyverno, Curvine Primary).
     system_node_instance_type: Annotated[str, StringConstraints(pattern=r"^[a-z0-9]+\.[a-z0-9]+$")] = "m7i.xlarge"
     system_node_count: Annotated[int, Field(ge=1, le=10)] = 2
+    #: EKS-optimized AMI release of the system node group (`1.34.2-20261118`: the node group's
+    #: `ReleaseVersion`, as `aws eks describe-nodegroup` or the AL2023 release notes name it), null
+    #: for the newest release of `version` when the node group is created or its version changes.
+    #: Bump it to roll the system nodes onto a newer AMI of the same Kubernetes version
+    #: (docs/day-two.md); its minor version must be `version`.
+    system_node_release_version: Annotated[str, StringConstraints(pattern=r"^1\.[0-9]+\.[0-9]+-[0-9]{8}$")] | None = None
+
+    @model_validator(mode="after")
+    def _release_of_this_version(self) -> "EksConfig":
+        release = self.system_node_release_version
+        if release is not None and ".".join(release.split(".")[:2]) != self.version:
+            raise FieldError("system_node_release_version",
+                             f"system_node_release_version {release!r} is an AMI of Kubernetes "
+                             f"{'.'.join(release.split('.')[:2])}, but version is {self.version!r}; allowed: a release "
+                             f"{self.version}.<patch>-<YYYYMMDD>, or null (the newest for {self.version})")
+        return self
 
     @model_validator(mode="after")
     def _public_cidrs_only_when_public(self) -> "EksConfig":

@@ -16,6 +16,7 @@ The number of values of each known flag comes from vLLM ``engine/arg_utils.py`` 
 
 from __future__ import annotations
 
+import re
 from typing import Final, Iterable
 
 #: vLLM flags that do not change the content or layout of the KV cache of a token sequence (so a
@@ -51,6 +52,99 @@ TENSOR_PARALLEL_FLAG: Final = "--tensor-parallel-size"
 PIPELINE_PARALLEL_FLAG: Final = "--pipeline-parallel-size"
 DATA_PARALLEL_FLAG: Final = "--data-parallel-size"
 PARALLEL_FLAGS: Final = (TENSOR_PARALLEL_FLAG, PIPELINE_PARALLEL_FLAG, DATA_PARALLEL_FLAG)
+
+#: vLLM's KV connector flag. The platform renders it on every vLLM pod of an L2 line (the
+#: operator's value completed with ``kv_load_failure_policy: recompute``: :mod:`k8s.kv_transfer`).
+KV_TRANSFER_FLAG: Final = "--kv-transfer-config"
+#: Flags ``vllm.args`` may not set, each with why: the platform owns them on every pod.
+OWNED_VLLM_FLAGS: Final[dict[str, str]] = {
+    KV_TRANSFER_FLAG: ("the platform renders it on every vLLM pod (LMCache's connector with "
+                       "kv_load_failure_policy recompute, docs/l2-cache.md); vLLM keeps only the last "
+                       "one, so a value here would drop or be dropped"),
+}
+
+#: Flags ``vllm.args`` may not set, each with why: they turn off what the platform is built on.
+REFUSED_VLLM_FLAGS: Final[dict[str, str]] = {
+    "--no-enable-prefix-caching": ("it turns off L0, vLLM's GPU prefix cache, which the three KV tiers build on (the "
+                                   "README: L0 always on): every request would load its whole prefix from L1/L2 or "
+                                   "prefill it again"),
+}
+#: vLLM 0.29's ``--max-model-len`` forms (``human_readable_int_or_auto``, ``vllm/utils/argparse_utils.py``):
+#: a whole number, a number with a decimal suffix k/m/g/t (10^3...; decimals allowed: ``25.6k``) or a
+#: binary one K/M/G/T (2^10...; whole numbers only), or ``-1`` / ``auto`` (vLLM picks the model's).
+_HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def human_readable_int(text: str) -> int:
+    """An integer as vLLM 0.29 reads ``--max-model-len`` and its token-count flags
+    (``human_readable_int``, ``vllm/utils/argparse_utils.py``): ``8192``, ``8k`` = 8,000, ``8K`` =
+    8,192, ``25.6k`` = 25,600.
+
+    Raises:
+        ValueError: anything else (a binary suffix with decimals included, as vLLM refuses it); the
+            message names the value and the allowed forms.
+    """
+    value = text.strip()
+    match = _HUMAN_INT.fullmatch(value)
+    if match:
+        number, suffix = match.groups()
+        if suffix in _DECIMAL:
+            return int(float(number) * _DECIMAL[suffix])
+        if number.isdigit():
+            return int(number) * _BINARY[suffix]
+    elif value.isdigit():
+        return int(value)
+    raise ValueError(f"{text!r} is not a token count vLLM reads; allowed: a whole number (8192), a decimal suffix "
+                     "k/m/g/t (8k = 8,000; 25.6k), a binary suffix K/M/G/T on a whole number (8K = 8,192)")
+
+
+def max_model_len(args: Iterable[str]) -> int | None:
+    """``--max-model-len`` of ``args`` (the last one), in tokens, as vLLM 0.29 reads it; None when it
+    is not set or is ``-1`` / ``auto`` (vLLM then uses the model's own length).
+
+    Raises:
+        ValueError: a value vLLM would refuse (:func:`human_readable_int`).
+    """
+    values = flag_values(args).get("--max-model-len")
+    if values is None:
+        return None
+    text = " ".join(values)
+    if text.strip() == "-1" or text.strip().lower() == "auto":
+        return None
+    try:
+        length = human_readable_int(text)
+    except ValueError as exc:
+        raise ValueError(f"--max-model-len {exc}, or -1 / auto (the model's own length)") from None
+    if length < 1:
+        raise ValueError(f"--max-model-len {text!r} must be at least 1 token")
+    return length
+
+
+def model_path(args: Iterable[str]) -> str | None:
+    """The model vLLM serves: ``--model`` (the last one) or else the first positional argument of
+    ``args`` (``vllm serve <model>``); None when neither is given."""
+    groups = group_vllm_args(args)
+    flagged = [g[1] for g in groups if g[0] == "--model" and len(g) > 1]
+    if flagged:
+        return flagged[-1]
+    positionals = [g[0] for g in groups if not is_flag(g[0])]
+    return positionals[0] if positionals else None
+
+
+def owned_flags_in(args: Iterable[str]) -> list[str]:
+    """The words of ``args`` that set a flag of :data:`OWNED_VLLM_FLAGS` or :data:`REFUSED_VLLM_FLAGS`, in every spelling vLLM's
+    parser accepts: ``--flag``, ``--flag=value``, ``--flag.key value`` (vLLM's dotted JSON keys) and
+    underscores for dashes (vLLM's ``FlexibleArgumentParser`` reads ``--kv_transfer_config`` too)."""
+    found = []
+    for arg in args:
+        if not is_flag(arg):
+            continue
+        name = arg.partition("=")[0].partition(".")[0]
+        if "--" + name[2:].replace("_", "-") in {**OWNED_VLLM_FLAGS, **REFUSED_VLLM_FLAGS}:
+            found.append(arg)
+    return found
 
 
 def is_flag(arg: str) -> bool:

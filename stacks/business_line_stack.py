@@ -83,7 +83,8 @@ class BusinessLineStack(Stack):
         self.load_balancers_gone = None
         if teardown_service_token is not None:
             self.load_balancers_gone = wait_for_load_balancers(
-                self, "LoadBalancersGone", service_token=teardown_service_token, namespace=line.namespace)
+                self, "LoadBalancersGone", service_token=teardown_service_token, namespace=line.namespace,
+                cluster_name=platform.eks.cluster_name)
             # Everything else hangs off the namespace, so this is created first and deleted last.
             self.namespace.node.add_dependency(self.load_balancers_gone)
         self.storage = eks.KubernetesManifest(self, "Storage", cluster=cluster, manifest=by_kind["storage"],

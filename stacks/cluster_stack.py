@@ -164,7 +164,15 @@ class ClusterStack(Stack):
             capacity_type=eks.CapacityType.ON_DEMAND,
             subnets=ec2.SubnetSelection(subnets=[system_subnet]),
             labels={SYSTEM_NODE_LABEL: SYSTEM_NODE_VALUE},
+            release_version=cfg.system_node_release_version,
         )
+        # The node group's Kubernetes version, explicitly: EKS moves a managed node group only
+        # when Version or ReleaseVersion changes, so without it the system nodes (Curvine
+        # Primary, Kyverno, CoreDNS) keep their first AMI through every control-plane upgrade.
+        # The L2 construct has no `version` option; the CloudFormation property is Version.
+        cfn_nodegroup = self.system_nodegroup.node.default_child
+        assert isinstance(cfn_nodegroup, eks.CfnNodegroup)
+        cfn_nodegroup.add_property_override("Version", cfg.version)
         nag.acknowledge_managed_policies(
             self.system_nodegroup.role,
             ["AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly"],

@@ -6,7 +6,8 @@ which ``rag-assistant`` serves a fine-tuned model (the issue's input: new ``mode
 ``make manifests`` does, takes the line's Kyverno ``Policy`` and ``InferenceEndpointConfig`` from
 them, applies the Policy (``tests.k8s.kyverno_eval``) to the Pod the operator renders
 (``tests.k8s.operator_render``) once per simulated pod, and writes the vLLM container's env and
-the volume mounted at its ``PROMETHEUS_MULTIPROC_DIR``. Nothing LMCache reads is typed here:
+the volume mounted at its ``PROMETHEUS_MULTIPROC_DIR``, its ``args``, and the vLLM plugin
+ConfigMap's files (the L2 gate). Nothing LMCache reads is typed here:
 every value comes from the rendered objects. It also writes, for every LMCache series the
 dashboards and alerts of the same config select, the label matchers they select it with (the
 scrape's own target labels left out), so the tier can check LMCache's exposition against them; and, for the fault tier (tests_faults/),
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from k8s import canary as canary_chart
-from k8s import janitor, mount_watchdog, names
+from k8s import janitor, mount_watchdog, names, vllm_plugins
 from k8s.curvine_config import fuse_master_op_bound_ms
 from k8s.lmcache import LMCACHE_CONFIG_KEYS, LMCACHE_VERSION, l2_fault_timeouts
 from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL
@@ -50,6 +51,11 @@ ZONE = "us-west-2a"
 
 def _one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     (obj,) = [o for o in objects if o["kind"] == kind]
+    return obj
+
+
+def _one_named(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    (obj,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
     return obj
 
 
@@ -103,13 +109,14 @@ def export_project(project: ProjectConfig, pods: int, seed_base: int) -> dict[st
         objects = manifests[names.line_chart_name(line)]
         policy = _one(objects, "Policy")
         worker = _one(objects, "InferenceEndpointConfig")["spec"]["worker"]
-        envs, metrics_dirs = [], []
+        envs, metrics_dirs, args = [], [], []
         for k in range(pods):
             admitted = apply_policy(policy, pod(line), seed=seed_base + k)
             (vllm,) = [c for c in admitted["spec"]["containers"]
                        if any(p.get("containerPort") == worker["modelInvocationPort"]["containerPort"]
                               for p in c.get("ports") or [])]
             envs.append({e["name"]: e["value"] for e in vllm["env"] if "value" in e})
+            args.append(vllm.get("args") or [])
             metrics_dirs.append(_metrics_dir(admitted, vllm))
         meta = {targets.JOB_VLLM: scrape_meta(line.namespace, admitted["metadata"].get("labels") or {},
                                               worker["modelInvocationPort"])}
@@ -121,8 +128,16 @@ def export_project(project: ProjectConfig, pods: int, seed_base: int) -> dict[st
         if any(m != metrics_dirs[0] for m in metrics_dirs):
             raise AssertionError(f"{line.name}: the metrics directory differs between admitted pods: {metrics_dirs}")
         janitor_cms = [o for o in objects if o["kind"] == "ConfigMap" and janitor.CONFIG_FILE in (o.get("data") or {})]
+        if any(a != args[0] for a in args):
+            raise AssertionError(f"{line.name}: the vLLM args differ between admitted pods: {args}")
         out[line.name] = {
             "envs": envs,
+            # The vLLM container's args after the operator and the admission policy (the serving
+            # tier starts vLLM with them: tests_serving/).
+            "args": args[0],
+            # The vLLM plugin ConfigMap as rendered (the L2 gate) and where the pods mount it.
+            "vllm_plugins": {"dir": vllm_plugins.PLUGIN_DIR,
+                             "files": _one_named(objects, "ConfigMap", names.VLLM_PLUGINS)["data"]},
             # The janitor.json the line's chart renders (its ConfigMap), for the fault tier.
             "janitor_config": json.loads(janitor_cms[0]["data"][janitor.CONFIG_FILE]) if janitor_cms else None,
             "metrics_dir": metrics_dirs[0],

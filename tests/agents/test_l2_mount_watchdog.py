@@ -206,9 +206,10 @@ class FakeApi:
                         return self._send(404, {})
                     return self._send(200, {"spec": {"claimRef": {"namespace": ns, "name": "claim"}}})
                 if parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "pods":
-                    node = urllib.parse.parse_qs(url.query)["fieldSelector"][0].split("=", 1)[1]
+                    selector = urllib.parse.parse_qs(url.query).get("fieldSelector")
+                    node = selector[0].split("=", 1)[1] if selector else None
                     items = [p for p in api.pods if p["metadata"]["namespace"] == parts[3]
-                             and p["spec"]["nodeName"] == node]
+                             and node in (None, p["spec"]["nodeName"])]
                     return self._send(200, {"items": items})
                 self._send(404, {})
 
@@ -236,13 +237,16 @@ class FakeApi:
 
 
 def pod(uid: str, name: str, *, controller: bool = True, deleting: bool = False, ns: str = "rag-assistant",
-        node: str = NODE) -> dict[str, Any]:
+        node: str = NODE, ready: bool = False) -> dict[str, Any]:
     meta: dict[str, Any] = {"uid": uid, "name": name, "namespace": ns}
     if controller:
         meta["ownerReferences"] = [{"kind": "ReplicaSet", "name": "rag-assistant-5d9", "controller": True}]
     if deleting:
         meta["deletionTimestamp"] = "2026-12-01T10:00:00Z"
-    return {"metadata": meta, "spec": {"nodeName": node}, "status": {"phase": "Running"}}
+    status: dict[str, Any] = {"phase": "Running"}
+    if ready:
+        status["conditions"] = [{"type": "Ready", "status": "True"}]
+    return {"metadata": meta, "spec": {"nodeName": node}, "status": status}
 
 
 @pytest.fixture
@@ -326,6 +330,23 @@ def test_a_refused_eviction_is_retried_next_pass_without_waiting_for_the_interva
     w.run_pass()
     assert [name for _, name, _ in api.evictions] == ["rag-a"]
     assert w.evictions == {"evicted": 1, "refused": 1, "failed": 0}
+
+
+def test_the_last_ready_replica_is_kept_until_another_is_ready(tmp_path: Path, fake_api) -> None:
+    """A one-replica line (or one whose other replicas are down) keeps serving, without L2, rather
+    than lose its last Ready replica to a heal; once a sibling of the same controller is Ready on
+    another node, the pod is evicted. A pod that is not Ready is evicted at once (it serves nobody)."""
+    api = fake_api([pod(UID_A, "rag-a", ready=True), pod(UID_B, "rag-b", ready=False, node="node-2")],
+                   {PV: "rag-assistant"})
+    w, _, _, clock = watchdog(tmp_path, api, {}, {UID_A: "0:40"}, uids={UID_A: PV})
+    [m] = w.run_pass().mounts
+    assert m.state == DEAD and m.action.startswith("kept: the last Ready replica of its controller")
+    assert api.evictions == [] and w.evictions == {"evicted": 0, "refused": 0, "failed": 0}
+    assert any(r == "GET /api/v1/namespaces/rag-assistant/pods" for r in api.requests)
+    api.pods[1]["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    clock.t += 10
+    w.run_pass()
+    assert [name for _, name, _ in api.evictions] == ["rag-a"]
 
 
 def test_dead_binds_of_terminating_or_vanished_pods_are_unmounted_never_alive_ones(tmp_path: Path, fake_api) -> None:

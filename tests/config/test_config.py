@@ -498,10 +498,12 @@ def test_a_tp_that_does_not_divide_the_heads_is_refused(config_dir: Path) -> Non
 
 
 def test_the_long_sequence_must_fit_too(config_dir: Path) -> None:
-    """Weights fit one L40S, but not 2M tokens of KV: vLLM would refuse to start."""
+    """Weights fit one L40S, but 2M tokens is beyond the model's context (and its KV beyond the GPU):
+    vLLM would refuse to start. The context is checked first, in vLLM's own units (2000k = 2M)."""
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit_yaml(path, lambda d: d["vllm"].update(args=["/opt/ml/model", "--max-model-len", "2000000"]))
-    assert "below one 2,000,000-token sequence" in only_problem(config_dir)
+    edit_yaml(path, lambda d: d["vllm"].update(args=["/opt/ml/model", "--max-model-len", "2000k"]))
+    assert ("--max-model-len 2000k = 2000000 tokens exceeds Qwen2-7B's context of 131072 tokens"
+            in only_problem(config_dir))
 
 
 def test_a_model_outside_the_planners_table_is_a_warning_not_an_error(config_dir: Path) -> None:
@@ -649,3 +651,12 @@ def test_l2_fault_timeouts_out_of_range_are_refused(config_dir: Path, key: str, 
     edit_yaml(config_dir / "platform.yaml", lambda d: d.setdefault("lmcache", {}).update({key: value}))
     found = only_problem(config_dir)
     assert f"platform.yaml: lmcache.{key}:" in found and allowed in found, found
+
+
+def test_the_system_node_ami_release_must_be_of_the_cluster_version(config_dir: Path) -> None:
+    """A pinned AMI release of another Kubernetes minor would be refused by EKS at deploy
+    (issue 26): refused here, naming both versions."""
+    edit_yaml(config_dir / "platform.yaml", lambda d: d["eks"].update(system_node_release_version="1.33.5-20261020"))
+    problem = only_problem(config_dir)
+    assert "system_node_release_version '1.33.5-20261020' is an AMI of Kubernetes 1.33" in problem
+    assert "allowed: a release" in problem

@@ -16,7 +16,8 @@ grows a construct this file does not know fails the tests rather than being half
 * preconditions ``any`` / ``all`` (both must hold when both are given) with operators
   ``Equals``, ``NotEquals``, ``AnyIn``, ``AnyNotIn``.
 * ``{{ }}`` substitution with JMESPath (``jmespath``), plus Kyverno's ``random(pattern)`` for
-  patterns of the form ``[class]{n}``.
+  patterns of the form ``[class]{n}``, ``parse_json``, ``trim_prefix``, ``lookup``, ``subtract``
+  (numbers only) and go-jmespath's ``to_string`` (Go's ``json.Marshal``: keys sorted, compact).
 
 ``refresh_context`` chooses whether ``request.object`` is re-read after each rule and foreach
 entry (Kyverno re-reads it; the policy is written so the result is the same either way, and the
@@ -79,6 +80,42 @@ def _functions(rng: _random.Random) -> functions.Functions:
         @functions.signature({"types": ["string"]})
         def _func_random(self, pattern: str) -> str:
             return _random_from_pattern(pattern, rng)
+
+        # Kyverno v1.15.2 pkg/engine/jmespath/functions.go: jpParseJson is Go's json.Unmarshal.
+        @functions.signature({"types": ["string"]})
+        def _func_parse_json(self, text: str) -> Any:
+            return json.loads(text)
+
+        # jpfTrimPrefix: strings.TrimPrefix.
+        @functions.signature({"types": ["string"]}, {"types": ["string"]})
+        def _func_trim_prefix(self, text: str, prefix: str) -> str:
+            return text[len(prefix):] if text.startswith(prefix) else text
+
+        # jpLookup: a key of an object, or an index of an array (a whole number; null when out of range).
+        @functions.signature({"types": ["object", "array"]}, {"types": ["string", "number"]})
+        def _func_lookup(self, obj: Any, key: Any) -> Any:
+            if isinstance(obj, dict):
+                if not isinstance(key, str):
+                    raise UnsupportedPolicy("lookup: an object needs a string key")
+                return obj.get(key)
+            if isinstance(key, str) or isinstance(key, bool) or float(key) != int(key):
+                raise UnsupportedPolicy("lookup: an array needs a whole-number index")
+            index = int(key)
+            return obj[index] if 0 <= index < len(obj) else None
+
+        # arithmetic.go jpSubtract, numbers only (quantities and durations are not simulated).
+        @functions.signature({"types": ["number"]}, {"types": ["number"]})
+        def _func_subtract(self, a: float, b: float) -> float:
+            return float(a) - float(b)
+
+        # go-jmespath's to_string: a string as is, anything else Go's json.Marshal (object keys
+        # sorted, no spaces, <, > and & escaped as \u003c, \u003e, \u0026).
+        @functions.signature({"types": []})
+        def _func_to_string(self, value: Any) -> str:
+            if isinstance(value, str):
+                return value
+            text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
     return KyvernoFunctions()
 

@@ -37,6 +37,24 @@ SHM_NAME = "ai_toolkit_cache"
 SHM_VOLUME = "host-shm"
 OPERATOR_EXTRA = json.dumps({"sagemaker_hyperpod_bucket": "lmcache",
                              "sagemaker_hyperpod_shared_memory_name": "ai_toolkit_cache"})
+#: The KV connector the operator adds to the vLLM args, two items (a rendered Deployment quoted in
+#: LMCache PR #2732; FACTS.md §5), with the spacing of a Python ``json.dumps`` so a test can tell
+#: the rewritten value (Go's compact JSON) from it.
+OPERATOR_KV_TRANSFER = json.dumps({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})
+
+
+def operator_args(line: BusinessLineConfig, kv_transfer: str | None = "separate") -> list[str]:
+    """The vLLM container's args: the CR's ``worker.args`` (``vllm.args``), then the operator's KV
+    connector. ``kv_transfer``: ``"separate"`` (``--kv-transfer-config``, VALUE: the reported
+    shape), ``"equals"`` (``--kv-transfer-config=VALUE``), or None (no connector flag)."""
+    args = list(line.vllm.args)
+    if kv_transfer == "separate":
+        return args + ["--kv-transfer-config", OPERATOR_KV_TRANSFER]
+    if kv_transfer == "equals":
+        return args + [f"--kv-transfer-config={OPERATOR_KV_TRANSFER}"]
+    if kv_transfer is None:
+        return args
+    raise ValueError(f"kv_transfer: {kv_transfer!r}")
 
 
 def vllm_env(line: BusinessLineConfig, *, strip_cr_lmcache: bool = False, duplicates: bool = True) -> list[dict]:
@@ -80,8 +98,10 @@ def shm_volume_and_mount(shm: str | None) -> tuple[list[dict], list[dict]]:
     raise ValueError(f"shm: {shm!r}")
 
 
-def pod_spec(line: BusinessLineConfig, *, shm: str | None = "auto", **env_kwargs: Any) -> dict[str, Any]:
-    """The pod template spec of the operator's Deployment (``shm``: see :func:`shm_volume_and_mount`).
+def pod_spec(line: BusinessLineConfig, *, shm: str | None = "auto", kv_transfer: str | None = "separate",
+             **env_kwargs: Any) -> dict[str, Any]:
+    """The pod template spec of the operator's Deployment (``shm``: see :func:`shm_volume_and_mount`;
+    ``kv_transfer``: see :func:`operator_args`).
 
     ``shm="auto"``: the reported ``"directory"`` shape for a line with L2 on (the reports show it
     for ``l2CacheBackend: tieredstorage``), none for a line with L2 off (not modelled otherwise:
@@ -96,7 +116,7 @@ def pod_spec(line: BusinessLineConfig, *, shm: str | None = "auto", **env_kwargs
             {
                 "name": name,
                 "image": line.vllm.image,
-                "args": list(line.vllm.args),
+                "args": operator_args(line, kv_transfer),
                 "ports": [{"containerPort": line.vllm.port, "name": "http", "protocol": "TCP"}],
                 "env": vllm_env(line, **env_kwargs),
                 "volumeMounts": [{"name": "model-weights", "mountPath": line.vllm.model_mount_path}, *shm_mounts],

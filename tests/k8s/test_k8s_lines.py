@@ -9,6 +9,7 @@ import jsonpatch
 import pytest
 
 from k8s import names
+from k8s.kv_transfer import effective_settings
 from k8s.kyverno import policy_manifest
 from k8s.lmcache import LMCACHE_CONFIG_KEYS, POD_NAME_ENV, env_name, is_lmcache_env, l2_cache_dir, owned_env_names
 from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL, endpoint_json_patch, line_cache_env, line_remote_url
@@ -27,13 +28,21 @@ def test_each_line_gets_its_own_namespace_pvc_and_endpoint(manifests, k8s_projec
         objs = manifests[names.line_chart_name(line)]
         kinds = [o["kind"] for o in objs]
         if line.cache.l2_enabled:
-            assert kinds[0] == "Namespace" and kinds[-2:] == ["Policy", "InferenceEndpointConfig"]
-            assert sorted(kinds[1:-2]) == sorted(["NetworkPolicy", "PersistentVolumeClaim"] + 2 * [
+            assert kinds[0] == "Namespace" and kinds[-1] == "InferenceEndpointConfig"
+            assert sorted(kinds[1:-1]) == sorted(["NetworkPolicy", "PodDisruptionBudget", "PersistentVolumeClaim", "Policy"] + 2 * [
                 "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Deployment"]  # janitor and canary
-                + ["Role", "RoleBinding"])  # the mount watchdog's rights
+                + ["Role", "RoleBinding"]  # the mount watchdog's rights
+                + ["ConfigMap"])  # the vLLM plugins (the L2 gate)
+            # What the endpoint's pods need exists before it: the mutation and the gate's ConfigMap.
+            plugins = next(i for i, o in enumerate(objs) if o["metadata"]["name"] == names.VLLM_PLUGINS)
+            assert kinds.index("Policy") < kinds.index("InferenceEndpointConfig") and plugins < len(objs) - 1
             assert kinds.index("PersistentVolumeClaim") < kinds.index("Deployment")
         else:  # no L2: no PVC, no mutation, no janitor
-            assert kinds == ["Namespace", "NetworkPolicy", "InferenceEndpointConfig"]
+            assert kinds == ["Namespace", "NetworkPolicy", "PodDisruptionBudget", "InferenceEndpointConfig"]
+        # One replica at a time, across the cluster, without ever blocking a drain (k8s/line_chart.py).
+        (pdb,) = [o for o in objs if o["kind"] == "PodDisruptionBudget"]
+        assert pdb["spec"] == {"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow",
+                               "selector": {"matchLabels": {"app": names.endpoint_name(line)}}}
         assert objs[0]["metadata"]["name"] == line.namespace
         assert all(o["metadata"]["namespace"] == line.namespace for o in objs[1:])
         ep = find(objs, "InferenceEndpointConfig")
@@ -177,6 +186,8 @@ def test_cache_env_values(k8s_project):
         "DO_NOT_TRACK": "1",
         # Not LMCache's: where prometheus_client's multiprocess files go (the mounted emptyDir).
         "PROMETHEUS_MULTIPROC_DIR": "/tmp/prometheus-multiproc",
+        # Not LMCache's: where vLLM imports the L2 gate from (the mounted plugin ConfigMap).
+        "PYTHONPATH": "/opt/kvcache/vllm-plugins",
         "LMCACHE_MAX_LOCAL_CPU_SIZE": "16",  # cache.l1_cpu_gib 16, one TP rank; LMCache reads GiB
     }
     assert re.fullmatch(r"qwen2-7b-instruct-[0-9a-f]{12}", l2_cache_dir(k8s_project.platform, line))
@@ -248,18 +259,31 @@ def test_static_patch_matches_the_reference_layout(k8s_project):
                       "value": {"name": "prometheus-multiproc", "emptyDir": {"sizeLimit": "64Mi"}}}
     assert ops[3] == {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
                       "value": {"name": "prometheus-multiproc", "mountPath": "/tmp/prometheus-multiproc"}}
-    env_ops = ops[4:]
+    assert ops[4] == {"op": "add", "path": "/spec/template/spec/volumes/-",
+                      "value": {"name": "kvcache-vllm-plugins",
+                                "configMap": {"name": "kvcache-vllm-plugins", "defaultMode": 0o444}}}
+    assert ops[5] == {"op": "add", "path": "/spec/template/spec/containers/0/volumeMounts/-",
+                      "value": {"name": "kvcache-vllm-plugins", "mountPath": "/opt/kvcache/vllm-plugins", "readOnly": True}}
+    env_ops, args_ops = ops[6:-2], ops[-2:]
+    assert args_ops == [{"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": "--kv-transfer-config"},
+                        {"op": "add", "path": "/spec/template/spec/containers/0/args/-",
+                         "value": '{"kv_connector":"GatedLMCacheConnectorV1","kv_connector_module_path":'
+                                  '"kvcache_l2_gate","kv_load_failure_policy":"recompute","kv_role":"kv_both"}'}]
     assert [op["value"]["name"] for op in env_ops] == [
         "KVCACHE_POD_NAME", "LMCACHE_REMOTE_URL", "LMCACHE_CHUNK_SIZE", "LMCACHE_REMOTE_SERDE",
         "LMCACHE_SAVE_UNFULL_CHUNK", "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "LMCACHE_EXTRA_CONFIG",
         "LMCACHE_LOOKUP_TIMEOUT_MS", "LMCACHE_BLOCKING_TIMEOUT_SECS", "PYTHONHASHSEED",
-        "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK", "PROMETHEUS_MULTIPROC_DIR", "LMCACHE_MAX_LOCAL_CPU_SIZE"]
+        "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK", "PROMETHEUS_MULTIPROC_DIR", "PYTHONPATH", "LMCACHE_MAX_LOCAL_CPU_SIZE"]
     patched = jsonpatch.apply_patch(deployment(line), ops)
     env_list = patched["spec"]["template"]["spec"]["containers"][0]["env"]
     env = _kubelet_env(env_list, "p-1")
     assert env["LMCACHE_REMOTE_URL"] == line_remote_url(k8s_project.platform, line)  # last duplicate wins
     # ...but the operator's entry is still there: why dist/ marks this variant reference-only.
     assert [e.get("value") for e in env_list if e["name"] == "LMCACHE_REMOTE_URL"][0] == OPERATOR_URL
+    # vLLM keeps the last --kv-transfer-config: the appended, complete one.
+    args = patched["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert effective_settings(args)["kv_load_failure_policy"] == "recompute"
+    assert args.count("--kv-transfer-config") == 2
 
 
 def test_patch_cli(tmp_path, capsys, k8s_project):
@@ -279,7 +303,7 @@ def test_line_without_l2(config_copy):
     edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", lambda d: d["cache"].update(l2_enabled=False))
     project = load_project(cfg)
     objs = render_manifests(project, volume_id="vol-0123456789abcdef0", availability_zone="us-west-2a")["line-rag-assistant"]
-    assert [o["kind"] for o in objs] == ["Namespace", "NetworkPolicy", "InferenceEndpointConfig"]
+    assert [o["kind"] for o in objs] == ["Namespace", "NetworkPolicy", "PodDisruptionBudget", "InferenceEndpointConfig"]
     spec = objs[-1]["spec"]["kvCacheSpec"]
     assert spec == {"enableL1Cache": True, "enableL2Cache": False}
 

@@ -17,6 +17,7 @@ from tests.k8s.operator_render import OPERATOR_URL, deployment, pod, pod_from_de
 
 from k8s import names
 from k8s.kube import KUBERNETES_VERSION
+from k8s.vllm_plugins import PLUGIN_DIR
 from k8s.lmcache import METRICS_DIR, TMP_DIR_PREFIX, owned_env_names
 from k8s.patch import L2_MOUNT_PATH, endpoint_json_patch, line_cache_env, line_remote_url, pod_env_entries
 import jsonpatch
@@ -108,9 +109,11 @@ def test_container_without_env_or_mounts(policy, line, k8s_project):
     assert env == {"LMCACHE_REMOTE_URL", "LMCACHE_REMOTE_SERDE", "LMCACHE_CHUNK_SIZE", "LMCACHE_EXTRA_CONFIG",
                    "PYTHONHASHSEED", "LMCACHE_MAX_LOCAL_CPU_SIZE", "LMCACHE_SAVE_UNFULL_CHUNK",
                    "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK",
-                   "PROMETHEUS_MULTIPROC_DIR", "LMCACHE_LOOKUP_TIMEOUT_MS", "LMCACHE_BLOCKING_TIMEOUT_SECS"}
+                   "PROMETHEUS_MULTIPROC_DIR", "LMCACHE_LOOKUP_TIMEOUT_MS", "LMCACHE_BLOCKING_TIMEOUT_SECS",
+                   "PYTHONPATH"}
     assert _vllm(after, line)["volumeMounts"] == [{"name": names.L2_VOLUME_NAME, "mountPath": L2_MOUNT_PATH},
-                                                  {"name": names.METRICS_VOLUME_NAME, "mountPath": METRICS_DIR}]
+                                                  {"name": names.METRICS_VOLUME_NAME, "mountPath": METRICS_DIR},
+                                                  {"name": names.VLLM_PLUGINS, "mountPath": PLUGIN_DIR, "readOnly": True}]
 
 
 def _with_stale_metrics_dir(spec: dict, line) -> None:

@@ -989,6 +989,9 @@ DEVIATION_HOLDS: dict[str, Callable[[list[dict], Any], bool]] = {
     "fuse-resources": lambda cv, p: (lambda e: e["STANDALONE_CPU_REQUEST"] == e["STANDALONE_CPU_LIMIT"]
                                      and e["STANDALONE_MEMORY_REQUEST"] == e["STANDALONE_MEMORY_LIMIT"])(
         _plugin_env(cv, _NODE)),
+    "fuse-account": lambda cv, p: _plugin_env(cv, _NODE)["STANDALONE_SERVICE_ACCOUNT"] == "curvine-fuse"
+    and find(cv, "ServiceAccount", "curvine-fuse")["automountServiceAccountToken"] is False
+    and any(o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"] == "curvine-csi-node-limits" for o in cv),
     "csidriver-fields": lambda cv, p: find(cv, "CSIDriver")["spec"]["volumeLifecycleModes"] == ["Persistent"]
     and find(cv, "CSIDriver")["spec"]["fsGroupPolicy"] == "None",
     "sidecars-restricted": lambda cv, p: all(

@@ -98,9 +98,10 @@ def test_line_objects_in_dependency_order(templates, project, name):
     endpoint = _by_kind(manifests, "InferenceEndpointConfig")
     assert _kinds(manifests[ns]) == ["Namespace"]
     # Janitor and canary: a ConfigMap, Deployment, Role, RoleBinding and ServiceAccount each; a Role
-    # and RoleBinding more: the L2 mount watchdog's (k8s/mount_watchdog.py).
-    assert sorted(_kinds(manifests[storage])) == sorted(["NetworkPolicy", "PersistentVolumeClaim", "Policy"] + 2 * [
-        "ConfigMap", "Deployment", "Role", "RoleBinding", "ServiceAccount"] + ["Role", "RoleBinding"])
+    # and RoleBinding more: the L2 mount watchdog's (k8s/mount_watchdog.py); a ConfigMap more: the
+    # vLLM plugins (the L2 gate, k8s/vllm_plugins.py), before the endpoint whose pods mount it.
+    assert sorted(_kinds(manifests[storage])) == sorted(["NetworkPolicy", "PodDisruptionBudget", "PersistentVolumeClaim", "Policy"] + 2 * [
+        "ConfigMap", "Deployment", "Role", "RoleBinding", "ServiceAccount"] + ["Role", "RoleBinding", "ConfigMap"])
     assert _kinds(manifests[endpoint]) == ["InferenceEndpointConfig"]
     # Objects dropped from a manifest are deleted on update (kubectl apply --prune with this label;
     # aws-cdk-lib aws_eks_v2 "Resource Pruning", on by default).

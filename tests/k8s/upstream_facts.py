@@ -592,6 +592,11 @@ DEVIATIONS: Final = (
     Deviation("fuse-resources", "FUSE pods", "`STANDALONE_*` 2 CPU / 2Gi, requests = limits (Guaranteed)",
               "unset (BestEffort); curvine-helm 500m/512Mi to 2/2Gi", "docs/sources.md §16",
               CURVINE.at(_SM, "569-618")),
+    Deviation("fuse-account", "FUSE pods", "`STANDALONE_SERVICE_ACCOUNT` `curvine-fuse`: no binding, no token; the "
+              "node plugin's identity confined by `curvine-csi-node-limits`",
+              "the node plugin's own account (pods create/delete, configmaps) for every FUSE pod",
+              "curvine-fuse never calls the API server; a stolen node token may start only FUSE pods (issue 25)",
+              CURVINE.at(_NS, "57-61")),
     Deviation("csidriver-fields", "CSIDriver", "`volumeLifecycleModes: [Persistent]`, `fsGroupPolicy: None`",
               "neither (defaults: Persistent, ReadWriteOnceWithFSType)",
               "no recursive chown of a shared cache on every mount", CURVINE.at("curvine-csi/deploy/csidriver.yaml", "1-7")),

@@ -111,6 +111,10 @@ def test_system_nodegroup_is_small_al2023_in_the_gpu_zone(templates, project, pl
                           "MaxSize": eks.system_node_count},
         "Labels": {"kvcache.io/node-role": "system"},
         "Subnets": [Match.any_value()],
+        # EKS upgrades a managed node group only when one of these changes (issue 26): the
+        # version follows eks.version; the AMI release is EKS's newest unless pinned.
+        "Version": eks.version,
+        "ReleaseVersion": Match.absent() if eks.system_node_release_version is None else eks.system_node_release_version,
     })
     subnets = platform.cluster.resolve(platform.cluster.system_nodegroup.node.default_child.subnets)
     assert subnets == [platform.cluster.resolve(platform.network.hyperpod_subnet.subnet_id)]
@@ -149,6 +153,8 @@ WAIT_PROPERTIES = {
     "Custom::GrafanaProvisioning": "ReadyTimeoutSeconds",
     "Custom::LoadBalancersGone": "TimeoutSeconds",  # each line's teardown wait (kv_constructs/teardown_wait.py)
 }
+#: CloudFormation's wait for a custom resource's answer (not a wait of the handler's).
+SERVICE_TIMEOUT_PROPERTY = "ServiceTimeout"
 #: Flags that switch a wait on; their duration is the property above.
 WAIT_FLAGS = {"Wait", "Atomic"}
 #: Waits with no duration of ours: (flag, the property without which nothing is waited for).
@@ -218,7 +224,13 @@ def wait_violations(templates: dict[str, dict]) -> tuple[list[str], int]:
             if unbounded_flag and props.get(unbounded_flag) not in (False, "false") and trigger in props:
                 problems.append(f"{where}: {unbounded_flag} with {trigger} waits with no bound inside the handler")
             unknown = [k for k in props if re.search("timeout|wait", k, re.IGNORECASE)
-                       and k not in (wait_key, unbounded_flag) and k not in WAIT_FLAGS]
+                       and k not in (wait_key, unbounded_flag, SERVICE_TIMEOUT_PROPERTY) and k not in WAIT_FLAGS]
+            if SERVICE_TIMEOUT_PROPERTY in props:
+                # CloudFormation's own wait for the answer: never shorter than the handler's life.
+                lifetime = handler_lifetime(templates, stack, props["ServiceToken"])
+                if int(props[SERVICE_TIMEOUT_PROPERTY]) < lifetime:
+                    problems.append(f"{where}: ServiceTimeout {props[SERVICE_TIMEOUT_PROPERTY]} s is shorter than "
+                                    f"its handler's {lifetime} s: CloudFormation would give up on a running wait")
             if unknown:
                 problems.append(f"{where}: unknown wait property {unknown}; add it to WAIT_PROPERTIES")
             if wait_key is None:

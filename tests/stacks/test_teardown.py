@@ -35,8 +35,11 @@ def test_every_line_deletes_its_wait_last(templates, project) -> None:
         template = templates[ids[f"line-{line.name}"]]
         (wait_id,) = template.find_resources(RESOURCE_TYPE)
         template.has_resource_properties(RESOURCE_TYPE, {
-            "Namespace": line.namespace, "TimeoutSeconds": int(WAIT_TIMEOUT.to_seconds()),
-            "ServiceToken": {"Fn::ImportValue": Match.string_like_regexp(ids["addons"])}})
+            "Namespace": line.namespace, "ClusterName": project.platform.eks.cluster_name,
+            "TimeoutSeconds": int(WAIT_TIMEOUT.to_seconds()),
+            "ServiceToken": {"Fn::ImportValue": Match.string_like_regexp(ids["addons"])},
+            # CloudFormation's wait for an answer: 20 minutes, not its default hour (issue 26 item 3).
+            "ServiceTimeout": 1200})
         manifests = template.find_resources(KUBERNETES_RESOURCE)
         (namespace_id,) = [lid for lid, r in manifests.items() if _manifest_kinds(r) == {"Namespace"}]
         assert wait_id in manifests[namespace_id].get("DependsOn", []), line.name
@@ -178,12 +181,44 @@ def test_delete_never_waits_past_the_lambdas_own_end() -> None:
 
     original = handler.wait_until_gone
     try:
-        handler.wait_until_gone = lambda elbv2, ec2, namespace, timeout: seen.update(timeout=timeout)
-        handler.on_event({"RequestType": "Delete", "ResourceProperties": {"Namespace": NS, "TimeoutSeconds": "600"}},
+        handler.wait_until_gone = lambda elbv2, ec2, namespace, timeout, cluster: seen.update(
+            timeout=timeout, cluster=cluster)
+        handler.on_event({"RequestType": "Delete", "ResourceProperties": {
+            "Namespace": NS, "ClusterName": "kvcache-eks", "TimeoutSeconds": "600"}},
                          Context(), clients=lambda service: service)
     finally:
         handler.wait_until_gone = original
-    assert seen["timeout"] == 240  # 300 s left, less a minute for the answer
+    assert seen == {"timeout": 240, "cluster": "kvcache-eks"}  # 300 s left, less a minute for the answer
+
+
+def test_a_load_balancer_deleted_between_the_listing_and_its_tags_is_gone_not_an_error() -> None:
+    """DescribeTags fails for the whole batch when one of its ARNs was deleted since the listing
+    (LoadBalancerNotFound): asked again one by one, the deleted one is left out, the others counted."""
+    elbv2, ec2 = _clients()
+    with Stubber(elbv2) as elbv2_stub, Stubber(ec2) as ec2_stub:
+        elbv2_stub.add_response("describe_load_balancers", {"LoadBalancers": [{"LoadBalancerArn": a} for a in (ALB, OTHER)]}, {})
+        elbv2_stub.add_client_error("describe_tags", "LoadBalancerNotFound", "One or more load balancers not found",
+                                    expected_params={"ResourceArns": [ALB, OTHER]})
+        elbv2_stub.add_client_error("describe_tags", "LoadBalancerNotFound", "not found",
+                                    expected_params={"ResourceArns": [ALB]})
+        elbv2_stub.add_response("describe_tags", {"TagDescriptions": [_tags(OTHER, **{
+            "elbv2.k8s.aws/cluster": "kvcache-eks", "ingress.k8s.aws/stack": f"{NS}/alb-other"})]}, {"ResourceArns": [OTHER]})
+        elbv2_stub.add_response("describe_target_groups", {"TargetGroups": []}, {})
+        ec2_stub.add_response("describe_security_groups", {"SecurityGroups": []},
+                              {"Filters": [{"Name": "tag-key", "Values": ["elbv2.k8s.aws/cluster"]}]})
+        assert handler.remaining(elbv2, ec2, NS, "kvcache-eks") == [OTHER]
+        elbv2_stub.assert_no_pending_responses()
+
+
+@pytest.mark.parametrize("tags, cluster, belongs", [
+    ({"elbv2.k8s.aws/cluster": "kvcache-eks", "ingress.k8s.aws/stack": f"{NS}/alb-x"}, "kvcache-eks", True),
+    # Another cluster's controller in a namespace of the same name: not ours, never waited for.
+    ({"elbv2.k8s.aws/cluster": "other-eks", "ingress.k8s.aws/stack": f"{NS}/alb-x"}, "kvcache-eks", False),
+    # A wait created before ClusterName existed (its delete has no ClusterName): any cluster.
+    ({"elbv2.k8s.aws/cluster": "other-eks", "ingress.k8s.aws/stack": f"{NS}/alb-x"}, None, True),
+])
+def test_only_this_clusters_controller_counts(tags, cluster, belongs) -> None:
+    assert handler.belongs_to(tags, NS, cluster) is belongs
 
 
 @pytest.mark.parametrize("tags, belongs", [

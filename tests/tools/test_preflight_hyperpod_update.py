@@ -125,6 +125,28 @@ def test_describe_cluster_node_has_the_last_word() -> None:
     sm_stub.assert_no_pending_responses()
 
 
+def test_a_node_gone_between_list_and_describe_keeps_its_listed_status() -> None:
+    """A node replaced between ListClusterNodes and DescribeClusterNode (ResourceNotFound for the
+    node) is not "no cluster": its listed status stands, so a node listed under deep health checks
+    still stops the deploy (issue 26 item 4: the guard failed open)."""
+    cloudformation, sagemaker = client("cloudformation"), client("sagemaker")
+    cfn_stub, sm_stub = Stubber(cloudformation), Stubber(sagemaker)
+    cfn_stub.add_response("get_template", {"TemplateBody": json.dumps(DEPLOYED)},
+                          {"StackName": STACK, "TemplateStage": "Original"})
+    sm_stub.add_response("list_cluster_nodes", {"ClusterNodeSummaries": [
+        node("i-0ddd", "DeepHealthCheckInProgress", Message="InstanceStress"), node("i-0eee", "Pending")]},
+        {"ClusterName": CLUSTER, "IncludeNodeLogicalIds": True})
+    for gone in ("i-0ddd", "i-0eee"):
+        sm_stub.add_client_error("describe_cluster_node", "ResourceNotFound", f"Node {gone} not found",
+                                 expected_params={"ClusterName": CLUSTER, "NodeId": gone})
+    cfn_stub.activate()
+    sm_stub.activate()
+    result = check_hyperpod_update(PLATFORM, sagemaker, cloudformation, changed())
+    assert not result.ok and "i-0ddd (g6e-inference): DeepHealthCheckInProgress, InstanceStress" in result.detail
+    assert "not found" not in result.detail
+    sm_stub.assert_no_pending_responses()
+
+
 @pytest.mark.parametrize("synthesized, deployed, nodes, ok, detail", [
     # No change to the stack: nodes under checks do not matter and are not even read.
     ("same", DEPLOYED, [], True, "kvcache-hyperpod does not change: no update of kvcache-hyperpod"),

@@ -34,6 +34,7 @@ from operator_tools.verify import (
 )
 from platform_config import load_project
 from tests.example_config import FIXTURE_CONFIG
+from tests.k8s.operator_render import OPERATOR_KV_TRANSFER, operator_args
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = load_project(FIXTURE_CONFIG)
@@ -73,7 +74,9 @@ def operator_deployment(iec: dict[str, Any]) -> dict[str, Any]:
         env += [{"name": "LMCACHE_LOCAL_CPU", "value": "True"}]
     env += copy.deepcopy(worker.get("environmentVariables", []))
     container = {
-        "name": meta["name"], "image": worker["image"], "args": list(worker.get("args", [])),
+        "name": meta["name"], "image": worker["image"],
+        # The operator adds LMCache's connector to the CR's args (tests/k8s/operator_render.py).
+        "args": [*worker.get("args", []), "--kv-transfer-config", OPERATOR_KV_TRANSFER],
         "ports": [{"containerPort": worker["modelInvocationPort"]["containerPort"],
                    "name": worker["modelInvocationPort"]["name"]}],
         "env": env, "resources": worker["resources"],
@@ -269,6 +272,11 @@ BREAKAGES: dict[str, tuple[Callable[[FakeReader], None], str]] = {
                           "rag-assistant: PYTHONHASHSEED shared"),
     "cachegen serde": (lambda r: _set_env(rag_pods(r)[0], "LMCACHE_REMOTE_SERDE", "cachegen"),
                        "rag-assistant: LMCache env"),
+    "kv load failure policy fail": (
+        lambda r: vllm(rag_pods(r)[0]).update(args=operator_args(RAG)), "rag-assistant: vLLM KV transfer config"),
+    "kv transfer appended, connector dropped": (
+        lambda r: vllm(rag_pods(r)[1])["args"].extend(["--kv-transfer-config", '{"kv_load_failure_policy":"recompute"}']),
+        "rag-assistant: vLLM KV transfer config"),
     "pod not ready": (lambda r: rag_pods(r)[0]["status"].update(conditions=[{"type": "Ready", "status": "False"}]),
                       "rag-assistant: inference pods Ready"),
     "a dead L2 mount": (lambda r: _mount_state(r, "dead", "ENOTCONN: its FUSE session is gone"),
@@ -305,7 +313,11 @@ def test_the_unpatched_operator_deployment_fails_url_and_mount(synthesized) -> N
     # Never mutated: no L2 mutation label either (issue 8: verify reports such pods), and only the
     # two cache settings the CR carries (LMCACHE_REMOTE_SERDE, PYTHONHASHSEED).
     assert failed(results) == ["rag-assistant: L2 mutation", "rag-assistant: LMCACHE_REMOTE_URL",
-                               "rag-assistant: LMCache env", "rag-assistant: L2 mount"]
+                               "rag-assistant: LMCache env", "rag-assistant: vLLM KV transfer config",
+                               "rag-assistant: L2 mount"]
+    # vLLM's default policy, in both pods: every L2 read fault would fail a request.
+    assert next(r.detail for r in results if r.name.endswith("KV transfer config")).count(
+        "kv_load_failure_policy is None, not 'recompute'") == 2
     env_detail = next(r.detail for r in results if r.name.endswith("LMCache env"))
     assert "LMCACHE_SAVE_UNFULL_CHUNK: 0 entries" in env_detail and "DO_NOT_TRACK: 0 entries" in env_detail
     assert "LMCACHE_REMOTE_SERDE" not in env_detail
@@ -564,19 +576,19 @@ def test_a_new_policy_entry_is_checked_without_touching_verify(cluster: FakeRead
 
 @pytest.mark.parametrize("index", range(len(owned_volumes(RAG))),
                          ids=[m["mountPath"] for _, m in owned_volumes(RAG)])
-@pytest.mark.parametrize("how", ["mount dropped", "other source", "read-only"])
+@pytest.mark.parametrize("how", ["mount dropped", "other source", "read-only flipped"])
 def test_every_owned_volume_is_checked(cluster: FakeReader, index: int, how: str) -> None:
     """The volumes the patch owns (k8s.patch.owned_volumes: the L2 PVC, the Prometheus
-    multiprocess emptyDir, ...) are checked like the env: each one mounted once, writable, from
-    the volume the patch sets."""
+    multiprocess emptyDir, the vLLM plugin ConfigMap) are checked like the env: each one mounted
+    once, writable or read-only as the patch mounts it, from the volume the patch sets."""
     volume, mount = owned_volumes(RAG)[index]
     pod = rag_pods(cluster)[0]
     mounts = vllm(pod)["volumeMounts"]
     (mine,) = [m for m in mounts if m["mountPath"] == mount["mountPath"]]
     if how == "mount dropped":
         mounts.remove(mine)
-    elif how == "read-only":
-        mine["readOnly"] = True
+    elif how == "read-only flipped":
+        mine["readOnly"] = not mount.get("readOnly", False)
     else:
         (vol,) = [v for v in pod["spec"]["volumes"] if v["name"] == mine["name"]]
         for key in [k for k in vol if k != "name"]:
