@@ -434,7 +434,9 @@ def _skip_saves(metadata: Any) -> int:
     ``LMCacheConnectorMetadata.requests`` holds ``ReqMeta`` objects whose ``save_spec``
     (``SaveSpec(skip_leading_tokens, can_save)``) the worker reads in ``save_kv_layer`` and
     ``wait_for_save``: ``can_save`` False skips the store, the path LMCache itself takes for a
-    request in decode (``lmcache/integration/vllm/vllm_v1_adapter.py``, 0.5.5). The request's
+    request in decode (``lmcache/integration/vllm/vllm_v1_adapter.py``, 0.5.5). ``wait_for_save``
+    still releases the request's lookup pins (``lookup_unpin`` comes before its ``can_save`` test),
+    so a request looked up before the gate opened leaves nothing pinned in L1. The request's
     tracker has already counted those tokens as saved, so they are not stored later either.
     """
     skipped = 0
@@ -460,8 +462,10 @@ def _build_connector_class() -> type:
     class GatedLMCacheConnectorV1(LMCacheConnectorV1):  # type: ignore[misc, valid-type]
         """LMCacheConnectorV1 whose scheduler side skips LMCache while the L2 gate is open (module docstring)."""
 
-        def __init__(self, vllm_config: Any, role: Any, *args: Any, **kwargs: Any) -> None:
-            super().__init__(vllm_config, role, *args, **kwargs)
+        # The parent's signature, spelled out: vLLM 0.29.0's KVConnectorFactory.get_connector_class
+        # refuses an external connector whose constructor lacks ``kv_cache_config`` (supports_kw).
+        def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
+            super().__init__(vllm_config, role, kv_cache_config)
             self._l2_gate: GateRuntime | None = None
             if role == KVConnectorRole.SCHEDULER:
                 self._l2_gate = start_gate(GateSettings.from_env())

@@ -249,3 +249,40 @@ def test_a_gate_that_keeps_reopening_holds_longer_and_resets_after_a_quiet_spell
     clock.now += l2_gate.REOPEN_WINDOW_S  # quiet: the next open starts from close_after again
     gate.lookup_done(0.2)
     assert gate.hold_s == 0.5
+
+
+def test_the_shipped_file_imports_only_the_standard_library_at_module_level() -> None:
+    """The ConfigMap ships this one file: nothing of the project, and vLLM / prometheus_client only
+    inside the functions that run in vLLM's process (the image has them; this venv has no vLLM)."""
+    import ast
+
+    tree = ast.parse(Path(l2_gate.__file__).read_text(encoding="utf-8"))
+    top = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            top.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            top.add(node.module.split(".")[0])
+    assert top - {"__future__"} <= set(sys.stdlib_module_names), top
+    nested = {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+    assert nested - set(sys.stdlib_module_names) == {"vllm", "prometheus_client"}
+
+
+def test_start_gate_probes_a_real_directory_and_publishes_its_state(tmp_path: Path) -> None:
+    prometheus_client = pytest.importorskip("prometheus_client")
+    runtime = l2_gate.start_gate(GateSettings(path=str(tmp_path), probe_interval_s=0.01), metrics=True)
+    assert runtime is not None
+    try:
+        _wait(lambda: runtime.prober.probes >= 3)
+        assert not runtime.gate.is_open
+        registry = prometheus_client.REGISTRY
+        assert registry.get_sample_value("kvcache_l2_gate_open") == 0
+        runtime.gate.probe_failed("OSError(107)")
+        runtime.bypass()
+        assert registry.get_sample_value("kvcache_l2_gate_open") == 1
+        assert registry.get_sample_value("kvcache_l2_gate_transitions_total", {"to": "open"}) >= 1
+        assert registry.get_sample_value("kvcache_l2_gate_bypassed_lookups_total") >= 1
+        _wait(lambda: not runtime.gate.is_open)  # the directory answers: closed after the hold
+        assert registry.get_sample_value("kvcache_l2_gate_open") == 0
+    finally:
+        runtime.stop()
