@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import Final
 
-from k8s.vllm_plugins import PLUGIN_DIR, PYTHONPATH_ENV
+from k8s.vllm_plugins import L2_GATE_ENV, PLUGIN_DIR, PYTHONPATH_ENV, l2_gate_env
 from platform_config import BusinessLineConfig, PlatformConfig, vllm_args
 from platform_config.fields import LMCACHE_VERSION
 
@@ -246,7 +246,7 @@ def lmcache_env(platform: PlatformConfig, line: BusinessLineConfig, *, tmp_dir_t
         ``PROMETHEUS_MULTIPROC_DIR`` = :data:`METRICS_DIR` (so LMCache's metrics reach vLLM's
         ``/metrics``; the patch mounts an ``emptyDir`` there); ``PYTHONPATH`` =
         :data:`k8s.vllm_plugins.PLUGIN_DIR` (vLLM imports the L2 gate from there; the image sets no
-        ``PYTHONPATH`` of its own); and, only when
+        ``PYTHONPATH`` of its own) and the gate's settings (:func:`k8s.vllm_plugins.l2_gate_env`); and, only when
         ``cache.l1_cpu_gib`` is set, ``LMCACHE_MAX_LOCAL_CPU_SIZE`` (:func:`max_local_cpu_size`).
 
     Raises:
@@ -268,6 +268,7 @@ def lmcache_env(platform: PlatformConfig, line: BusinessLineConfig, *, tmp_dir_t
         env[DO_NOT_TRACK_ENV] = "1"
     env[PROMETHEUS_MULTIPROC_DIR_ENV] = METRICS_DIR
     env[PYTHONPATH_ENV] = PLUGIN_DIR
+    env.update(l2_gate_env(platform))
     l1_size = max_local_cpu_size(line)
     if l1_size is not None:
         env[env_name("max_local_cpu_size")] = l1_size
@@ -326,7 +327,7 @@ def owned_env_names(line: BusinessLineConfig) -> tuple[str, ...]:
     names = (env_name("remote_url"), env_name("chunk_size"),
              *(env_name(s.key) for s in PINNED_SETTINGS if not s.key.startswith("extra_config.")),
              env_name("extra_config"), *(env_name(k) for k in L2_FAULT_TIMEOUT_KEYS), PYTHONHASHSEED_ENV, TRACK_USAGE_ENV, DO_NOT_TRACK_ENV,
-             PROMETHEUS_MULTIPROC_DIR_ENV, PYTHONPATH_ENV, POD_NAME_ENV)
+             PROMETHEUS_MULTIPROC_DIR_ENV, PYTHONPATH_ENV, *L2_GATE_ENV, POD_NAME_ENV)
     if line.cache.l1_cpu_gib is not None:
         names += (env_name("max_local_cpu_size"),)
     return names

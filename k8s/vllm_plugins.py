@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from k8s import names
+from platform_config import PlatformConfig
 from vllm_plugins import l2_gate
 
 #: Where the vLLM container mounts the plugin ConfigMap (read-only); ``PYTHONPATH`` names it.
@@ -35,6 +36,17 @@ GATE_CONNECTOR: Final = l2_gate.CONNECTOR_CLASS_NAME
 KV_TRANSFER_SETTINGS: Final[dict[str, str]] = {"kv_connector": GATE_CONNECTOR, "kv_connector_module_path": GATE_MODULE}
 #: Environment variable that puts :data:`PLUGIN_DIR` on the vLLM container's import path.
 PYTHONPATH_ENV: Final = "PYTHONPATH"
+#: The gate's settings the pods get from ``lmcache.l2_gate`` (:func:`l2_gate_env`), read by
+#: :meth:`vllm_plugins.l2_gate.GateSettings.from_env`.
+L2_GATE_ENV: Final = tuple(l2_gate.ENV_PREFIX + k for k in ("ENABLED", "OPEN_AFTER_MS", "LOOKUP_SLOW_MS", "CLOSE_AFTER_MS"))
+
+
+def l2_gate_env(platform: PlatformConfig) -> dict[str, str]:
+    """``KVCACHE_L2_GATE_*`` of ``platform.lmcache.l2_gate`` (milliseconds; ENABLED ``1``/``0``), in
+    :data:`L2_GATE_ENV` order. The probe interval and the longest hold keep the gate's defaults."""
+    gate = platform.lmcache.l2_gate
+    values = ("1" if gate.enabled else "0", str(gate.open_after_ms), str(gate.lookup_slow_ms), str(gate.close_after_ms))
+    return dict(zip(L2_GATE_ENV, values))
 
 
 @functools.cache

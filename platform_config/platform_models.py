@@ -729,6 +729,24 @@ class ObservabilityConfig(StrictModel):
     workspace_key: Literal["aws-owned", "customer-managed"] = "aws-owned"
 
 
+class L2GateSettings(StrictModel):
+    """The L2 gate every vLLM pod of an L2 line loads (``vllm_plugins/l2_gate.py``; docs/l2-cache.md,
+    "When the L2 hangs: the L2 gate"), rendered as its ``KVCACHE_L2_GATE_*`` environment. Defaults
+    and their reasons are the gate's own (:class:`vllm_plugins.l2_gate.GateSettings`)."""
+
+    #: Off: the pods run LMCache's connector as if there were no gate (`KVCACHE_L2_GATE_ENABLED=0`),
+    #: so every request arriving while the L2 hangs holds the whole engine for `lookup_timeout_ms`.
+    enabled: bool = True
+    #: A probe of the L2 mount (a `stat`) outstanding longer than this opens the gate, in ms. Raise it
+    #: when `kvcache_l2_gate_transitions_total` counts opens while the mount is fine (a loaded
+    #: Primary, busy nodes); the detection window grows with it.
+    open_after_ms: Annotated[int, Field(ge=10, le=10000)] = 50
+    #: A real LMCache lookup slower than this opens the gate too, in ms; below `lookup_timeout_ms`.
+    lookup_slow_ms: Annotated[int, Field(ge=10, le=10000)] = 100
+    #: How long probes must answer without a break before the gate closes, in ms.
+    close_after_ms: Annotated[int, Field(ge=50, le=60000)] = 500
+
+
 class LMCacheSettings(StrictModel):
     """Platform-wide LMCache settings of every inference pod."""
 
@@ -751,6 +769,17 @@ class LMCacheSettings(StrictModel):
     #: reads it with `int()`, default 10). 1 is the smallest that LMCache can express; it bounds
     #: what a failing L2 adds to a request whose lookup found its prefix just before the fault.
     blocking_timeout_secs: Annotated[int, Field(ge=1, le=10)] = 1
+    #: The L2 gate in front of LMCache's lookups (docs/l2-cache.md, "When the L2 hangs").
+    l2_gate: L2GateSettings = L2GateSettings()
+
+    @model_validator(mode="after")
+    def _slow_lookup_below_the_timeout(self) -> "LMCacheSettings":
+        if self.l2_gate.lookup_slow_ms >= self.lookup_timeout_ms:
+            raise FieldError("l2_gate.lookup_slow_ms",
+                             f"l2_gate.lookup_slow_ms {self.l2_gate.lookup_slow_ms} is not below lookup_timeout_ms "
+                             f"{self.lookup_timeout_ms}: a lookup ends at the timeout, so a slow one would never "
+                             f"open the gate; allowed: 10 to {self.lookup_timeout_ms - 1}")
+        return self
 
 
 class PlatformConfig(StrictModel):

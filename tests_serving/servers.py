@@ -19,9 +19,9 @@ env ``PYTHONPATH`` (the plugin ConfigMap's     a temporary directory holding the
 mount, /opt/kvcache/vllm-plugins)              ConfigMap's files (:func:`write_plugins`), then  repository makes the test connector module
                                                the repository                                  importable
 (no such variable)                             ``PATH``, ``HOME``                              a process environment
-(no such variable: the gate's defaults,        ``KVCACHE_L2_GATE_OPEN_AFTER_MS`` and            three vLLM servers on 2 cores slow a healthy
-50 ms / 100 ms)                                ``..._LOOKUP_SLOW_MS`` :data:`GATE_TEST_MS`      probe through the FUSE mount past 50 ms
-                                               (only when the base is the L2 gate)             (seen: 422 ms), and the gate then opens on a
+env ``KVCACHE_L2_GATE_OPEN_AFTER_MS`` /         both :data:`GATE_TEST_MS`                        three vLLM servers on 2 cores slow a healthy
+``..._LOOKUP_SLOW_MS`` (``lmcache.l2_gate``:    (only when the base is the L2 gate)             probe through the FUSE mount past 50 ms
+50 / 100 ms)                                                                                   (seen: 422 ms), and the gate then opens on a
                                                                                                healthy L2 and skips it; the faults'
                                                                                                probes still outlast the bound (hang: 3 s)
 args: positional model ``/opt/ml/model``       ``--model <tiny model dir>``                   no weights here (:mod:`tests_serving.tiny_model`);
@@ -374,9 +374,7 @@ def serving_env(rendered: dict[str, str], *, root_url: str, mount: Path, metrics
                 cpu_connector.BASE_ENV: base, "PATH": os.environ["PATH"], "HOME": str(home),
                 "PYTHONPATH": ":".join([*rendered_path, str(REPO)])})
     if base.startswith("kvcache_l2_gate:"):
-        for name in GATE_TEST_ENV:
-            if name in rendered:
-                raise AssertionError(f"{name} is rendered ({rendered[name]}): the tier's value would replace it")
+        for name in GATE_TEST_ENV:  # the rendered lmcache.l2_gate bounds (50 / 100 ms) replaced
             env[name] = GATE_TEST_MS
     return env
 
@@ -387,7 +385,8 @@ GATE_TEST_MS = "1000"
 GATE_TEST_ENV = ("KVCACHE_L2_GATE_OPEN_AFTER_MS", "KVCACHE_L2_GATE_LOOKUP_SLOW_MS")
 
 #: What :func:`serving_env` may change or add, and nothing else (test_only_substitution.py).
-ENV_REPLACED = ("LMCACHE_REMOTE_URL", "LMCACHE_MAX_LOCAL_CPU_SIZE", "PROMETHEUS_MULTIPROC_DIR", "PYTHONPATH")
+ENV_REPLACED = ("LMCACHE_REMOTE_URL", "LMCACHE_MAX_LOCAL_CPU_SIZE", "PROMETHEUS_MULTIPROC_DIR", "PYTHONPATH",
+                *GATE_TEST_ENV)
 ENV_ADDED = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", cpu_connector.BASE_ENV, "PATH", "HOME", "PYTHONPATH",
              *GATE_TEST_ENV)
 

@@ -27,7 +27,7 @@ the FUSE daemon to core 0 (a starved client measures itself, not the server); se
 Asserted: no failed request in any scenario; the same completions (greedy, float32) for the check
 prompts in every scenario, before and after the fault; the gate opens during the hang (within
 :data:`OPEN_BOUND_S` of its start) and closes after recovery (within :data:`CLOSE_BOUND_S`). The
-throughput and latency figures are printed, not asserted (docs/l2-gate-draft.md has a run).
+throughput and latency figures are printed, not asserted (docs/l2-cache.md, "When the L2 hangs: the L2 gate", has a run).
 """
 
 from __future__ import annotations
@@ -313,7 +313,7 @@ def test_the_gate_opens_during_the_hang_and_closes_after_recovery(results) -> No
 
 
 def test_print_figures(results, capsys: pytest.CaptureFixture[str]) -> None:
-    """The run's figures (not asserted): docs/l2-gate-draft.md, "Measured"."""
+    """The run's figures (not asserted): docs/l2-cache.md, "When the L2 hangs: the L2 gate", "Measured"."""
     with capsys.disabled():
         print(f"\nhung L2: {STREAMS} streams, phases of {PHASE_S:.0f} s; decode tok/s | TTFT p50/p99 ms | "
               "ITL p99/max ms | requests")

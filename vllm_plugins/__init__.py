@@ -8,5 +8,5 @@ standard library, plus what the pinned ``lmcache/vllm-openai`` image already hol
 venv (which has neither vLLM nor LMCache) can import and unit-test the rest.
 
 * :mod:`vllm_plugins.l2_gate`: the L2 gate, a KV connector that stops LMCache lookups while the
-  line's L2 mount does not answer (docs/l2-gate-draft.md).
+  line's L2 mount does not answer (docs/l2-cache.md, "When the L2 hangs: the L2 gate").
 """

@@ -1,6 +1,6 @@
 """The L2 gate: a vLLM KV connector that stops asking LMCache while the line's L2 mount does not answer.
 
-Why (issue 23 item 2; docs/l2-gate-draft.md). vLLM 0.29.0's scheduler calls the KV connector's
+Why (issue 23 item 2; docs/l2-cache.md, "When the L2 hangs: the L2 gate"). vLLM 0.29.0's scheduler calls the KV connector's
 ``get_num_new_matched_tokens`` for every waiting request inside its scheduling step
 (``vllm/v1/core/sched/scheduler.py`` ``Scheduler.schedule``), and LMCache 0.5.5 answers it with a
 lookup that ends in a ``stat`` of each chunk file on the L2 mount (``LMCacheConnectorV1Impl

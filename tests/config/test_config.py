@@ -700,3 +700,11 @@ def test_a_line_whose_stack_name_cloudformation_would_refuse(config_dir: Path) -
     problem = only_problem(config_dir)
     assert f"{name}.yaml: name:" in problem and "is 132 characters; CloudFormation allows 128" in problem
     assert "at most 59 characters" in problem
+
+
+def test_the_gates_slow_lookup_bound_must_be_below_the_lookup_timeout(config_dir: Path) -> None:
+    """A lookup ends at lookup_timeout_ms, so a slow-lookup bound at or above it never opens the gate."""
+    edit_yaml(config_dir / "platform.yaml", lambda d: d.setdefault("lmcache", {}).update(
+        lookup_timeout_ms=200, l2_gate={"lookup_slow_ms": 200}))
+    problem = only_problem(config_dir)
+    assert "lmcache.l2_gate.lookup_slow_ms" in problem and "allowed: 10 to 199" in problem

@@ -188,6 +188,9 @@ def test_cache_env_values(k8s_project):
         "PROMETHEUS_MULTIPROC_DIR": "/tmp/prometheus-multiproc",
         # Not LMCache's: where vLLM imports the L2 gate from (the mounted plugin ConfigMap).
         "PYTHONPATH": "/opt/kvcache/vllm-plugins",
+        # Not LMCache's: the L2 gate's settings (lmcache.l2_gate, docs/l2-cache.md "When the L2 hangs").
+        "KVCACHE_L2_GATE_ENABLED": "1", "KVCACHE_L2_GATE_OPEN_AFTER_MS": "50",
+        "KVCACHE_L2_GATE_LOOKUP_SLOW_MS": "100", "KVCACHE_L2_GATE_CLOSE_AFTER_MS": "500",
         "LMCACHE_MAX_LOCAL_CPU_SIZE": "16",  # cache.l1_cpu_gib 16, one TP rank; LMCache reads GiB
     }
     assert re.fullmatch(r"qwen2-7b-instruct-[0-9a-f]{12}", l2_cache_dir(k8s_project.platform, line))
@@ -273,7 +276,9 @@ def test_static_patch_matches_the_reference_layout(k8s_project):
         "KVCACHE_POD_NAME", "LMCACHE_REMOTE_URL", "LMCACHE_CHUNK_SIZE", "LMCACHE_REMOTE_SERDE",
         "LMCACHE_SAVE_UNFULL_CHUNK", "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "LMCACHE_EXTRA_CONFIG",
         "LMCACHE_LOOKUP_TIMEOUT_MS", "LMCACHE_BLOCKING_TIMEOUT_SECS", "PYTHONHASHSEED",
-        "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK", "PROMETHEUS_MULTIPROC_DIR", "PYTHONPATH", "LMCACHE_MAX_LOCAL_CPU_SIZE"]
+        "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK", "PROMETHEUS_MULTIPROC_DIR", "PYTHONPATH", "KVCACHE_L2_GATE_ENABLED",
+        "KVCACHE_L2_GATE_OPEN_AFTER_MS", "KVCACHE_L2_GATE_LOOKUP_SLOW_MS", "KVCACHE_L2_GATE_CLOSE_AFTER_MS",
+        "LMCACHE_MAX_LOCAL_CPU_SIZE"]
     patched = jsonpatch.apply_patch(deployment(line), ops)
     env_list = patched["spec"]["template"]["spec"]["containers"][0]["env"]
     env = _kubelet_env(env_list, "p-1")
