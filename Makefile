@@ -53,11 +53,14 @@ system-deps:
 ## config leaves the last good cdk.out/ as it was (as `make manifests` does for dist/).
 ## It prints one line, where the templates are; of the CLI's stderr it drops only its blank lines
 ## and its two lines about the temporary directory (gone after the swap), so errors and warnings
-## still show.
+## still show. Two at once run one after the other (flock, util-linux, on the folder that holds
+## $(CDK_OUT): no lock file left behind): without it the last to swap won while the other had
+## already printed its own count.
 CDK_OUT ?= cdk.out
 CDK_SYNTH_CHATTER := ^[[:space:]]*$$|Successfully synthesized to |Supply a stack id \(
 synth: setup
 	@set -euo pipefail; \
+	exec 9<"$$(dirname "$(CDK_OUT)")"; flock 9; \
 	new=$$(mktemp -d "$(CDK_OUT).new.XXXXXX"); chmod 755 "$$new"; trap 'rm -rf "$$new" "$(CDK_OUT).old"' EXIT; \
 	$(CDK) synth --quiet --no-notices --no-version-reporting --output "$$new" 2>&1 >/dev/null \
 	  | { grep -v -E '$(CDK_SYNTH_CHATTER)' || true; } >&2; \

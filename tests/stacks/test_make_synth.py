@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 from tests.example_config import REPO, copy_example_config, edit_yaml
@@ -94,3 +95,33 @@ def test_a_bad_config_with_the_real_cdk_cli_keeps_the_last_good_cdk_out(tmp_path
     assert result.returncode == 2
     assert sorted(p.name for p in good.iterdir()) == ["old-stack.template.json"]
     assert leftovers(tmp_path) == []
+
+
+#: A stand-in CDK CLI that takes its time and writes FAKE_CDK_TEMPLATES templates.
+SLOW_FAKE_CDK = r"""#!/usr/bin/env bash
+out=""
+while [[ $# -gt 0 ]]; do [[ "$1" == "--output" ]] && out="$2"; shift; done
+sleep "${FAKE_CDK_SLEEP:-0}"
+for i in $(seq "$FAKE_CDK_TEMPLATES"); do echo '{}' > "$out/stack-$i.template.json"; done
+"""
+
+
+def test_two_synths_at_once_run_one_after_the_other(tmp_path) -> None:
+    """Issue 27: two `make synth` at once had no lock, and the last to swap won while each printed
+    its own count. Now the second waits for the first: each count printed is what it swapped in, and
+    cdk.out holds the count of the one that finished last."""
+    cdk = tmp_path / "cdk"
+    cdk.write_text(SLOW_FAKE_CDK)
+    cdk.chmod(cdk.stat().st_mode | stat.S_IEXEC)
+    args = ["make", "--no-print-directory", "-o", "setup", "synth", f"CDK_OUT={tmp_path / 'cdk.out'}", f"CDK={cdk}"]
+    first = subprocess.Popen(args, cwd=REPO, env={**os.environ, "FAKE_CDK_TEMPLATES": "9", "FAKE_CDK_SLEEP": "2"},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    second = subprocess.Popen(args, cwd=REPO, env={**os.environ, "FAKE_CDK_TEMPLATES": "8", "FAKE_CDK_SLEEP": "0"},
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out_second, _ = second.communicate(timeout=120)
+    out_first, _ = first.communicate(timeout=120)
+    assert first.returncode == 0 and second.returncode == 0
+    assert "synthesized 9 stack templates" in out_first and "synthesized 8 stack templates" in out_second
+    # The second, started while the first held the lock, swapped in after it: its 8 templates stay.
+    assert len(list((tmp_path / "cdk.out").glob("*.template.json"))) == 8
