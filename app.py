@@ -10,6 +10,7 @@ rules, cdk-nag; stacks/synthesis_checks.py). Each problem is one line
 on stderr naming the file and the field or line, and nothing is written to ``$CDK_OUTDIR``:
 synthesis goes to a temporary directory beside it, moved in only when every check passed.
 Warnings (files ignored, checks that could not run) go to stderr and do not stop synthesis.
+Ctrl-C: one line, exit 130, nothing written.
 """
 
 from __future__ import annotations
@@ -89,4 +90,9 @@ def _move_into(source: Path, target: Path) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        # Ctrl-C: main's finally has removed the staging folder; a traceback would only hide that.
+        print("interrupted: nothing written (the last synthesized output, if any, is unchanged)", file=sys.stderr)
+        sys.exit(130)

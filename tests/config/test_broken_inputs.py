@@ -368,3 +368,20 @@ def test_every_problem_of_several_files_is_one_line_each(config_dir: Path, tmp_p
     assert [f"error: {p}" for p in info.value.problems] == errors
 
 
+
+
+def test_ctrl_c_during_synthesis_is_one_line_and_writes_nothing(config_dir: Path, tmp_path: Path) -> None:
+    """Issue 27: Ctrl-C while the stacks are built printed a KeyboardInterrupt traceback."""
+    import signal
+    import time
+
+    env = {**os.environ, "KVCACHE_CONFIG_DIR": str(config_dir), "CDK_OUTDIR": str(tmp_path / "cdk.out")}
+    proc = subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    time.sleep(4)  # the config is checked; jsii and the stacks are under way
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.rstrip().splitlines()[-1].startswith("interrupted: nothing written")
+    assert not (tmp_path / "cdk.out").exists() or not any((tmp_path / "cdk.out").iterdir())
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".cdk.out")], "a staging directory was left"
