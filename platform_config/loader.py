@@ -42,6 +42,25 @@ PATTERN_DESCRIPTIONS = {
     platform_models.EMAIL_PATTERN: "an email address such as oncall@example.com",
     line_models.HOT_PREFIX_FILE_PATTERN: ("a path relative to the line's file: letters, digits, '.', '_', '-' and '/' "
                                           "(e.g. rag-assistant.system-prompt.md)"),
+    # The models' inline patterns (tests/config/test_config.py holds every pattern of the models to this table).
+    r"^(https|oci)://\S+$": "an https:// or oci:// URL without spaces",
+    r"^/[A-Za-z0-9._/-]*$": "an absolute path of letters, digits, '.', '_', '-' and '/', such as /kvcache",
+    r"^/[A-Za-z0-9._/-]+$": "an absolute path of letters, digits, '.', '_', '-' and '/', such as /opt/ml/model",
+    r"^1\.[0-9]+\.[0-9]+-[0-9]{8}$": "an EKS-optimized AMI release such as 1.34.2-20261118",
+    r"^[0-9a-f]{40}$": "a full 40-character commit hash (lowercase hexadecimal)",
+    r"^[A-Za-z0-9._-]+/[A-Za-z0-9._-]+$": "a Hugging Face model id <owner>/<name>, such as Qwen/Qwen2-7B-Instruct",
+    r"^[A-Za-z0-9._/-]+$": "a URL path without a leading '/', such as v1/chat/completions",
+    r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$": ("letters, digits, '.', '_' and '-', starting and ending with a "
+                                                    "letter or digit, such as Qwen2-7B-Instruct"),
+    r"^[a-z0-9]+\.[a-z0-9]+$": "an EC2 instance type such as m7i.xlarge",
+    r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$": "an S3 bucket name (3-63 lowercase letters, digits, '.', '-')",
+    r"^arn:aws[a-z-]*:(iam|sts)::[0-9]{12}:[A-Za-z0-9+=,.@_/-]+$": (
+        "an IAM role or user ARN such as arn:aws:iam::111122223333:role/admin"),
+    r"^fs-[0-9a-f]{8,17}$": "an FSx file system ID such as fs-0123456789abcdef0",
+    r"^ml\.[a-z0-9]+\.[a-z0-9]+$": "a SageMaker instance type such as ml.g6e.12xlarge",
+    r"^sg-[0-9a-f]{8,17}$": "a security group ID such as sg-0123456789abcdef0",
+    r"^subnet-[0-9a-f]{8,17}$": "a subnet ID such as subnet-0123456789abcdef0",
+    r"^vpc-[0-9a-f]{8,17}$": "a VPC ID such as vpc-0123456789abcdef0",
 }
 BUSINESS_LINES_DIR = "business-lines"
 

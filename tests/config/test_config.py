@@ -708,3 +708,35 @@ def test_the_gates_slow_lookup_bound_must_be_below_the_lookup_timeout(config_dir
         lookup_timeout_ms=200, l2_gate={"lookup_slow_ms": 200}))
     problem = only_problem(config_dir)
     assert "lmcache.l2_gate.lookup_slow_ms" in problem and "allowed: 10 to 199" in problem
+
+
+def _patterns(schema: object) -> set[str]:
+    """Every ``pattern`` of a JSON schema, nested definitions included."""
+    found: set[str] = set()
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            if key == "pattern" and isinstance(value, str):
+                found.add(value)
+            else:
+                found |= _patterns(value)
+    elif isinstance(schema, list):
+        for value in schema:
+            found |= _patterns(value)
+    return found
+
+
+def test_every_pattern_of_the_models_is_said_in_words() -> None:
+    """A refused value's message says what is allowed in words before the regular expression (issue
+    27: 11 messages whose only 'allowed' was a raw pattern)."""
+    from platform_config import BusinessLineConfig, PlatformConfig
+    from platform_config.loader import PATTERN_DESCRIPTIONS
+
+    patterns = _patterns(PlatformConfig.model_json_schema()) | _patterns(BusinessLineConfig.model_json_schema())
+    assert len(patterns) >= 20
+    assert sorted(patterns - set(PATTERN_DESCRIPTIONS)) == []
+
+
+def test_a_bad_id_is_refused_in_words(config_dir: Path) -> None:
+    edit_yaml(config_dir / "platform.yaml", lambda d: d["eks"].update(system_node_instance_type="M7I.XLARGE"))
+    problem = only_problem(config_dir)
+    assert "eks.system_node_instance_type: not allowed; allowed: an EC2 instance type such as m7i.xlarge" in problem
