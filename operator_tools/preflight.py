@@ -12,6 +12,7 @@ recorded responses); :func:`run_preflight` is the thin layer that calls boto3.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from platform_config.addon_configuration import (
     OMITTED_KEYS_WITH_REQUIRED_DEFAULT,
     configured_addons,
 )
-from platform_config.kubernetes_versions import HYPERPOD_KUBERNETES_VERSIONS
+from platform_config.kubernetes_versions import HYPERPOD_KUBERNETES_VERSIONS, release
 from platform_config.stack_names import platform_stack_name
 
 #: Minimum add-on versions the inference add-on depends on (docs/sources.md §1, from the
@@ -74,6 +75,10 @@ def version_key(version: str) -> tuple[int, ...]:
 def pinned_addons(platform: PlatformConfig) -> dict[str, str]:
     """Add-on name (as EKS spells it) -> pinned version, from ``versions.addons``."""
     return platform.versions.addons.model_dump(by_alias=True)
+
+
+#: Name of the EKS support-calendar row (:func:`check_support_calendar`).
+SUPPORT_CHECK = "EKS support"
 
 
 def check_account(platform: PlatformConfig, caller_identity: dict[str, Any]) -> CheckResult:
@@ -475,6 +480,38 @@ def check_hyperpod_update(platform: PlatformConfig, sagemaker: Any, cloudformati
                        f"{reason}; no deep health checks on the {len(nodes)} node(s) of {cluster}{note}")
 
 
+#: Days before the end of standard support from which the support check says it is near.
+SUPPORT_NOTICE_DAYS = 60
+
+
+def check_support_calendar(platform: PlatformConfig, today: dt.date) -> CheckResult:
+    """Where ``eks.version`` stands in the EKS support calendar (its row of
+    :data:`platform_config.kubernetes_versions.KUBERNETES_RELEASES`), against ``eks.support_type``.
+
+    Fails only when the cluster would be upgraded by EKS itself: ``STANDARD`` within
+    :data:`SUPPORT_NOTICE_DAYS` of (or past) the end of standard support, or any type past the end
+    of extended support. Otherwise passes, saying when extended support (and its price) starts.
+    """
+    row = release(platform.eks.version)
+    kind = platform.eks.support_type
+    end, last = row.standard_support_end, row.extended_support_end
+    if today > last:
+        return CheckResult(SUPPORT_CHECK, False, f"Kubernetes {row.version}: extended support ended {last}; EKS "
+                           "upgrades the control plane by itself: upgrade now (docs/day-two.md)")
+    if kind == "STANDARD" and (end - today).days <= SUPPORT_NOTICE_DAYS:
+        return CheckResult(SUPPORT_CHECK, False, (
+            f"Kubernetes {row.version}: standard support {'ended' if today > end else 'ends'} {end}, and "
+            f"eks.support_type STANDARD lets EKS upgrade the control plane then, possibly past HyperPod's versions "
+            f"({', '.join(HYPERPOD_KUBERNETES_VERSIONS)}); upgrade first, or set EXTENDED (docs/day-two.md)"))
+    if today > end:
+        return CheckResult(SUPPORT_CHECK, True, (
+            f"Kubernetes {row.version}: in extended support since {end} (until {last}): the cluster is billed "
+            "at the extended-support price; plan the upgrade (docs/day-two.md)"))
+    return CheckResult(SUPPORT_CHECK, True, (
+        f"Kubernetes {row.version}: standard support until {end} ({(end - today).days} days), then "
+        + ("extended support (its price) until " + str(last) if kind == "EXTENDED" else "EKS upgrades it")))
+
+
 def run_preflight(platform: PlatformConfig, session_factory: Callable[..., Any] | None = None, *,
                   hyperpod_template: dict[str, Any] | None = None, only: str | None = None) -> list[CheckResult]:
     """Run every check against AWS with standard credential resolution; read-only calls.
@@ -525,6 +562,7 @@ def run_preflight(platform: PlatformConfig, session_factory: Callable[..., Any] 
     except eks.exceptions.ResourceNotFoundException:
         cluster = None
     results.append(check_cluster_version(platform, cluster))
+    results.append(check_support_calendar(platform, dt.date.today()))
 
     cloudformation = session.client("cloudformation")
     try:

@@ -146,6 +146,13 @@ class EksConfig(StrictModel):
     #: Small managed node group for system pods (CoreDNS, operators, Kyverno, Curvine Primary).
     system_node_instance_type: Annotated[str, StringConstraints(pattern=r"^[a-z0-9]+\.[a-z0-9]+$")] = "m7i.xlarge"
     system_node_count: Annotated[int, Field(ge=1, le=10)] = 2
+    #: EKS support policy of the cluster (`UpgradePolicy.SupportType`), set explicitly. EXTENDED: the
+    #: control plane stays on `version` after its standard support ends (1.34: 2026-12-02), at the
+    #: extended-support price (Amazon EKS pricing: $0.60 instead of $0.10 per cluster-hour) until
+    #: you upgrade (docs/day-two.md). STANDARD: at that date EKS upgrades the control plane by itself,
+    #: possibly to a version HyperPod does not support yet. `scripts/preflight.py` reports where the
+    #: version stands in the EKS calendar.
+    support_type: Literal["EXTENDED", "STANDARD"] = "EXTENDED"
     #: EKS-optimized AMI release of the system node group (`1.34.2-20261118`: the node group's
     #: `ReleaseVersion`, as `aws eks describe-nodegroup` or the AL2023 release notes name it), null
     #: for the newest release of `version` when the node group is created or its version changes.

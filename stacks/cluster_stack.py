@@ -142,6 +142,9 @@ class ClusterStack(Stack):
         assert isinstance(cfn_cluster, eks.CfnCluster)
         cfn_cluster.override_logical_id(CLUSTER_LOGICAL_ID)
         cfn_cluster.add_property_override("AccessConfig.AuthenticationMode", AUTHENTICATION_MODE)
+        # Explicit: with no UpgradePolicy EKS moves a version past standard support to extended
+        # support (and its price) silently; STANDARD would upgrade it by itself (eks.support_type).
+        cfn_cluster.add_property_override("UpgradePolicy.SupportType", cfg.support_type)
         # IRSA needs the OIDC provider; create it here, with the cluster (native resource:
         # feature flag @aws-cdk/aws-eks:useNativeOidcProvider in cdk.json).
         self.oidc_provider = self.cluster.open_id_connect_provider

@@ -120,6 +120,13 @@ def test_system_nodegroup_is_small_al2023_in_the_gpu_zone(templates, project, pl
     assert subnets == [platform.cluster.resolve(platform.network.hyperpod_subnet.subnet_id)]
 
 
+def test_the_support_policy_is_explicit(templates, project) -> None:
+    """Without UpgradePolicy EKS moves a version past standard support into extended support (and its
+    price) silently (issue 26 item 2): eks.support_type says which, EXTENDED by default."""
+    assert project.platform.eks.support_type == "EXTENDED"
+    templates[EKS].has_resource_properties("AWS::EKS::Cluster", {"UpgradePolicy": {"SupportType": "EXTENDED"}})
+
+
 def test_oidc_provider_is_the_native_resource(templates) -> None:
     templates[EKS].resource_count_is("AWS::IAM::OIDCProvider", 1)
     assert not templates[EKS].find_resources("Custom::AWSCDKOpenIdConnectProvider")

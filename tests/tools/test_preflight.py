@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
@@ -13,6 +14,7 @@ from operator_tools.preflight import (
     check_addon_versions,
     check_bootstrap,
     check_cluster_version,
+    check_support_calendar,
     check_left_out_keys,
     check_zones,
     keys_missing_from_schema,
@@ -316,6 +318,24 @@ def test_run_preflight_reports_every_check() -> None:
     assert all(r.ok for n, r in by_name.items() if n.startswith("add-on "))
     assert by_name["cdk bootstrap"] == CheckResult(
         "cdk bootstrap", False, "stack CDKToolkit not found; run `cdk bootstrap`")
+    assert by_name["EKS support"].detail.startswith(f"Kubernetes {PLATFORM.eks.version}: ")
+
+
+@pytest.mark.parametrize("support_type, today, ok, says", [
+    ("EXTENDED", dt.date(2026, 10, 1), True, "standard support until 2026-12-02 (62 days), then extended support"),
+    ("EXTENDED", dt.date(2026, 12, 3), True, "in extended support since 2026-12-02 (until 2027-12-02): the cluster is "
+                                              "billed at the extended-support price"),
+    ("STANDARD", dt.date(2026, 9, 1), True, "standard support until 2026-12-02 (92 days), then EKS upgrades it"),
+    # STANDARD near or past the end: EKS would upgrade the control plane by itself (issue 26 item 2).
+    ("STANDARD", dt.date(2026, 11, 1), False, "standard support ends 2026-12-02, and eks.support_type STANDARD lets"),
+    ("STANDARD", dt.date(2026, 12, 3), False, "standard support ended 2026-12-02"),
+    ("EXTENDED", dt.date(2027, 12, 3), False, "extended support ended 2027-12-02"),
+])
+def test_the_eks_support_calendar(support_type, today, ok, says) -> None:
+    platform = PLATFORM.model_copy(update={"eks": PLATFORM.eks.model_copy(update={"support_type": support_type})})
+    assert PLATFORM.eks.version == "1.34"  # the dates below are 1.34's (platform_config/kubernetes_versions.py)
+    result = check_support_calendar(platform, today)
+    assert result.name == "EKS support" and result.ok is ok and says in result.detail, result
 
 
 def test_run_preflight_reads_the_pinned_schemas_and_the_cluster_version() -> None:
