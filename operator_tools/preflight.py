@@ -100,7 +100,7 @@ def check_zones(platform: PlatformConfig, zones_response: dict[str, Any]) -> Che
 def check_addon_versions(platform: PlatformConfig,
                          versions_by_addon: dict[str, list[str]]) -> list[CheckResult]:
     """Each pinned add-on version is offered for the cluster's Kubernetes version and meets
-    the HyperPod minimums.
+    the HyperPod minimums; a passing row names the newest version offered above the pin, if any.
 
     Args:
         versions_by_addon: add-on name -> versions offered for ``eks.version``, as collected
@@ -116,7 +116,12 @@ def check_addon_versions(platform: PlatformConfig,
             problems.append(f"{pinned} not offered for Kubernetes {platform.eks.version} (newest: {newest})")
         if name in minimums and version_key(pinned) < version_key(minimums[name]):
             problems.append(f"{pinned} is below the required {minimums[name]}")
-        results.append(CheckResult(f"add-on {name}", not problems, "; ".join(problems) or pinned))
+        newer = sorted((v for v in offered if version_key(v) > version_key(pinned)), key=version_key)
+        detail = "; ".join(problems) or pinned
+        if not problems and newer:
+            # Not a failure: a pin is a choice; the report says what a bump would move to (issue 26).
+            detail += f" (newer offered: {newer[-1]}{f' and {len(newer) - 1} more' if len(newer) > 1 else ''})"
+        results.append(CheckResult(f"add-on {name}", not problems, detail))
     return results
 
 

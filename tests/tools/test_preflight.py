@@ -58,6 +58,15 @@ def test_unoffered_version_fails_and_names_the_newest() -> None:
     assert "newest: v1.12.9-eksbuild.1" in failed[0].detail
 
 
+def test_a_newer_offered_build_is_reported_not_failed() -> None:
+    """Stale pins show (issue 26 item 5): the row passes and names the newest build above the pin."""
+    offered = offered_all_pinned()
+    pinned = pinned_addons(PLATFORM)["coredns"]
+    offered["coredns"] = ["v1.11.4-eksbuild.2", pinned, "v1.13.1-eksbuild.1", "v1.12.99-eksbuild.3"]
+    (row,) = [r for r in check_addon_versions(PLATFORM, offered) if r.name == "add-on coredns"]
+    assert row.ok and row.detail == f"{pinned} (newer offered: v1.13.1-eksbuild.1 and 1 more)"
+
+
 def test_dependency_below_the_hyperpod_minimum_fails() -> None:
     platform = PLATFORM.model_copy(update={"versions": PLATFORM.versions.model_copy(update={
         "addons": PLATFORM.versions.addons.model_copy(update={"cert_manager": "v1.17.0-eksbuild.1"})})})
