@@ -10,7 +10,8 @@ rules, cdk-nag; stacks/synthesis_checks.py). Each problem is one line
 on stderr naming the file and the field or line, and nothing is written to ``$CDK_OUTDIR``:
 synthesis goes to a temporary directory beside it, moved in only when every check passed.
 Warnings (files ignored, checks that could not run) go to stderr and do not stop synthesis.
-Ctrl-C: one line, exit 130, nothing written.
+Ctrl-C: one line, exit 130, ``$CDK_OUTDIR`` untouched (a ``.cdk.out.*`` staging folder beside it
+can remain when jsii's Node process was still writing into it).
 """
 
 from __future__ import annotations
@@ -94,5 +95,6 @@ if __name__ == "__main__":
         sys.exit(main())
     except KeyboardInterrupt:
         # Ctrl-C: main's finally has removed the staging folder; a traceback would only hide that.
-        print("interrupted: nothing written (the last synthesized output, if any, is unchanged)", file=sys.stderr)
+        print("interrupted: nothing written to the output folder (the last synthesized output, if any, is "
+              "unchanged)", file=sys.stderr)
         sys.exit(130)
