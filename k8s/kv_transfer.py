@@ -70,19 +70,28 @@ def settings_json(settings: dict[str, Any]) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
+def _json_object(value: str) -> dict[str, Any]:
+    """``value`` parsed as vLLM parses ``--kv-transfer-config``: one JSON object.
+
+    Raises:
+        ValueError: not JSON, or JSON that is not an object (vLLM would refuse it too).
+    """
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{KV_TRANSFER_FLAG} {value!r} is not JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"{KV_TRANSFER_FLAG} {value!r} is not a JSON object")
+    return parsed
+
+
 def completed_value(operator_value: str) -> str:
     """The operator's ``--kv-transfer-config`` JSON with :data:`PLATFORM_SETTINGS` merged over it.
 
     Raises:
         ValueError: ``operator_value`` is not a JSON object (vLLM would refuse it too).
     """
-    try:
-        value = json.loads(operator_value)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{KV_TRANSFER_FLAG} {operator_value!r} is not JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"{KV_TRANSFER_FLAG} {operator_value!r} is not a JSON object")
-    return settings_json({**value, **PLATFORM_SETTINGS})
+    return settings_json({**_json_object(operator_value), **PLATFORM_SETTINGS})
 
 
 def completed_args(args: Iterable[str]) -> list[str]:
@@ -135,8 +144,7 @@ def effective_settings(args: Iterable[str]) -> dict[str, Any] | None:
             value = arg[len(KV_TRANSFER_FLAG_EQUALS):]
     if value is None:
         return None
-    completed_value(value)  # raises ValueError unless a JSON object
-    return json.loads(value)
+    return _json_object(value)
 
 
 def _yaml_replace(path: str, value_template: str) -> str:
