@@ -103,7 +103,8 @@ def quantity_bytes(quantity: str) -> float:
     """
     match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)([a-zA-Z]*)", quantity)
     if not match or match.group(2) not in _QUANTITY_SUFFIXES:
-        raise ValueError(f"not a Kubernetes quantity: {quantity!r}")
+        raise ValueError(f"not a Kubernetes quantity: {quantity!r}; allowed: a number with an optional "
+                         "suffix such as 500Gi, 2Ti or 16")
     return float(match.group(1)) * _QUANTITY_SUFFIXES[match.group(2)]
 
 
@@ -152,14 +153,16 @@ def _check_image_pinned(image: str) -> str:
     name, _, digest = image.partition("@")
     if digest:
         if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
-            raise ValueError(f"digest of {image!r} must be sha256:<64 hex>")
+            raise ValueError(f"digest of {image!r} is not sha256:<64 hex>; allowed: <repository>@sha256:<64 lowercase "
+                             "hexadecimal digits>")
         return image
     last = name.rsplit("/", 1)[-1]
     if ":" not in last:
-        raise ValueError(f"image {image!r} has no tag; pin a version tag or a sha256 digest")
+        raise ValueError(f"image {image!r} has no tag; allowed: <repository>:<version tag> or "
+                         "<repository>@sha256:<digest>, e.g. lmcache/vllm-openai:v0.5.5")
     tag = last.rsplit(":", 1)[1]
     if tag == "latest" or not tag:
-        raise ValueError(f"image {image!r} uses tag {tag!r}; pin a version tag or a sha256 digest")
+        raise ValueError(f"image {image!r} uses the mutable tag {tag!r}; allowed: a version tag or a sha256 digest")
     return image
 
 

@@ -103,7 +103,7 @@ def kubernetes_key_problem(key: str) -> str | None:
     prefix, _, name = key.rpartition("/")
     if len(prefix) > KEY_PREFIX_MAX or len(name) > KEY_NAME_MAX:
         return (f"key {key!r}: prefix at most {KEY_PREFIX_MAX} and name at most {KEY_NAME_MAX} characters "
-                "(Kubernetes label key syntax)")
+                "(Kubernetes label key syntax); allowed: a shorter prefix or name")
     domain = reserved_domain(key)
     if domain:
         return (f"key {key!r} uses the reserved prefix {domain}/ (HyperPod's own health labels and taints, or "
@@ -156,7 +156,8 @@ def instance_group_problems(
             f"{instance_type} has neither; allowed: []")
     dupes = sorted({f"{k}:{e}" for k, e in taints if taints.count((k, e)) > 1})
     if dupes:
-        problems.append(f"taints: {', '.join(dupes)} repeated; a node's taints are unique by key and effect")
+        problems.append(f"taints: {', '.join(dupes)} repeated; allowed: each key and effect once (a node's "
+                            "taints are unique by them)")
     if min_instance_count is not None and min_instance_count > instance_count:
         problems.append(f"min_instance_count: {min_instance_count} exceeds instance_count {instance_count}; "
                         f"allowed: 0..{instance_count}")

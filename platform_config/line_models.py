@@ -153,7 +153,7 @@ class VllmConfig(StrictModel):
         if self.lmcache_version is not None and from_tag is not None and self.lmcache_version != from_tag:
             raise FieldError("lmcache_version", 
                 f"lmcache_version {self.lmcache_version!r} contradicts image {self.image!r}, whose tag names "
-                f"LMCache {from_tag}; remove lmcache_version or fix the image")
+                f"LMCache {from_tag}; allowed: no lmcache_version, or the image's")
         version = self.lmcache_version or from_tag
         if version is None:
             raise FieldError(
@@ -203,7 +203,8 @@ class CacheConfig(StrictModel):
     @model_validator(mode="after")
     def _l1_size_needs_l1(self) -> "CacheConfig":
         if self.l1_cpu_gib is not None and not self.l1_enabled:
-            raise FieldError("l1_cpu_gib", "l1_cpu_gib sizes the L1 tier; set l1_enabled: true or remove l1_cpu_gib")
+            raise FieldError("l1_cpu_gib", "l1_cpu_gib sizes the L1 tier, which is off; allowed: l1_enabled: true, or "
+                                               "no l1_cpu_gib")
         return self
 
 
@@ -289,7 +290,7 @@ class HotPrefixMessage(StrictModel):
     def _content_or_file(self) -> "HotPrefixMessage":
         if (self.content is None) == (self.file is None):
             raise FieldError("content", "give the message's text in content or name its file in file, not both "
-                                        "and not neither")
+                                        "and not neither; allowed: exactly one of content and file")
         return self
 
     @property
@@ -319,7 +320,7 @@ class HotPrefix(StrictModel):
         given = [k for k, v in (("messages", self.messages), ("text", self.text), ("file", self.file)) if v]
         if len(given) != 1:
             raise FieldError("messages", f"a prefix takes exactly one of messages, text or file (got "
-                                         f"{', '.join(given) or 'none'})")
+                                         f"{', '.join(given) or 'none'}); allowed: one of them")
         return self
 
     @property
@@ -466,7 +467,8 @@ class BusinessLineConfig(StrictModel):
         if l1 is not None and l1 >= memory_gib:
             raise FieldError("cache.l1_cpu_gib", 
                 f"cache.l1_cpu_gib {l1:g} GiB must be below resources.memory {self.resources.memory} "
-                f"({memory_gib:g} GiB): the L1 buffer lives in the pod's memory"
+                f"({memory_gib:g} GiB): the L1 buffer lives in the pod's memory; allowed: a smaller "
+                "cache.l1_cpu_gib or a larger resources.memory"
             )
         return self
 

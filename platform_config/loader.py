@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -148,8 +149,61 @@ _TYPE_ERRORS = {"string_type", "literal_error", "model_type", "model_attributes_
                 "tuple_type", "union_tag_not_found", "model_class_type", "enum"}
 
 
+#: pydantic's own wording of a rule ("Input should be greater than 0", "String should have at most 63
+#: characters"), which :func:`_with_allowed` turns into the project's "not allowed; allowed: ..." form.
+_PYDANTIC_RULE = re.compile(r"^(Input|String|List|Tuple|Dictionary|Set|Value|Decimal) should (?:be|have) ")
+
+
+def _with_allowed(message: str) -> str:
+    """``message`` in the project's form, what was wrong then ``allowed:``: pydantic's "Input should
+    be a valid dictionary or instance of CacheConfig" becomes "not allowed; allowed: a mapping (key:
+    value lines indented below the key)", without the Python class name a user cannot act on."""
+    match = _PYDANTIC_RULE.match(message)
+    if match is None or "allowed" in message:
+        return message
+    rule = re.sub(r" or instance of \w+", "", message[match.end():])
+    rule = rule.replace("a valid dictionary", "a mapping (key: value lines indented below the key)")
+    return f"not allowed; allowed: {rule}"
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models a field's annotation holds (through Annotated, unions, lists, dicts)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in typing.get_args(annotation) for m in _models_in(arg)]
+
+
+def _tags_of(model: type[BaseModel], key: str | None = None) -> set[str]:
+    """The values a union member's ``Literal`` fields (or only field ``key``) take: ``s3`` for
+    ``type: Literal["s3"]``."""
+    return {str(v) for name, f in model.model_fields.items() if key in (None, name)
+            and typing.get_origin(f.annotation) is typing.Literal for v in typing.get_args(f.annotation)}
+
+
+def _models_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[type[BaseModel]]:
+    """The models a section at ``loc`` (pydantic's location: list indices and union tags included)
+    of ``model`` may be: one, several for a union (``model.source``), none if unknown."""
+    candidates = [model] if model is not None else []
+    for part in loc:
+        if isinstance(part, int) or "[" in part or not candidates:  # a list index, a validator's tag
+            continue
+        fields = [m.model_fields.get(part) for m in candidates]
+        if any(f is not None for f in fields):
+            candidates = [m for f in fields if f is not None for m in _models_in(f.annotation)]
+        else:  # a union's tag (``s3`` of model.source): the member it names
+            candidates = [m for m in candidates if part in _tags_of(m)]
+    return candidates
+
+
+def _keys_at(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
+    """The keys a user may write at ``loc`` of ``model`` (:func:`_models_at`); empty when the
+    location is not one model's section."""
+    candidates = _models_at(model, loc)
+    return sorted(candidates[0].model_fields) if len(candidates) == 1 else []
+
+
 def _problems_from_validation(path: Path, exc: ValidationError, document: YamlDocument | None = None,
-                              data: Any = None) -> list[ConfigProblem]:
+                              data: Any = None, model: type[BaseModel] | None = None) -> list[ConfigProblem]:
     """One :class:`ConfigProblem` per pydantic error, each on the user's dotted key path, with
     the allowed values in words (:data:`PATTERN_DESCRIPTIONS`), and, where YAML turned an unquoted
     scalar into a number, boolean or null, what it read and how to quote it."""
@@ -171,11 +225,21 @@ def _problems_from_validation(path: Path, exc: ValidationError, document: YamlDo
             message = f"not allowed; allowed: {described} (pattern {pattern})" if described \
                 else f"not allowed; allowed: strings matching {pattern}"
         elif err["type"] == "extra_forbidden":
-            message = platform_models.REMOVED_KEYS.get(field, f"unknown key (typo?); see the config reference, {CONFIG_REFERENCE}")
+            keys = _keys_at(model, tuple(err["loc"])[:-1])
+            allowed = f"the keys of this section, {', '.join(keys)}" if keys else "the keys of this section"
+            message = platform_models.REMOVED_KEYS.get(
+                field, f"unknown key (typo?); allowed: {allowed} (the config reference, {CONFIG_REFERENCE})")
         elif err["type"] == "missing":
-            message = f"required field is missing; see the config reference, {CONFIG_REFERENCE}"
+            message = (f"required field is missing; allowed: any value the config reference gives for it "
+                       f"({CONFIG_REFERENCE}); add it")
+        elif err["type"] == "union_tag_not_found":
+            key = str(ctx.get("discriminator", "type")).strip("'")
+            kinds = sorted({t for m in _models_at(model, tuple(err["loc"])) for t in _tags_of(m, key)})
+            message = (f"the key {key!r}, which says what kind of section this is, is missing; allowed: {key}: "
+                       f"{' or '.join(kinds) if kinds else 'a kind the config reference lists'}")
         elif err["type"] == "union_tag_invalid":
             message = f"unknown type {ctx.get('tag')!r}; allowed: {ctx.get('expected_tags')}"
+        message = _with_allowed(message)
         scalar = document.scalars.get(loc) if document is not None else None
         if scalar is not None and err["type"] in _TYPE_ERRORS:
             message += _yaml_hint(scalar)
@@ -194,7 +258,7 @@ def parse_model(model: type[BaseModel], path: Path, data: dict[str, Any] | YamlD
     try:
         return model.model_validate(values)
     except ValidationError as exc:
-        raise ConfigError(_problems_from_validation(path, exc, document, values)) from None
+        raise ConfigError(_problems_from_validation(path, exc, document, values, model)) from None
 
 
 def load_platform(path: Path) -> PlatformConfig:
@@ -212,7 +276,8 @@ def load_business_line(path: Path) -> BusinessLineConfig:
     document = read_yaml_document(path)
     stem = path.stem
     if "name" in document.data and document.data["name"] != stem:
-        raise ConfigError([ConfigProblem(str(path), "name", f"must equal the file name {stem!r}",
+        raise ConfigError([ConfigProblem(str(path), "name", f"must equal the file name {stem!r}; allowed: {stem!r}, "
+                                                                 "or no name key",
                                          document.data["name"])])
     document.data.setdefault("name", stem)
     return read_hot_prefix_files(path, parse_model(BusinessLineConfig, path, document))
@@ -391,7 +456,7 @@ def cross_check(
                 line.namespace))
         if line.namespace in seen_ns:
             problems.append(ConfigProblem(
-                str(path), "namespace", f"already used by {seen_ns[line.namespace]}; each line needs its own",
+                str(path), "namespace", f"already used by {seen_ns[line.namespace]}; allowed: a namespace no other line uses",
                 line.namespace))
         seen_ns.setdefault(line.namespace, path)
         if line.cache.l2_enabled and not platform.curvine.enabled:
@@ -411,7 +476,8 @@ def cross_check(
                 problems.append(ConfigProblem(
                     str(path), "instance_type",
                     "L2 is on but no Curvine Worker runs on this instance type "
-                    f"(curvine.worker_instance_groups in {platform_path})", line.instance_type))
+                    f"(curvine.worker_instance_groups in {platform_path}); allowed: an instance type whose group "
+                    "runs Workers, or cache.l2_enabled: false", line.instance_type))
         serving_groups = [g for g in platform.hyperpod.instance_groups if g.instance_type == line.instance_type]
         if serving_groups and not node_fit.schedulable_groups(platform, line.instance_type):
             problems.append(ConfigProblem(

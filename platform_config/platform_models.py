@@ -178,7 +178,8 @@ class EksConfig(StrictModel):
         if self.endpoint_access == "public_and_private" and not self.public_access_cidrs:
             raise FieldError("public_access_cidrs", 
                 "endpoint_access 'public_and_private' needs public_access_cidrs "
-                "(refusing to open the API to 0.0.0.0/0 implicitly)"
+                "(refusing to open the API to 0.0.0.0/0 implicitly); allowed: the CIDRs that may reach it, e.g. "
+                "[203.0.113.0/24]"
             )
         return self
 
@@ -347,7 +348,8 @@ class HyperPodConfig(StrictModel):
         names = [g.name for g in self.instance_groups]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
-            raise FieldError("instance_groups", f"instance group names must be unique; repeated: {', '.join(dupes)}")
+            raise FieldError("instance_groups", f"instance group names must be unique; repeated: {', '.join(dupes)}; "
+                                               "allowed: a name no other instance group uses")
         return self
 
     @model_validator(mode="after")
@@ -390,7 +392,8 @@ class CurvinePrimaryVolumeConfig(StrictModel):
     @model_validator(mode="after")
     def _throughput_only_gp3(self) -> "CurvinePrimaryVolumeConfig":
         if self.volume_type == "io2" and self.throughput_mibps != 125:
-            raise FieldError("throughput_mibps", "throughput_mibps applies to gp3 only; leave it at 125 for io2")
+            raise FieldError("throughput_mibps", "throughput_mibps applies to gp3 only; allowed for io2: 125 (the default), "
+                                                   "or remove the key")
         return self
 
 
@@ -431,7 +434,8 @@ class CurvineEvictionConfig(StrictModel):
     def _watermarks_ordered(self) -> "CurvineEvictionConfig":
         if self.low_watermark >= self.high_watermark:
             raise FieldError("low_watermark", 
-                f"low_watermark ({self.low_watermark}) must be below high_watermark ({self.high_watermark})"
+                f"low_watermark ({self.low_watermark}) must be below high_watermark ({self.high_watermark}); "
+                f"allowed: a low_watermark below {self.high_watermark}"
             )
         return self
 
@@ -467,10 +471,11 @@ class MountWatchdogConfig(StrictModel):
     def _bounds_ordered(self) -> "MountWatchdogConfig":
         if self.probe_timeout_seconds >= self.period_seconds:
             raise ValueError(f"probe_timeout_seconds ({self.probe_timeout_seconds}) must be below "
-                             f"period_seconds ({self.period_seconds}): a pass must end before the next starts")
+                             f"period_seconds ({self.period_seconds}): a pass must end before the next starts; allowed: "
+                             f"at most {self.period_seconds - 1}")
         if self.eviction_interval_seconds < self.period_seconds:
             raise ValueError(f"eviction_interval_seconds ({self.eviction_interval_seconds}) must be at least "
-                             f"period_seconds ({self.period_seconds})")
+                             f"period_seconds ({self.period_seconds}); allowed: {self.period_seconds} or more")
         return self
 
 
@@ -616,7 +621,7 @@ class InferenceGatewayConfig(StrictModel):
     def _service_account_when_enabled(self) -> "InferenceGatewayConfig":
         if self.enabled and self.service_account is None:
             raise FieldError("service_account", "inference gateway enabled: set service_account (the gateway's ServiceAccount "
-                             "in hyperpod-inference-system, which its IAM role trusts)")
+                             "in hyperpod-inference-system, which its IAM role trusts); allowed: a ServiceAccount name")
         return self
 
 
@@ -863,7 +868,8 @@ class PlatformConfig(StrictModel):
                 and isinstance(self.network, ExistingVpcConfig)):
             raise FieldError("inference_operator.load_balancer_scheme", "inference_operator.load_balancer_scheme 'internet-facing' needs public subnets, "
                              "which this platform creates only with network.mode 'create'; with an existing VPC "
-                             "use 'internal' (tag the public subnets kubernetes.io/role/elb yourself to go public)")
+                             "use 'internal' (tag the public subnets kubernetes.io/role/elb yourself to go public); "
+                             "allowed: internal, or network.mode create")
         return self
 
     @model_validator(mode="after")

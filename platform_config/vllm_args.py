@@ -118,7 +118,7 @@ def max_model_len(args: Iterable[str]) -> int | None:
     except ValueError as exc:
         raise ValueError(f"--max-model-len {exc}, or -1 / auto (the model's own length)") from None
     if length < 1:
-        raise ValueError(f"--max-model-len {text!r} must be at least 1 token")
+        raise ValueError(f"--max-model-len {text!r} must be at least 1 token; allowed: 1 or more, or -1 / auto")
     return length
 
 

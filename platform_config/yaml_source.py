@@ -44,6 +44,8 @@ _INT = "tag:yaml.org,2002:int"
 _FLOAT = "tag:yaml.org,2002:float"
 _NULL = "tag:yaml.org,2002:null"
 _MERGE = "tag:yaml.org,2002:merge"
+#: Tags the composer gives that have no constructor of their own (merge keys are resolved by the mapping).
+_IMPLICIT_TAGS = {_MERGE}
 
 
 class _Loader(yaml.SafeLoader):
@@ -132,7 +134,8 @@ def read_text(path: Path) -> str:
     try:
         raw = path.read_bytes()
     except OSError as exc:  # raced with a change, or a failure stat could not see
-        raise ConfigError([ConfigProblem(str(path), "", f"cannot be read: {exc.strerror or exc}")]) from None
+        raise ConfigError([ConfigProblem(str(path), "", f"cannot be read: {exc.strerror or exc}; allowed: a file this user "
+                                                                  "can read")]) from None
     try:
         return raw.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as exc:
@@ -168,14 +171,17 @@ def read_yaml_document(path: Path) -> YamlDocument:
             str(path), "", f"not valid YAML: {what}; allowed: one YAML mapping (key: value lines)",
             line=None if mark is None else mark.line + 1)]) from None
     except yaml.YAMLError as exc:
-        raise ConfigError([ConfigProblem(str(path), "", f"not valid YAML: {exc}")]) from None
+        raise ConfigError([ConfigProblem(str(path), "", f"not valid YAML: {exc}; allowed: one YAML mapping "
+                                                        "(key: value lines)")]) from None
     finally:
         loader.dispose()
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise ConfigError([ConfigProblem(str(path), "", "must be a YAML mapping (key: value lines)",
-                                         type(data).__name__)])
+        kind = {list: "a list", str: "a single text", int: "a single number", float: "a single number",
+                bool: "a single boolean"}.get(type(data), type(data).__name__)
+        raise ConfigError([ConfigProblem(str(path), "", f"holds {kind}, not a YAML mapping; allowed: key: value lines, "
+                                                        "as in the example config")])
     return YamlDocument(path, data, scalars)
 
 
@@ -209,6 +215,11 @@ def _walk(node: Node, path: tuple[Any, ...], loader: _Loader, file: Path, proble
           scalars: dict[tuple[Any, ...], Scalar]) -> None:
     """Check ``node`` and below: duplicate keys, YAML 1.1-only forms; record non-text plain scalars."""
     dotted = ".".join(str(p) for p in path)
+    if node.tag not in loader.yaml_constructors and node.tag not in _IMPLICIT_TAGS:
+        # A tag the safe loader cannot build (!!python/name:..., !Ref): PyYAML would fail without saying where.
+        problems.append(ConfigProblem(str(file), dotted, f"YAML tag {node.tag!r} is not allowed; allowed: plain "
+                                                         "values, without a '!' tag", line=node.start_mark.line + 1))
+        return
     if isinstance(node, ScalarNode):
         if node.style is None and node.tag != _STR:
             value = _scalar_value(loader, node)

@@ -140,7 +140,7 @@ def test_an_unquoted_account_id(config_dir: Path, tmp_path: Path) -> None:
     path = config_dir / PLATFORM
     replace_text(path, 'account: "111122223333"', "account: 111122223333")
     assert refused(config_dir, tmp_path) == (
-        f"{path}: account: Input should be a valid string; unquoted, YAML reads 111122223333 as the number "
+        f"{path}: account: not allowed; allowed: a valid string; unquoted, YAML reads 111122223333 as the number "
         '111122223333: write "111122223333" in quotes for the text (got 111122223333)')
 
 
@@ -304,7 +304,7 @@ def test_an_unquoted_number_in_a_list_of_text(config_dir: Path, tmp_path: Path) 
     path = config_dir / RAG
     edit_yaml(path, lambda d: d["vllm"].update(args=["/opt/ml/model", "--max-model-len", 8192]))
     assert refused(config_dir, tmp_path) == (
-        f"{path}: vllm.args.2: Input should be a valid string; unquoted, YAML reads 8192 as the number 8192: write "
+        f"{path}: vllm.args.2: not allowed; allowed: a valid string; unquoted, YAML reads 8192 as the number 8192: write "
         '"8192" in quotes for the text (got 8192)')
 
 
@@ -315,7 +315,7 @@ def test_an_empty_section_says_it_is_null(config_dir: Path, tmp_path: Path) -> N
     end = next(i for i in range(start + 1, len(text)) if text[i] and not text[i].startswith(" "))
     path.write_text("\n".join(text[:start + 1] + text[end:]) + "\n")
     assert refused(config_dir, tmp_path) == (
-        f"{path}: cache: Input should be a valid dictionary or instance of CacheConfig; the value is empty, which YAML "
+        f"{path}: cache: not allowed; allowed: a mapping (key: value lines indented below the key); the value is empty, which YAML "
         "reads as null: give a value, or remove the key to take the default")
 
 
@@ -323,7 +323,7 @@ def test_an_infinite_number_is_refused(config_dir: Path, tmp_path: Path) -> None
     """``.inf`` passed a ``> 0`` bound: an infinite L1 buffer."""
     path = config_dir / RAG
     replace_text(path, "l1_cpu_gib: 16", "l1_cpu_gib: .inf")
-    assert refused(config_dir, tmp_path) == f"{path}: cache.l1_cpu_gib: Input should be a finite number (got inf)"
+    assert refused(config_dir, tmp_path) == f"{path}: cache.l1_cpu_gib: not allowed; allowed: a finite number (got inf)"
 
 
 def test_several_documents_in_one_file(config_dir: Path, tmp_path: Path) -> None:
@@ -336,7 +336,8 @@ def test_several_documents_in_one_file(config_dir: Path, tmp_path: Path) -> None
 def test_a_top_level_list(config_dir: Path, tmp_path: Path) -> None:
     path = config_dir / RAG
     write(path, "- namespace: rag-assistant\n")
-    assert refused(config_dir, tmp_path) == f"{path}: must be a YAML mapping (key: value lines) (got 'list')"
+    assert refused(config_dir, tmp_path) == (
+        f"{path}: holds a list, not a YAML mapping; allowed: key: value lines, as in the example config")
 
 
 def test_dates_stay_text(config_dir: Path) -> None:

@@ -68,7 +68,7 @@ PLAN = "arn:aws:sagemaker:us-west-2:111122223333:training-plan/p5-inference-plan
     (group(G6E, labels={f"kvcache.io/l{i}": "x" for i in range(51)}), "hyperpod.instance_groups.0.labels",
      "at most 50 items"),
     (group(P5, taints=[{"key": "kvcache.io/a", "effect": "PreferNoSchedule"}] * 2), "hyperpod.instance_groups.1",
-     "taints: kvcache.io/a:PreferNoSchedule repeated; a node's taints are unique by key and effect"),
+     "taints: kvcache.io/a:PreferNoSchedule repeated; allowed: each key and effect once"),
     # Counts, reserved capacity.
     (group(G6E, instance_count=6759), "hyperpod.instance_groups.0.instance_count", "less than or equal to 6758"),
     (group(P5, min_instance_count=2), "hyperpod.instance_groups.1",

@@ -129,7 +129,7 @@ def test_a_mistake_in_the_checklist_is_one_line_and_keeps_the_last_good_output(c
     (checkout / "cdk.out" / "marker").write_text("last good")
     synth = make(checkout, "synth", f"CONFIG={config}")
     assert synth.returncode == 2
-    assert (f"error: {config}/platform.yaml: account: Input should be a valid string; unquoted, YAML reads "
+    assert (f"error: {config}/platform.yaml: account: not allowed; allowed: a valid string; unquoted, YAML reads "
             '444455556666 as the number 444455556666: write "444455556666" in quotes for the text') in synth.stderr
     assert (checkout / "cdk.out" / "marker").read_text() == "last good"
     manifests = make(checkout, "manifests", f"CONFIG={config}")
