@@ -153,7 +153,8 @@ OPERATOR_FIELDS_AFTER_THE_BINDINGS = {
     "tolerations": "decide whether lines may run on tainted groups: platform_config/loader.py refuses a line whose "
                    "groups are all tainted because the CRD had no tolerations field",
     "podTemplateAnnotations": "decide whether the L2 mutation should select on a pod-template annotation (docs/l2-cache.md)",
-    "priorityClassName": "decide the inference pods' priority class (docs/sources.md §24)",
+    "priorityClassName": "PR #464 wires it into the operator's own Deployment, not the CR; if the CR has it, decide the "
+                         "inference pods' priority class (docs/sources.md §24)",
 }
 
 
