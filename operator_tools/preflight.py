@@ -506,6 +506,9 @@ MODIFIABLE_VOLUME_STATES: tuple[str, ...] = ("in-use", "available")
 #: Modification states of a modification still under way (``VolumeModification.ModificationState``
 #: is modifying | optimizing | completed | failed): none may start until it is ``completed``.
 UNFINISHED_MODIFICATION_STATES: tuple[str, ...] = ("modifying", "optimizing")
+#: Error code of DescribeVolumesModifications for a volume that was never modified ("Modification for
+#: volume 'vol-...' does not exist"; awslabs/aws-sdk-rust issue 1346, 2025-08): no modification.
+NEVER_MODIFIED_ERROR = "InvalidVolumeModification.NotFound"
 
 
 @dataclass(frozen=True)
@@ -629,7 +632,13 @@ def check_primary_volume_edit(platform: PlatformConfig, cloudformation: Any, ec2
     if not volumes:
         return CheckResult(PRIMARY_VOLUME_CHECK, False, f"{', '.join(changes)}, but {volume_id} of {stack} was not "
                            "found: the update would fail; see docs/l2-cache.md, \"Recovering the Primary\"")
-    modifications = ec2.describe_volumes_modifications(VolumeIds=[volume_id]).get("VolumesModifications", [])
+    try:
+        modifications = ec2.describe_volumes_modifications(VolumeIds=[volume_id]).get("VolumesModifications", [])
+    except ec2.exceptions.ClientError as exc:
+        # A volume never modified is an error, not an empty list (awslabs/aws-sdk-rust#1346).
+        if exc.response.get("Error", {}).get("Code") != NEVER_MODIFIED_ERROR:
+            raise
+        modifications = []
     latest = max(modifications, key=lambda m: m.get("StartTime") or dt.datetime.min.replace(tzinfo=dt.timezone.utc),
                  default=None)
     problems = volume_edit_problems(wanted, volumes[0], latest, now)

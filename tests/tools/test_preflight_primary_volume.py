@@ -65,10 +65,11 @@ def modification(state: str, started_hours_ago: float, progress: int = 100) -> d
 
 
 def stubbed(deployed: dict[str, Any] | None, live: dict[str, Any] | None = None,
-            modifications: list[dict[str, Any]] | None = None) -> tuple[Any, Any, Stubber, Stubber]:
+            modifications: list[dict[str, Any]] | str | None = None) -> tuple[Any, Any, Stubber, Stubber]:
     """CloudFormation answers GetTemplate with ``deployed`` (None: no such stack) and, when ``live``
     is given, DescribeStackResource with the volume's ID; EC2 answers DescribeVolumes with ``live``
-    and DescribeVolumesModifications with ``modifications``. Nothing else may be called."""
+    and DescribeVolumesModifications with ``modifications`` (None: never modified; a string: that
+    error code). Nothing else may be called."""
     cloudformation, ec2 = client("cloudformation"), client("ec2")
     cfn_stub, ec2_stub = Stubber(cloudformation), Stubber(ec2)
     if deployed is None:
@@ -84,8 +85,15 @@ def stubbed(deployed: dict[str, Any] | None, live: dict[str, Any] | None = None,
             "ResourceStatus": "UPDATE_COMPLETE"}},
             {"StackName": STACK, "LogicalResourceId": PRIMARY_VOLUME_LOGICAL_ID})
         ec2_stub.add_response("describe_volumes", {"Volumes": [live]}, {"VolumeIds": [VOLUME_ID]})
-        ec2_stub.add_response("describe_volumes_modifications", {"VolumesModifications": modifications or []},
-                              {"VolumeIds": [VOLUME_ID]})
+        if modifications is None or isinstance(modifications, str):
+            # None: never modified, which EC2 answers with an error, not an empty list; a str: that error code.
+            code = modifications or "InvalidVolumeModification.NotFound"
+            ec2_stub.add_client_error("describe_volumes_modifications", code,
+                                      f"Modification for volume '{VOLUME_ID}' does not exist.",
+                                      expected_params={"VolumeIds": [VOLUME_ID]})
+        else:
+            ec2_stub.add_response("describe_volumes_modifications", {"VolumesModifications": modifications},
+                                  {"VolumeIds": [VOLUME_ID]})
     cfn_stub.activate()
     ec2_stub.activate()
     return cloudformation, ec2, cfn_stub, ec2_stub
@@ -167,8 +175,17 @@ def test_a_modification_still_under_way_blocks_even_after_six_hours(state) -> No
 
 
 def test_a_volume_never_modified_can_grow() -> None:
-    cloudformation, ec2, *stubs = stubbed(DEPLOYED, volume(), [])
-    assert check(with_volume(size_gib=101), cloudformation, ec2, *stubs).ok
+    """EC2 answers InvalidVolumeModification.NotFound for a volume never modified (and may answer an
+    empty list): both are "no modification"."""
+    for history in (None, []):
+        cloudformation, ec2, *stubs = stubbed(DEPLOYED, volume(), history)
+        assert check(with_volume(size_gib=101), cloudformation, ec2, *stubs).ok
+
+
+def test_another_ec2_error_is_not_read_as_never_modified() -> None:
+    cloudformation, ec2, *stubs = stubbed(DEPLOYED, volume(), "UnauthorizedOperation")
+    with pytest.raises(ec2.exceptions.ClientError, match="UnauthorizedOperation"):
+        check_primary_volume_edit(with_volume(size_gib=200), cloudformation, ec2, NOW)
 
 
 def test_a_volume_in_a_state_ebs_does_not_modify_is_refused() -> None:
