@@ -3,7 +3,8 @@
 Synthesis is offline on purpose, so nothing at synth time proves that the pinned add-on
 versions exist for the cluster's Kubernetes version, that the add-ons accept the configuration
 keys the platform sets, that a running cluster has a version HyperPod supports, that the zones
-are real, or that the account was bootstrapped. This module asks AWS, read-only, before a
+are real, that the account was bootstrapped, or that EBS would take a change of the Curvine
+Primary's volume now. This module asks AWS, read-only, before a
 deploy does.
 
 The checks are pure functions over the plain dicts the AWS APIs return (so tests feed them
@@ -509,6 +510,8 @@ UNFINISHED_MODIFICATION_STATES: tuple[str, ...] = ("modifying", "optimizing")
 #: Error code of DescribeVolumesModifications for a volume that was never modified ("Modification for
 #: volume 'vol-...' does not exist"; awslabs/aws-sdk-rust issue 1346, 2025-08): no modification.
 NEVER_MODIFIED_ERROR = "InvalidVolumeModification.NotFound"
+#: Error code of DescribeVolumes for an ID that names no volume (EC2 API reference, "Error codes").
+VOLUME_NOT_FOUND_ERROR = "InvalidVolume.NotFound"
 
 
 @dataclass(frozen=True)
@@ -628,7 +631,12 @@ def check_primary_volume_edit(platform: PlatformConfig, cloudformation: Any, ec2
         return CheckResult(PRIMARY_VOLUME_CHECK, True, f"no change ({wanted.size_gib} GiB {wanted.volume_type})")
     resource = cloudformation.describe_stack_resource(StackName=stack, LogicalResourceId=PRIMARY_VOLUME_LOGICAL_ID)
     volume_id = resource["StackResourceDetail"].get("PhysicalResourceId", "")
-    volumes = ec2.describe_volumes(VolumeIds=[volume_id]).get("Volumes", [])
+    try:
+        volumes = ec2.describe_volumes(VolumeIds=[volume_id]).get("Volumes", [])
+    except ec2.exceptions.ClientError as exc:  # EC2 answers an unknown ID with an error, not an empty list
+        if exc.response.get("Error", {}).get("Code") != VOLUME_NOT_FOUND_ERROR:
+            raise
+        volumes = []
     if not volumes:
         return CheckResult(PRIMARY_VOLUME_CHECK, False, f"{', '.join(changes)}, but {volume_id} of {stack} was not "
                            "found: the update would fail; see docs/l2-cache.md, \"Recovering the Primary\"")

@@ -182,6 +182,25 @@ def test_a_volume_never_modified_can_grow() -> None:
         assert check(with_volume(size_gib=101), cloudformation, ec2, *stubs).ok
 
 
+def test_a_volume_deleted_behind_the_stack_fails_the_row() -> None:
+    """The stack names a volume EC2 no longer has (deleted by hand): ModifyVolume would fail."""
+    cloudformation, ec2 = client("cloudformation"), client("ec2")
+    cfn_stub, ec2_stub = Stubber(cloudformation), Stubber(ec2)
+    cfn_stub.add_response("get_template", {"TemplateBody": json.dumps(DEPLOYED)},
+                          {"StackName": STACK, "TemplateStage": "Original"})
+    cfn_stub.add_response("describe_stack_resource", {"StackResourceDetail": {
+        "LogicalResourceId": PRIMARY_VOLUME_LOGICAL_ID, "PhysicalResourceId": VOLUME_ID,
+        "ResourceType": "AWS::EC2::Volume", "LastUpdatedTimestamp": NOW, "ResourceStatus": "CREATE_COMPLETE"}},
+        {"StackName": STACK, "LogicalResourceId": PRIMARY_VOLUME_LOGICAL_ID})
+    ec2_stub.add_client_error("describe_volumes", "InvalidVolume.NotFound",
+                              f"The volume '{VOLUME_ID}' does not exist.", expected_params={"VolumeIds": [VOLUME_ID]})
+    with cfn_stub, ec2_stub:
+        result = check(with_volume(size_gib=200), cloudformation, ec2, cfn_stub, ec2_stub)
+    assert not result.ok
+    assert result.detail == (f"size 100 GiB -> 200 GiB, but {VOLUME_ID} of {STACK} was not found: the update would "
+                             "fail; see docs/l2-cache.md, \"Recovering the Primary\"")
+
+
 def test_another_ec2_error_is_not_read_as_never_modified() -> None:
     cloudformation, ec2, *stubs = stubbed(DEPLOYED, volume(), "UnauthorizedOperation")
     with pytest.raises(ec2.exceptions.ClientError, match="UnauthorizedOperation"):
