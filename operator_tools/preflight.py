@@ -3,7 +3,8 @@
 Synthesis is offline on purpose, so nothing at synth time proves that the pinned add-on
 versions exist for the cluster's Kubernetes version, that the add-ons accept the configuration
 keys the platform sets, that a running cluster has a version HyperPod supports, that the zones
-are real, or that the account was bootstrapped. This module asks AWS, read-only, before a
+are real, that the account was bootstrapped, or that EBS would take a change of the Curvine
+Primary's volume now. This module asks AWS, read-only, before a
 deploy does.
 
 The checks are pure functions over the plain dicts the AWS APIs return (so tests feed them
@@ -485,6 +486,177 @@ def check_hyperpod_update(platform: PlatformConfig, sagemaker: Any, cloudformati
                        f"{reason}; no deep health checks on the {len(nodes)} node(s) of {cluster}{note}")
 
 
+# --- Edits of the Curvine Primary's EBS volume that EBS would refuse (issue 26 item 5) ------------
+
+#: Name of the Primary-volume row (:func:`check_primary_volume_edit`).
+PRIMARY_VOLUME_CHECK = "Curvine Primary volume"
+#: Logical ID of the volume in the hyperpod stack (``kv_constructs.CurvinePrimaryVolume.LOGICAL_ID``,
+#: pinned there; a test holds the two equal, this module does not import the CDK).
+PRIMARY_VOLUME_LOGICAL_ID = "CurvinePrimaryVolume"
+#: Hours after the start of a modification during which the volume is not modified again. AWS,
+#: ModifyVolume (EC2 API reference, docs.amazonaws.cn copy) and the EBS user guide, "Modify a volume
+#: using Amazon EBS Elastic Volumes": "After modifying a volume, you must wait at least six hours and
+#: ensure that the volume is in the in-use or available state before you can modify the same volume."
+#: The ModifyVolume text in botocore 1.44.8's EC2 model says instead: wait until the last modification
+#: is ``completed``, at most four modifications in a rolling 24 hours. DescribeVolumesModifications
+#: returns only the most recent modification, so the four cannot be counted: the six hours are kept
+#: (docs/sources.md §25).
+VOLUME_MODIFICATION_COOLDOWN = dt.timedelta(hours=6)
+#: Volume states in which ModifyVolume accepts a modification (both texts above).
+MODIFIABLE_VOLUME_STATES: tuple[str, ...] = ("in-use", "available")
+#: Modification states of a modification still under way (``VolumeModification.ModificationState``
+#: is modifying | optimizing | completed | failed): none may start until it is ``completed``.
+UNFINISHED_MODIFICATION_STATES: tuple[str, ...] = ("modifying", "optimizing")
+#: Error code of DescribeVolumesModifications for a volume that was never modified ("Modification for
+#: volume 'vol-...' does not exist"; awslabs/aws-sdk-rust issue 1346, 2025-08): no modification.
+NEVER_MODIFIED_ERROR = "InvalidVolumeModification.NotFound"
+#: Error code of DescribeVolumes for an ID that names no volume (EC2 API reference, "Error codes").
+VOLUME_NOT_FOUND_ERROR = "InvalidVolume.NotFound"
+
+
+@dataclass(frozen=True)
+class VolumeSettings:
+    """What ModifyVolume can change on the Primary's volume.
+
+    Attributes:
+        size_gib: size in GiB; volume_type: ``gp3`` or ``io2``; iops: provisioned IOPS;
+        throughput_mibps: gp3 throughput in MiB/s (None for io2, which has no such setting).
+    """
+
+    size_gib: int
+    volume_type: str
+    iops: int | None
+    throughput_mibps: int | None
+
+    def changes_from(self, old: "VolumeSettings") -> list[str]:
+        """``["size 100 GiB -> 200 GiB", "type gp3 -> io2", "throughput 125 MiB/s -> none"]``: what
+        differs from ``old``."""
+        shown = lambda value, unit: "none" if value is None else f"{value}{unit}"  # noqa: E731
+        found = []
+        for label, unit, new_value, old_value in (
+                ("size", " GiB", self.size_gib, old.size_gib), ("type", "", self.volume_type, old.volume_type),
+                ("IOPS", "", self.iops, old.iops), ("throughput", " MiB/s", self.throughput_mibps, old.throughput_mibps)):
+            if new_value != old_value:
+                found.append(f"{label} {shown(old_value, unit)} -> {shown(new_value, unit)}")
+        return found
+
+
+def configured_volume(platform: PlatformConfig) -> VolumeSettings | None:
+    """The Primary volume ``curvine.primary_volume`` asks for; None when Curvine is off."""
+    if not platform.curvine.enabled:
+        return None
+    v = platform.curvine.primary_volume
+    return VolumeSettings(v.size_gib, v.volume_type, v.iops, v.throughput_mibps if v.volume_type == "gp3" else None)
+
+
+def deployed_volume(template: dict[str, Any]) -> VolumeSettings | None:
+    """The volume's settings in a deployed hyperpod template (``Size``, ``VolumeType``, ``Iops``,
+    ``Throughput`` of :data:`PRIMARY_VOLUME_LOGICAL_ID`): what CloudFormation compares the new
+    template with. None when the template has no such volume."""
+    resource = (template.get("Resources") or {}).get(PRIMARY_VOLUME_LOGICAL_ID)
+    if not resource or resource.get("Type") != "AWS::EC2::Volume":
+        return None
+    props = resource.get("Properties") or {}
+    number = lambda key: int(props[key]) if key in props else None  # noqa: E731 - the template may quote numbers
+    return VolumeSettings(number("Size") or 0, str(props.get("VolumeType", "gp2")), number("Iops"), number("Throughput"))
+
+
+def volume_edit_problems(wanted: VolumeSettings, volume: dict[str, Any], modification: dict[str, Any] | None,
+                         now: dt.datetime) -> list[str]:
+    """Why EBS would refuse to modify ``volume`` to ``wanted`` now; empty: it would not.
+
+    Args:
+        wanted: the settings the deploy sets.
+        volume: the volume as ``ec2:DescribeVolumes`` returns it (``Size`` GiB, ``State``).
+        modification: its most recent modification as ``ec2:DescribeVolumesModifications`` returns
+            it (``ModificationState``, ``StartTime``, ``Progress``), or None if never modified.
+        now: the current time, timezone-aware (UTC).
+
+    Rules (sources in docs/sources.md §25): no smaller size (EBS does not support sizing down;
+    CloudFormation, AWS::EC2::Volume); a volume ``in-use`` or ``available``; the last modification
+    ``completed`` (not ``modifying`` or ``optimizing``); :data:`VOLUME_MODIFICATION_COOLDOWN` since
+    the last modification started.
+    """
+    problems = []
+    size = volume.get("Size")
+    if isinstance(size, int) and wanted.size_gib < size:
+        problems.append(f"size {wanted.size_gib} GiB is below the volume's {size} GiB, and EBS volumes cannot "
+                        f"shrink: set curvine.primary_volume.size_gib to {size} or more")
+    state = volume.get("State", "?")
+    if state not in MODIFIABLE_VOLUME_STATES:
+        problems.append(f"the volume is {state}; EBS modifies only a volume that is "
+                        f"{' or '.join(MODIFIABLE_VOLUME_STATES)}")
+    if modification:
+        mod_state = modification.get("ModificationState", "?")
+        started = modification.get("StartTime")
+        when = started.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC") if isinstance(started, dt.datetime) else "?"
+        if mod_state in UNFINISHED_MODIFICATION_STATES:
+            progress = modification.get("Progress")
+            problems.append(f"its last modification (started {when}) is still {mod_state}"
+                            f"{f' ({progress}%)' if progress is not None else ''}; EBS takes no other until it is completed")
+        if isinstance(started, dt.datetime) and now - started < VOLUME_MODIFICATION_COOLDOWN:
+            ready = (started + VOLUME_MODIFICATION_COOLDOWN).astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+            problems.append(f"its last modification started {when}, less than "
+                            f"{VOLUME_MODIFICATION_COOLDOWN.seconds // 3600} hours ago: deploy this change after {ready}")
+    return problems
+
+
+def check_primary_volume_edit(platform: PlatformConfig, cloudformation: Any, ec2: Any,
+                              now: dt.datetime) -> CheckResult:
+    """The deploy does not ask EBS for a change of the Curvine Primary's volume that EBS would refuse.
+
+    CloudFormation calls ModifyVolume when the volume's ``Size``, ``VolumeType``, ``Iops`` or
+    ``Throughput`` in the template changes. A refused call fails the hyperpod stack's update and rolls
+    back everything else it changed (the HyperPod cluster with it). Passes when the hyperpod stack or
+    the volume does not exist yet (the deploy creates it), when Curvine is off, or when the configured
+    settings equal the deployed template's; otherwise fails with every reason of
+    :func:`volume_edit_problems`.
+
+    Args:
+        cloudformation, ec2: boto3 clients (read-only calls: ``GetTemplate``, ``DescribeStackResource``,
+            ``DescribeVolumes``, ``DescribeVolumesModifications``).
+        now: the current time, timezone-aware.
+    """
+    wanted = configured_volume(platform)
+    if wanted is None:
+        return CheckResult(PRIMARY_VOLUME_CHECK, True, "curvine.enabled is false: no Primary volume")
+    stack = platform_stack_name(platform.project, "hyperpod")
+    deployed = _deployed_template(cloudformation, stack)
+    current = deployed_volume(deployed) if deployed is not None else None
+    if current is None:
+        where = f"{stack} not deployed yet" if deployed is None else f"{stack} has no {PRIMARY_VOLUME_LOGICAL_ID}"
+        return CheckResult(PRIMARY_VOLUME_CHECK, True, f"{where}: the deploy creates the volume")
+    changes = wanted.changes_from(current)
+    if not changes:
+        return CheckResult(PRIMARY_VOLUME_CHECK, True, f"no change ({wanted.size_gib} GiB {wanted.volume_type})")
+    resource = cloudformation.describe_stack_resource(StackName=stack, LogicalResourceId=PRIMARY_VOLUME_LOGICAL_ID)
+    volume_id = resource["StackResourceDetail"].get("PhysicalResourceId", "")
+    try:
+        volumes = ec2.describe_volumes(VolumeIds=[volume_id]).get("Volumes", [])
+    except ec2.exceptions.ClientError as exc:  # EC2 answers an unknown ID with an error, not an empty list
+        if exc.response.get("Error", {}).get("Code") != VOLUME_NOT_FOUND_ERROR:
+            raise
+        volumes = []
+    if not volumes:
+        return CheckResult(PRIMARY_VOLUME_CHECK, False, f"{', '.join(changes)}, but {volume_id} of {stack} was not "
+                           "found: the update would fail; see docs/l2-cache.md, \"Recovering the Primary\"")
+    try:
+        modifications = ec2.describe_volumes_modifications(VolumeIds=[volume_id]).get("VolumesModifications", [])
+    except ec2.exceptions.ClientError as exc:
+        # A volume never modified is an error, not an empty list (awslabs/aws-sdk-rust#1346).
+        if exc.response.get("Error", {}).get("Code") != NEVER_MODIFIED_ERROR:
+            raise
+        modifications = []
+    latest = max(modifications, key=lambda m: m.get("StartTime") or dt.datetime.min.replace(tzinfo=dt.timezone.utc),
+                 default=None)
+    problems = volume_edit_problems(wanted, volumes[0], latest, now)
+    if problems:
+        return CheckResult(PRIMARY_VOLUME_CHECK, False, (
+            f"{volume_id}: {', '.join(changes)}, which EBS would refuse: {'; '.join(problems)} "
+            "(the stack update would fail and roll back; docs/day-two.md)"))
+    return CheckResult(PRIMARY_VOLUME_CHECK, True, f"{volume_id}: {', '.join(changes)} (EBS allows it now)")
+
+
 #: Days before the end of standard support from which the support check says it is near.
 SUPPORT_NOTICE_DAYS = 60
 
@@ -576,4 +748,6 @@ def run_preflight(platform: PlatformConfig, session_factory: Callable[..., Any] 
         stacks = None
     results.append(check_bootstrap(stacks))
     results.append(update_check())
+    results.append(check_primary_volume_edit(platform, cloudformation, session.client("ec2"),
+                                             dt.datetime.now(dt.timezone.utc)))
     return results

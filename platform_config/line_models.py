@@ -199,6 +199,23 @@ class CacheConfig(StrictModel):
     #: process, so it must stay below the pod's `resources.memory`; it is not HyperPod Tiered
     #: Storage, whose share belongs to the ai-toolkit daemon.
     l1_cpu_gib: Annotated[float, Field(gt=0)] | None = None
+    #: How the operator runs LMCache (`lmcache.mode` of InferenceEndpointConfig from operator v3.7,
+    #: aws/sagemaker-hyperpod-cli PR #464): `InProcess`, inside the vLLM process, the only mode the
+    #: platform's L2 works in. `MultiProcess` (a co-located `lmcache server` sidecar) is refused: that
+    #: server takes its L2 from its own `--l2-adapter` arguments, not from the `LMCACHE_*` env the L2
+    #: mutation sets, so the line would run without Curvine (docs/l2-cache.md, "LMCache's
+    #: MultiProcess mode"). Not rendered while the CRD bindings (operator v3.2) lack the field.
+    lmcache_mode: Literal["InProcess"] = "InProcess"
+
+    @field_validator("lmcache_mode", mode="before")
+    @classmethod
+    def _l2_works_in_process_only(cls, mode: object) -> object:
+        if mode == "MultiProcess":
+            raise ValueError(
+                "lmcache_mode MultiProcess runs LMCache as a sidecar server that takes its L2 from its own "
+                "--l2-adapter arguments, not from the LMCACHE_* env the platform's L2 mutation sets, so the line "
+                "would store nothing in Curvine (docs/l2-cache.md, \"LMCache's MultiProcess mode\"); allowed: InProcess")
+        return mode
 
     @model_validator(mode="after")
     def _l1_size_needs_l1(self) -> "CacheConfig":

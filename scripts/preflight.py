@@ -8,6 +8,8 @@ version against the versions HyperPod supports and eks.version.
 With --cloud-assembly, the hyperpod stack's synthesized template is compared with the deployed one:
 when the deploy would update the HyperPod cluster while deep health checks run on its nodes, the
 "hyperpod update" check fails and names them (without it, any deploy is taken to change the stack).
+A change of curvine.primary_volume that EBS would refuse (a smaller size, a modification within six
+hours of the last one or before it completed) fails the "Curvine Primary volume" check.
 
 Read-only AWS calls with the standard credential chain (AWS_PROFILE, env, SSO, ...).
 Exit codes: see --help (the table in docs/operator-tools.md): 2 also when AWS cannot be queried.

@@ -740,3 +740,21 @@ def test_a_bad_id_is_refused_in_words(config_dir: Path) -> None:
     edit_yaml(config_dir / "platform.yaml", lambda d: d["eks"].update(system_node_instance_type="M7I.XLARGE"))
     problem = only_problem(config_dir)
     assert "eks.system_node_instance_type: not allowed; allowed: an EC2 instance type such as m7i.xlarge" in problem
+
+
+def test_lmcache_mode_is_in_process_and_multi_process_is_refused(config_dir: Path) -> None:
+    """The L2 works only with LMCache inside the vLLM process (issue 26): the default says so, and
+    the operator's MultiProcess mode (v3.7), whose sidecar server ignores the L2 env the platform
+    sets, is refused naming the file, the field, why, and what is allowed."""
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    assert load_checked_project(config_dir).business_line("rag-assistant").cache.lmcache_mode == "InProcess"
+    edit_yaml(path, lambda d: d["cache"].update(lmcache_mode="InProcess"))
+    assert load_checked_project(config_dir).business_line("rag-assistant").cache.lmcache_mode == "InProcess"
+    edit_yaml(path, lambda d: d["cache"].update(lmcache_mode="MultiProcess"))
+    message = only_problem(config_dir)
+    assert message.startswith(f"{path}: cache.lmcache_mode: lmcache_mode MultiProcess runs LMCache as a sidecar")
+    assert "--l2-adapter" in message and "docs/l2-cache.md" in message
+    assert message.endswith("allowed: InProcess (got 'MultiProcess')")
+    edit_yaml(path, lambda d: d["cache"].update(lmcache_mode="inprocess"))
+    assert only_problem(config_dir) == (
+        f"{path}: cache.lmcache_mode: not allowed; allowed: 'InProcess' (got 'inprocess')")

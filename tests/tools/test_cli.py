@@ -194,10 +194,13 @@ def _documented(tool: str) -> str:
 
 def test_preflight_permissions_in_the_docs_are_the_calls_it_makes() -> None:
     """With a deployed hyperpod stack and a node under deep health checks, so the update guard reads
-    every node API it may call."""
+    every node API it may call, and a Primary volume the config grows, so its check reads the volume."""
     _RecordingSession.calls = []
     _RecordingSession.responses = {
-        "cloudformation:GetTemplate": {"TemplateBody": {"Resources": {}}},
+        "cloudformation:GetTemplate": {"TemplateBody": {"Resources": {"CurvinePrimaryVolume": {
+            "Type": "AWS::EC2::Volume", "Properties": {"Size": 1, "VolumeType": "gp3", "Iops": 3000, "Throughput": 125}}}}},
+        "cloudformation:DescribeStackResource": {"StackResourceDetail": {"PhysicalResourceId": "vol-0abc"}},
+        "ec2:DescribeVolumes": {"Volumes": [{"VolumeId": "vol-0abc", "Size": 1, "State": "in-use"}]},
         "sagemaker:ListClusterNodes": {"ClusterNodeSummaries": [{
             "InstanceGroupName": "g6e-inference", "InstanceId": "i-0bbb",
             "InstanceStatus": {"Status": "DeepHealthCheckInProgress"}}]},
