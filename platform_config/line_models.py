@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from platform_config import vllm_args as vllm_flags
+from platform_config import vllm_cli
 from platform_config.fields import (
     AWS_REGION_PATTERN,
     LMCACHE_IMAGE_REPOSITORY,
@@ -110,7 +111,9 @@ class VllmConfig(StrictModel):
     #: the platform completes it with `kv_load_failure_policy: recompute`: `--kv-transfer-config`
     #: is refused here (docs/l2-cache.md), as is `--no-enable-prefix-caching` (L0 is always on).
     #: The model path must be `model_mount_path` or under it; `--max-model-len` is read as vLLM
-    #: reads it (8192, 8k, 8K, auto) and must fit the model's context.
+    #: reads it (8192, 8k, 8K, auto) and must fit the model's context. Every other word is held
+    #: to vLLM 0.29's own parser (its options, values, types and choices: `vllm_serve_flags.json`),
+    #: so what vLLM would refuse at pod start is refused at synthesis.
     args: tuple[str, ...] = ()
     port: Annotated[int, Field(ge=1024, le=65535)] = 8000
     #: Path the operator mounts model weights at (``worker.modelVolumeMount.mountPath``).
@@ -132,6 +135,12 @@ class VllmConfig(StrictModel):
             raise ValueError(f"vllm.args sets {', '.join(repr(a) for a in owned)}, which the platform owns ({reasons}); "
                              f"allowed: any vLLM flag but {', '.join(refused)}; remove it")
         vllm_flags.max_model_len(args)  # ValueError: a length vLLM would refuse at pod start
+        problems = vllm_cli.serve_args_problems(args, vllm_cli.CHECKED_ELSEWHERE)
+        if problems:
+            version = vllm_cli.options()[0]
+            raise ValueError(f"vLLM {version} would refuse these arguments at pod start: {'; '.join(problems)}; allowed: "
+                             f"the options of vLLM {version}'s server (platform_config/vllm_serve_flags.json, as "
+                             "`vllm serve --help` lists them), each followed by its values, and one model path")
         return args
 
     @model_validator(mode="after")

@@ -80,7 +80,8 @@ _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 def human_readable_int(text: str) -> int:
     """An integer as vLLM 0.29 reads ``--max-model-len`` and its token-count flags
     (``human_readable_int``, ``vllm/utils/argparse_utils.py``): ``8192``, ``8k`` = 8,000, ``8K`` =
-    8,192, ``25.6k`` = 25,600.
+    8,192, ``25.6k`` = 25,600; without a suffix, what Python's ``int()`` reads (``1_000``, ``+8``, ``-1``),
+    vLLM's fallback.
 
     Raises:
         ValueError: anything else (a binary suffix with decimals included, as vLLM refuses it); the
@@ -94,8 +95,11 @@ def human_readable_int(text: str) -> int:
             return int(float(number) * _DECIMAL[suffix])
         if number.isdigit():
             return int(number) * _BINARY[suffix]
-    elif value.isdigit():
-        return int(value)
+    else:
+        try:
+            return int(value)  # vLLM's fallback: Python's int(), so 1_000, +8 and -1 are numbers too
+        except ValueError:
+            pass
     raise ValueError(f"{text!r} is not a token count vLLM reads; allowed: a whole number (8192), a decimal suffix "
                      "k/m/g/t (8k = 8,000; 25.6k), a binary suffix K/M/G/T on a whole number (8K = 8,192)")
 

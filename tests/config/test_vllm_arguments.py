@@ -63,3 +63,37 @@ def test_lengths_as_vllm_reads_them():
 def test_whole_numbers_with_any_suffix(number, suffix):
     scale = {"": 1, "k": 10**3, "K": 2**10, "m": 10**6, "M": 2**20}[suffix]
     assert human_readable_int(f"{number}{suffix}") == number * scale
+
+
+# --- every other word, against vLLM 0.29's own options (platform_config/vllm_cli.py) -----------------
+
+@pytest.mark.parametrize("args, expected", [
+    (["/opt/ml/model", "8192", "--enable-prefix-caching"], "'8192' is an argument vLLM does not recognize"),
+    (["/opt/ml/model", "--max-model-lenght", "8192"], "--max-model-lenght is not an option of vLLM 0.29.0's server"),
+    (["/opt/ml/model", "--max", "8192"], "--max is ambiguous"),
+    (["/opt/ml/model", "--dtype", "bf16"], "--dtype 'bf16' is not one of its choices"),
+    (["/opt/ml/model", "--max-num-seqs", "lots"], "--max-num-seqs 'lots' is not a whole number"),
+    (["/opt/ml/model", "--enforce-eager=true"], "--enforce-eager takes no value"),
+    (["/opt/ml/model", "--served-model-name"], "--served-model-name needs a value"),
+    (["/opt/ml/model", "--help"], "prints the help and exits"),
+    (["/opt/ml/model", "--enable-auto-tool-choice"], "--enable-auto-tool-choice needs --tool-call-parser"),
+    (["/opt/ml/model", "--lora-modules", "adapter"], "--lora-modules 'adapter' is neither name=path"),
+], ids=["second-positional", "typo", "ambiguous", "choice", "type", "flag-value", "no-value", "help", "pair", "lora"])
+def test_what_vllm_would_refuse_at_pod_start_is_refused(config_dir: Path, tmp_path: Path, args, expected):
+    _args(config_dir, args)
+    message = refused(config_dir, tmp_path)
+    assert message.startswith(f"{config_dir / RAG}: vllm.args: vLLM 0.29.0 would refuse these arguments at pod start: ")
+    assert expected in message and "allowed: the options of vLLM 0.29.0's server" in message
+
+
+@pytest.mark.parametrize("args", [
+    ["/opt/ml/model", "--max_num_seqs", "64"],  # underscores: FlexibleArgumentParser
+    ["/opt/ml/model", "--max-num-se", "64"],  # a unique prefix of --max-num-seqs (argparse's allow_abbrev)
+    ["/opt/ml/model", "-O3", "--compilation-config.mode", "3"],
+    ["/opt/ml/model", "--served-model-name", "qwen", "qwen2", "--enforce-eager"],
+    ["/opt/ml/model", "--lora-modules", "a=/opt/ml/model/a", '{"name": "b", "path": "/opt/ml/model/b"}'],
+    ["/opt/ml/model", "--max-model-len", "1_000"],
+])
+def test_what_vllm_reads_is_accepted(args):
+    from platform_config.vllm_cli import serve_args_problems
+    assert serve_args_problems(args) == []
