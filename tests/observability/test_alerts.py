@@ -27,7 +27,9 @@ def test_the_issue_alerts_are_all_there(all_alerts) -> None:
         # issue 16: L2 stores and retrieves failing, the cross-pod hit canary failing
         "KvCacheL2StoreFailing", "KvCacheL2RetrieveFailing", "KvCacheCrossPodCanaryFailing",
         # a node without its mount watchdog; a hot prefix's warm-ups failing, or its chunks not pinnable
-        "KvCacheL2MountWatchdogMissing", "KvCacheHotPrefixWarmupFailing", "KvCacheHotPrefixNamesMismatch"}
+        "KvCacheL2MountWatchdogMissing", "KvCacheHotPrefixWarmupFailing", "KvCacheHotPrefixNamesMismatch",
+        # issue 24 item 4: the FUSE pod guard's admitted deletes, its errors, and whether they are counted
+        "KvCacheFusePodReplaced", "KvCacheFusePodGuardFailing", "KvCacheFusePodGuardUnmeasured"}
     for alert in all_alerts:
         assert alert.severity in ("critical", "warning") and alert.meaning and alert.action
 
