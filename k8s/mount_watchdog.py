@@ -14,16 +14,30 @@ Objects in Curvine's namespace (rendered by :class:`k8s.curvine_chart.CurvineCha
   rendered by the line chart): the watchdog can read and evict pods of the L2 lines and of no
   other namespace;
 * DaemonSet ``l2-mount-watchdog`` on every HyperPod node (the nodes that run the Curvine CSI node
-  plugin; tolerating every taint, like it). Its container mounts the host's ``/var/lib/kubelet``
-  read-only and runs ``l2_mount_watchdog.py --serve``: a pass every ``period_seconds``, metrics on
-  the container port :data:`k8s.names.L2_MOUNT_WATCHDOG_METRICS_PORT_NAME` (pod label
-  :data:`k8s.names.L2_MOUNT_WATCHDOG_COMPONENT_LABEL`: what the observability stack scrapes).
-  With ``heal`` on, the container is **privileged** with ``Bidirectional`` propagation: the one
-  healing step that needs it is the lazy unmount of a dead bind in the host's mount namespace
-  (CAP_SYS_ADMIN, and the API server admits Bidirectional only for privileged containers). With
-  ``heal`` off it only reads: ``HostToContainer`` propagation (new mounts still show up), no
-  capability, no privilege escalation, read-only root file system. It runs as uid 0 either way:
-  the kubelet's pod directories are ``root:root 0750``.
+  plugin; tolerating every taint, like it), running ``l2_mount_watchdog.py --serve``: a pass every
+  ``period_seconds``, metrics on the container port :data:`k8s.names.L2_MOUNT_WATCHDOG_METRICS_PORT_NAME`
+  (pod label :data:`k8s.names.L2_MOUNT_WATCHDOG_COMPONENT_LABEL`: what the observability stack
+  scrapes). **No directory of the kubelet's pods is mounted** (issue 24 item 5: every pod's
+  service-account token lives under ``/var/lib/kubelet/pods``). Its two host paths, read-only:
+
+  - ``/proc/1/mountinfo``, one file (``hostPath`` type ``File``) at
+    :data:`cluster_agents.l2_mount_watchdog.HOST_MOUNTINFO`: the mount table of the host's init,
+    where the kubelet's and the CSI node plugin's binds are. A bind of a procfs file keeps naming
+    PID 1's mount namespace in any reader's namespace, and ``mountinfo`` needs no ptrace right;
+    the host's PID namespace is not shared for it. The binds' pod UIDs and PV names are in their
+    paths, the namespaces of the pods come from the PVs' ``claimRef`` (API);
+  - ``/var/lib/kubelet/plugins/curvine`` (``HostToContainer``: a new FUSE session shows up), the
+    FUSE pods' mount points: each session is probed there once (a bind of it answers ``statfs``
+    from the same daemon).
+
+  With ``heal`` on, the container is **privileged** and shares the **host's PID namespace**: the
+  one healing step that needs it is the lazy unmount of a dead bind, done by a short-lived child
+  that enters PID 1's mount namespace (``setns``: CAP_SYS_ADMIN and CAP_SYS_CHROOT, and
+  ``/proc/1/ns/mnt`` of the host) and unmounts one kubelet CSI target. Privileged with the host's
+  PID namespace, it *can* read any file of its node (docs/security.md, residual exposure); it
+  mounts none of them. With ``heal`` off it only reads: no host PID namespace, no capability, no
+  privilege escalation, read-only root file system. It runs as uid 0 either way: curvine-fuse
+  checks permissions for every uid but 0 (the plugin directory's FUSE mounts).
 
 A liveness probe restarts a container whose passes stopped (``GET /healthz``); a pod-template
 annotation carries a hash of the ConfigMap, so a new script or setting rolls the DaemonSet.
@@ -48,8 +62,13 @@ CLUSTER_ROLE: Final = "kvcache-l2-mount-watchdog"
 CONFIG_FILE: Final = "watchdog.json"
 SCRIPT_FILE: Final = "l2_mount_watchdog.py"
 CONFIG_DIR: Final = "/opt/kvcache-mount-watchdog"
-#: The host's kubelet directory, mounted at the same path (mountinfo shows the host's paths).
+#: The host's kubelet directory: only named (the targets in the host's mount table), never mounted.
 KUBELET_DIR: Final = watchdog.KUBELET_DIR
+#: The host's mount table, one procfs file (``hostPath`` type ``File``), and where the container sees it.
+HOST_MOUNTINFO_SOURCE: Final = "/proc/1/mountinfo"
+HOST_MOUNTINFO: Final = watchdog.HOST_MOUNTINFO
+#: The FUSE pods' mount points on the host (Curvine ``HostMountBaseDir``), mounted at the same path.
+PLUGIN_DIR: Final = watchdog.PLUGIN_DIR
 #: Pod-template annotation holding the SHA-256 of the ConfigMap's data (rolls the pods on a change).
 CONFIG_HASH_ANNOTATION: Final = "kvcache.io/l2-mount-watchdog-config-sha256"
 #: Liveness: every 30 s, restart after 3 failures; ``/healthz`` itself fails only after
@@ -68,7 +87,7 @@ def watchdog_config(platform: PlatformConfig) -> dict[str, Any]:
     ``curvine.mount_watchdog``; validated by the module's own loader."""
     c = platform.curvine.mount_watchdog
     config = {"heal": c.heal, "period_s": c.period_seconds, "probe_timeout_s": c.probe_timeout_seconds,
-              "eviction_interval_s": c.eviction_interval_seconds}
+              "eviction_interval_s": c.eviction_interval_seconds, "host_mountinfo": HOST_MOUNTINFO}
     watchdog.config_from_dict(config)
     return config
 
@@ -121,17 +140,15 @@ class L2MountWatchdog(agent.ScriptAgent):
         binding.add_dependency(self.cluster_role, self.service_account)
         port = names.L2_MOUNT_WATCHDOG_METRICS_PORT_NAME
         if heal:
-            # The lazy unmount of a dead bind must reach the host's mount namespace: CAP_SYS_ADMIN
-            # and Bidirectional propagation, which the API server admits only for privileged
-            # containers (docs/l2-cache.md, "Security: privileged pods").
+            # The lazy unmount of a dead bind happens in the host's mount namespace, entered by a
+            # child through /proc/1/ns/mnt: the host's PID namespace, CAP_SYS_ADMIN and
+            # CAP_SYS_CHROOT (docs/l2-cache.md, "Security: privileged pods").
             security = k8s.SecurityContext(privileged=True, run_as_user=0, read_only_root_filesystem=True)
-            propagation = "Bidirectional"
         else:
             security = k8s.SecurityContext(
                 run_as_user=0, run_as_non_root=False, allow_privilege_escalation=False, privileged=False,
                 read_only_root_filesystem=True, capabilities=k8s.Capabilities(drop=["ALL"]),
                 seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault"))
-            propagation = "HostToContainer"
         container = k8s.Container(
             name="watchdog", image=platform.versions.images.l2_janitor,
             command=[*self.command, "--node", "$(NODE_NAME)", "--serve", "--port", str(watchdog.METRICS_PORT)],
@@ -142,8 +159,9 @@ class L2MountWatchdog(agent.ScriptAgent):
                                             failures=LIVENESS_FAILURES, timeout_s=PROBE_TIMEOUT_S),
             resources=agent.resources(RESOURCES),
             volume_mounts=[self.volume_mount,
-                           k8s.VolumeMount(name="kubelet-dir", mount_path=KUBELET_DIR, read_only=True,
-                                           mount_propagation=propagation)],
+                           k8s.VolumeMount(name="host-mountinfo", mount_path=HOST_MOUNTINFO, read_only=True),
+                           k8s.VolumeMount(name="fuse-sessions", mount_path=PLUGIN_DIR, read_only=True,
+                                           mount_propagation="HostToContainer")],
             security_context=security)
         self.daemon_set = k8s.KubeDaemonSet(self, "DaemonSet", metadata=self.metadata, spec=k8s.DaemonSetSpec(
             selector=k8s.LabelSelector(match_labels=LABELS),
@@ -151,6 +169,8 @@ class L2MountWatchdog(agent.ScriptAgent):
                 max_unavailable=k8s.IntOrString.from_number(1))),
             template=self.pod_template(k8s.PodSpec(
                 service_account_name=NAME,
+                # The heal's unmount child enters PID 1's mount namespace; report-only needs no host PID.
+                host_pid=True if heal else None,
                 # Node-level like the CSI node plugin whose mounts it watches: not preempted
                 # or evicted before the pods it heals.
                 priority_class_name="system-node-critical",
@@ -163,7 +183,9 @@ class L2MountWatchdog(agent.ScriptAgent):
                 termination_grace_period_seconds=10,
                 containers=[container],
                 volumes=[self.volume,
-                         k8s.Volume(name="kubelet-dir", host_path=k8s.HostPathVolumeSource(
-                             path=KUBELET_DIR, type="Directory"))]))))
+                         k8s.Volume(name="host-mountinfo", host_path=k8s.HostPathVolumeSource(
+                             path=HOST_MOUNTINFO_SOURCE, type="File")),
+                         k8s.Volume(name="fuse-sessions", host_path=k8s.HostPathVolumeSource(
+                             path=PLUGIN_DIR, type="DirectoryOrCreate"))]))))
         self.daemon_set.add_dependency(self.config_map, binding)
         self.objects: list[cdk8s.ApiObject] = [self.config_map, self.service_account, self.daemon_set]
