@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import datetime
 import errno
 import json
 import os
@@ -140,6 +141,18 @@ UNMOUNTS_METRIC = METRIC_PREFIX + "unmounts_total"
 PROBES_STUCK_METRIC = METRIC_PREFIX + "probes_stuck"
 LAST_PASS_METRIC = METRIC_PREFIX + "watchdog_last_pass_timestamp_seconds"
 API_ERRORS_METRIC = METRIC_PREFIX + "watchdog_api_errors"
+#: Replacements of a hung FUSE session (its FUSE pod deleted): done, failed.
+REPLACEMENT_RESULTS = ("replaced", "failed")
+REPLACEMENTS_METRIC = METRIC_PREFIX + "fuse_replacements_total"
+#: The FUSE pods' label (Curvine ``StandaloneLabelApp``, ``standalone_manager.go`` l.35-36) and
+#: the name of the volume that mounts the session's plugin path into them (``buildStandalone``).
+FUSE_POD_LABEL = ("app", "curvine-standalone")
+#: Leases (coordination.k8s.io/v1) that bound how many nodes replace a FUSE session at once:
+#: ``<prefix>-0`` .. ``<prefix>-<max_nodes_replacing - 1>`` in the Curvine namespace.
+REPLACEMENT_LEASE_PREFIX = "l2-fuse-replacement"
+#: A replacement slot is held while its node still has a mount that is not alive, renewed every
+#: pass; it lapses this many periods after its holder stopped renewing it (a watchdog gone).
+LEASE_PERIODS = 3
 #: Results of an eviction: accepted, refused by a PodDisruptionBudget (HTTP 429), failed otherwise.
 EVICTION_RESULTS = ("evicted", "refused", "failed")
 UNMOUNT_RESULTS = ("unmounted", "failed")
@@ -466,6 +479,10 @@ class Api(Protocol):
     def pods_on_node(self, namespace: str, node: str) -> list[dict[str, Any]]: ...
     def pods_in(self, namespace: str) -> list[dict[str, Any]]: ...
     def evict(self, namespace: str, name: str, uid: str) -> str: ...
+    def fuse_pods_on_node(self, namespace: str, node: str) -> list[dict[str, Any]]: ...
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
+    def acquire_slot(self, namespace: str, holder: str, slots: int, duration_s: int, now: float) -> str | None: ...
+    def release_slot(self, namespace: str, name: str, holder: str) -> None: ...
 
 
 class HttpApi(core.KubeApi):
@@ -511,6 +528,96 @@ class HttpApi(core.KubeApi):
                 return "evicted"
             raise
         return "evicted"
+
+    def fuse_pods_on_node(self, namespace: str, node: str) -> list[dict[str, Any]]:
+        """The FUSE pods (:data:`FUSE_POD_LABEL`) of ``namespace`` on ``node``."""
+        query = urllib.parse.urlencode({"labelSelector": "=".join(FUSE_POD_LABEL), "fieldSelector": f"spec.nodeName={node}"})
+        return self.call("GET", f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods?{query}").get("items") or []
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """DELETE one Pod (precondition: this UID; default grace period, so the FUSE pod's ``preStop``
+        unmounts its plugin path). A pod already gone is fine. Raises :class:`ApiError` otherwise."""
+        path = f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods/{urllib.parse.quote(name)}"
+        try:
+            self.call("DELETE", path, {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}})
+        except ApiError as exc:
+            if exc.status not in (404, 409):
+                raise
+
+    def _lease_path(self, namespace: str, name: str = "") -> str:
+        base = f"/apis/coordination.k8s.io/v1/namespaces/{urllib.parse.quote(namespace)}/leases"
+        return f"{base}/{urllib.parse.quote(name)}" if name else base
+
+    def acquire_slot(self, namespace: str, holder: str, slots: int, duration_s: int, now: float) -> str | None:
+        """One of ``slots`` Leases ``<REPLACEMENT_LEASE_PREFIX>-<i>`` for ``holder`` (a node), or None
+        when every one is held by another node and renewed within its ``leaseDurationSeconds``.
+
+        A slot this holder has is renewed; a free one is created; an expired one (or one released,
+        no holder) is taken with its ``resourceVersion``, so of two nodes racing for it one gets HTTP
+        409 and tries the next (optimistic concurrency: the API server's, not a clock race).
+        ``now``: seconds since the epoch (the nodes' clocks, NTP-synchronised on EKS).
+        """
+        stamp = _micro_time(now)
+        spec = {"holderIdentity": holder, "leaseDurationSeconds": int(duration_s), "renewTime": stamp}
+        for i in range(slots):
+            name = f"{REPLACEMENT_LEASE_PREFIX}-{i}"
+            try:
+                lease = self.call("GET", self._lease_path(namespace, name))
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                        "metadata": {"name": name, "namespace": namespace}, "spec": {**spec, "acquireTime": stamp}}
+                try:
+                    self.call("POST", self._lease_path(namespace), body)
+                except ApiError as err:
+                    if err.status == 409:
+                        continue
+                    raise
+                return name
+            current = lease.get("spec") or {}
+            mine = current.get("holderIdentity") == holder
+            free = not current.get("holderIdentity") or _lease_expired(current, now)
+            if not (mine or free):
+                continue
+            lease["spec"] = {**current, **spec, **({} if mine else {"acquireTime": stamp})}
+            try:
+                self.call("PUT", self._lease_path(namespace, name), lease)
+            except ApiError as err:
+                if err.status == 409:
+                    continue
+                raise
+            return name
+        return None
+
+    def release_slot(self, namespace: str, name: str, holder: str) -> None:
+        """Give slot ``name`` back (no holder), if ``holder`` still has it."""
+        lease = self.call("GET", self._lease_path(namespace, name))
+        if (lease.get("spec") or {}).get("holderIdentity") != holder:
+            return
+        lease["spec"] = {**lease["spec"], "holderIdentity": ""}
+        try:
+            self.call("PUT", self._lease_path(namespace, name), lease)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+
+
+def _micro_time(epoch_s: float) -> str:
+    """A ``metav1.MicroTime``: RFC 3339 with microseconds, UTC."""
+    return datetime.datetime.fromtimestamp(epoch_s, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _lease_expired(spec: dict[str, Any], now: float) -> bool:
+    """The Lease was last renewed more than its ``leaseDurationSeconds`` before ``now`` (or never)."""
+    renew = spec.get("renewTime") or spec.get("acquireTime")
+    if not renew:
+        return True
+    try:
+        when = datetime.datetime.fromisoformat(renew.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return True
+    return now - when > float(spec.get("leaseDurationSeconds") or 0)
 
 
 def unmount_detach(path: str) -> None:
@@ -579,6 +686,12 @@ class WatchdogConfig:
         max_stuck_probes: probe threads stuck at most.
         kubelet_dir, plugin_dir: the host paths (``kubelet_dir`` as the host names it; the
             plugin directory as this process sees it: the DaemonSet mounts it at the same path).
+        replace_hung_after_s: replace a FUSE session hung in every pass for this long (seconds; 0:
+            never): its FUSE pod is deleted (the driver starts a new one at the next mount) and
+            the binds, dead then, are healed like any dead bind. Only with ``heal`` and the API.
+        max_nodes_replacing: at most this many nodes of the cluster replace a session at once
+            (Leases :data:`REPLACEMENT_LEASE_PREFIX`), each until all its mounts are alive again.
+        namespace: the Curvine namespace (the FUSE pods and the Leases); needed to replace.
         host_mountinfo: the host's mount table, as the DaemonSet mounts it
             (:data:`HOST_MOUNTINFO`): then the pass reads nothing of ``kubelet_dir`` (volumes
             from that table, :func:`volumes_from_mountinfo`), probes each session at the plugin
@@ -596,8 +709,15 @@ class WatchdogConfig:
     kubelet_dir: str = KUBELET_DIR
     plugin_dir: str = PLUGIN_DIR
     host_mountinfo: str = ""
+    replace_hung_after_s: float = 0
+    max_nodes_replacing: int = 1
+    namespace: str = ""
 
     def __post_init__(self) -> None:
+        if self.replace_hung_after_s and (self.replace_hung_after_s < self.period_s or not self.namespace):
+            raise ValueError("replace_hung_after_s must be 0 or at least period_s, with the Curvine namespace set")
+        if self.max_nodes_replacing < 1:
+            raise ValueError("max_nodes_replacing must be at least 1")
         if not 0 < self.probe_timeout_s < self.period_s:
             raise ValueError(f"probe_timeout_s must be > 0 and below period_s, got {self.probe_timeout_s}, "
                              f"{self.period_s}")
@@ -643,6 +763,12 @@ def _is_ready(pod: dict[str, Any]) -> bool:
                for c in (pod.get("status") or {}).get("conditions") or [])
 
 
+def _host_paths(pod: dict[str, Any]) -> set[str]:
+    """The ``hostPath`` paths of a pod's volumes (a FUSE pod mounts its session's plugin path)."""
+    return {((v.get("hostPath") or {}).get("path") or "").rstrip("/") for v in (pod.get("spec") or {}).get("volumes") or []
+            if v.get("hostPath")}
+
+
 def _controller(pod: dict[str, Any]) -> dict[str, Any] | None:
     for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("controller"):
@@ -684,6 +810,9 @@ class Watchdog:
         self.log = log or (lambda line: print(line, flush=True))
         self.evictions = {r: 0 for r in EVICTION_RESULTS}
         self.unmounts = {r: 0 for r in UNMOUNT_RESULTS}
+        self.replacements = {r: 0 for r in REPLACEMENT_RESULTS}
+        self._hung_since: dict[str, float] = {}  # plugin mount point of a hung session -> first seen hung
+        self._slot: str | None = None  # the replacement Lease this node holds
         self._last_eviction: float | None = None
         self._evicted: set[str] = set()  # UIDs evicted: never again, whatever the listing says
         self._lock = threading.Lock()
@@ -717,11 +846,14 @@ class Watchdog:
             states = classify(volumes, mountinfo, self.prober, self.config.plugin_dir)
         pods, known = self._pods(states, report)
         evict_candidates = []
+        hung: list[tuple[MountReport, MountState]] = []
         for s in states:
             ns, pod = known.get(s.volume.pod_uid, (None, None))
             m = MountReport(namespace=ns or "", pod=((pod or {}).get("metadata") or {}).get("name", ""),
                             pod_uid=s.volume.pod_uid, volume=s.volume.volume, state=s.state, reason=s.reason)
             report.mounts.append(m)
+            if s.state == HUNG:
+                hung.append((m, s))
             if s.state != DEAD:
                 continue
             listed = ns is not None and ns in pods
@@ -738,6 +870,7 @@ class Watchdog:
                 evict_candidates.append((m, pod))
         for m, pod in sorted(evict_candidates, key=lambda c: (c[0].namespace, c[0].pod)):
             m.action = self._evict(m, pod)
+        self._replace_hung(hung, live_fuse_devices(top_mounts(mountinfo), self.config.plugin_dir), report)
         report.probes_stuck = self.prober.stuck
         report.duration_s = round(time.monotonic() - started, 3)
         report.finished_at = round(time.time(), 3)
@@ -790,6 +923,82 @@ class Watchdog:
         self._event(action="unmount", result="unmounted", target=s.volume.target, why=why,
                     namespace=m.namespace, pod=m.pod)
         return f"unmounted ({why})"
+
+    def _replace_hung(self, hung: list[tuple[MountReport, MountState]], live: dict[str, str], report: PassReport) -> None:
+        """Replace the FUSE session of a bind hung in every pass for ``replace_hung_after_s``.
+
+        A hang that long is curvine-fuse itself stuck, not an absent Primary: with the FUSE pods'
+        client timeouts every Curvine operation ends within 3 s (``k8s/curvine_config.py``,
+        ``fuse_master_op_bound_ms``), with ``EIO`` (state ``error``, never replaced) when the
+        Primary is unreachable. The node first takes one of ``max_nodes_replacing`` cluster-wide
+        slots (Leases), holds it until every mount of the node is alive again (the binds die with
+        the session and are healed like any dead bind: evicted one per interval, through each
+        line's PodDisruptionBudget, never the last Ready replica), then deletes the session's FUSE
+        pod; the driver starts a new one at the next mount. Without a slot it waits.
+        """
+        now = self.clock()
+        points = {live[s.device] for _, s in hung if s.device in live}
+        self._hung_since = {p: t for p, t in self._hung_since.items() if p in points}
+        for point in points:
+            self._hung_since.setdefault(point, now)
+        after = self.config.replace_hung_after_s
+        able = bool(after and self.config.heal and self.api is not None and self.config.namespace)
+        assert self.api is not None or not able
+        duration = int(LEASE_PERIODS * self.config.period_s)
+        if self._slot is not None and able:
+            try:
+                if all(m.state == ALIVE for m in report.mounts):
+                    self.api.release_slot(self.config.namespace, self._slot, self.node)
+                    self._event(action="release_slot", slot=self._slot)
+                    self._slot = None
+                else:
+                    self._slot = self.api.acquire_slot(self.config.namespace, self.node, self.config.max_nodes_replacing,
+                                                       duration, time.time())
+            except ApiError as exc:
+                report.api_errors.append(str(exc))
+        for m, s in hung:
+            point = live.get(s.device)
+            since = self._hung_since.get(point, now) if point else now
+            if not able:
+                m.action = "not healed: replacing a hung FUSE session is off"
+            else:
+                m.action = f"hung for {now - since:.0f} s; its FUSE session is replaced after {after:g} s"
+        due = sorted(p for p, t in self._hung_since.items() if able and now - t >= after)
+        for point in due:
+            action = self._replace(point, now - self._hung_since[point], report)
+            for m, s in hung:
+                if live.get(s.device) == point:
+                    m.action = action
+
+    def _replace(self, point: str, hung_s: float, report: PassReport) -> str:
+        """Take a slot, then delete the FUSE pod whose plugin mount is ``point``; the action text."""
+        assert self.api is not None
+        ns = self.config.namespace
+        try:
+            if self._slot is None:
+                self._slot = self.api.acquire_slot(ns, self.node, self.config.max_nodes_replacing,
+                                                   int(LEASE_PERIODS * self.config.period_s), time.time())
+            if self._slot is None:
+                return (f"hung for {hung_s:.0f} s; replacement waits: {self.config.max_nodes_replacing} node(s) "
+                        "already replace their FUSE session (max_nodes_replacing)")
+            pods = [p for p in self.api.fuse_pods_on_node(ns, self.node) if point in _host_paths(p)]
+        except ApiError as exc:
+            report.api_errors.append(str(exc))
+            return f"hung for {hung_s:.0f} s; not replaced: {exc}"
+        if not pods:
+            return f"hung for {hung_s:.0f} s; not replaced: no FUSE pod on this node mounts {point}"
+        meta = pods[0].get("metadata") or {}
+        try:
+            self.api.delete_pod(ns, meta.get("name", ""), meta.get("uid", ""))
+        except ApiError as exc:
+            self.replacements["failed"] += 1
+            self._event(action="replace_fuse_session", result="failed", point=point, pod=meta.get("name"), error=str(exc))
+            return f"hung for {hung_s:.0f} s; replacing its FUSE pod failed: {exc}"
+        self.replacements["replaced"] += 1
+        self._hung_since.pop(point, None)
+        self._event(action="replace_fuse_session", result="replaced", point=point, pod=meta.get("name"),
+                    hung_s=round(hung_s), slot=self._slot)
+        return f"its FUSE session, hung for {hung_s:.0f} s, replaced: FUSE pod {meta.get('name')} deleted"
 
     def _last_ready_replica(self, m: MountReport, pod: dict[str, Any]) -> bool:
         """True when ``pod`` is Ready and no other Ready pod of its controller is left: evicting it would
@@ -860,17 +1069,18 @@ class Watchdog:
     def metrics(self) -> str:
         """:func:`prometheus_text` of the last pass and the counters ("" before the first pass)."""
         last = self.last
-        return "" if last is None else prometheus_text(last, self.evictions, self.unmounts)
+        return "" if last is None else prometheus_text(last, self.evictions, self.unmounts, self.replacements)
 
 
-def prometheus_text(report: PassReport, evictions: dict[str, int], unmounts: dict[str, int]) -> str:
+def prometheus_text(report: PassReport, evictions: dict[str, int], unmounts: dict[str, int],
+                    replacements: dict[str, int] | None = None) -> str:
     """The pass in the Prometheus text format.
 
     * :data:`UP_METRIC` ``{namespace,pod,node,volume}``: 1 alive, 0 dead, hung or error;
     * :data:`STATE_METRIC` ``{namespace,pod,node,volume,state}``: 1 for the mount's state, 0 for
       the three others (all four always present, so a change of state is no new series);
-    * :data:`EVICTIONS_METRIC` ``{node,result}``, :data:`UNMOUNTS_METRIC` ``{node,result}``:
-      counters since the process started;
+    * :data:`EVICTIONS_METRIC` ``{node,result}``, :data:`UNMOUNTS_METRIC` ``{node,result}``,
+      :data:`REPLACEMENTS_METRIC` ``{node,result}``: counters since the process started;
     * :data:`PROBES_STUCK_METRIC`, :data:`API_ERRORS_METRIC`, :data:`LAST_PASS_METRIC` ``{node}``.
 
     ``namespace`` and ``pod`` are empty when the API could not name the pod (``pod_uid`` label).
@@ -887,7 +1097,9 @@ def prometheus_text(report: PassReport, evictions: dict[str, int], unmounts: dic
     out += core.family(STATE_METRIC, "gauge", "1 for the mount's state in the last pass (alive, dead, hung, error)",
                        [(mount_labels(m, state=state), str(int(m.state == state))) for m in rows for state in STATES])
     for metric, text, counts in ((EVICTIONS_METRIC, "evictions of pods with a dead L2 mount, by result", evictions),
-                                 (UNMOUNTS_METRIC, "lazy unmounts of dead L2 binds, by result", unmounts)):
+                                 (UNMOUNTS_METRIC, "lazy unmounts of dead L2 binds, by result", unmounts),
+                                 (REPLACEMENTS_METRIC, "hung FUSE sessions replaced (FUSE pod deleted), by result",
+                                  replacements or {r: 0 for r in REPLACEMENT_RESULTS})):
         out += core.family(metric, "counter", text, [({"node": node, "result": r}, str(n)) for r, n in counts.items()])
     for metric, text, value in (
             (PROBES_STUCK_METRIC, "statvfs probes still waiting for a FUSE answer", str(report.probes_stuck)),
