@@ -51,6 +51,8 @@ import cdk8s
 from constructs import Construct
 
 from k8s import agent, names
+from k8s.csi_node_limits import NODE_NAME_EXTRA
+from k8s.fuse_pod_guard import NAMESPACE_NAME_LABEL, STANDALONE_LABEL
 from k8s.kube import k8s
 from k8s.nodes import hyperpod_node_requirements
 from cluster_agents import l2_mount_watchdog as watchdog
@@ -88,8 +90,84 @@ def watchdog_config(platform: PlatformConfig) -> dict[str, Any]:
     c = platform.curvine.mount_watchdog
     config = {"heal": c.heal, "period_s": c.period_seconds, "probe_timeout_s": c.probe_timeout_seconds,
               "eviction_interval_s": c.eviction_interval_seconds, "host_mountinfo": HOST_MOUNTINFO}
+    if replaces_sessions(platform):
+        config.update(replace_hung_after_s=c.replace_hung_after_seconds, max_nodes_replacing=c.max_nodes_replacing,
+                      namespace=platform.curvine.namespace)
     watchdog.config_from_dict(config)
     return config
+
+
+def replaces_sessions(platform: PlatformConfig) -> bool:
+    """The watchdog replaces hung FUSE sessions: ``heal`` on and ``replace_hung_after_seconds`` > 0."""
+    c = platform.curvine.mount_watchdog
+    return c.heal and c.replace_hung_after_seconds > 0
+
+
+def slot_names(platform: PlatformConfig) -> list[str]:
+    """The replacement Leases (``max_nodes_replacing`` of them, cluster_agents' names)."""
+    return [f"{watchdog.REPLACEMENT_LEASE_PREFIX}-{i}" for i in range(platform.curvine.mount_watchdog.max_nodes_replacing)]
+
+
+def curvine_rules(platform: PlatformConfig) -> list[k8s.PolicyRule]:
+    """The watchdog's rights in the Curvine namespace, only when it replaces hung sessions: ``list``
+    and ``delete`` pods (its node's FUSE pod; :func:`watchdog_limits` refuses every other delete),
+    and the replacement Leases: ``get``/``update`` by name, ``create`` (RBAC cannot name what is
+    created: the policy does)."""
+    if not replaces_sessions(platform):
+        return []
+    return [k8s.PolicyRule(api_groups=[""], resources=["pods"], verbs=["list", "delete"]),
+            k8s.PolicyRule(api_groups=["coordination.k8s.io"], resources=["leases"], verbs=["get", "update"],
+                           resource_names=slot_names(platform)),
+            k8s.PolicyRule(api_groups=["coordination.k8s.io"], resources=["leases"], verbs=["create"])]
+
+
+#: The policy that confines what the watchdog's identity may delete and create in the Curvine namespace.
+WATCHDOG_LIMITS: Final = "kvcache-l2-mount-watchdog-limits"
+
+
+def watchdog_limits(scope: Construct, *, platform: PlatformConfig) -> list[cdk8s.ApiObject]:
+    """ValidatingAdmissionPolicy and binding (``Deny``, fail closed) for the watchdog's service account
+    in the Curvine namespace: a pod DELETE only of a FUSE pod (``app=curvine-standalone``) and, where
+    the bound token names the requesting pod's node (``authentication.kubernetes.io/node-name``,
+    Kubernetes 1.30+), only one on that node; a Lease CREATE or UPDATE only of the replacement slots.
+    So a stolen watchdog token cannot delete the Curvine Primary, a Worker or the CSI pods, nor
+    another node's FUSE pod. Empty when the watchdog replaces no session."""
+    if not replaces_sessions(platform):
+        return []
+    ns = platform.curvine.namespace
+    label, value = STANDALONE_LABEL
+    slots = ", ".join(f"'{n}'" for n in slot_names(platform))
+    delete = ("request.resource.resource != 'pods' || ("
+              f"has(oldObject.metadata.labels) && '{label}' in oldObject.metadata.labels"
+              f" && oldObject.metadata.labels['{label}'] == '{value}'"
+              f" && (!has(request.userInfo.extra) || !('{NODE_NAME_EXTRA}' in request.userInfo.extra)"
+              f" || (has(oldObject.spec.nodeName) && oldObject.spec.nodeName == request.userInfo.extra['{NODE_NAME_EXTRA}'][0])))")
+    leases = ("request.resource.resource != 'leases' || "
+              f"(request.operation == 'CREATE' ? object.metadata.name : request.name) in [{slots}]")
+    rule = k8s.NamedRuleWithOperations
+    policy = k8s.KubeValidatingAdmissionPolicy(
+        scope, "WatchdogLimits", metadata=k8s.ObjectMeta(name=WATCHDOG_LIMITS, labels=LABELS),
+        spec=k8s.ValidatingAdmissionPolicySpec(
+            failure_policy="Fail",
+            match_constraints=k8s.MatchResources(
+                resource_rules=[
+                    rule(api_groups=[""], api_versions=["v1"], operations=["DELETE"], resources=["pods"]),
+                    rule(api_groups=["coordination.k8s.io"], api_versions=["v1"], operations=["CREATE", "UPDATE"],
+                         resources=["leases"])],
+                namespace_selector=k8s.LabelSelector(match_labels={NAMESPACE_NAME_LABEL: ns})),
+            match_conditions=[k8s.MatchCondition(
+                name="l2-mount-watchdog", expression=f"request.userInfo.username == 'system:serviceaccount:{ns}:{NAME}'")],
+            validations=[
+                k8s.Validation(expression=delete, reason="Forbidden", message=(
+                    f"the L2 mount watchdog may delete only a FUSE pod ({label}={value}) of its own node")),
+                k8s.Validation(expression=leases, reason="Forbidden", message=(
+                    f"the L2 mount watchdog may write only its replacement Leases ({watchdog.REPLACEMENT_LEASE_PREFIX}-<i>)")),
+            ]))
+    binding = k8s.KubeValidatingAdmissionPolicyBinding(
+        scope, "WatchdogLimitsBinding", metadata=k8s.ObjectMeta(name=WATCHDOG_LIMITS, labels=LABELS),
+        spec=k8s.ValidatingAdmissionPolicyBindingSpec(policy_name=WATCHDOG_LIMITS, validation_actions=["Deny"]))
+    binding.add_dependency(policy)
+    return [policy, binding]
 
 
 def line_rules(platform: PlatformConfig) -> list[k8s.PolicyRule]:
@@ -138,6 +216,21 @@ class L2MountWatchdog(agent.ScriptAgent):
             role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=CLUSTER_ROLE),
             subjects=[k8s.Subject(kind="ServiceAccount", name=NAME, namespace=ns)])
         binding.add_dependency(self.cluster_role, self.service_account)
+        # Replacing hung FUSE sessions: rights in the Curvine namespace, fenced by a policy that is
+        # in place before the Role (and the DaemonSet) exist.
+        self.limits = watchdog_limits(self, platform=platform)
+        self.curvine_role: list[cdk8s.ApiObject] = []
+        rules = curvine_rules(platform)
+        if rules:
+            role_meta = k8s.ObjectMeta(name=NAME, namespace=ns, labels=LABELS)
+            role = k8s.KubeRole(self, "CurvineRole", metadata=role_meta, rules=rules)
+            role_binding = k8s.KubeRoleBinding(
+                self, "CurvineRoleBinding", metadata=role_meta,
+                role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=NAME),
+                subjects=[k8s.Subject(kind="ServiceAccount", name=NAME, namespace=ns)])
+            role.add_dependency(self.limits[1])
+            role_binding.add_dependency(role, self.service_account)
+            self.curvine_role = [role, role_binding]
         port = names.L2_MOUNT_WATCHDOG_METRICS_PORT_NAME
         if heal:
             # The lazy unmount of a dead bind happens in the host's mount namespace, entered by a
@@ -187,5 +280,5 @@ class L2MountWatchdog(agent.ScriptAgent):
                              path=HOST_MOUNTINFO_SOURCE, type="File")),
                          k8s.Volume(name="fuse-sessions", host_path=k8s.HostPathVolumeSource(
                              path=PLUGIN_DIR, type="DirectoryOrCreate"))]))))
-        self.daemon_set.add_dependency(self.config_map, binding)
-        self.objects: list[cdk8s.ApiObject] = [self.config_map, self.service_account, self.daemon_set]
+        self.daemon_set.add_dependency(self.config_map, binding, *self.curvine_role)
+        self.objects: list[cdk8s.ApiObject] = [self.config_map, self.service_account, *self.curvine_role, self.daemon_set]

@@ -96,9 +96,13 @@ def test_it_runs_the_module_with_the_configured_settings(k8s_project, curvine, d
     cfg = k8s_project.platform.curvine.mount_watchdog
     assert settings == {"heal": True, "period_s": cfg.period_seconds, "probe_timeout_s": cfg.probe_timeout_seconds,
                         "eviction_interval_s": cfg.eviction_interval_seconds,
-                        "host_mountinfo": l2_mount_watchdog.HOST_MOUNTINFO} == {
+                        "host_mountinfo": l2_mount_watchdog.HOST_MOUNTINFO,
+                        "replace_hung_after_s": cfg.replace_hung_after_seconds,
+                        "max_nodes_replacing": cfg.max_nodes_replacing,
+                        "namespace": k8s_project.platform.curvine.namespace} == {
         "heal": True, "period_s": 30, "probe_timeout_s": 10, "eviction_interval_s": 60,
-        "host_mountinfo": "/host/proc/1/mountinfo"}
+        "host_mountinfo": "/host/proc/1/mountinfo", "replace_hung_after_s": 300, "max_nodes_replacing": 1,
+        "namespace": "curvine"}
     l2_mount_watchdog.config_from_dict(settings)  # what the script will load
     [c] = daemon_set["spec"]["template"]["spec"]["containers"]
     assert c["command"] == ["python3", f"{mw.CONFIG_DIR}/{mw.SCRIPT_FILE}", "--config", f"{mw.CONFIG_DIR}/{mw.CONFIG_FILE}",
@@ -164,9 +168,80 @@ def test_report_only_runs_unprivileged_and_may_not_evict(k8s_project) -> None:
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
     assert "hostPID" not in ds["spec"]["template"]["spec"]  # no other process of the node is visible
     assert [m["mountPropagation"] for m in c["volumeMounts"] if m["name"] == "fuse-sessions"] == ["HostToContainer"]
-    assert json.loads(find(objects, "ConfigMap")["data"][mw.CONFIG_FILE])["heal"] is False
+    settings = json.loads(find(objects, "ConfigMap")["data"][mw.CONFIG_FILE])
+    assert settings["heal"] is False and "replace_hung_after_s" not in settings  # reports hung sessions only
+    assert not [o for o in objects if o["kind"] == "Role" and o["metadata"]["namespace"] == platform.curvine.namespace]
+    assert not [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"]
     assert find(objects, "Role")["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
     off = platform.model_copy(update={"curvine": platform.curvine.model_copy(update={
         "mount_watchdog": platform.curvine.mount_watchdog.model_copy(update={"enabled": False})})})
     app = cdk8s.App()
     assert mw.line_rbac(cdk8s.Chart(app, "c"), platform=off, namespace="x") == []
+
+
+# --- issue 24 item 3: replacing a hung FUSE session ----------------------------------------------
+
+from tests.k8s import vap_eval  # noqa: E402
+from k8s.csi_node_limits import NODE_NAME_EXTRA  # noqa: E402
+
+NODE = "hyperpod-i-0abc"
+
+
+def test_replacing_sessions_grants_fuse_pod_deletes_and_the_slots_in_curvine_only(k8s_project, curvine) -> None:
+    ns = k8s_project.platform.curvine.namespace
+    role = next(o for o in curvine if o["kind"] == "Role" and o["metadata"]["name"] == names.L2_MOUNT_WATCHDOG
+                and o["metadata"]["namespace"] == ns)
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"],
+         "resourceNames": ["l2-fuse-replacement-0"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}]
+    binding = next(o for o in curvine if o["kind"] == "RoleBinding" and o["metadata"]["name"] == names.L2_MOUNT_WATCHDOG
+                   and o["metadata"]["namespace"] == ns)
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": names.L2_MOUNT_WATCHDOG, "namespace": ns}]
+    order = [(o["kind"], o["metadata"]["name"]) for o in curvine]
+    assert (order.index(("ValidatingAdmissionPolicyBinding", mw.WATCHDOG_LIMITS)) < order.index(("Role", names.L2_MOUNT_WATCHDOG))
+            < order.index(("DaemonSet", names.L2_MOUNT_WATCHDOG)))
+
+
+@pytest.fixture(scope="module")
+def limits(k8s_project, curvine):
+    policy = find(curvine, "ValidatingAdmissionPolicy", mw.WATCHDOG_LIMITS)
+    binding = find(curvine, "ValidatingAdmissionPolicyBinding", mw.WATCHDOG_LIMITS)
+    ns = k8s_project.platform.curvine.namespace
+    user = f"system:serviceaccount:{ns}:{names.L2_MOUNT_WATCHDOG}"
+
+    def decide(operation: str, resource: str, *, old: dict | None = None, obj: dict | None = None, name: str = "",
+               node: str | None = NODE, username: str = user) -> vap_eval.Decision:
+        group = "coordination.k8s.io" if resource == "leases" else ""
+        request = {"operation": operation, "namespace": ns, "name": name, "subResource": "",
+                   "userInfo": {"username": username, **({"extra": {NODE_NAME_EXTRA: [node]}} if node else {})},
+                   "resource": {"group": group, "version": "v1", "resource": resource}}
+        return vap_eval.evaluate(policy, [binding], request=request, old_object=old, obj=obj,
+                                 namespace_labels={"kubernetes.io/metadata.name": ns})
+
+    return decide
+
+
+def _pod(name: str, labels: dict[str, str], node: str = NODE) -> dict:
+    return {"metadata": {"name": name, "namespace": "curvine", "labels": labels}, "spec": {"nodeName": node}}
+
+
+def test_a_stolen_watchdog_token_deletes_only_its_nodes_fuse_pods_and_writes_only_the_slots(limits) -> None:
+    fuse = {"app": "curvine-standalone"}
+    assert limits("DELETE", "pods", old=_pod("curvine-csi-standalone-aa-1", fuse)).allowed
+    for old, node in ((_pod("curvine-master-0", {"app.kubernetes.io/component": "master"}), NODE),
+                      (_pod("curvine-csi-node-x", {"app.kubernetes.io/name": "curvine-csi"}), NODE),
+                      (_pod("curvine-csi-standalone-aa-2", fuse, node="hyperpod-i-0def"), NODE)):
+        decision = limits("DELETE", "pods", old=old, node=node)
+        assert decision.applied and not decision.allowed and decision.reason != "failed", old["metadata"]["name"]
+    # A token without the node claim (older clusters): any FUSE pod, still never another pod.
+    assert limits("DELETE", "pods", old=_pod("curvine-csi-standalone-aa-2", fuse, node="x"), node=None).allowed
+    lease = {"metadata": {"name": "l2-fuse-replacement-0"}}
+    assert limits("CREATE", "leases", obj=lease).allowed
+    assert limits("UPDATE", "leases", obj=lease, old=lease, name="l2-fuse-replacement-0").allowed
+    other = {"metadata": {"name": "kube-scheduler"}}
+    assert not limits("CREATE", "leases", obj=other).allowed
+    assert not limits("UPDATE", "leases", obj=other, old=other, name="kube-scheduler").allowed
+    # Nobody else is matched.
+    assert not limits("DELETE", "pods", old=_pod("curvine-master-0", {}), username="kubernetes-admin").applied
