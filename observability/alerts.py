@@ -87,12 +87,16 @@ MOUNT_HEAL_RESTART_S: Final = 300
 def mount_dead_hold_minutes(platform: PlatformConfig) -> int:
     """``for`` of ``KvCacheL2MountDead``: longer than healing normally takes, in whole minutes.
 
-    One pass to see the mount (``period_seconds``), then up to :data:`MOUNT_HEAL_PODS_PER_NODE`
-    evictions one ``eviction_interval_seconds`` apart, then :data:`MOUNT_HEAL_RESTART_S` for the
-    last replacement: 30 + 10 x 60 + 300 s = 15.5 min -> 16 min with the defaults.
+    One pass to see the mount (``period_seconds``), then, for a hung session, the wait before the
+    watchdog replaces it (``replace_hung_after_seconds``, when it heals; its binds are dead then),
+    then up to :data:`MOUNT_HEAL_PODS_PER_NODE` evictions one ``eviction_interval_seconds`` apart,
+    then :data:`MOUNT_HEAL_RESTART_S` for the last replacement: 30 + 300 + 10 x 60 + 300 s = 20.5 min
+    -> 21 min with the defaults (16 min without replacing hung sessions).
     """
     w = platform.curvine.mount_watchdog
-    seconds = w.period_seconds + MOUNT_HEAL_PODS_PER_NODE * w.eviction_interval_seconds + MOUNT_HEAL_RESTART_S
+    replace_s = w.replace_hung_after_seconds if w.heal else 0
+    seconds = (w.period_seconds + replace_s + MOUNT_HEAL_PODS_PER_NODE * w.eviction_interval_seconds
+               + MOUNT_HEAL_RESTART_S)
     return -(-seconds // 60)
 
 

@@ -276,9 +276,9 @@ def _mount_dead(ann) -> list[dict[str, Any]]:
     mount = {"job": targets.JOB_L2_MOUNT_WATCHDOG, "namespace": NS, "pod": "rag-7d9-a", "node": "hyperpod-i-0abc",
              "volume": "pvc-1234", "pod_uid": "0b9c"}
     fires = {"interval": "1m", "input_series": [series("kvcache_l2_mount_up", mount, "1x4 0x30")],
-             "alert_rule_test": [expect("KvCacheL2MountDead", "20m", []),
-                                 expect("KvCacheL2MountDead", "22m", [({"severity": "warning", **mount}, ann(
-                                     f"{NS}/rag-7d9-a on hyperpod-i-0abc: its L2 mount has not answered for 16 minutes"))])]}
+             "alert_rule_test": [expect("KvCacheL2MountDead", "25m", []),
+                                 expect("KvCacheL2MountDead", "27m", [({"severity": "warning", **mount}, ann(
+                                     f"{NS}/rag-7d9-a on hyperpod-i-0abc: its L2 mount has not answered for 21 minutes"))])]}
     # Dead for 10 minutes, then the watchdog's eviction replaced the pod (alive again).
     healed = {"interval": "1m", "input_series": [series("kvcache_l2_mount_up", mount, "1x4 0x10 1x20"),
                                                  series("kvcache_l2_mount_up", {**mount, "pod": "rag-7d9-b"}, "1x35")],
