@@ -12,19 +12,26 @@ gets a fresh bind (a container restart does not re-publish volumes).
 
 One process per node (a DaemonSet). Each *pass* (every :data:`PERIOD_S`):
 
-1. lists the Curvine CSI volumes of every pod on the node from the kubelet's layout,
-   ``<kubelet>/pods/<pod uid>/volumes/kubernetes.io~csi/<pv>/{vol_data.json,mount}``, keeping those
-   whose ``vol_data.json`` names ``driverName`` :data:`DRIVER_NAME` (never touching ``mount``);
-2. reads ``/proc/self/mountinfo`` (the host's ``/var/lib/kubelet`` is mounted with
-   ``HostToContainer`` propagation, so every new mount shows up) and classifies each mount
-   (:func:`classify`): **dead** when its device differs from every FUSE session mounted at a
-   plugin path now (mountinfo only, never blocks) or a ``statvfs`` of it fails with ``ENOTCONN``;
-   **hung** when that ``statvfs`` has not returned within ``probe_timeout_s``; **error** when it
-   fails otherwise (curvine-fuse answers ``EIO``/``ETIMEDOUT`` when its Primary is unreachable,
-   ``fuse_error.rs``); **alive** when it answers. ``statvfs`` because FUSE always forwards it to
-   the daemon (``STATFS``), where ``stat`` may be served from the kernel's attribute cache. Probes
-   run in threads, at most one per mount and at most ``max_stuck_probes`` stuck at once, so the
-   pass itself never blocks (:class:`Prober`);
+1. reads the host's mount table: ``/proc/1/mountinfo``, the one host file the DaemonSet mounts
+   for it (at :data:`HOST_MOUNTINFO`; ``config.host_mountinfo``), and lists the Curvine binds at
+   kubelet CSI targets, ``<kubelet>/pods/<pod uid>/volumes/kubernetes.io~csi/<pv>/mount``, by
+   their path and their source ``curvinefs`` (:func:`volumes_from_mountinfo`). No directory of
+   the kubelet is read or mounted: the pods' service-account tokens live beside those targets
+   (issue 24 item 5). Run by hand on a node (``host_mountinfo`` empty), it reads the kubelet's
+   layout instead (``vol_data.json`` with ``driverName`` :data:`DRIVER_NAME`, :func:`find_volumes`)
+   and its own ``/proc/self/mountinfo``;
+2. classifies each bind by the FUSE session it holds (:func:`classify_by_session`): **dead** when
+   its device differs from every FUSE session mounted at a plugin path now (mountinfo only, never
+   blocks), else the answer of one ``statvfs`` of that session at the plugin path (the plugin
+   directory is mounted read-only with ``HostToContainer`` propagation, so a new session shows up):
+   ``ENOTCONN`` dead; no answer within ``probe_timeout_s`` **hung**; another error **error**
+   (curvine-fuse answers ``EIO``/``ETIMEDOUT`` when its Primary is unreachable, ``fuse_error.rs``);
+   an answer **alive**. A bind answers ``statfs`` from its session's daemon like the session's own
+   mount, so one probe per session stands for all its binds (by hand: one per bind,
+   :func:`classify`). ``statvfs`` because FUSE always forwards it to the daemon (``STATFS``), where
+   ``stat`` may be served from the kernel's attribute cache. Probes run in threads, at most one per
+   path and at most ``max_stuck_probes`` stuck at once, so the pass itself never blocks
+   (:class:`Prober`);
 3. maps each pod UID to its namespace and name through the API: the PV's ``claimRef`` gives the
    namespace, then the Pods of that namespace on this node (``fieldSelector=spec.nodeName``);
 4. heals (when ``heal`` is on), never a hung or error mount (an unreachable Primary is not cured
@@ -36,7 +43,9 @@ One process per node (a DaemonSet). Each *pass* (every :data:`PERIOD_S`):
    of a pod that is terminating (whoever deleted it) or whose pod no longer exists: the driver's
    ``NodeUnpublishVolume`` skips the unmount of a target ``mountpoint -q`` cannot stat, and the
    kubelet's teardown then fails on the same ``stat`` (``removeMountDir``), so without it such a pod
-   stays ``Terminating`` with its GPUs reserved. Nothing else is ever unmounted;
+   stays ``Terminating`` with its GPUs reserved. The unmount runs in the host's mount namespace,
+   entered by a child process through ``/proc/1/ns/mnt`` (:func:`unmount_in_host_namespace`).
+   Nothing but a kubelet CSI target found dead is ever unmounted;
 5. publishes the pass: ``GET /metrics`` (Prometheus text, :func:`prometheus_text`), ``GET /mounts``
    (JSON, read by ``scripts/verify.py``), ``GET /healthz`` (503 when no pass finished for
    :data:`STALE_PERIODS` periods).
@@ -52,10 +61,12 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import datetime
 import errno
 import json
 import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -84,6 +95,20 @@ DRIVER_NAME = "curvine"
 #: (Curvine v0.3.2-alpha ``standalone_manager.go``: ``HostMountBaseDir``, ``GetHostMountPath``).
 PLUGIN_DIR = "/var/lib/kubelet/plugins/curvine"
 FUSE_MOUNT_NAME = "fuse-mount"
+#: How curvine-fuse mounts: source ``curvinefs``, type ``fuse`` (v0.3.2-alpha
+#: ``curvine-fuse/src/raw/fuse_pure.rs`` l.141-153) or ``fuse.curvinefs`` (v0.4.1 adds
+#: ``subtype=curvinefs``, l.148-159); a bind keeps both. docs/sources.md §17.
+CURVINE_FUSE_SOURCE = "curvinefs"
+CURVINE_FUSE_TYPES = ("fuse", "fuse.curvinefs")
+#: Where the DaemonSet mounts the host's ``/proc/1/mountinfo`` (a ``hostPath`` of that one file:
+#: the mount table of the host's init, i.e. of the kubelet, without the host's PID namespace).
+HOST_MOUNTINFO = "/host/proc/1/mountinfo"
+#: The host's init, whose mount namespace the kubelet's binds live in (``setns`` target of a heal).
+HOST_MOUNT_NAMESPACE = "/proc/1/ns/mnt"
+#: ``setns`` flag of a mount namespace (``<sched.h>``).
+CLONE_NEWNS = 0x00020000
+#: Seconds the host-namespace unmount helper may take (a lazy unmount returns at once).
+UNMOUNT_HELPER_TIMEOUT_S = 10
 
 #: Seconds between the starts of two passes. A dead mount is seen within one period.
 PERIOD_S = 30
@@ -116,6 +141,18 @@ UNMOUNTS_METRIC = METRIC_PREFIX + "unmounts_total"
 PROBES_STUCK_METRIC = METRIC_PREFIX + "probes_stuck"
 LAST_PASS_METRIC = METRIC_PREFIX + "watchdog_last_pass_timestamp_seconds"
 API_ERRORS_METRIC = METRIC_PREFIX + "watchdog_api_errors"
+#: Replacements of a hung FUSE session (its FUSE pod deleted): done, failed.
+REPLACEMENT_RESULTS = ("replaced", "failed")
+REPLACEMENTS_METRIC = METRIC_PREFIX + "fuse_replacements_total"
+#: The FUSE pods' label (Curvine ``StandaloneLabelApp``, ``standalone_manager.go`` l.35-36) and
+#: the name of the volume that mounts the session's plugin path into them (``buildStandalone``).
+FUSE_POD_LABEL = ("app", "curvine-standalone")
+#: Leases (coordination.k8s.io/v1) that bound how many nodes replace a FUSE session at once:
+#: ``<prefix>-0`` .. ``<prefix>-<max_nodes_replacing - 1>`` in the Curvine namespace.
+REPLACEMENT_LEASE_PREFIX = "l2-fuse-replacement"
+#: A replacement slot is held while its node still has a mount that is not alive, renewed every
+#: pass; it lapses this many periods after its holder stopped renewing it (a watchdog gone).
+LEASE_PERIODS = 3
 #: Results of an eviction: accepted, refused by a PodDisruptionBudget (HTTP 429), failed otherwise.
 EVICTION_RESULTS = ("evicted", "refused", "failed")
 UNMOUNT_RESULTS = ("unmounted", "failed")
@@ -136,11 +173,20 @@ class MountEntry:
     root: str
     mount_point: str
     fstype: str
+    #: The mount source (the field after the type; ``curvinefs`` for curvine-fuse and its binds).
+    source: str = ""
 
     @property
     def is_fuse(self) -> bool:
         """A FUSE mount (``fuse`` or ``fuse.<subtype>``)."""
         return self.fstype == "fuse" or self.fstype.startswith("fuse.")
+
+    @property
+    def is_curvine(self) -> bool:
+        """A curvine-fuse session or a bind of one: source :data:`CURVINE_FUSE_SOURCE` and a type of
+        :data:`CURVINE_FUSE_TYPES` (a FUSE mount of another driver, e.g. the S3 CSI driver's
+        mountpoint-s3, has its own source)."""
+        return self.source == CURVINE_FUSE_SOURCE and self.fstype in CURVINE_FUSE_TYPES
 
 
 def _unescape(field_: str) -> str:
@@ -162,7 +208,7 @@ def parse_mountinfo(text: str) -> list[MountEntry]:
             continue
         try:
             out.append(MountEntry(int(fields[0]), int(fields[1]), fields[2], _unescape(fields[3]),
-                                  _unescape(fields[4]), tail[0]))
+                                  _unescape(fields[4]), tail[0], _unescape(tail[1]) if len(tail) > 1 else ""))
         except ValueError:
             continue
     return out
@@ -239,6 +285,34 @@ def find_volumes(kubelet_dir: str = KUBELET_DIR, driver: str = DRIVER_NAME) -> l
             if isinstance(data, dict) and data.get("driverName") == driver:
                 out.append(PodVolume(uid, str(data.get("specVolID") or name), os.path.join(csi_dir, name, MOUNT_DIR)))
     return out
+
+
+_CSI_TARGET = re.compile(r"^(?P<uid>[0-9a-f][0-9a-f-]{7,63})/" + re.escape(CSI_VOLUMES_DIR)
+                         + r"/(?P<volume>[^/]+)/" + re.escape(MOUNT_DIR) + r"$")
+
+
+def csi_target(path: str, kubelet_dir: str = KUBELET_DIR) -> tuple[str, str] | None:
+    """(pod UID, volume) when ``path`` is a kubelet CSI target,
+    ``<kubelet_dir>/pods/<uid>/volumes/kubernetes.io~csi/<volume>/mount``; else None."""
+    prefix = os.path.join(kubelet_dir, "pods") + "/"
+    if not path.startswith(prefix):
+        return None
+    m = _CSI_TARGET.match(path[len(prefix):])
+    return (m["uid"], m["volume"]) if m else None
+
+
+def volumes_from_mountinfo(entries: Iterable[MountEntry], kubelet_dir: str = KUBELET_DIR) -> list[PodVolume]:
+    """Every Curvine bind at a kubelet CSI target (:func:`csi_target`, :attr:`MountEntry.is_curvine`),
+    from the host's mount table alone: no directory of the kubelet is read (and none is mounted
+    into the DaemonSet: the pods' service-account tokens live beside these targets). Sorted by pod
+    UID and volume; ``target`` is the host path. The volume is the kubelet's spec volume name, the
+    PV's name for a PVC (``getTargetPath``, docs/sources.md §17)."""
+    out = {}
+    for point, e in top_mounts(entries).items():
+        found = csi_target(point, kubelet_dir)
+        if found is not None and e.is_curvine:
+            out[found] = PodVolume(found[0], found[1], point)
+    return [out[k] for k in sorted(out)]
 
 
 # --- probes --------------------------------------------------------------------------------------
@@ -358,6 +432,40 @@ def classify(volumes: list[PodVolume], mountinfo: list[MountEntry], prober: Prob
     return out
 
 
+def classify_by_session(volumes: list[PodVolume], mountinfo: list[MountEntry], prober: Prober,
+                        plugin_dir: str = PLUGIN_DIR) -> list[MountState]:
+    """Classify ``volumes`` (host paths, not reachable here) by the FUSE session each bind holds.
+
+    A bind is a bind of its session's superblock: every ``statvfs`` of it is answered by the same
+    curvine-fuse as one of the session's mount at the plugin path (``STATFS`` goes to the
+    connection's daemon). So each live session is probed once, at ``<plugin_dir>/<mount key>/
+    fuse-mount`` (the plugin directory is the DaemonSet's only host directory), and its answer is
+    every bind's on it. A bind whose device is no session mounted at a plugin path now is
+    **dead** without a probe: its FUSE pod restarted (a new session is on top) or is gone (the
+    driver's ``preStop`` unmounted it, or nothing has mounted since), and its daemon with it.
+
+    Returns one :class:`MountState` per volume mounted at its target (the others are being set up
+    or torn down), in the order of ``volumes``.
+    """
+    tops = top_mounts(mountinfo)
+    live = live_fuse_devices(tops, plugin_dir)
+    mounted = [(v, tops[v.target]) for v in volumes if v.target in tops]
+    wanted = sorted({live[e.device] for _, e in mounted if e.device in live})
+    probed = prober.probe_all(wanted)
+    out = []
+    for v, entry in mounted:
+        if entry.device in live:
+            state, reason = probed[live[entry.device]]
+            out.append(MountState(v, state, f"its session {entry.device} at the plugin path: {reason}", entry.device))
+        elif live:
+            out.append(MountState(v, DEAD, f"stale FUSE session {entry.device}; the node's session(s): "
+                                           f"{', '.join(sorted(live))}", entry.device))
+        else:
+            out.append(MountState(v, DEAD, f"stale FUSE session {entry.device}; no session is mounted at "
+                                           f"{plugin_dir}", entry.device))
+    return out
+
+
 # --- the API server ------------------------------------------------------------------------------
 
 
@@ -371,6 +479,10 @@ class Api(Protocol):
     def pods_on_node(self, namespace: str, node: str) -> list[dict[str, Any]]: ...
     def pods_in(self, namespace: str) -> list[dict[str, Any]]: ...
     def evict(self, namespace: str, name: str, uid: str) -> str: ...
+    def fuse_pods_on_node(self, namespace: str, node: str) -> list[dict[str, Any]]: ...
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
+    def acquire_slot(self, namespace: str, holder: str, slots: int, duration_s: int, now: float) -> str | None: ...
+    def release_slot(self, namespace: str, name: str, holder: str) -> None: ...
 
 
 class HttpApi(core.KubeApi):
@@ -417,14 +529,145 @@ class HttpApi(core.KubeApi):
             raise
         return "evicted"
 
+    def fuse_pods_on_node(self, namespace: str, node: str) -> list[dict[str, Any]]:
+        """The FUSE pods (:data:`FUSE_POD_LABEL`) of ``namespace`` on ``node``."""
+        query = urllib.parse.urlencode({"labelSelector": "=".join(FUSE_POD_LABEL), "fieldSelector": f"spec.nodeName={node}"})
+        return self.call("GET", f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods?{query}").get("items") or []
+
+    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """DELETE one Pod (precondition: this UID; default grace period, so the FUSE pod's ``preStop``
+        unmounts its plugin path). A pod already gone is fine. Raises :class:`ApiError` otherwise."""
+        path = f"/api/v1/namespaces/{urllib.parse.quote(namespace)}/pods/{urllib.parse.quote(name)}"
+        try:
+            self.call("DELETE", path, {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}})
+        except ApiError as exc:
+            if exc.status not in (404, 409):
+                raise
+
+    def _lease_path(self, namespace: str, name: str = "") -> str:
+        base = f"/apis/coordination.k8s.io/v1/namespaces/{urllib.parse.quote(namespace)}/leases"
+        return f"{base}/{urllib.parse.quote(name)}" if name else base
+
+    def acquire_slot(self, namespace: str, holder: str, slots: int, duration_s: int, now: float) -> str | None:
+        """One of ``slots`` Leases ``<REPLACEMENT_LEASE_PREFIX>-<i>`` for ``holder`` (a node), or None
+        when every one is held by another node and renewed within its ``leaseDurationSeconds``.
+
+        A slot this holder has is renewed; a free one is created; an expired one (or one released,
+        no holder) is taken with its ``resourceVersion``, so of two nodes racing for it one gets HTTP
+        409 and tries the next (optimistic concurrency: the API server's, not a clock race).
+        ``now``: seconds since the epoch (the nodes' clocks, NTP-synchronised on EKS).
+        """
+        stamp = _micro_time(now)
+        spec = {"holderIdentity": holder, "leaseDurationSeconds": int(duration_s), "renewTime": stamp}
+        for i in range(slots):
+            name = f"{REPLACEMENT_LEASE_PREFIX}-{i}"
+            try:
+                lease = self.call("GET", self._lease_path(namespace, name))
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+                body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                        "metadata": {"name": name, "namespace": namespace}, "spec": {**spec, "acquireTime": stamp}}
+                try:
+                    self.call("POST", self._lease_path(namespace), body)
+                except ApiError as err:
+                    if err.status == 409:
+                        continue
+                    raise
+                return name
+            current = lease.get("spec") or {}
+            mine = current.get("holderIdentity") == holder
+            free = not current.get("holderIdentity") or _lease_expired(current, now)
+            if not (mine or free):
+                continue
+            lease["spec"] = {**current, **spec, **({} if mine else {"acquireTime": stamp})}
+            try:
+                self.call("PUT", self._lease_path(namespace, name), lease)
+            except ApiError as err:
+                if err.status == 409:
+                    continue
+                raise
+            return name
+        return None
+
+    def release_slot(self, namespace: str, name: str, holder: str) -> None:
+        """Give slot ``name`` back (no holder), if ``holder`` still has it."""
+        lease = self.call("GET", self._lease_path(namespace, name))
+        if (lease.get("spec") or {}).get("holderIdentity") != holder:
+            return
+        lease["spec"] = {**lease["spec"], "holderIdentity": ""}
+        try:
+            self.call("PUT", self._lease_path(namespace, name), lease)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+
+
+def _micro_time(epoch_s: float) -> str:
+    """A ``metav1.MicroTime``: RFC 3339 with microseconds, UTC."""
+    return datetime.datetime.fromtimestamp(epoch_s, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _lease_expired(spec: dict[str, Any], now: float) -> bool:
+    """The Lease was last renewed more than its ``leaseDurationSeconds`` before ``now`` (or never)."""
+    renew = spec.get("renewTime") or spec.get("acquireTime")
+    if not renew:
+        return True
+    try:
+        when = datetime.datetime.fromisoformat(renew.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return True
+    return now - when > float(spec.get("leaseDurationSeconds") or 0)
+
 
 def unmount_detach(path: str) -> None:
-    """``umount2(path, MNT_DETACH)``: detach a dead bind now (needs CAP_SYS_ADMIN in the host's
-    mount namespace: a privileged container with ``Bidirectional`` propagation). Raises OSError."""
+    """``umount2(path, MNT_DETACH)`` in this process's own mount namespace: detach a dead bind now
+    (a run by hand on the node, as root; the DaemonSet uses :func:`unmount_in_host_namespace`).
+    Raises OSError."""
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.umount2(os.fsencode(path), MNT_DETACH) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), path)
+
+
+#: The child that unmounts in the host's mount namespace: ``setns`` changes the mount namespace of
+#: a single-threaded process only (setns(2): EINVAL for a multithreaded caller), and this process
+#: runs probe and HTTP threads, so a fresh interpreter does it (standard library, ctypes).
+_HOST_UNMOUNT_CHILD = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+ns, flag, target, detach = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+fd = os.open(ns, os.O_RDONLY)
+if libc.setns(fd, flag) != 0 or libc.umount2(os.fsencode(target), detach) != 0:
+    err = ctypes.get_errno()
+    sys.stderr.write(f"{err} {os.strerror(err)}")
+    sys.exit(1)
+"""
+
+
+def unmount_in_host_namespace(path: str, *, kubelet_dir: str = KUBELET_DIR, namespace: str = HOST_MOUNT_NAMESPACE,
+                              python: str = sys.executable) -> None:
+    """``umount2(path, MNT_DETACH)`` in the mount namespace of the host's init (``namespace``):
+    where the kubelet and the CSI node plugin's binds live, reached through the host's PID
+    namespace (``hostPID``) and CAP_SYS_ADMIN + CAP_SYS_CHROOT (privileged), so no kubelet
+    directory is mounted into the container. Only a kubelet CSI target (:func:`csi_target`) is
+    ever unmounted.
+
+    Raises:
+        ValueError: ``path`` is not a kubelet CSI target.
+        OSError: the child failed (its errno and message), or did not finish within
+            :data:`UNMOUNT_HELPER_TIMEOUT_S`.
+    """
+    if csi_target(path, kubelet_dir) is None:
+        raise ValueError(f"not a kubelet CSI target: {path}")
+    try:
+        done = subprocess.run([python, "-c", _HOST_UNMOUNT_CHILD, namespace, str(CLONE_NEWNS), path, str(MNT_DETACH)],
+                              capture_output=True, text=True, timeout=UNMOUNT_HELPER_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise OSError(errno.ETIMEDOUT, f"unmount helper took over {UNMOUNT_HELPER_TIMEOUT_S} s", path) from exc
+    if done.returncode != 0:
+        code, _, message = done.stderr.strip().partition(" ")
+        raise OSError(int(code) if code.isdigit() else errno.EIO, message or done.stderr.strip(), path)
 
 
 # --- one pass ------------------------------------------------------------------------------------
@@ -441,7 +684,21 @@ class WatchdogConfig:
         probe_timeout_s: a ``statvfs`` slower than this is hung (below ``period_s``).
         eviction_interval_s: at most one eviction per node per this many seconds.
         max_stuck_probes: probe threads stuck at most.
-        kubelet_dir, plugin_dir: the host paths as this process sees them.
+        kubelet_dir, plugin_dir: the host paths (``kubelet_dir`` as the host names it; the
+            plugin directory as this process sees it: the DaemonSet mounts it at the same path).
+        replace_hung_after_s: replace a FUSE session hung in every pass for this long (seconds; 0:
+            never): its FUSE pod is deleted (the driver starts a new one at the next mount) and
+            the binds, dead then, are healed like any dead bind. Only with ``heal`` and the API.
+        max_nodes_replacing: at most this many nodes of the cluster replace a session at once
+            (Leases :data:`REPLACEMENT_LEASE_PREFIX`), each until all its mounts are alive again.
+        namespace: the Curvine namespace (the FUSE pods and the Leases); needed to replace.
+        host_mountinfo: the host's mount table, as the DaemonSet mounts it
+            (:data:`HOST_MOUNTINFO`): then the pass reads nothing of ``kubelet_dir`` (volumes
+            from that table, :func:`volumes_from_mountinfo`), probes each session at the plugin
+            path (:func:`classify_by_session`) and unmounts in the host's mount namespace
+            (:func:`unmount_in_host_namespace`). Empty (a run by hand on the node itself): the
+            kubelet's layout under ``kubelet_dir`` (:func:`find_volumes`), this process's own
+            ``/proc/self/mountinfo``, a probe of every bind (:func:`classify`) and a direct unmount.
     """
 
     heal: bool = True
@@ -451,8 +708,16 @@ class WatchdogConfig:
     max_stuck_probes: int = MAX_STUCK_PROBES
     kubelet_dir: str = KUBELET_DIR
     plugin_dir: str = PLUGIN_DIR
+    host_mountinfo: str = ""
+    replace_hung_after_s: float = 0
+    max_nodes_replacing: int = 1
+    namespace: str = ""
 
     def __post_init__(self) -> None:
+        if self.replace_hung_after_s and (self.replace_hung_after_s < self.period_s or not self.namespace):
+            raise ValueError("replace_hung_after_s must be 0 or at least period_s, with the Curvine namespace set")
+        if self.max_nodes_replacing < 1:
+            raise ValueError("max_nodes_replacing must be at least 1")
         if not 0 < self.probe_timeout_s < self.period_s:
             raise ValueError(f"probe_timeout_s must be > 0 and below period_s, got {self.probe_timeout_s}, "
                              f"{self.period_s}")
@@ -498,6 +763,12 @@ def _is_ready(pod: dict[str, Any]) -> bool:
                for c in (pod.get("status") or {}).get("conditions") or [])
 
 
+def _host_paths(pod: dict[str, Any]) -> set[str]:
+    """The ``hostPath`` paths of a pod's volumes (a FUSE pod mounts its session's plugin path)."""
+    return {((v.get("hostPath") or {}).get("path") or "").rstrip("/") for v in (pod.get("spec") or {}).get("volumes") or []
+            if v.get("hostPath")}
+
+
 def _controller(pod: dict[str, Any]) -> dict[str, Any] | None:
     for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("controller"):
@@ -513,24 +784,35 @@ class Watchdog:
         config: the rendered configuration.
         api: the API server, or None (no names, no healing: report by pod UID only).
         prober: the probe pool (a default :class:`Prober` from ``config``).
-        read_mountinfo: returns the mountinfo text (tests inject one).
-        unmount: detaches a dead bind (:func:`unmount_detach`).
+        read_mountinfo: returns the mountinfo text (default: ``config.host_mountinfo``, else
+            ``/proc/self/mountinfo``; tests inject one).
+        unmount: detaches a dead bind (default: :func:`unmount_in_host_namespace` with
+            ``config.host_mountinfo``, else :func:`unmount_detach`).
         clock: ``time.monotonic`` (tests inject one).
         log: where each event's JSON line goes (stdout).
     """
 
     def __init__(self, node: str, config: WatchdogConfig, *, api: Api | None,
                  prober: Prober | None = None,
-                 read_mountinfo: Callable[[], str] = lambda: Path("/proc/self/mountinfo").read_text(),
-                 unmount: Callable[[str], None] = unmount_detach,
+                 read_mountinfo: Callable[[], str] | None = None,
+                 unmount: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  log: Callable[[str], None] | None = None) -> None:
         self.node, self.config, self.api = node, config, api
         self.prober = prober or Prober(config.probe_timeout_s, config.max_stuck_probes)
+        host = config.host_mountinfo
+        if read_mountinfo is None:
+            read_mountinfo = lambda: Path(host or "/proc/self/mountinfo").read_text()  # noqa: E731
+        if unmount is None:
+            unmount = (lambda path: unmount_in_host_namespace(path, kubelet_dir=config.kubelet_dir)) if host \
+                else unmount_detach
         self.read_mountinfo, self.unmount, self.clock = read_mountinfo, unmount, clock
         self.log = log or (lambda line: print(line, flush=True))
         self.evictions = {r: 0 for r in EVICTION_RESULTS}
         self.unmounts = {r: 0 for r in UNMOUNT_RESULTS}
+        self.replacements = {r: 0 for r in REPLACEMENT_RESULTS}
+        self._hung_since: dict[str, float] = {}  # plugin mount point of a hung session -> first seen hung
+        self._slot: str | None = None  # the replacement Lease this node holds
         self._last_eviction: float | None = None
         self._evicted: set[str] = set()  # UIDs evicted: never again, whatever the listing says
         self._lock = threading.Lock()
@@ -551,20 +833,27 @@ class Watchdog:
         """One pass (module docstring); never raises for a mount or API problem."""
         started = time.monotonic()
         report = PassReport(node=self.node)
-        volumes = find_volumes(self.config.kubelet_dir)
         try:
             mountinfo = parse_mountinfo(self.read_mountinfo())
         except OSError as exc:
             report.api_errors.append(f"mountinfo: {exc}")
             mountinfo = []
-        states = classify(volumes, mountinfo, self.prober, self.config.plugin_dir)
+        if self.config.host_mountinfo:
+            volumes = volumes_from_mountinfo(mountinfo, self.config.kubelet_dir)
+            states = classify_by_session(volumes, mountinfo, self.prober, self.config.plugin_dir)
+        else:
+            volumes = find_volumes(self.config.kubelet_dir)
+            states = classify(volumes, mountinfo, self.prober, self.config.plugin_dir)
         pods, known = self._pods(states, report)
         evict_candidates = []
+        hung: list[tuple[MountReport, MountState]] = []
         for s in states:
             ns, pod = known.get(s.volume.pod_uid, (None, None))
             m = MountReport(namespace=ns or "", pod=((pod or {}).get("metadata") or {}).get("name", ""),
                             pod_uid=s.volume.pod_uid, volume=s.volume.volume, state=s.state, reason=s.reason)
             report.mounts.append(m)
+            if s.state == HUNG:
+                hung.append((m, s))
             if s.state != DEAD:
                 continue
             listed = ns is not None and ns in pods
@@ -581,6 +870,7 @@ class Watchdog:
                 evict_candidates.append((m, pod))
         for m, pod in sorted(evict_candidates, key=lambda c: (c[0].namespace, c[0].pod)):
             m.action = self._evict(m, pod)
+        self._replace_hung(hung, live_fuse_devices(top_mounts(mountinfo), self.config.plugin_dir), report)
         report.probes_stuck = self.prober.stuck
         report.duration_s = round(time.monotonic() - started, 3)
         report.finished_at = round(time.time(), 3)
@@ -633,6 +923,82 @@ class Watchdog:
         self._event(action="unmount", result="unmounted", target=s.volume.target, why=why,
                     namespace=m.namespace, pod=m.pod)
         return f"unmounted ({why})"
+
+    def _replace_hung(self, hung: list[tuple[MountReport, MountState]], live: dict[str, str], report: PassReport) -> None:
+        """Replace the FUSE session of a bind hung in every pass for ``replace_hung_after_s``.
+
+        A hang that long is curvine-fuse itself stuck, not an absent Primary: with the FUSE pods'
+        client timeouts every Curvine operation ends within 3 s (``k8s/curvine_config.py``,
+        ``fuse_master_op_bound_ms``), with ``EIO`` (state ``error``, never replaced) when the
+        Primary is unreachable. The node first takes one of ``max_nodes_replacing`` cluster-wide
+        slots (Leases), holds it until every mount of the node is alive again (the binds die with
+        the session and are healed like any dead bind: evicted one per interval, through each
+        line's PodDisruptionBudget, never the last Ready replica), then deletes the session's FUSE
+        pod; the driver starts a new one at the next mount. Without a slot it waits.
+        """
+        now = self.clock()
+        points = {live[s.device] for _, s in hung if s.device in live}
+        self._hung_since = {p: t for p, t in self._hung_since.items() if p in points}
+        for point in points:
+            self._hung_since.setdefault(point, now)
+        after = self.config.replace_hung_after_s
+        able = bool(after and self.config.heal and self.api is not None and self.config.namespace)
+        assert self.api is not None or not able
+        duration = int(LEASE_PERIODS * self.config.period_s)
+        if self._slot is not None and able:
+            try:
+                if all(m.state == ALIVE for m in report.mounts):
+                    self.api.release_slot(self.config.namespace, self._slot, self.node)
+                    self._event(action="release_slot", slot=self._slot)
+                    self._slot = None
+                else:
+                    self._slot = self.api.acquire_slot(self.config.namespace, self.node, self.config.max_nodes_replacing,
+                                                       duration, time.time())
+            except ApiError as exc:
+                report.api_errors.append(str(exc))
+        for m, s in hung:
+            point = live.get(s.device)
+            since = self._hung_since.get(point, now) if point else now
+            if not able:
+                m.action = "not healed: replacing a hung FUSE session is off"
+            else:
+                m.action = f"hung for {now - since:.0f} s; its FUSE session is replaced after {after:g} s"
+        due = sorted(p for p, t in self._hung_since.items() if able and now - t >= after)
+        for point in due:
+            action = self._replace(point, now - self._hung_since[point], report)
+            for m, s in hung:
+                if live.get(s.device) == point:
+                    m.action = action
+
+    def _replace(self, point: str, hung_s: float, report: PassReport) -> str:
+        """Take a slot, then delete the FUSE pod whose plugin mount is ``point``; the action text."""
+        assert self.api is not None
+        ns = self.config.namespace
+        try:
+            if self._slot is None:
+                self._slot = self.api.acquire_slot(ns, self.node, self.config.max_nodes_replacing,
+                                                   int(LEASE_PERIODS * self.config.period_s), time.time())
+            if self._slot is None:
+                return (f"hung for {hung_s:.0f} s; replacement waits: {self.config.max_nodes_replacing} node(s) "
+                        "already replace their FUSE session (max_nodes_replacing)")
+            pods = [p for p in self.api.fuse_pods_on_node(ns, self.node) if point in _host_paths(p)]
+        except ApiError as exc:
+            report.api_errors.append(str(exc))
+            return f"hung for {hung_s:.0f} s; not replaced: {exc}"
+        if not pods:
+            return f"hung for {hung_s:.0f} s; not replaced: no FUSE pod on this node mounts {point}"
+        meta = pods[0].get("metadata") or {}
+        try:
+            self.api.delete_pod(ns, meta.get("name", ""), meta.get("uid", ""))
+        except ApiError as exc:
+            self.replacements["failed"] += 1
+            self._event(action="replace_fuse_session", result="failed", point=point, pod=meta.get("name"), error=str(exc))
+            return f"hung for {hung_s:.0f} s; replacing its FUSE pod failed: {exc}"
+        self.replacements["replaced"] += 1
+        self._hung_since.pop(point, None)
+        self._event(action="replace_fuse_session", result="replaced", point=point, pod=meta.get("name"),
+                    hung_s=round(hung_s), slot=self._slot)
+        return f"its FUSE session, hung for {hung_s:.0f} s, replaced: FUSE pod {meta.get('name')} deleted"
 
     def _last_ready_replica(self, m: MountReport, pod: dict[str, Any]) -> bool:
         """True when ``pod`` is Ready and no other Ready pod of its controller is left: evicting it would
@@ -703,17 +1069,18 @@ class Watchdog:
     def metrics(self) -> str:
         """:func:`prometheus_text` of the last pass and the counters ("" before the first pass)."""
         last = self.last
-        return "" if last is None else prometheus_text(last, self.evictions, self.unmounts)
+        return "" if last is None else prometheus_text(last, self.evictions, self.unmounts, self.replacements)
 
 
-def prometheus_text(report: PassReport, evictions: dict[str, int], unmounts: dict[str, int]) -> str:
+def prometheus_text(report: PassReport, evictions: dict[str, int], unmounts: dict[str, int],
+                    replacements: dict[str, int] | None = None) -> str:
     """The pass in the Prometheus text format.
 
     * :data:`UP_METRIC` ``{namespace,pod,node,volume}``: 1 alive, 0 dead, hung or error;
     * :data:`STATE_METRIC` ``{namespace,pod,node,volume,state}``: 1 for the mount's state, 0 for
       the three others (all four always present, so a change of state is no new series);
-    * :data:`EVICTIONS_METRIC` ``{node,result}``, :data:`UNMOUNTS_METRIC` ``{node,result}``:
-      counters since the process started;
+    * :data:`EVICTIONS_METRIC` ``{node,result}``, :data:`UNMOUNTS_METRIC` ``{node,result}``,
+      :data:`REPLACEMENTS_METRIC` ``{node,result}``: counters since the process started;
     * :data:`PROBES_STUCK_METRIC`, :data:`API_ERRORS_METRIC`, :data:`LAST_PASS_METRIC` ``{node}``.
 
     ``namespace`` and ``pod`` are empty when the API could not name the pod (``pod_uid`` label).
@@ -730,7 +1097,9 @@ def prometheus_text(report: PassReport, evictions: dict[str, int], unmounts: dic
     out += core.family(STATE_METRIC, "gauge", "1 for the mount's state in the last pass (alive, dead, hung, error)",
                        [(mount_labels(m, state=state), str(int(m.state == state))) for m in rows for state in STATES])
     for metric, text, counts in ((EVICTIONS_METRIC, "evictions of pods with a dead L2 mount, by result", evictions),
-                                 (UNMOUNTS_METRIC, "lazy unmounts of dead L2 binds, by result", unmounts)):
+                                 (UNMOUNTS_METRIC, "lazy unmounts of dead L2 binds, by result", unmounts),
+                                 (REPLACEMENTS_METRIC, "hung FUSE sessions replaced (FUSE pod deleted), by result",
+                                  replacements or {r: 0 for r in REPLACEMENT_RESULTS})):
         out += core.family(metric, "counter", text, [({"node": node, "result": r}, str(n)) for r, n in counts.items()])
     for metric, text, value in (
             (PROBES_STUCK_METRIC, "statvfs probes still waiting for a FUSE answer", str(report.probes_stuck)),

@@ -718,9 +718,11 @@ class CurvineChart(cdk8s.Chart):
         self.csi_node.add_dependency(self.config_map, self.csi_driver)
         # The guard is in place before the node plugin runs: without it the plugin's first
         # NodeUnpublishVolume may delete the FUSE pod under every other pod of the node.
-        self.fuse_pod_guard, self.fuse_pod_guard_binding = (
+        # The second policy and binding count what the guard admits (apiserver metrics).
+        (self.fuse_pod_guard, self.fuse_pod_guard_binding, self.fuse_pod_guard_admitted,
+         self.fuse_pod_guard_admitted_binding) = (
             self._add(obj) for obj in fuse_pod_guard(self, namespace=self.ns, node_service_account=names.CSI_NODE))
-        self.csi_node.add_dependency(self.fuse_pod_guard_binding)
+        self.csi_node.add_dependency(self.fuse_pod_guard_binding, self.fuse_pod_guard_admitted_binding)
         # And what the plugin's identity may create, delete and write (k8s/csi_node_limits.py).
         self.csi_node_limits, self.csi_node_limits_binding = (
             self._add(obj) for obj in csi_node_limits(self, namespace=self.ns, node_service_account=names.CSI_NODE,

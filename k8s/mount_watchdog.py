@@ -14,16 +14,30 @@ Objects in Curvine's namespace (rendered by :class:`k8s.curvine_chart.CurvineCha
   rendered by the line chart): the watchdog can read and evict pods of the L2 lines and of no
   other namespace;
 * DaemonSet ``l2-mount-watchdog`` on every HyperPod node (the nodes that run the Curvine CSI node
-  plugin; tolerating every taint, like it). Its container mounts the host's ``/var/lib/kubelet``
-  read-only and runs ``l2_mount_watchdog.py --serve``: a pass every ``period_seconds``, metrics on
-  the container port :data:`k8s.names.L2_MOUNT_WATCHDOG_METRICS_PORT_NAME` (pod label
-  :data:`k8s.names.L2_MOUNT_WATCHDOG_COMPONENT_LABEL`: what the observability stack scrapes).
-  With ``heal`` on, the container is **privileged** with ``Bidirectional`` propagation: the one
-  healing step that needs it is the lazy unmount of a dead bind in the host's mount namespace
-  (CAP_SYS_ADMIN, and the API server admits Bidirectional only for privileged containers). With
-  ``heal`` off it only reads: ``HostToContainer`` propagation (new mounts still show up), no
-  capability, no privilege escalation, read-only root file system. It runs as uid 0 either way:
-  the kubelet's pod directories are ``root:root 0750``.
+  plugin; tolerating every taint, like it), running ``l2_mount_watchdog.py --serve``: a pass every
+  ``period_seconds``, metrics on the container port :data:`k8s.names.L2_MOUNT_WATCHDOG_METRICS_PORT_NAME`
+  (pod label :data:`k8s.names.L2_MOUNT_WATCHDOG_COMPONENT_LABEL`: what the observability stack
+  scrapes). **No directory of the kubelet's pods is mounted** (issue 24 item 5: every pod's
+  service-account token lives under ``/var/lib/kubelet/pods``). Its two host paths, read-only:
+
+  - ``/proc/1/mountinfo``, one file (``hostPath`` type ``File``) at
+    :data:`cluster_agents.l2_mount_watchdog.HOST_MOUNTINFO`: the mount table of the host's init,
+    where the kubelet's and the CSI node plugin's binds are. A bind of a procfs file keeps naming
+    PID 1's mount namespace in any reader's namespace, and ``mountinfo`` needs no ptrace right;
+    the host's PID namespace is not shared for it. The binds' pod UIDs and PV names are in their
+    paths, the namespaces of the pods come from the PVs' ``claimRef`` (API);
+  - ``/var/lib/kubelet/plugins/curvine`` (``HostToContainer``: a new FUSE session shows up), the
+    FUSE pods' mount points: each session is probed there once (a bind of it answers ``statfs``
+    from the same daemon).
+
+  With ``heal`` on, the container is **privileged** and shares the **host's PID namespace**: the
+  one healing step that needs it is the lazy unmount of a dead bind, done by a short-lived child
+  that enters PID 1's mount namespace (``setns``: CAP_SYS_ADMIN and CAP_SYS_CHROOT, and
+  ``/proc/1/ns/mnt`` of the host) and unmounts one kubelet CSI target. Privileged with the host's
+  PID namespace, it *can* read any file of its node (docs/security.md, residual exposure); it
+  mounts none of them. With ``heal`` off it only reads: no host PID namespace, no capability, no
+  privilege escalation, read-only root file system. It runs as uid 0 either way: curvine-fuse
+  checks permissions for every uid but 0 (the plugin directory's FUSE mounts).
 
 A liveness probe restarts a container whose passes stopped (``GET /healthz``); a pod-template
 annotation carries a hash of the ConfigMap, so a new script or setting rolls the DaemonSet.
@@ -37,6 +51,8 @@ import cdk8s
 from constructs import Construct
 
 from k8s import agent, names
+from k8s.csi_node_limits import NODE_NAME_EXTRA
+from k8s.fuse_pod_guard import NAMESPACE_NAME_LABEL, STANDALONE_LABEL
 from k8s.kube import k8s
 from k8s.nodes import hyperpod_node_requirements
 from cluster_agents import l2_mount_watchdog as watchdog
@@ -48,8 +64,13 @@ CLUSTER_ROLE: Final = "kvcache-l2-mount-watchdog"
 CONFIG_FILE: Final = "watchdog.json"
 SCRIPT_FILE: Final = "l2_mount_watchdog.py"
 CONFIG_DIR: Final = "/opt/kvcache-mount-watchdog"
-#: The host's kubelet directory, mounted at the same path (mountinfo shows the host's paths).
+#: The host's kubelet directory: only named (the targets in the host's mount table), never mounted.
 KUBELET_DIR: Final = watchdog.KUBELET_DIR
+#: The host's mount table, one procfs file (``hostPath`` type ``File``), and where the container sees it.
+HOST_MOUNTINFO_SOURCE: Final = "/proc/1/mountinfo"
+HOST_MOUNTINFO: Final = watchdog.HOST_MOUNTINFO
+#: The FUSE pods' mount points on the host (Curvine ``HostMountBaseDir``), mounted at the same path.
+PLUGIN_DIR: Final = watchdog.PLUGIN_DIR
 #: Pod-template annotation holding the SHA-256 of the ConfigMap's data (rolls the pods on a change).
 CONFIG_HASH_ANNOTATION: Final = "kvcache.io/l2-mount-watchdog-config-sha256"
 #: Liveness: every 30 s, restart after 3 failures; ``/healthz`` itself fails only after
@@ -68,9 +89,85 @@ def watchdog_config(platform: PlatformConfig) -> dict[str, Any]:
     ``curvine.mount_watchdog``; validated by the module's own loader."""
     c = platform.curvine.mount_watchdog
     config = {"heal": c.heal, "period_s": c.period_seconds, "probe_timeout_s": c.probe_timeout_seconds,
-              "eviction_interval_s": c.eviction_interval_seconds}
+              "eviction_interval_s": c.eviction_interval_seconds, "host_mountinfo": HOST_MOUNTINFO}
+    if replaces_sessions(platform):
+        config.update(replace_hung_after_s=c.replace_hung_after_seconds, max_nodes_replacing=c.max_nodes_replacing,
+                      namespace=platform.curvine.namespace)
     watchdog.config_from_dict(config)
     return config
+
+
+def replaces_sessions(platform: PlatformConfig) -> bool:
+    """The watchdog replaces hung FUSE sessions: ``heal`` on and ``replace_hung_after_seconds`` > 0."""
+    c = platform.curvine.mount_watchdog
+    return c.heal and c.replace_hung_after_seconds > 0
+
+
+def slot_names(platform: PlatformConfig) -> list[str]:
+    """The replacement Leases (``max_nodes_replacing`` of them, cluster_agents' names)."""
+    return [f"{watchdog.REPLACEMENT_LEASE_PREFIX}-{i}" for i in range(platform.curvine.mount_watchdog.max_nodes_replacing)]
+
+
+def curvine_rules(platform: PlatformConfig) -> list[k8s.PolicyRule]:
+    """The watchdog's rights in the Curvine namespace, only when it replaces hung sessions: ``list``
+    and ``delete`` pods (its node's FUSE pod; :func:`watchdog_limits` refuses every other delete),
+    and the replacement Leases: ``get``/``update`` by name, ``create`` (RBAC cannot name what is
+    created: the policy does)."""
+    if not replaces_sessions(platform):
+        return []
+    return [k8s.PolicyRule(api_groups=[""], resources=["pods"], verbs=["list", "delete"]),
+            k8s.PolicyRule(api_groups=["coordination.k8s.io"], resources=["leases"], verbs=["get", "update"],
+                           resource_names=slot_names(platform)),
+            k8s.PolicyRule(api_groups=["coordination.k8s.io"], resources=["leases"], verbs=["create"])]
+
+
+#: The policy that confines what the watchdog's identity may delete and create in the Curvine namespace.
+WATCHDOG_LIMITS: Final = "kvcache-l2-mount-watchdog-limits"
+
+
+def watchdog_limits(scope: Construct, *, platform: PlatformConfig) -> list[cdk8s.ApiObject]:
+    """ValidatingAdmissionPolicy and binding (``Deny``, fail closed) for the watchdog's service account
+    in the Curvine namespace: a pod DELETE only of a FUSE pod (``app=curvine-standalone``) and, where
+    the bound token names the requesting pod's node (``authentication.kubernetes.io/node-name``,
+    Kubernetes 1.30+), only one on that node; a Lease CREATE or UPDATE only of the replacement slots.
+    So a stolen watchdog token cannot delete the Curvine Primary, a Worker or the CSI pods, nor
+    another node's FUSE pod. Empty when the watchdog replaces no session."""
+    if not replaces_sessions(platform):
+        return []
+    ns = platform.curvine.namespace
+    label, value = STANDALONE_LABEL
+    slots = ", ".join(f"'{n}'" for n in slot_names(platform))
+    delete = ("request.resource.resource != 'pods' || ("
+              f"has(oldObject.metadata.labels) && '{label}' in oldObject.metadata.labels"
+              f" && oldObject.metadata.labels['{label}'] == '{value}'"
+              f" && (!has(request.userInfo.extra) || !('{NODE_NAME_EXTRA}' in request.userInfo.extra)"
+              f" || (has(oldObject.spec.nodeName) && oldObject.spec.nodeName == request.userInfo.extra['{NODE_NAME_EXTRA}'][0])))")
+    leases = ("request.resource.resource != 'leases' || "
+              f"(request.operation == 'CREATE' ? object.metadata.name : request.name) in [{slots}]")
+    rule = k8s.NamedRuleWithOperations
+    policy = k8s.KubeValidatingAdmissionPolicy(
+        scope, "WatchdogLimits", metadata=k8s.ObjectMeta(name=WATCHDOG_LIMITS, labels=LABELS),
+        spec=k8s.ValidatingAdmissionPolicySpec(
+            failure_policy="Fail",
+            match_constraints=k8s.MatchResources(
+                resource_rules=[
+                    rule(api_groups=[""], api_versions=["v1"], operations=["DELETE"], resources=["pods"]),
+                    rule(api_groups=["coordination.k8s.io"], api_versions=["v1"], operations=["CREATE", "UPDATE"],
+                         resources=["leases"])],
+                namespace_selector=k8s.LabelSelector(match_labels={NAMESPACE_NAME_LABEL: ns})),
+            match_conditions=[k8s.MatchCondition(
+                name="l2-mount-watchdog", expression=f"request.userInfo.username == 'system:serviceaccount:{ns}:{NAME}'")],
+            validations=[
+                k8s.Validation(expression=delete, reason="Forbidden", message=(
+                    f"the L2 mount watchdog may delete only a FUSE pod ({label}={value}) of its own node")),
+                k8s.Validation(expression=leases, reason="Forbidden", message=(
+                    f"the L2 mount watchdog may write only its replacement Leases ({watchdog.REPLACEMENT_LEASE_PREFIX}-<i>)")),
+            ]))
+    binding = k8s.KubeValidatingAdmissionPolicyBinding(
+        scope, "WatchdogLimitsBinding", metadata=k8s.ObjectMeta(name=WATCHDOG_LIMITS, labels=LABELS),
+        spec=k8s.ValidatingAdmissionPolicyBindingSpec(policy_name=WATCHDOG_LIMITS, validation_actions=["Deny"]))
+    binding.add_dependency(policy)
+    return [policy, binding]
 
 
 def line_rules(platform: PlatformConfig) -> list[k8s.PolicyRule]:
@@ -119,19 +216,32 @@ class L2MountWatchdog(agent.ScriptAgent):
             role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=CLUSTER_ROLE),
             subjects=[k8s.Subject(kind="ServiceAccount", name=NAME, namespace=ns)])
         binding.add_dependency(self.cluster_role, self.service_account)
+        # Replacing hung FUSE sessions: rights in the Curvine namespace, fenced by a policy that is
+        # in place before the Role (and the DaemonSet) exist.
+        self.limits = watchdog_limits(self, platform=platform)
+        self.curvine_role: list[cdk8s.ApiObject] = []
+        rules = curvine_rules(platform)
+        if rules:
+            role_meta = k8s.ObjectMeta(name=NAME, namespace=ns, labels=LABELS)
+            role = k8s.KubeRole(self, "CurvineRole", metadata=role_meta, rules=rules)
+            role_binding = k8s.KubeRoleBinding(
+                self, "CurvineRoleBinding", metadata=role_meta,
+                role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=NAME),
+                subjects=[k8s.Subject(kind="ServiceAccount", name=NAME, namespace=ns)])
+            role.add_dependency(self.limits[1])
+            role_binding.add_dependency(role, self.service_account)
+            self.curvine_role = [role, role_binding]
         port = names.L2_MOUNT_WATCHDOG_METRICS_PORT_NAME
         if heal:
-            # The lazy unmount of a dead bind must reach the host's mount namespace: CAP_SYS_ADMIN
-            # and Bidirectional propagation, which the API server admits only for privileged
-            # containers (docs/l2-cache.md, "Security: privileged pods").
+            # The lazy unmount of a dead bind happens in the host's mount namespace, entered by a
+            # child through /proc/1/ns/mnt: the host's PID namespace, CAP_SYS_ADMIN and
+            # CAP_SYS_CHROOT (docs/l2-cache.md, "Security: privileged pods").
             security = k8s.SecurityContext(privileged=True, run_as_user=0, read_only_root_filesystem=True)
-            propagation = "Bidirectional"
         else:
             security = k8s.SecurityContext(
                 run_as_user=0, run_as_non_root=False, allow_privilege_escalation=False, privileged=False,
                 read_only_root_filesystem=True, capabilities=k8s.Capabilities(drop=["ALL"]),
                 seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault"))
-            propagation = "HostToContainer"
         container = k8s.Container(
             name="watchdog", image=platform.versions.images.l2_janitor,
             command=[*self.command, "--node", "$(NODE_NAME)", "--serve", "--port", str(watchdog.METRICS_PORT)],
@@ -142,8 +252,9 @@ class L2MountWatchdog(agent.ScriptAgent):
                                             failures=LIVENESS_FAILURES, timeout_s=PROBE_TIMEOUT_S),
             resources=agent.resources(RESOURCES),
             volume_mounts=[self.volume_mount,
-                           k8s.VolumeMount(name="kubelet-dir", mount_path=KUBELET_DIR, read_only=True,
-                                           mount_propagation=propagation)],
+                           k8s.VolumeMount(name="host-mountinfo", mount_path=HOST_MOUNTINFO, read_only=True),
+                           k8s.VolumeMount(name="fuse-sessions", mount_path=PLUGIN_DIR, read_only=True,
+                                           mount_propagation="HostToContainer")],
             security_context=security)
         self.daemon_set = k8s.KubeDaemonSet(self, "DaemonSet", metadata=self.metadata, spec=k8s.DaemonSetSpec(
             selector=k8s.LabelSelector(match_labels=LABELS),
@@ -151,6 +262,8 @@ class L2MountWatchdog(agent.ScriptAgent):
                 max_unavailable=k8s.IntOrString.from_number(1))),
             template=self.pod_template(k8s.PodSpec(
                 service_account_name=NAME,
+                # The heal's unmount child enters PID 1's mount namespace; report-only needs no host PID.
+                host_pid=True if heal else None,
                 # Node-level like the CSI node plugin whose mounts it watches: not preempted
                 # or evicted before the pods it heals.
                 priority_class_name="system-node-critical",
@@ -163,7 +276,9 @@ class L2MountWatchdog(agent.ScriptAgent):
                 termination_grace_period_seconds=10,
                 containers=[container],
                 volumes=[self.volume,
-                         k8s.Volume(name="kubelet-dir", host_path=k8s.HostPathVolumeSource(
-                             path=KUBELET_DIR, type="Directory"))]))))
-        self.daemon_set.add_dependency(self.config_map, binding)
-        self.objects: list[cdk8s.ApiObject] = [self.config_map, self.service_account, self.daemon_set]
+                         k8s.Volume(name="host-mountinfo", host_path=k8s.HostPathVolumeSource(
+                             path=HOST_MOUNTINFO_SOURCE, type="File")),
+                         k8s.Volume(name="fuse-sessions", host_path=k8s.HostPathVolumeSource(
+                             path=PLUGIN_DIR, type="DirectoryOrCreate"))]))))
+        self.daemon_set.add_dependency(self.config_map, binding, *self.curvine_role)
+        self.objects: list[cdk8s.ApiObject] = [self.config_map, self.service_account, *self.curvine_role, self.daemon_set]

@@ -68,6 +68,17 @@ WATCHDOG_MISSING_FOR: Final = "10m"
 HOT_PREFIX_FAILED_RESULTS: Final = ("error", "too_long")
 #: Slack beyond one warm-up period for a round to finish (its requests, up to 60 s of settling).
 HOT_PREFIX_ROUND_SLACK_MIN: Final = 5
+#: Window in which the API server's counts of the FUSE pod guard are looked at: an admitted delete
+#: (a FUSE pod replaced) or a failing check keeps its alert firing this long after the event, so a
+#: single event reaches the receiver through AMP's 1-minute evaluation and the alert manager's
+#: 30 s group wait (alert_manager_definition).
+FUSE_POD_EVENT_WINDOW: Final = "15m"
+#: ... and held this long first: the shortest hold of every alert here (two evaluations of AMP's
+#: 1-minute groups), which a single event outlasts by the window above.
+FUSE_POD_EVENT_FOR: Final = "2m"
+#: The API server's metrics are not collected: no answering target of the apiserver job for this
+#: long (the FUSE pod guard's refusals and admissions are then unseen).
+APISERVER_UNSCRAPED_FOR: Final = "15m"
 #: Time a replacement pod takes to be scheduled and to mount L2 afresh after its eviction (the old
 #: vLLM pod's graceful termination included): the alert waits this much beyond the evictions.
 MOUNT_HEAL_RESTART_S: Final = 300
@@ -76,12 +87,16 @@ MOUNT_HEAL_RESTART_S: Final = 300
 def mount_dead_hold_minutes(platform: PlatformConfig) -> int:
     """``for`` of ``KvCacheL2MountDead``: longer than healing normally takes, in whole minutes.
 
-    One pass to see the mount (``period_seconds``), then up to :data:`MOUNT_HEAL_PODS_PER_NODE`
-    evictions one ``eviction_interval_seconds`` apart, then :data:`MOUNT_HEAL_RESTART_S` for the
-    last replacement: 30 + 10 x 60 + 300 s = 15.5 min -> 16 min with the defaults.
+    One pass to see the mount (``period_seconds``), then, for a hung session, the wait before the
+    watchdog replaces it (``replace_hung_after_seconds``, when it heals; its binds are dead then),
+    then up to :data:`MOUNT_HEAL_PODS_PER_NODE` evictions one ``eviction_interval_seconds`` apart,
+    then :data:`MOUNT_HEAL_RESTART_S` for the last replacement: 30 + 300 + 10 x 60 + 300 s = 20.5 min
+    -> 21 min with the defaults (16 min without replacing hung sessions).
     """
     w = platform.curvine.mount_watchdog
-    seconds = w.period_seconds + MOUNT_HEAL_PODS_PER_NODE * w.eviction_interval_seconds + MOUNT_HEAL_RESTART_S
+    replace_s = w.replace_hung_after_seconds if w.heal else 0
+    seconds = (w.period_seconds + replace_s + MOUNT_HEAL_PODS_PER_NODE * w.eviction_interval_seconds
+               + MOUNT_HEAL_RESTART_S)
     return -(-seconds // 60)
 
 
@@ -347,6 +362,48 @@ def platform_alerts(platform: PlatformConfig, lines: tuple[BusinessLineConfig, .
                    "watched: check the line's instance group; Pending: the node's free CPU and memory; "
                    "crashing: its logs (--previous); until it runs, scripts/verify.py checks that node's mounts."))
         out += [
+            Alert(
+                name="KvCacheFusePodReplaced",
+                expr=queries.events_in(queries.fuse_pod_deletes("admitted"), FUSE_POD_EVENT_WINDOW),
+                for_=FUSE_POD_EVENT_FOR, severity="warning",
+                summary="The Curvine CSI node plugin deleted {{ $value | printf \"%.0f\" }} FUSE pod(s) in the last "
+                        f"{FUSE_POD_EVENT_WINDOW}",
+                meaning="The FUSE pod guard admitted the node plugin's delete of a FUSE pod: its self-heal (the "
+                        "pod crash-looped, was evicted, restarted more than 5 times, or stayed not Ready through "
+                        "a 60 s wait at a new mount), or the garbage collector removing a pod whose session was "
+                        "already gone. Every L2 mount still bound to that pod's session on its node is dead; "
+                        "the L2 mount watchdog evicts their pods one a minute (KvCacheL2MountDead if it cannot).",
+                action=f"kubectl -n {platform.curvine.namespace} logs ds/{names.CSI_NODE} -c csi-plugin | grep -E "
+                       "'needs recreation|not ready after waiting|Deleting Standalone' (which node, why); "
+                       f"kubectl -n {platform.curvine.namespace} get pods -l app=curvine-standalone -o wide "
+                       "(restarts, OOMKilled: the FUSE pod's memory; not Ready for 60 s: a wedged curvine-fuse, "
+                       "check KvCacheCurvinePrimaryDown); the watchdog's log on that node shows the evictions."),
+            Alert(
+                name="KvCacheFusePodGuardFailing",
+                expr=queries.events_in(queries.fuse_pod_deletes("refused", errors=True), FUSE_POD_EVENT_WINDOW,
+                                       by="policy, error_type"),
+                for_=FUSE_POD_EVENT_FOR, severity="critical",
+                summary="The FUSE pod guard's policy {{ $labels.policy }} fails to evaluate ({{ $labels.error_type }})",
+                meaning="A check of the FUSE pod guard (or of the policy that counts its admissions) ended in an "
+                        "evaluation error. The guard fails closed: every delete of a FUSE pod by the node plugin "
+                        "is refused, its self-heal of a broken FUSE pod included, so a crashed FUSE pod is never "
+                        "replaced and new L2 mounts on its node fail until someone deletes it by hand.",
+                action="kubectl get validatingadmissionpolicy curvine-fuse-pod-guard -o yaml (status.typeChecking); "
+                       f"kubectl -n {platform.curvine.namespace} logs ds/{names.CSI_NODE} -c csi-plugin | grep "
+                       "curvine-fuse-pod-guard (the API server's message); compare the FUSE pods' status with the "
+                       "fields the policy reads (docs/l2-cache.md, 'The guard'); delete a broken FUSE pod by hand "
+                       "(docs/l2-cache.md, 'Removing a FUSE pod by hand')."),
+            Alert(
+                name="KvCacheFusePodGuardUnmeasured",
+                expr=queries.target_up_absent(targets.JOB_APISERVER),
+                for_=APISERVER_UNSCRAPED_FOR, severity="warning",
+                summary="The API server's metrics are not collected: the FUSE pod guard's decisions are not counted",
+                meaning=f"No API server target of job {targets.JOB_APISERVER} answered a scrape for "
+                        f"{APISERVER_UNSCRAPED_FOR}: FUSE pods the node plugin deletes (KvCacheFusePodReplaced) and "
+                        "guard errors (KvCacheFusePodGuardFailing) go unseen.",
+                action="In the AMP console, the scraper's status and its error for the job; check the scraper's access "
+                       "entry allows get on /metrics (docs/observability.md) and the cluster security group admits "
+                       "the scraper on 443."),
             Alert(
                 name="KvCacheAdmissionWebhookDown",
                 expr=queries.target_up_absent(targets.JOB_KYVERNO),

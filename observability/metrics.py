@@ -43,6 +43,9 @@ class Naming(Enum):
     SCRAPER = "scraper (per target)"
     #: This project's own L2 janitor (names as written in its text output).
     PROJECT = "this project"
+    #: Kubernetes ``k8s.io/component-base/metrics`` (Prometheus client_golang): names as
+    #: registered, ``Namespace_Subsystem_Name`` (a counter's ``_total`` is part of its name).
+    KUBERNETES_COMPONENT_BASE = "k8s.io/component-base/metrics (client_golang)"
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,14 @@ SCRAPER: Final = Source(
     component="Prometheus scrape (AMP managed scraper)", repository="prometheus/prometheus",
     path="docs/configuration: 'up' per target", versions=("any",), naming=Naming.SCRAPER,
     read_from="Prometheus data model: every scrape writes up{job, instance, <target labels>}")
+#: The EKS API server (``eks.version`` 1.34: k8s.io/apiserver v0.34.x, the staging repository of
+#: kubernetes/kubernetes 1.34). Exposed on the API server's ``/metrics``, scraped by job
+#: :data:`observability.targets.JOB_APISERVER`.
+KUBE_APISERVER: Final = Source(
+    component="Kubernetes API server (ValidatingAdmissionPolicy)", repository="kubernetes/apiserver",
+    path="pkg/admission/plugin/policy/validating/metrics/metrics.go", versions=("v0.34.0",),
+    naming=Naming.KUBERNETES_COMPONENT_BASE,
+    read_from="the fetched repository at tag v0.34.0 (counted in pkg/admission/plugin/policy/validating/dispatcher.go)")
 L2_JANITOR: Final = Source(
     component="L2 janitor (k8s/janitor.py Deployment)", repository="this project", path="cluster_agents/l2_janitor.py",
     versions=("this repository",), naming=Naming.PROJECT,
@@ -220,6 +231,12 @@ METRICS: Final[dict[str, Metric]] = {m.name: m for m in (
     _m("kyverno_policy_results", "counter", "rule results",
        ("policy_name", "policy_namespace", "rule_name", "rule_result", "resource_kind", "resource_namespace"),
        "rule results by policy: rule_result=pass|fail|warn|error|skip", KYVERNO_ENGINE),
+    # The API server's ValidatingAdmissionPolicy checks: the FUSE pod guard's refusals (deny) and
+    # the deletes it admitted (the counting policy's warn); a passing validation is not counted.
+    _m("apiserver_validating_admission_policy_check_total", "counter", "checks",
+       ("policy", "policy_binding", "error_type", "enforcement_action"),
+       "policy checks that denied, warned or audited (error_type=no_error|compile_error|invalid_error|"
+       "out_of_budget; enforcement_action=deny|warn|audit, or allow after an ignored error)", KUBE_APISERVER),
     # GPUs.
     _m("DCGM_FI_DEV_GPU_UTIL", "gauge", "percent", ("gpu", "UUID", "Hostname", "modelName", "namespace", "pod"),
        "GPU utilisation (namespace/pod: the pod using the GPU)", DCGM),

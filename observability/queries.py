@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Final
 
 from k8s import names
+from k8s.fuse_pod_guard import FUSE_POD_DELETES_ADMITTED, FUSE_POD_GUARD
 from cluster_agents import hot_prefixes, kv_canary, l2_janitor, l2_mount_watchdog
 from observability import targets
 from observability.metrics import series
@@ -355,6 +356,33 @@ def l2_mounts_not_alive_by_state() -> str:
     """L2 mounts that are not alive, counted by ``state`` (dead, hung, error) over the cluster."""
     bad = "|".join(s for s in l2_mount_watchdog.STATES if s != l2_mount_watchdog.ALIVE)
     return (f"sum by (state) ({selector(l2_mount_watchdog.STATE_METRIC, job=targets.JOB_L2_MOUNT_WATCHDOG, state=bad + '~')})")
+
+
+def events_in(counter: str, window: str, by: str = "") -> str:
+    """Events a counter selector ``counter`` counted in the last ``window``, summed ``by`` labels,
+    where any happened: ``increase()``, or the value of a series that did not exist ``window`` ago.
+
+    The second branch is for the API server's counters, whose series appear only with their first
+    event (at 1): ``increase()`` of a series that starts at 1 is 0, so the first event after an API
+    server's start would otherwise be missed. A series that was already there before the scraper
+    first saw it is counted once as new, with its whole value.
+    """
+    grouping = f" by ({by})" if by else ""
+    return (f"(sum{grouping} (increase({counter}[{window}])) > 0) "
+            f"or (sum{grouping} ({counter} unless {counter} offset {window}) > 0)")
+
+
+def fuse_pod_deletes(action: str, errors: bool = False) -> str:
+    """The API server's counts of the Curvine CSI node plugin's deletes of FUSE pods
+    (k8s/fuse_pod_guard.py): ``action`` ``refused`` (the guard's denials) or ``admitted`` (the
+    counting policy's warnings); ``errors``: instead, checks of either policy that failed to
+    evaluate (``error_type`` other than ``no_error``)."""
+    if errors:
+        return selector(targets.APISERVER_METRIC, job=targets.JOB_APISERVER,
+                        policy="|".join(targets.APISERVER_POLICIES) + "~", error_type="!no_error")
+    policy, enforcement = {"refused": (FUSE_POD_GUARD, "deny"), "admitted": (FUSE_POD_DELETES_ADMITTED, "warn")}[action]
+    return selector(targets.APISERVER_METRIC, job=targets.JOB_APISERVER, policy=policy,
+                    enforcement_action=enforcement, error_type="no_error")
 
 
 def target_up_absent(job: str) -> str:

@@ -19,6 +19,14 @@ watchdog``                every HyperPod node         k8s/mount_watchdog.py)
 ``kvcache-kv-canary``     each line's hit canary      container port ``metrics`` (9100, k8s/canary.py)
 ========================  ==========================  ===========================================
 
+And one job that is not a pod: ``kvcache-apiserver`` scrapes the API server's own ``/metrics``
+(endpoints of the ``kubernetes`` Service in ``default``, HTTPS with the scraper's service-account
+token, as the Prometheus community chart's ``kubernetes-apiservers`` job does; the managed
+scraper's access entry allows ``get`` on ``/metrics``, docs/sources.md §13) and keeps nothing but
+the ValidatingAdmissionPolicy check counts of the FUSE pod guard's two policies
+(:func:`apiserver_job`): what the guard refused and what it admitted (docs/l2-cache.md, "The
+guard"). Its port is the API server's 443, already admitted for discovery.
+
 Target labels added by relabelling: ``business_line`` (vLLM, from the namespace), ``namespace``
 and ``pod`` (vLLM, Curvine, Kyverno), ``l2_cache`` (vLLM: the value of the pod label
 :data:`k8s.names.L2_MUTATED_LABEL` the Kyverno policy sets; absent on a pod it did not mutate),
@@ -43,6 +51,7 @@ import yaml
 
 from k8s import names
 from k8s.curvine_config import MASTER_WEB_PORT, WORKER_WEB_PORT
+from k8s.fuse_pod_guard import FUSE_POD_DELETES_ADMITTED, FUSE_POD_GUARD
 from k8s.kyverno import KYVERNO_NAMESPACE
 from cluster_agents import kv_canary, l2_janitor, l2_mount_watchdog
 from platform_config import BusinessLineConfig, PlatformConfig
@@ -55,6 +64,15 @@ JOB_DCGM: Final = "kvcache-dcgm"
 JOB_L2_JANITOR: Final = "kvcache-l2-janitor"
 JOB_L2_MOUNT_WATCHDOG: Final = "kvcache-l2-mount-watchdog"
 JOB_KV_CANARY: Final = "kvcache-kv-canary"
+JOB_APISERVER: Final = "kvcache-apiserver"
+#: The API server's series the apiserver job keeps (observability/metrics.py), and only for these
+#: policies: the FUSE pod guard and the policy that counts what it admits (k8s/fuse_pod_guard.py).
+APISERVER_METRIC: Final = "apiserver_validating_admission_policy_check_total"
+APISERVER_POLICIES: Final = (FUSE_POD_GUARD, FUSE_POD_DELETES_ADMITTED)
+#: Where a pod's service-account token and the cluster CA are mounted (Kubernetes documentation,
+#: "Accessing the Kubernetes API from a Pod"): the scraper authenticates to the API server with them.
+SERVICE_ACCOUNT_TOKEN_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+SERVICE_ACCOUNT_CA_FILE: Final = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 
 #: Pod labels of the Curvine chart (k8s/curvine_chart.py; a test checks they match).
 CURVINE_NAME_LABEL: Final = ("app.kubernetes.io/name", "curvine")
@@ -210,14 +228,40 @@ def _jobs(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> li
     return out
 
 
+def apiserver_job() -> dict[str, Any]:
+    """The API server's ``/metrics``: endpoints discovery of Service ``default/kubernetes``, port
+    ``https``, bearer token and CA of the scraper's service account; only :data:`APISERVER_METRIC`
+    of :data:`APISERVER_POLICIES` is kept (``metric_relabel_configs``), so the job stores a handful
+    of series however many metrics the API server exposes."""
+    return {
+        "job_name": JOB_APISERVER,
+        "metrics_path": "/metrics",
+        "scheme": "https",
+        "bearer_token_file": SERVICE_ACCOUNT_TOKEN_FILE,
+        "tls_config": {"ca_file": SERVICE_ACCOUNT_CA_FILE},
+        "kubernetes_sd_configs": [{"role": "endpoints", "namespaces": {"names": ["default"]}}],
+        "relabel_configs": [
+            {"source_labels": ["__meta_kubernetes_service_name", "__meta_kubernetes_endpoint_port_name"],
+             "separator": ";", "regex": "kubernetes;https", "action": "keep"},
+        ],
+        "metric_relabel_configs": [
+            {"source_labels": ["__name__", "policy"], "separator": ";",
+             "regex": f"{re.escape(APISERVER_METRIC)};({_alternation(list(APISERVER_POLICIES))})", "action": "keep"},
+        ],
+    }
+
+
 def jobs(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> list[dict[str, Any]]:
-    """Every scrape job of the platform (vLLM only when there are lines, Curvine only when enabled)."""
+    """Every scrape job of the platform (vLLM only when there are lines, Curvine and the API
+    server's guard counts only when Curvine is enabled)."""
     out = []
     for job, extra in _jobs(platform, lines):
         config = job.scrape_config(extra)
         if not job.namespaces:
             del config["kubernetes_sd_configs"][0]["namespaces"]
         out.append(config)
+    if platform.curvine.enabled:
+        out.append(apiserver_job())
     return out
 
 

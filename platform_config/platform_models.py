@@ -450,9 +450,15 @@ class MountWatchdogConfig(StrictModel):
     node per ``eviction_interval_seconds`` (60 s), so the up to 8 L2 pods of a node whose FUSE pod
     restarted come back one after another, within about 8 minutes, not all at once.
 
+    A FUSE session hung for ``replace_hung_after_seconds`` (300 s: ten passes in a row, a hundred
+    times the 3 s within which the FUSE pods' Curvine client ends any operation,
+    ``k8s/curvine_config.py``) is replaced: its FUSE pod is deleted, on at most
+    ``max_nodes_replacing`` nodes of the cluster at a time (docs/l2-cache.md, "A wedged FUSE session").
+
     Raises (at load):
-        ValueError: ``probe_timeout_seconds`` not below ``period_seconds``, or
-            ``eviction_interval_seconds`` below ``period_seconds``.
+        ValueError: ``probe_timeout_seconds`` not below ``period_seconds``,
+            ``eviction_interval_seconds`` below ``period_seconds``, or ``replace_hung_after_seconds``
+            neither 0 nor at least ``period_seconds``.
     """
 
     #: Deploy the watchdog DaemonSet (and its metrics, alert and RBAC).
@@ -466,6 +472,12 @@ class MountWatchdogConfig(StrictModel):
     probe_timeout_seconds: Annotated[int, Field(ge=1, le=120)] = 10
     #: At most one eviction per node per this many seconds.
     eviction_interval_seconds: Annotated[int, Field(ge=10, le=3600)] = 60
+    #: Replace a node's FUSE session (delete its FUSE pod) when it has been hung in every pass for
+    #: this many seconds; 0: never. Only with ``heal``.
+    replace_hung_after_seconds: Annotated[int, Field(ge=0, le=86400)] = 300
+    #: At most this many nodes of the cluster replace a hung FUSE session at once, each until its
+    #: mounts are all alive again.
+    max_nodes_replacing: Annotated[int, Field(ge=1, le=64)] = 1
 
     @model_validator(mode="after")
     def _bounds_ordered(self) -> "MountWatchdogConfig":
@@ -476,6 +488,10 @@ class MountWatchdogConfig(StrictModel):
         if self.eviction_interval_seconds < self.period_seconds:
             raise ValueError(f"eviction_interval_seconds ({self.eviction_interval_seconds}) must be at least "
                              f"period_seconds ({self.period_seconds}); allowed: {self.period_seconds} or more")
+        if 0 < self.replace_hung_after_seconds < self.period_seconds:
+            raise ValueError(f"replace_hung_after_seconds ({self.replace_hung_after_seconds}) must be 0 (never) or "
+                             f"at least period_seconds ({self.period_seconds}); allowed: 0, or {self.period_seconds} "
+                             "or more")
         return self
 
 

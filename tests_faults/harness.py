@@ -189,12 +189,13 @@ def start_rig(exported: dict[str, Any], base: Path) -> Rig:
     config = l2_janitor.config_from_dict({**exported["lines"][LINE]["janitor_config"], "mount_path": str(tier.root)})
     pods = [pod_object("writer", writer.env), pod_object("reader", reader.env)]
     janitor = l2_janitor.JanitorService(config, tier.root, list_pods=lambda: pods, log=lambda line: None)
-    # The rendered watchdog.json, the host paths re-pointed at the rig's (its plugin directory
-    # holds no FUSE session, so the watchdog probes the pod's mount with statvfs).
+    # The rendered watchdog.json, the host paths re-pointed at the rig's, run as by hand on a node
+    # (no host_mountinfo: the rig's kubelet layout and this process's mount table; its plugin
+    # directory holds no FUSE session, so the watchdog probes the pod's mount with statvfs).
     (base / "plugins").mkdir()
     watchdog = l2_mount_watchdog.Watchdog(
         NODE, l2_mount_watchdog.config_from_dict({**exported["mount_watchdog_config"], "kubelet_dir": str(kubelet),
-                                                  "plugin_dir": str(base / "plugins")}),
+                                                  "plugin_dir": str(base / "plugins"), "host_mountinfo": ""}),
         api=None, log=lambda line: None)
     timeouts = exported["lmcache_timeouts"]
     return Rig(tier, mount, writer, reader, janitor, watchdog, exported["fuse_master_op_bound_ms"],

@@ -2,8 +2,10 @@
 stand-in for a PV's directory that the Curvine CSI driver bind-mounts into a pod) with one file.
 
 Deliberately minimal: no fault injection (a controllable fault file system is the FUSE fault
-tier's). Run ``python -m tests.agents.fuse_minimal MOUNTPOINT``: it mounts in the foreground until
+tier's). Run ``python -m tests.agents.fuse_minimal MOUNTPOINT [FSNAME]``: it mounts in the foreground until
 SIGTERM (unmounting) or SIGKILL (leaving the mount dead: ENOTCONN, as an OOM-killed curvine-fuse).
+``FSNAME`` (e.g. ``curvinefs``) becomes the mount's source and subtype, as curvine-fuse v0.4.1 names
+its mounts (``fuse.curvinefs``, source ``curvinefs``).
 """
 
 from __future__ import annotations
@@ -43,4 +45,5 @@ class MinimalFs(fuse.Operations):
 
 
 if __name__ == "__main__":
-    fuse.FUSE(MinimalFs(), sys.argv[1], foreground=True, allow_other=True)
+    names = {"fsname": sys.argv[2], "subtype": sys.argv[2]} if len(sys.argv) > 2 else {}
+    fuse.FUSE(MinimalFs(), sys.argv[1], foreground=True, allow_other=True, **names)

@@ -50,17 +50,19 @@ def layout(tmp_path: Path, pods: dict[str, str], driver: str = "curvine") -> tup
     return str(kubelet), str(kubelet / "plugins" / "curvine"), targets
 
 
-def mountinfo(plugin: str, targets: dict[str, str], devices: dict[str, str], plugin_devices: list[str]) -> str:
+def mountinfo(plugin: str, targets: dict[str, str], devices: dict[str, str], plugin_devices: list[str],
+              source: str = "curvine") -> str:
     """mountinfo text: the plugin mount(s) stacked in order (the last on top), then each target's
-    bind with its device (a device None: the target is not mounted)."""
+    bind with its device (a device None: the target is not mounted); ``source`` of every FUSE mount
+    (curvine-fuse's is ``curvinefs``)."""
     lines, mount_id, parent = [], 100, 29
     for dev in plugin_devices:
         lines.append(f"{mount_id} {parent} {dev} / {plugin}/{KEY}/fuse-mount rw,nosuid,nodev,relatime shared:5 - "
-                     f"fuse curvine rw,user_id=0,group_id=0,allow_other")
+                     f"fuse {source} rw,user_id=0,group_id=0,allow_other")
         parent, mount_id = mount_id, mount_id + 1
     for uid, target in targets.items():
         if devices.get(uid):
-            lines.append(f"{mount_id} 29 {devices[uid]} /{uid[:4]} {target} rw,relatime - fuse curvine rw,user_id=0")
+            lines.append(f"{mount_id} 29 {devices[uid]} /{uid[:4]} {target} rw,relatime - fuse {source} rw,user_id=0")
             mount_id += 1
     lines.append("29 1 259:1 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p1 rw")
     return "\n".join(lines) + "\n"
@@ -442,3 +444,95 @@ def test_http_server_serves_the_metric_table_the_report_and_health(tmp_path: Pat
     for m in table:
         [series] = m.series()
         assert set(samples[series].labels) == set(m.labels), m.name
+
+
+# --- from the host's mount table alone (the DaemonSet: no kubelet directory mounted) ---------------
+
+HOST_KUBELET = "/var/lib/kubelet"
+HOST_PLUGIN = "/var/lib/kubelet/plugins/curvine"
+
+
+def host_targets(pods: dict[str, str]) -> dict[str, str]:
+    """uid -> the host path of its CSI target (never created: the DaemonSet cannot see it)."""
+    return {uid: f"{HOST_KUBELET}/pods/{uid}/volumes/kubernetes.io~csi/{pv}/mount" for uid, pv in pods.items()}
+
+
+def test_the_host_mount_table_alone_names_every_curvine_bind_and_nothing_else() -> None:
+    """Curvine binds at kubelet CSI targets only: not an S3 CSI (mountpoint-s3) FUSE bind at a CSI
+    target, not the session at the plugin path, not a curvinefs bind elsewhere, not a projected
+    service-account token volume (tmpfs)."""
+    targets = host_targets({UID_A: PV, UID_B: "pvc-s3-model"})
+    text = mountinfo(HOST_PLUGIN, {UID_A: targets[UID_A]}, {UID_A: "0:41"}, ["0:41"], source="curvinefs")
+    text += (f"300 29 0:77 / {targets[UID_B]} rw - fuse mountpoint-s3 rw,user_id=0\n"
+             f"301 29 0:41 /x /mnt/elsewhere rw - fuse curvinefs rw\n"
+             f"302 29 0:90 / {HOST_KUBELET}/pods/{UID_A}/volumes/kubernetes.io~projected/kube-api-access-x rw - tmpfs tmpfs rw\n"
+             f"303 29 0:42 /y {HOST_KUBELET}/pods/{UID_C}/volumes/kubernetes.io~csi/{PV}/mount rw - fuse.curvinefs curvinefs rw\n")
+    found = wd.volumes_from_mountinfo(parse_mountinfo(text), HOST_KUBELET)
+    assert found == [wd.PodVolume(UID_A, PV, targets[UID_A]),  # v0.3.2-alpha: type fuse
+                     wd.PodVolume(UID_C, PV, f"{HOST_KUBELET}/pods/{UID_C}/volumes/kubernetes.io~csi/{PV}/mount")]  # v0.4.1
+    assert wd.csi_target(targets[UID_A], HOST_KUBELET) == (UID_A, PV)
+    assert wd.csi_target(f"{HOST_KUBELET}/pods/{UID_A}/volumes/kubernetes.io~csi/{PV}/mount/../../../x", HOST_KUBELET) is None
+    assert wd.csi_target("/etc/mount", HOST_KUBELET) is None
+
+
+def test_each_session_is_probed_once_at_the_plugin_path_and_a_bind_off_every_session_is_dead() -> None:
+    targets = host_targets({UID_A: PV, UID_B: PV, UID_C: PV})
+    entries = parse_mountinfo(mountinfo(HOST_PLUGIN, targets, {UID_A: "0:40", UID_B: "0:41", UID_C: "0:41"},
+                                        ["0:40", "0:41"], source="curvinefs"))
+    probed: list[str] = []
+    states = wd.classify_by_session(wd.volumes_from_mountinfo(entries, HOST_KUBELET), entries,
+                                    Prober(timeout_s=1, statvfs=probed.append), HOST_PLUGIN)
+    assert {s.volume.pod_uid: s.state for s in states} == {UID_A: DEAD, UID_B: ALIVE, UID_C: ALIVE}
+    assert probed == [f"{HOST_PLUGIN}/{KEY}/fuse-mount"]  # one probe for the session, never a target
+    # The session hangs or fails: every bind of it says so; no session mounted at all: dead.
+    for answer, state in (("hang", HUNG), (OSError(errno.EIO, "x"), ERROR), (OSError(errno.ENOTCONN, "x"), DEAD)):
+        p = prober({f"{HOST_PLUGIN}/{KEY}/fuse-mount": answer})
+        got = {s.volume.pod_uid: s.state for s in wd.classify_by_session(
+            wd.volumes_from_mountinfo(entries, HOST_KUBELET), entries, p, HOST_PLUGIN)}
+        p.release.set()
+        assert got == {UID_A: DEAD, UID_B: state, UID_C: state}
+    none = parse_mountinfo(mountinfo(HOST_PLUGIN, targets, {UID_A: "0:40"}, [], source="curvinefs"))
+    [s] = wd.classify_by_session(wd.volumes_from_mountinfo(none, HOST_KUBELET), none, prober({}), HOST_PLUGIN)
+    assert s.state == DEAD and "no session is mounted" in s.reason
+
+
+def test_a_pass_from_the_host_mount_table_heals_without_any_kubelet_directory(tmp_path: Path, fake_api,
+                                                                             monkeypatch) -> None:
+    """The DaemonSet's configuration: nothing under the kubelet directory is read (the layout
+    reader fails the test if called); the dead bind of a running pod is evicted, the dead bind of a
+    terminating one unmounted by its host path, the alive one left alone."""
+
+    def no_kubelet_dir(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the kubelet directory was read")
+
+    monkeypatch.setattr(wd, "find_volumes", no_kubelet_dir)
+    targets = host_targets({UID_A: PV, UID_B: PV, UID_C: PV})
+    api = fake_api([pod(UID_A, "rag-a"), pod(UID_B, "rag-b", deleting=True), pod(UID_C, "rag-c")], {PV: "rag-assistant"})
+    host_mountinfo = tmp_path / "mountinfo"
+    host_mountinfo.write_text(mountinfo(HOST_PLUGIN, targets, {UID_A: "0:40", UID_B: "0:40", UID_C: "0:41"},
+                                        ["0:41"], source="curvinefs"))
+    unmounted: list[str] = []
+    probed: list[str] = []
+    config = WatchdogConfig(heal=True, period_s=30, probe_timeout_s=0.2, eviction_interval_s=60,
+                            kubelet_dir=HOST_KUBELET, plugin_dir=HOST_PLUGIN, host_mountinfo=str(host_mountinfo))
+    w = Watchdog(NODE, config, api=api.client, prober=Prober(timeout_s=0.2, statvfs=probed.append),
+                 unmount=unmounted.append, clock=Clock(), log=lambda line: None)
+    report = {m.pod: m for m in w.run_pass().mounts}
+    assert (report["rag-a"].state, report["rag-a"].action) == (DEAD, "evicted")
+    assert report["rag-b"].state == DEAD and report["rag-b"].action.startswith("unmounted")
+    assert (report["rag-c"].state, report["rag-c"].action) == (ALIVE, "")
+    assert unmounted == [targets[UID_B]] and [n for _, n, _ in api.evictions] == ["rag-a"]
+    assert probed == [f"{HOST_PLUGIN}/{KEY}/fuse-mount"]
+
+
+def test_the_host_namespace_unmount_refuses_anything_but_a_csi_target() -> None:
+    for path in ("/", "/var/lib/kubelet/pods/x/volumes/kubernetes.io~projected/kube-api-access-1/token",
+                 "/var/lib/kubelet/plugins/curvine/k/fuse-mount"):
+        with pytest.raises(ValueError, match="not a kubelet CSI target"):
+            wd.unmount_in_host_namespace(path)
+
+
+def test_the_rendered_config_of_the_daemon_set_reads_the_host_table() -> None:
+    """The chart renders host_mountinfo (k8s/mount_watchdog.py); the loader accepts it."""
+    config = wd.config_from_dict({"heal": True, "host_mountinfo": wd.HOST_MOUNTINFO})
+    assert config.host_mountinfo == "/host/proc/1/mountinfo" and config.kubelet_dir == "/var/lib/kubelet"

@@ -12,6 +12,7 @@ the kubelet's teardown makes.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -62,8 +63,11 @@ class Node:
         self.fuse_mount.mkdir(parents=True)
         self.daemons: list[subprocess.Popen] = []
 
-    def start_session(self) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-m", "tests.agents.fuse_minimal", str(self.fuse_mount)], cwd=ROOT,
+    def start_session(self, fsname: str | None = None) -> subprocess.Popen:
+        """A FUSE daemon mounted at the plugin path; ``fsname``: its source and subtype
+        (``curvinefs``: named as curvine-fuse v0.4.1 names its mounts)."""
+        proc = subprocess.Popen([sys.executable, "-m", "tests.agents.fuse_minimal", str(self.fuse_mount),
+                                 *([fsname] if fsname else [])], cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.daemons.append(proc)
         deadline = time.monotonic() + 20
@@ -172,3 +176,50 @@ def test_a_stopped_daemon_is_hung_within_the_probe_bound_and_the_pass_does_not_b
     while w.prober.stuck and time.monotonic() < deadline:
         time.sleep(0.05)
     assert states(w.run_pass()) == {UID_OLD: ALIVE}
+
+
+@pytest.fixture
+def init_stand_in():
+    """A process in this test's mount namespace standing in for the host's PID 1 (whose own
+    ``/proc/1/ns/mnt`` a test sandbox may not open): the DaemonSet reads ``/proc/1/mountinfo`` and
+    its unmount child enters ``/proc/1/ns/mnt``; here ``/proc/<pid>/`` of this process."""
+    proc = subprocess.Popen(["sleep", "300"])
+    yield proc.pid
+    proc.kill()
+    proc.wait(10)
+
+
+def test_the_daemon_sets_way_host_table_session_probe_and_an_unmount_in_the_hosts_namespace(
+        node: Node, init_stand_in: int) -> None:
+    """As the DaemonSet runs it (issue 24 item 5): the mount table of "PID 1", no kubelet layout
+    read (vol_data.json removed), each session probed at the plugin path, and the dead bind detached
+    by a child that enters "PID 1"'s mount namespace (``setns``, then ``umount2``)."""
+    first = node.start_session(fsname=wd.CURVINE_FUSE_SOURCE)
+    old_target = node.publish(UID_OLD)
+    (old_target.parent / "vol_data.json").unlink()  # the host mode never reads it
+    config = WatchdogConfig(heal=False, period_s=30, probe_timeout_s=2.0, kubelet_dir=str(node.kubelet),
+                            plugin_dir=str(node.plugin_dir), host_mountinfo=f"/proc/{init_stand_in}/mountinfo")
+    host = Watchdog("node-1", config, api=None, log=lambda line: None)
+    assert states(host.run_pass()) == {UID_OLD: ALIVE}
+    assert states(watchdog(node).run_pass()) == {}  # the kubelet-layout mode finds nothing without vol_data.json
+
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    report = host.run_pass()
+    assert states(report) == {UID_OLD: DEAD}  # the dead session is still on top at the plugin path: its probe
+    assert "ENOTCONN" in report.mounts[0].reason
+
+    subprocess.run(["umount", "-l", str(node.fuse_mount)], check=True)
+    node.start_session(fsname=wd.CURVINE_FUSE_SOURCE)
+    new_target = node.publish(UID_NEW)
+    report = host.run_pass()
+    assert states(report) == {UID_OLD: DEAD, UID_NEW: ALIVE}
+    assert next(m for m in report.mounts if m.pod_uid == UID_OLD).reason.startswith("stale FUSE session")
+
+    namespace = f"/proc/{init_stand_in}/ns/mnt"
+    wd.unmount_in_host_namespace(str(old_target), kubelet_dir=str(node.kubelet), namespace=namespace)
+    assert os.path.isdir(old_target) and str(old_target) not in _mount_points(str(node.kubelet))
+    assert states(host.run_pass()) == {UID_NEW: ALIVE} and os.listdir(new_target) == ["chunk.data"]
+    with pytest.raises(OSError) as not_mounted:  # the child's errno comes back: nothing is mounted there now
+        wd.unmount_in_host_namespace(str(old_target), kubelet_dir=str(node.kubelet), namespace=namespace)
+    assert not_mounted.value.errno == errno.EINVAL

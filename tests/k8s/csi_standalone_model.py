@@ -47,7 +47,7 @@ import copy
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 #: SM l.32-61: names, labels, paths and timeouts of the standalone manager.
@@ -60,6 +60,9 @@ STATE_CONFIGMAP_PREFIX = "curvine-standalone-state-"
 #: NS l.640-646: the garbage collector's first run and its period, seconds.
 GC_FIRST_RUN_S = 120
 GC_PERIOD_S = 600
+#: SM l.398-404: the options of ``deleteStandaloneAndWait`` (every self-heal delete);
+#: ``DeleteStandalone`` sends ``DeleteOptions{}`` (l.644).
+SELF_HEAL_DELETE_OPTIONS = {"gracePeriodSeconds": 0, "propagationPolicy": "Foreground"}
 #: VH l.51.
 MOUNT_KEY_NAMESPACE = b"curvine-mount-key-namespace-v1"
 #: FC l.31-52: keys never passed to curvine-fuse (so not part of the mount key).
@@ -200,6 +203,10 @@ class DeleteRecord:
     allowed: bool
     healthy: bool
     message: str = ""
+    #: its FUSE session was still serving binds (alive, whatever the pod's status said).
+    serving: bool = False
+    #: the client's ``DeleteOptions`` (``propagationPolicy``, ``gracePeriodSeconds``).
+    options: dict = field(default_factory=dict)
 
 
 AdmitDelete = Callable[[dict, dict], Any]  # (request, stored pod) -> an object with .allowed and .message
@@ -227,6 +234,8 @@ class ApiServer:
         #: Called when a wait for a FUSE pod times out: lets a test make the pod Ready just after
         #: the driver gave up on it (the race of EnsureStandalone's "not ready after waiting").
         self.on_wait_timeout: Callable[[str], None] | None = None
+        #: Whether a FUSE pod's session still serves binds (set by the node to its runtime's view).
+        self.session_alive: Callable[[str], bool] = lambda name: False
 
     def get_pod(self, name: str) -> dict:
         if name not in self.pods:
@@ -245,20 +254,26 @@ class ApiServer:
         self.pods[name] = copy.deepcopy(pod)
         self.on_pod_created(self.pods[name])
 
-    def delete_pod(self, name: str, *, user: str, caller: str) -> None:
-        """A DELETE through admission; the pod is gone at once when admitted (grace periods left out)."""
+    def delete_pod(self, name: str, *, user: str, caller: str, options: dict | None = None) -> None:
+        """A DELETE through admission; the pod is gone at once when admitted (grace periods left out).
+
+        ``options``: the client's ``DeleteOptions`` fields; the request carries them as
+        ``request.options`` (kind ``DeleteOptions``), as the API server hands them to CEL."""
         if name not in self.pods:
             raise ApiError("NotFound", name)
         stored = self.pods[name]
         healthy = is_pod_ready(stored) and not needs_recreation(stored)[0]
+        serving = self.session_alive(name)
+        options = dict(options or {})
         allowed, message = True, ""
         if self.admit_delete is not None:
             request = {"operation": "DELETE", "namespace": self.namespace, "name": name,
                        "userInfo": {"username": user}, "subResource": "",
-                       "resource": {"group": "", "version": "v1", "resource": "pods"}}
+                       "resource": {"group": "", "version": "v1", "resource": "pods"},
+                       "options": {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1", **options}}
             decision = self.admit_delete(request, copy.deepcopy(stored))
             allowed, message = decision.allowed, decision.message
-        self.deletes.append(DeleteRecord(name, user, caller, allowed, healthy, message))
+        self.deletes.append(DeleteRecord(name, user, caller, allowed, healthy, message, serving, options))
         if not allowed:
             raise ApiError("Forbidden", message)
         pod = self.pods.pop(name)
@@ -363,6 +378,19 @@ class FuseRuntime:
         self._set_status(self.pods[name], phase="Running", ready=sid is not None, state={"running": {}},
                          restarts=restarts)
         self.pods[name]["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"exitCode": exit_code}}
+
+    def probes_time_out(self, name: str) -> None:
+        """The readiness probe (``grep`` of ``/proc/mounts``, 3 s timeout, SM l.511-523) times out
+        three times on a node that throttles the FUSE pod: not Ready, while curvine-fuse keeps
+        serving every bind (the session lives on)."""
+        pod = self.pods[name]
+        self._set_status(pod, phase="Running", ready=False, state={"running": {}}, restarts=self._restarts(name))
+
+    def probes_pass(self, name: str) -> None:
+        """The probe answers again: Ready."""
+        pod = self.pods[name]
+        self._set_status(pod, phase="Running", ready=self.current.get(name) is not None, state={"running": {}},
+                         restarts=self._restarts(name))
 
     def crash_loop(self, name: str) -> None:
         """The container keeps failing: waiting in CrashLoopBackOff, not Ready, no session."""
@@ -471,9 +499,11 @@ class StandaloneManager:
             raise RuntimeError(f"Standalone {name} not ready: timed out")
 
     def delete_standalone_and_wait(self, pod_name: str, *, why: str) -> None:
-        """SM l.395-420: DELETE with grace 0; NotFound is fine; any other error is returned."""
+        """SM l.395-420: DELETE with grace 0 and ``propagationPolicy: Foreground`` (l.399-404);
+        NotFound is fine; any other error is returned."""
         try:
-            self.api.delete_pod(pod_name, user=self.user, caller=f"{self.caller} ({why})")
+            self.api.delete_pod(pod_name, user=self.user, caller=f"{self.caller} ({why})",
+                                options=SELF_HEAL_DELETE_OPTIONS)
         except ApiError as err:
             if err.reason != "NotFound":
                 raise RuntimeError(f"failed to delete Standalone {pod_name}: {err}") from err
@@ -504,7 +534,7 @@ class StandaloneManager:
         *before* the state entry is removed."""
         name = self.get_standalone_name(mount_key)
         try:
-            self.api.delete_pod(name, user=self.user, caller=self.caller)
+            self.api.delete_pod(name, user=self.user, caller=self.caller, options={})  # l.644
         except ApiError as err:
             if err.reason != "NotFound":
                 raise RuntimeError(f"failed to delete Standalone {name}: {err}") from err
@@ -766,6 +796,7 @@ class Node:
         self.runtime = FuseRuntime()
         self.api.on_pod_created = self.runtime.created
         self.api.on_pod_deleted = lambda pod: self.runtime.deleted(pod, self._delete_cause(pod))
+        self.api.session_alive = lambda name: self.runtime.session_at(name) is not None
         self.binds: dict[str, tuple[str, int | None]] = {}
         self.plugin: NodeServiceStandalone | None = None
         self.kubelet = Kubelet(self)
@@ -775,7 +806,9 @@ class Node:
 
     def _delete_cause(self, pod: dict) -> str:
         record = self.api.deletes[-1]
-        return "deleted-healthy" if record.healthy else "deleted-self-heal"
+        if record.healthy:
+            return "deleted-healthy"
+        return "deleted-serving" if record.serving else "deleted-self-heal"
 
     # --- volumes of the lines ---
     def add_pv(self, pv_name: str) -> str:

@@ -28,7 +28,8 @@ from tests.k8s import vap_eval
 from tests.k8s.conftest import find
 
 from k8s import names
-from k8s.fuse_pod_guard import FUSE_POD_GUARD, STANDALONE_LABEL, STANDALONE_NAME_PREFIX, node_plugin_username
+from k8s.fuse_pod_guard import (FUSE_POD_DELETES_ADMITTED, FUSE_POD_GUARD, STANDALONE_LABEL, STANDALONE_NAME_PREFIX,
+                                 node_plugin_username)
 from k8s.kube import KUBERNETES_VERSION
 from platform_config.fields import quantity_bytes
 
@@ -45,6 +46,12 @@ def curvine(manifests):
 def guard(curvine) -> tuple[dict, dict]:
     return (find(curvine, "ValidatingAdmissionPolicy", FUSE_POD_GUARD),
             find(curvine, "ValidatingAdmissionPolicyBinding", FUSE_POD_GUARD))
+
+
+@pytest.fixture(scope="module")
+def counter(curvine) -> tuple[dict, dict]:
+    return (find(curvine, "ValidatingAdmissionPolicy", FUSE_POD_DELETES_ADMITTED),
+            find(curvine, "ValidatingAdmissionPolicyBinding", FUSE_POD_DELETES_ADMITTED))
 
 
 @pytest.fixture(scope="module")
@@ -78,10 +85,7 @@ def _namespace_labels(curvine, namespace: str) -> dict[str, str]:
     return {**obj["metadata"].get("labels", {}), "kubernetes.io/metadata.name": namespace}
 
 
-@pytest.fixture(scope="module")
-def admit(guard, curvine) -> Callable[[dict, dict], vap_eval.Decision]:
-    """The API server's decision on a pod DELETE under the rendered policy and binding."""
-    policy, binding = guard
+def _decider(curvine, policy: dict, binding: dict) -> Callable[[dict, dict], vap_eval.Decision]:
     labels = {ns: _namespace_labels(curvine, ns) for ns in ("curvine",)}
 
     def decide(request: dict, old_object: dict) -> vap_eval.Decision:
@@ -92,23 +96,49 @@ def admit(guard, curvine) -> Callable[[dict, dict], vap_eval.Decision]:
     return decide
 
 
+@pytest.fixture(scope="module")
+def admit(guard, curvine) -> Callable[[dict, dict], vap_eval.Decision]:
+    """The API server's decision on a pod DELETE under the rendered guard and its binding."""
+    return _decider(curvine, *guard)
+
+
+@pytest.fixture(scope="module")
+def count(counter, curvine) -> Callable[[dict, dict], vap_eval.Decision]:
+    """The rendered counting policy's decision (a warning: one ``enforcement_action="warn"`` count)."""
+    return _decider(curvine, *counter)
+
+
+#: The guard as it was before issue 24 item 4: every delete of a not-Ready pod admitted, whatever
+#: the driver's path (the control of the not-Ready window).
+PREVIOUS_RULE = "variables.needsRecreation || !variables.ready"
+
+
+@pytest.fixture(scope="module")
+def admit_previous(guard, curvine) -> Callable[[dict, dict], vap_eval.Decision]:
+    policy = copy.deepcopy(guard[0])
+    (validation,) = policy["spec"]["validations"]
+    validation["expression"] = PREVIOUS_RULE
+    return _decider(curvine, policy, guard[1])
+
+
 @pytest.fixture
 def make_node(curvine, node_plugin, admit) -> Callable[..., model.Node]:
     """A node as the rendered chart sets it up, with the rendered guard (``guarded``) or without."""
     storage_class = find(curvine, "StorageClass")
 
-    def make(*, guarded: bool) -> model.Node:
+    def make(*, guarded: bool, admit_delete: Callable[[dict, dict], vap_eval.Decision] | None = None) -> model.Node:
         env = _plugin_env(node_plugin)
         return model.Node(name=NODE, storage_class=storage_class, plugin_env=env,
                           namespace=env["KUBERNETES_NAMESPACE"], user=_plugin_user(node_plugin),
-                          admit_delete=admit if guarded else None)
+                          admit_delete=(admit_delete or admit) if guarded else None)
 
     return make
 
 
 # --- the rendered objects -----------------------------------------------------------------------
 
-def test_the_guard_is_rendered_for_the_node_plugin_and_applied_before_it(curvine, guard, node_plugin, k8s_project):
+def test_the_guard_is_rendered_for_the_node_plugin_and_applied_before_it(curvine, guard, counter, node_plugin,
+                                                                          k8s_project):
     policy, binding = guard
     ns = k8s_project.platform.curvine.namespace
     assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
@@ -128,11 +158,22 @@ def test_the_guard_is_rendered_for_the_node_plugin_and_applied_before_it(curvine
     assert condition["expression"] == f"request.userInfo.username == '{_plugin_user(node_plugin)}'"
     assert _plugin_user(node_plugin) == node_plugin_username(ns, names.CSI_NODE)
     assert binding["spec"] == {"policyName": FUSE_POD_GUARD, "validationActions": ["Deny"]}
-    # Applied in this order: policy, binding, then the node plugin that deletes FUSE pods.
+    # The counting policy matches the very same requests with the same variables, fails open and
+    # only warns: it can never refuse a delete.
+    count_policy, count_binding = counter
+    assert {k: v for k, v in count_policy["spec"].items() if k not in ("failurePolicy", "validations")} == {
+        k: v for k, v in spec.items() if k not in ("failurePolicy", "validations")}
+    assert count_policy["spec"]["failurePolicy"] == "Ignore"
+    assert count_binding["spec"] == {"policyName": FUSE_POD_DELETES_ADMITTED, "validationActions": ["Warn"]}
+    (guard_rule,) = spec["validations"]
+    (count_rule,) = count_policy["spec"]["validations"]
+    assert count_rule["expression"] == f"!({guard_rule['expression']})"
+    # Applied in this order: policies, bindings, then the node plugin that deletes FUSE pods.
     order = [(o["kind"], o["metadata"]["name"]) for o in curvine]
-    assert (order.index(("ValidatingAdmissionPolicy", FUSE_POD_GUARD))
-            < order.index(("ValidatingAdmissionPolicyBinding", FUSE_POD_GUARD))
-            < order.index(("DaemonSet", names.CSI_NODE)))
+    for name in (FUSE_POD_GUARD, FUSE_POD_DELETES_ADMITTED):
+        assert (order.index(("ValidatingAdmissionPolicy", name))
+                < order.index(("ValidatingAdmissionPolicyBinding", name))
+                < order.index(("DaemonSet", names.CSI_NODE)))
 
 
 def test_the_synthesized_l2_stack_applies_the_guard_before_the_node_plugin(templates, project):
@@ -150,8 +191,8 @@ def test_the_synthesized_l2_stack_applies_the_guard_before_the_node_plugin(templ
     assert found.index(guard[0]) < found.index(guard[1]) < found.index(("DaemonSet", names.CSI_NODE))
 
 
-def test_the_guard_objects_validate_strictly(guard):
-    for obj in guard:
+def test_the_guard_objects_validate_strictly(guard, counter):
+    for obj in (*guard, *counter):
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
     broken = copy.deepcopy(guard[0])
     broken["spec"]["validations"][0]["expresion"] = broken["spec"]["validations"][0].pop("expression")
@@ -193,31 +234,69 @@ def _pod_states() -> list[tuple[str, dict]]:
     return states
 
 
-def _delete(user: str, namespace: str = "curvine", operation: str = "DELETE", sub: str = "") -> dict:
+#: DeleteOptions as the node plugin sends them (SM l.398-404 and l.644), and as the API server may
+#: hand a default delete to admission (``BeforeDelete`` fills in the pod's grace period, 30 s).
+SELF_HEAL = model.SELF_HEAL_DELETE_OPTIONS
+REF_COUNT = {}
+REF_COUNT_FILLED = {"gracePeriodSeconds": 30}
+
+
+def _delete(user: str, namespace: str = "curvine", operation: str = "DELETE", sub: str = "",
+            options: dict | None = None) -> dict:
     return {"operation": operation, "namespace": namespace, "name": "curvine-csi-standalone-0a1b2c3d-4e5f6",
             "userInfo": {"username": user}, "subResource": sub,
-            "resource": {"group": "", "version": "v1", "resource": "pods"}}
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "options": {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1",
+                        **(REF_COUNT if options is None else options)}}
 
 
-def test_the_guard_refuses_exactly_the_pods_the_driver_would_not_replace(admit, node_plugin):
-    """Allowed iff ``needsRecreation`` (the self-heal of EnsureStandalone and RecoverState) or not
-    Ready (EnsureStandalone's "not ready after waiting" path): the complement of both is refused."""
+def session_gone(pod: dict) -> bool:
+    """No curvine-fuse serves binds in ``pod`` now: ``needsRecreation`` without its restart count."""
+    status = pod.get("status", {})
+    return (status.get("phase") == "Failed" or bool(pod["metadata"].get("deletionTimestamp"))
+            or any(cs.get("state", {}).get("waiting", {}).get("reason") == "CrashLoopBackOff"
+                   or cs.get("state", {}).get("terminated", {}).get("exitCode", 0) != 0
+                   for cs in status.get("containerStatuses", [])))
+
+
+@pytest.mark.parametrize("options", [SELF_HEAL, REF_COUNT, REF_COUNT_FILLED], ids=["self-heal", "ref count", "ref count, grace filled in"])
+def test_the_guard_refuses_exactly_what_neither_the_self_heal_nor_a_gone_session_explains(admit, count, node_plugin,
+                                                                                          options):
+    """Self-heal deletes (``Foreground``): allowed iff ``needsRecreation`` or not Ready, the
+    driver's own reasons. Ref-count, PV-watcher and GC deletes (default options): allowed iff the
+    session is gone already; a not-Ready pod whose curvine-fuse still serves is refused (item 4).
+    The counting policy warns on exactly the admitted ones and refuses nothing."""
     user = _plugin_user(node_plugin)
     refused = allowed = 0
     for label, pod in _pod_states():
-        decision = admit(_delete(user), pod)
+        decision = admit(_delete(user, options=options), pod)
         assert decision.applied, label
         assert decision.reason != "failed", f"{label}: {decision.message}"  # no CEL error on any state
-        expected = model.needs_recreation(pod)[0] or not model.is_pod_ready(pod)
+        if options is SELF_HEAL:
+            expected = model.needs_recreation(pod)[0] or not model.is_pod_ready(pod)
+        else:
+            expected = session_gone(pod)
         assert decision.allowed == expected, label
+        counted = count(_delete(user, options=options), pod)
+        assert counted.allowed and counted.applied and counted.reason != "failed", label
+        assert len(counted.warnings) == int(decision.allowed), label
         if decision.allowed:
             allowed += 1
+            (warning,) = counted.warnings
+            assert warning.startswith(f"FUSE pod {pod['metadata']['name']} deleted by the Curvine CSI node plugin ("), warning
+            assert ("self-heal" in warning) == (options is SELF_HEAL), warning
         else:
             refused += 1
             assert decision.reason == "Forbidden" and decision.message.startswith(f"FUSE pod {pod['metadata']['name']}:")
-    # Refused: phase Pending or Running, not deleting, container running, creating or exited with 0
-    # (needsRecreation ignores a zero exit code), 0 or 5 restarts, Ready: 2 x 3 x 2 = 12 states.
-    assert refused == 12 and allowed == len(_pod_states()) - 12
+    if options is SELF_HEAL:
+        # Refused: phase Pending or Running, not deleting, container running, creating or exited
+        # with 0 (needsRecreation ignores a zero exit code), 0 or 5 restarts, Ready: 2 x 3 x 2 = 12.
+        assert refused == 12 and allowed == len(_pod_states()) - 12
+    else:
+        # Allowed only Failed, deleting, crash-looping or non-zero-exited pods; refused: phase
+        # Pending or Running, not deleting, running, creating or exited 0, any restarts, any
+        # Ready: 2 x 3 x 3 x 3 = 54, plus the two pods without container statuses.
+        assert refused == 56 and allowed == len(_pod_states()) - 56
 
 
 def test_the_guard_leaves_every_other_deleter_alone(admit, node_plugin):
@@ -374,7 +453,7 @@ SCENARIOS = [
 def _mount_faults(node: model.Node) -> list[model.Violation]:
     """Live pods that lost their mount through the driver deleting a healthy FUSE pod (the fault of
     item 1), as opposed to a FUSE session that died by itself (a crash: item 2, h2's healer)."""
-    return [v for v in node.violations if v.cause == "deleted-healthy"]
+    return [v for v in node.violations if v.cause in ("deleted-healthy", "deleted-serving")]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
@@ -386,7 +465,8 @@ def test_with_the_guard_no_live_pod_is_left_without_its_mount(make_node, scenari
         assert node.violations == []
     # The node plugin never removed a healthy FUSE pod, and no stage or publish failed for it.
     assert [d for d in node.api.deletes if d.allowed and d.healthy] == []
-    assert [d for d in node.api.deletes if not d.allowed and not d.healthy] == []
+    # ... and refused only deletes of a pod whose curvine-fuse still served.
+    assert [d for d in node.api.deletes if not d.allowed and not d.serving] == []
     # No stage or publish failed, but the one the PV scenarios set up (A's, while FUSE could not mount).
     assert {uid for _, uid, _ in node.kubelet.errors} <= ({"A"} if scenario.name.startswith("a line's PV") else set())
     for uid in scenario.wanted:
@@ -532,3 +612,58 @@ def test_the_fuse_pods_the_node_plugin_builds_are_guaranteed(node_plugin):
     assert qos_class(pod) == "Guaranteed" and oom_score_adj(pod, node_memory) == -997
     before = _fuse_pod_from({**env, "STANDALONE_CPU_REQUEST": "500m", "STANDALONE_MEMORY_REQUEST": "512Mi"})
     assert qos_class(before) == "Burstable" and oom_score_adj(before, node_memory) == 999
+
+
+# --- issue 24 item 4: a FUSE pod that is not Ready at a GC tick ------------------------------------
+
+def fuse_pod_not_ready_at_a_gc_tick(n: model.Node) -> None:
+    """A leaves (the ref-count delete is refused, the set stays empty); then the FUSE pod's readiness
+    probe times out on a throttled node while curvine-fuse keeps serving B; the GC ticks."""
+    n.step("A and B of line X start", lambda: (n.start_pod("A", LINE_X), n.start_pod("B", LINE_X)))
+    n.step("A leaves the node", lambda: n.stop_pod("A"))
+    (fuse,) = n.fuse_pods
+    n.step("the FUSE pod's readiness probe times out", lambda: n.runtime.probes_time_out(fuse))
+    n.advance(15 * 60)
+    n.step("the probe answers again", lambda: n.runtime.probes_pass(fuse) if fuse in n.fuse_pods else None)
+
+
+def test_a_fuse_pod_not_ready_at_a_gc_tick_keeps_its_live_mounts(make_node):
+    node = make_node(guarded=True)
+    fuse_pod_not_ready_at_a_gc_tick(node)
+    assert node.violations == [] and node.mount_alive("B")
+    gc = [d for d in node.api.deletes if d.caller == "GC"]
+    assert len(gc) == 2 and not any(d.allowed for d in gc)  # ticks at 120 s and 720 s, refused
+    assert all(d.serving and not d.healthy for d in gc)  # not Ready, but serving
+
+
+def test_the_previous_guard_deleted_a_not_ready_fuse_pod_under_live_mounts(make_node, admit_previous):
+    """The control: the rule before item 4 admitted every delete of a not-Ready pod."""
+    node = make_node(guarded=True, admit_delete=admit_previous)
+    fuse_pod_not_ready_at_a_gc_tick(node)
+    faults = _mount_faults(node)
+    assert faults[0] == model.Violation("the FUSE pod's readiness probe times out + GC at 120 s", "B", "deleted-serving")
+    assert {(v.uid, v.cause) for v in faults} == {("B", "deleted-serving")}
+
+
+def test_what_is_left_is_the_drivers_own_not_ready_self_heal_and_it_is_counted(make_node, admit, count):
+    """A publish on a node whose FUSE pod stays not Ready through EnsureStandalone's 60 s wait
+    replaces it (SM l.298-305), live binds included: the driver's self-heal, admitted on purpose
+    (a wedged curvine-fuse is not Ready either). The counting policy warns on it, so it shows in
+    the API server's metrics (KvCacheFusePodReplaced)."""
+    warnings: list[tuple[str, ...]] = []
+
+    def admit_and_count(request: dict, pod: dict) -> vap_eval.Decision:
+        warnings.append(count(request, pod).warnings)
+        return admit(request, pod)
+
+    node = make_node(guarded=True, admit_delete=admit_and_count)
+    node.step("A starts", lambda: node.start_pod("A", LINE_X))
+    (fuse,) = node.fuse_pods
+    node.step("the FUSE pod's readiness probe times out", lambda: node.runtime.probes_time_out(fuse))
+    node.step("B arrives: EnsureStandalone waits, then self-heals", lambda: node.start_pod("B", LINE_X))
+    (heal,) = node.api.deletes
+    assert heal.allowed and heal.serving and "not ready after waiting" in heal.caller
+    assert heal.options == model.SELF_HEAL_DELETE_OPTIONS
+    assert node.dead_mount_cause("A") == "deleted-serving" and node.mount_alive("B")
+    (counted,) = warnings
+    assert counted == (f"FUSE pod {fuse} deleted by the Curvine CSI node plugin (self-heal: not Ready after 60 s)",)

@@ -14,8 +14,14 @@ Kubernetes documentation ("Validating Admission Policy") and the ``Validation`` 
 4. ``variables`` (evaluated here eagerly and in order: every variable the policy declares is used
    by its validation, so eager and lazy evaluation give the same answer);
 5. each ``validations`` expression must be true; a false one denies with ``messageExpression``
-   (or ``message``) when the binding's ``validationActions`` contain ``Deny``;
-6. an expression that fails to evaluate follows ``failurePolicy`` (``Fail``: deny).
+   (or ``message``) when the binding's ``validationActions`` contain ``Deny``, and adds that
+   message as a warning when they contain ``Warn`` (the API server then counts it in
+   ``apiserver_validating_admission_policy_check_total`` with ``enforcement_action`` ``deny`` or
+   ``warn``: k8s.io/apiserver v0.34.0 ``pkg/admission/plugin/policy/validating/dispatcher.go``
+   l.226-250);
+6. an expression that fails to evaluate follows ``failurePolicy``: ``Ignore`` admits; ``Fail`` is
+   a false validation, enforced by the same ``validationActions`` (the API reference of
+   ``ValidatingAdmissionPolicyBinding.validationActions``).
 
 Only the constructs :mod:`k8s.fuse_pod_guard` emits are implemented; any other field raises
 :class:`UnsupportedPolicy`, so a policy that grows a construct this file does not know fails the
@@ -48,12 +54,14 @@ class UnsupportedPolicy(ValueError):
 @dataclass(frozen=True)
 class Decision:
     """The answer to one request: ``allowed``; ``applied`` (the policy matched and its conditions
-    held); ``message`` of a denial; ``reason`` (``Forbidden``, or ``failed`` for an evaluation error)."""
+    held); ``message`` of a denial; ``reason`` (``Forbidden``, or ``failed`` for an evaluation error);
+    ``warnings``: the messages of failed validations a ``Warn`` binding returns to the client."""
 
     allowed: bool
     applied: bool
     message: str = ""
     reason: str = ""
+    warnings: tuple[str, ...] = ()
 
 
 def _only(obj: dict, allowed: set[str], where: str) -> None:
@@ -133,9 +141,15 @@ def evaluate(policy: dict, bindings: list[dict], *, request: dict, old_object: d
 
     fail_closed = spec.get("failurePolicy", "Fail") == "Fail"
     activation: dict[str, Any] = {"request": request, "object": obj, "oldObject": old_object}
+    deny = any("Deny" in b["spec"]["validationActions"] for b in mine)
+    warn = any("Warn" in b["spec"]["validationActions"] for b in mine)
 
     def failed(what: str, error: Exception) -> Decision:
-        return Decision(allowed=not fail_closed, applied=True, message=f"{what}: {error}", reason="failed")
+        message = f"{what}: {error}"
+        if not fail_closed:
+            return Decision(allowed=True, applied=True, message=message, reason="failed")
+        return Decision(allowed=not deny, applied=True, message=message, reason="failed",
+                        warnings=(message,) if warn else ())
 
     for condition in spec.get("matchConditions", []):
         try:
@@ -150,19 +164,24 @@ def evaluate(policy: dict, bindings: list[dict], *, request: dict, old_object: d
         except celpy.CELEvalError as error:
             return failed(f"variable {variable['name']}", error)
     activation["variables"] = _cel_map(variables)
-    deny = any("Deny" in b["spec"]["validationActions"] for b in mine)
+    warnings: list[str] = []
     for validation in spec["validations"]:
         _only(validation, SUPPORTED_VALIDATION, "validations[]")
         try:
             ok = bool(cel(validation["expression"], activation))
         except celpy.CELEvalError as error:
             return failed("validation", error)
-        if not ok and deny:
-            message = validation.get("message", "")
-            if "messageExpression" in validation:
-                try:
-                    message = str(cel(validation["messageExpression"], activation))
-                except celpy.CELEvalError:
-                    pass  # the API server falls back to the static message
-            return Decision(allowed=False, applied=True, message=message, reason=validation.get("reason", "Invalid"))
-    return Decision(allowed=True, applied=True)
+        if ok:
+            continue
+        message = validation.get("message", "")
+        if "messageExpression" in validation:
+            try:
+                message = str(cel(validation["messageExpression"], activation))
+            except celpy.CELEvalError:
+                pass  # the API server falls back to the static message
+        if deny:
+            return Decision(allowed=False, applied=True, message=message, reason=validation.get("reason", "Invalid"),
+                            warnings=tuple(warnings + [message] if warn else warnings))
+        if warn:
+            warnings.append(message)
+    return Decision(allowed=True, applied=True, warnings=tuple(warnings))

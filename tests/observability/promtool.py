@@ -65,11 +65,19 @@ K8S_SD = "kubernetes_sd_configs"
 
 def with_file_sd(scrape_config: dict[str, Any], directory: Path) -> dict[str, Any]:
     """``scrape_config`` with each job's Kubernetes discovery replaced by file discovery of
-    ``<directory>/<job>.json`` (relabel rules, paths, intervals unchanged). The files are created
+    ``<directory>/<job>.json`` (relabel rules, paths, intervals unchanged), and each credential
+    file (bearer token, CA) by an empty file there. The files are created
     empty (``[]``) when missing; write target groups with Kubernetes' ``__meta_kubernetes_*``
     labels into them and the job's own relabel rules do the rest, as on the cluster."""
     out = yaml.safe_load(yaml.safe_dump(scrape_config))
     for job in out["scrape_configs"]:
+        # The scraper's mounted service-account token and CA (the API server job): files here,
+        # as Prometheus checks that they exist.
+        for holder, key, name in ((job, "bearer_token_file", "token"), (job.get("tls_config") or {}, "ca_file", "ca.crt")):
+            if key in holder:
+                path = directory / f"{job['job_name']}.{name}"
+                path.touch()
+                holder[key] = str(path)
         assert K8S_SD in job, job["job_name"]
         del job[K8S_SD]
         path = directory / f"{job['job_name']}.json"

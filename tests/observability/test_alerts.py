@@ -27,7 +27,9 @@ def test_the_issue_alerts_are_all_there(all_alerts) -> None:
         # issue 16: L2 stores and retrieves failing, the cross-pod hit canary failing
         "KvCacheL2StoreFailing", "KvCacheL2RetrieveFailing", "KvCacheCrossPodCanaryFailing",
         # a node without its mount watchdog; a hot prefix's warm-ups failing, or its chunks not pinnable
-        "KvCacheL2MountWatchdogMissing", "KvCacheHotPrefixWarmupFailing", "KvCacheHotPrefixNamesMismatch"}
+        "KvCacheL2MountWatchdogMissing", "KvCacheHotPrefixWarmupFailing", "KvCacheHotPrefixNamesMismatch",
+        # issue 24 item 4: the FUSE pod guard's admitted deletes, its errors, and whether they are counted
+        "KvCacheFusePodReplaced", "KvCacheFusePodGuardFailing", "KvCacheFusePodGuardUnmeasured"}
     for alert in all_alerts:
         assert alert.severity in ("critical", "warning") and alert.meaning and alert.action
 
@@ -165,9 +167,10 @@ def test_mount_dead_alert_reads_the_watchdogs_gauge_and_outlasts_healing(obs_pro
     [alert] = by_name(all_alerts)["KvCacheL2MountDead"]
     assert alert.expr == 'kvcache_l2_mount_up{job="kvcache-l2-mount-watchdog"} == 0'
     w = obs_project.platform.curvine.mount_watchdog
-    assert (w.period_seconds, w.eviction_interval_seconds) == (30, 60)
-    healing_s = w.period_seconds + 10 * w.eviction_interval_seconds + 300  # 10 pods, then 5 min to restart
-    assert alert.for_ == "16m" and 16 * 60 >= healing_s > 15 * 60
+    assert (w.period_seconds, w.eviction_interval_seconds, w.replace_hung_after_seconds) == (30, 60, 300)
+    # a hung session replaced after 300 s, then 10 pods evicted, then 5 min to restart
+    healing_s = w.period_seconds + w.replace_hung_after_seconds + 10 * w.eviction_interval_seconds + 300
+    assert alert.for_ == "21m" and 21 * 60 >= healing_s > 20 * 60
     assert alert.severity == "warning" and "{{ $labels.pod }}" in alert.summary
     assert "kubectl -n curvine logs ds/l2-mount-watchdog" in alert.action
 

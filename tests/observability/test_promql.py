@@ -48,7 +48,8 @@ def test_every_label_matcher_names_a_label_the_series_has(dashboard, all_alerts)
 def test_every_selector_is_scoped_to_one_of_our_scrape_jobs(dashboard, all_alerts) -> None:
     """No expression reads a series of the same name from someone else's job (``capacity`` is generic)."""
     ours = {targets.JOB_VLLM, targets.JOB_CURVINE_MASTER, targets.JOB_CURVINE_WORKER, targets.JOB_KYVERNO,
-            targets.JOB_DCGM, targets.JOB_L2_JANITOR, targets.JOB_L2_MOUNT_WATCHDOG, targets.JOB_KV_CANARY}
+            targets.JOB_DCGM, targets.JOB_L2_JANITOR, targets.JOB_L2_MOUNT_WATCHDOG, targets.JOB_KV_CANARY,
+            targets.JOB_APISERVER}
     for where, expr in _expressions(dashboard, all_alerts):
         for name, matchers in selectors(expr):
             assert matchers.get("job", ("", ""))[0] == "Equal" and matchers["job"][1] in ours, f"{where}: {name}"

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from cluster_agents.kv_canary import VLLM_TTFT_BUCKETS, format_le
+from k8s.fuse_pod_guard import FUSE_POD_DELETES_ADMITTED, FUSE_POD_GUARD
 from observability import targets
 from tests.observability import promtool
 from tests.observability.promtool import expect, series
@@ -275,9 +276,9 @@ def _mount_dead(ann) -> list[dict[str, Any]]:
     mount = {"job": targets.JOB_L2_MOUNT_WATCHDOG, "namespace": NS, "pod": "rag-7d9-a", "node": "hyperpod-i-0abc",
              "volume": "pvc-1234", "pod_uid": "0b9c"}
     fires = {"interval": "1m", "input_series": [series("kvcache_l2_mount_up", mount, "1x4 0x30")],
-             "alert_rule_test": [expect("KvCacheL2MountDead", "20m", []),
-                                 expect("KvCacheL2MountDead", "22m", [({"severity": "warning", **mount}, ann(
-                                     f"{NS}/rag-7d9-a on hyperpod-i-0abc: its L2 mount has not answered for 16 minutes"))])]}
+             "alert_rule_test": [expect("KvCacheL2MountDead", "25m", []),
+                                 expect("KvCacheL2MountDead", "27m", [({"severity": "warning", **mount}, ann(
+                                     f"{NS}/rag-7d9-a on hyperpod-i-0abc: its L2 mount has not answered for 21 minutes"))])]}
     # Dead for 10 minutes, then the watchdog's eviction replaced the pod (alive again).
     healed = {"interval": "1m", "input_series": [series("kvcache_l2_mount_up", mount, "1x4 0x10 1x20"),
                                                  series("kvcache_l2_mount_up", {**mount, "pod": "rag-7d9-b"}, "1x35")],
@@ -360,6 +361,66 @@ def _hot_prefix_names(ann) -> list[dict[str, Any]]:
     return [fires, healthy]
 
 
+APISERVER = {"job": targets.JOB_APISERVER, "instance": "10.0.1.10:443"}
+GUARD_CHECKS = "apiserver_validating_admission_policy_check_total"
+
+
+def _guard_check(policy: str, action: str, error_type: str = "no_error") -> dict[str, str]:
+    return {**APISERVER, "policy": policy, "policy_binding": policy, "error_type": error_type,
+            "enforcement_action": action}
+
+
+def _fuse_pod_replaced(ann) -> list[dict[str, Any]]:
+    """Deletes the FUSE pod guard admitted, counted by its warn-only twin (issue 24 item 4)."""
+    admitted = _guard_check(FUSE_POD_DELETES_ADMITTED, "warn")
+    refused = series(GUARD_CHECKS, _guard_check(FUSE_POD_GUARD, "deny"), "0+1x60")
+
+    def firing(n: int) -> list[tuple[dict[str, str], dict[str, str]]]:
+        return [({"severity": "warning"}, ann(f"The Curvine CSI node plugin deleted {n} FUSE pod(s) in the last 15m"))]
+
+    # The first admitted delete since the API server started: its series appears at 1 (increase()
+    # alone would see nothing); pending at 10 min, firing at 12, gone 15 min after the event; a
+    # second delete at 40 min fires again.
+    first = {"interval": "1m", "input_series": [series(GUARD_CHECKS, admitted, "_x10 1x30 2x20"), refused],
+             "alert_rule_test": [expect("KvCacheFusePodReplaced", "11m", []),
+                                 expect("KvCacheFusePodReplaced", "13m", firing(1)),
+                                 expect("KvCacheFusePodReplaced", "27m", []),
+                                 expect("KvCacheFusePodReplaced", "43m", firing(1))]}
+    # Refusals only, an old admission long before the window, and an evaluation error of the
+    # counting policy (not an admitted delete): quiet.
+    quiet = {"interval": "1m", "input_series": [
+        series(GUARD_CHECKS, admitted, "1x60"), refused,
+        series(GUARD_CHECKS, _guard_check(FUSE_POD_DELETES_ADMITTED, "allow", "invalid_error"), "_x10 1x50")],
+        "alert_rule_test": [expect("KvCacheFusePodReplaced", "30m", [])]}
+    return [first, quiet]
+
+
+def _fuse_pod_guard_failing(ann) -> list[dict[str, Any]]:
+    failing = _guard_check(FUSE_POD_GUARD, "deny", "invalid_error")
+    labels = {"severity": "critical", "policy": FUSE_POD_GUARD, "error_type": "invalid_error"}
+    fires = {"interval": "1m", "input_series": [series(GUARD_CHECKS, failing, "_x5 1+1x30")],
+             "alert_rule_test": [expect("KvCacheFusePodGuardFailing", "6m", []),
+                                 expect("KvCacheFusePodGuardFailing", "8m", [(labels, ann(
+                                     f"The FUSE pod guard's policy {FUSE_POD_GUARD} fails to evaluate (invalid_error)"))])]}
+    # The guard refusing (its job) and admitting: no error.
+    healthy = {"interval": "1m", "input_series": [
+        series(GUARD_CHECKS, _guard_check(FUSE_POD_GUARD, "deny"), "0+1x30"),
+        series(GUARD_CHECKS, _guard_check(FUSE_POD_DELETES_ADMITTED, "warn"), "_x5 1x25")],
+        "alert_rule_test": [expect("KvCacheFusePodGuardFailing", "20m", [])]}
+    return [fires, healthy]
+
+
+def _fuse_pod_guard_unmeasured(ann) -> list[dict[str, Any]]:
+    down = {"interval": "1m", "input_series": [series("up", APISERVER, "0x30")],
+            "alert_rule_test": [expect("KvCacheFusePodGuardUnmeasured", "14m", []),
+                                expect("KvCacheFusePodGuardUnmeasured", "16m", [({"severity": "warning"}, ann())])]}
+    # Two API servers, one answering.
+    up = {"interval": "1m", "input_series": [series("up", APISERVER, "1x30"),
+                                             series("up", {**APISERVER, "instance": "10.0.2.10:443"}, "0x30")],
+          "alert_rule_test": [expect("KvCacheFusePodGuardUnmeasured", "20m", [])]}
+    return [down, up]
+
+
 #: alertname -> its promtool test groups (given a function that completes the annotations).
 CASES: dict[str, Callable[[Callable[..., dict[str, str]]], list[dict[str, Any]]]] = {
     "KvCacheCurvinePoolAlmostFull": _pool_full,
@@ -380,6 +441,9 @@ CASES: dict[str, Callable[[Callable[..., dict[str, str]]], list[dict[str, Any]]]
     "KvCacheL2MountWatchdogMissing": _watchdog_missing,
     "KvCacheHotPrefixWarmupFailing": _hot_prefix_warmups_failing,
     "KvCacheHotPrefixNamesMismatch": _hot_prefix_names,
+    "KvCacheFusePodReplaced": _fuse_pod_replaced,
+    "KvCacheFusePodGuardFailing": _fuse_pod_guard_failing,
+    "KvCacheFusePodGuardUnmeasured": _fuse_pod_guard_unmeasured,
 }
 
 
@@ -454,6 +518,7 @@ MUTATIONS = [
     ("KvCacheCurvinePrimaryDown", "== 1)", "== 0)"),
     ("KvCacheL2MountWatchdogMissing", "unless on (node)", "and on (node)"),
     ("KvCacheHotPrefixWarmupFailing", "unless on (prefix)", "or on (prefix)"),
+    ("KvCacheFusePodReplaced", " unless ", " and "),
 ]
 
 
