@@ -292,7 +292,9 @@ def schedulable_groups(platform: PlatformConfig, instance_type: str) -> list[Ins
 
 
 def fit_lines(platform: PlatformConfig, lines: list[tuple[Path, BusinessLineConfig]]) -> dict[str, TypeFit]:
-    """Pack every line's replicas onto the nodes of its instance type (module docstring).
+    """Pack every line's replicas onto the nodes of its instance type (module docstring): each line at
+    its most, :attr:`~platform_config.line_models.BusinessLineConfig.max_replica_count` (``replicas``, or
+    ``autoscaling.max_replicas``), so an autoscaling line can always grow to its maximum.
 
     Args:
         lines: (file, line) pairs: every line of the cluster (all of them share the nodes, and
@@ -312,7 +314,7 @@ def fit_lines(platform: PlatformConfig, lines: list[tuple[Path, BusinessLineConf
         nodes = tuple(NodeLoad(budgets[g.name]) for g in groups for _ in range(g.instance_count))
         on_type = tuple((p, l) for p, l in lines if l.instance_type == instance_type)
         if not nodes:  # instance_count 0 everywhere: no replica has a node
-            unplaced = tuple(Unplaced(replica_of(l, i + 1), ()) for _, l in on_type for i in range(l.replicas))
+            unplaced = tuple(Unplaced(replica_of(l, i + 1), ()) for _, l in on_type for i in range(l.max_replica_count))
             result[instance_type] = TypeFit(instance_type, on_type, nodes, (), unplaced)
             continue
         most_cpu = max(n.budget.free_cpu_millicores for n in nodes)
@@ -341,7 +343,7 @@ def fit_lines(platform: PlatformConfig, lines: list[tuple[Path, BusinessLineConf
                                 f"at most {cpu_text(most_cpu)} CPU per replica, a larger instance type{smt_hint}"))
             else:
                 packable.append(line)
-        replicas = [replica_of(l, i + 1) for l in packable for i in range(l.replicas)]
+        replicas = [replica_of(l, i + 1) for l in packable for i in range(l.max_replica_count)]
         # Widest first; then the replica taking the largest share of a node's CPU or memory.
         replicas.sort(key=lambda r: (-r.gpus, -max(r.cpu_millicores / max(most_cpu, 1),
                                                   r.memory_bytes / max(most_memory, 1))))
