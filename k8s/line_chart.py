@@ -44,7 +44,9 @@ because the Curvine FUSE mount checks permissions for every other uid.
 
 from __future__ import annotations
 
-from typing import Final
+import re
+from dataclasses import dataclass
+from typing import Final, Literal
 
 import cdk8s
 from k8s.kube import k8s
@@ -89,6 +91,79 @@ L2_SIZE_ANNOTATION: Final = "kvcache.io/l2-size"
 #: Pod Security levels of a line's namespace (Kubernetes Pod Security Standards).
 POD_SECURITY_ENFORCE: Final = "baseline"
 POD_SECURITY_WARN: Final = "restricted"
+
+
+#: ``serverAddress`` of a Prometheus trigger, the pattern of the operator's CRD (v3.2): an Amazon Managed
+#: Prometheus workspace's query URL, ``https://aps-workspaces.<region>.amazonaws.com/workspaces/ws-...``,
+#: without a trailing slash (KEDA appends ``/api/v1/query``).
+AMP_SERVER_ADDRESS: Final = re.compile(
+    r"^https://aps-workspaces\.[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)*\.amazonaws\.com/workspaces/ws-[a-zA-Z0-9-]+$")
+
+
+@dataclass(frozen=True)
+class ScalingTrigger:
+    """One KEDA Prometheus trigger of a line (an item of ``autoScalingSpec.prometheusTriggerList``).
+
+    Attributes:
+        name: the trigger's name, unique in the line (e.g. ``waiting-requests``).
+        query: PromQL returning exactly one element (KEDA refuses more).
+        target_value: the value the HPA holds the query at.
+        metric_type: ``Average``: the HPA divides the value by the replicas (a total to share out);
+            ``Value``: the value as it is (already per replica: a mean, a quantile).
+    """
+
+    name: str
+    query: str
+    target_value: float
+    metric_type: Literal["Average", "Value"]
+
+
+@dataclass(frozen=True)
+class LineScaling:
+    """What the chart of an autoscaling line needs besides its config: where KEDA reads the metrics
+    and the triggers (built by :func:`observability.autoscaling.line_scaling`, which owns the PromQL:
+    this layer may not import it).
+
+    Attributes:
+        server_address: the platform's workspace query URL (:data:`AMP_SERVER_ADDRESS`), or a CDK
+            token that resolves to one at deploy.
+        triggers: at least one.
+    """
+
+    server_address: str
+    triggers: tuple[ScalingTrigger, ...]
+
+
+def autoscaling_spec(line: BusinessLineConfig, scaling: LineScaling) -> iec.InferenceEndpointConfigSpecAutoScalingSpec:
+    """``spec.autoScalingSpec`` of an autoscaling line: ``autoscaling.min_replicas``/``max_replicas``, its
+    polling and stabilization times, and one Prometheus trigger per :class:`ScalingTrigger` (the list form,
+    ``prometheusTriggerList``, which the CRD lets take priority over the single ``prometheusTrigger``).
+    ``cooldownPeriod`` and ``activationTargetValue`` are left out: they only act when scaling to or
+    from 0, which ``min_replicas >= 1`` rules out.
+
+    Raises:
+        ValueError: the line does not autoscale, no trigger, or a server address (not a token) the
+            CRD's pattern refuses.
+    """
+    config = line.autoscaling
+    if config is None or not scaling.triggers:
+        raise ValueError(f"business line {line.name!r}: autoScalingSpec needs autoscaling and at least one trigger")
+    address = scaling.server_address
+    if "${Token[" not in address and not AMP_SERVER_ADDRESS.match(address):
+        raise ValueError(f"business line {line.name!r}: Prometheus server address {address!r} is not a workspace "
+                         "query URL; allowed: https://aps-workspaces.<region>.amazonaws.com/workspaces/ws-...")
+    kind = iec.InferenceEndpointConfigSpecAutoScalingSpecPrometheusTriggerListMetricType
+    return iec.InferenceEndpointConfigSpecAutoScalingSpec(
+        min_replica_count=config.min_replicas,
+        max_replica_count=config.max_replicas,
+        polling_interval=config.polling_interval_seconds,
+        scale_down_stabilization_time=config.scale_down_stabilization_seconds,
+        scale_up_stabilization_time=config.scale_up_stabilization_seconds,
+        prometheus_trigger_list=[
+            iec.InferenceEndpointConfigSpecAutoScalingSpecPrometheusTriggerList(
+                name=t.name, query=t.query, server_address=address, target_value=t.target_value,
+                metric_type=kind[t.metric_type.upper()])
+            for t in scaling.triggers])
 
 
 def namespace_labels(platform: PlatformConfig, line: BusinessLineConfig) -> dict[str, str]:
@@ -141,8 +216,12 @@ def _model_source(line: BusinessLineConfig) -> iec.InferenceEndpointConfigSpecMo
     raise TypeError(f"unsupported model source {type(src).__name__}")  # the config union is closed
 
 
-def endpoint_spec(platform: PlatformConfig, line: BusinessLineConfig) -> iec.InferenceEndpointConfigSpec:
+def endpoint_spec(platform: PlatformConfig, line: BusinessLineConfig,
+                  scaling: LineScaling | None = None) -> iec.InferenceEndpointConfigSpec:
     """The typed ``spec`` of the line's InferenceEndpointConfig.
+
+    ``replicas`` is the line's ``replicas``: the fixed count, or an autoscaling line's initial one,
+    which then also gets ``autoScalingSpec`` (:func:`autoscaling_spec`, from ``scaling``).
 
     Worker env carries :data:`CR_ENV_NAMES` (``LMCACHE_REMOTE_SERDE`` and the line's
     ``PYTHONHASHSEED``, the issue's contract for the CR) with their values from
@@ -159,7 +238,11 @@ def endpoint_spec(platform: PlatformConfig, line: BusinessLineConfig) -> iec.Inf
         l2_cache_spec=(iec.InferenceEndpointConfigSpecKvCacheSpecL2CacheSpec(l2_cache_backend=L2_BACKEND_PLACEHOLDER)
                        if line.cache.l2_enabled else None))
     strategy = iec.InferenceEndpointConfigSpecIntelligentRoutingSpecRoutingStrategy[line.routing_strategy.upper()]
+    if line.autoscaling is not None and scaling is None:
+        raise ValueError(f"business line {line.name!r} autoscales: its chart needs the triggers and the Prometheus "
+                         "server address (observability.autoscaling.line_scaling)")
     return iec.InferenceEndpointConfigSpec(
+        auto_scaling_spec=autoscaling_spec(line, scaling) if line.autoscaling is not None and scaling else None,
         model_name=line.model.name,
         instance_type=line.instance_type,
         replicas=line.replicas,
@@ -199,6 +282,8 @@ class BusinessLineChart(cdk8s.Chart):
         construct_id: chart id (:func:`k8s.names.line_chart_name`).
         platform: validated platform config.
         line: validated business-line config.
+        scaling: the triggers and Prometheus server address of an autoscaling line (required for
+            one, ignored otherwise).
 
     Attributes:
         namespace_obj, network_policy, pvc, policy, endpoint: the ApiObjects (``pvc`` and
@@ -209,11 +294,12 @@ class BusinessLineChart(cdk8s.Chart):
         canary: the :class:`k8s.canary.KvCanary` construct (None when L2 or the canary is off).
 
     Raises:
-        ValueError: L2 on while ``curvine.enabled`` is false (the loader reports it first).
+        ValueError: L2 on while ``curvine.enabled`` is false (the loader reports it first); an
+            autoscaling line without ``scaling`` (:func:`endpoint_spec`).
     """
 
     def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig,
-                 line: BusinessLineConfig) -> None:
+                 line: BusinessLineConfig, scaling: LineScaling | None = None) -> None:
         if line.cache.l2_enabled and not platform.curvine.enabled:
             raise ValueError(f"business line {line.name!r}: cache.l2_enabled needs curvine.enabled in platform.yaml")
         super().__init__(scope, construct_id, disable_resource_name_hashes=True, labels={
@@ -288,7 +374,7 @@ class BusinessLineChart(cdk8s.Chart):
                     obj.add_dependency(self.namespace_obj)
         self.endpoint = iec.InferenceEndpointConfig(
             self, "Endpoint", metadata=cdk8s.ApiObjectMetadata(name=names.endpoint_name(line), namespace=ns),
-            spec=endpoint_spec(platform, line))
+            spec=endpoint_spec(platform, line, scaling))
         self.endpoint.add_dependency(self.namespace_obj, *(o for o in (self.pvc, self.policy, self.vllm_plugins)
                                                            if o is not None))
 

@@ -32,6 +32,7 @@ from aws_cdk.assertions import Template
 from k8s import names
 from k8s.line_chart import L2_PVC_REQUEST, L2_SIZE_ANNOTATION
 from k8s.render import CURVINE_CHART, render_manifests
+from observability.autoscaling import project_scaling
 from capacity.model_specs import lookup_model
 from platform_config import ProjectConfig, load_project
 from platform_config.stack_names import stack_ids
@@ -76,7 +77,7 @@ def user_templates(user_synth, user_project) -> dict[str, dict]:
 @pytest.fixture(scope="session")
 def user_manifests(user_project) -> dict[str, list[dict]]:
     platform = user_project.platform
-    return render_manifests(user_project, volume_id=VOLUME_ID, availability_zone=platform.gpu_availability_zone)
+    return render_manifests(user_project, volume_id=VOLUME_ID, availability_zone=platform.gpu_availability_zone, scaling=project_scaling(user_project))
 
 
 def applied_objects(template: dict) -> list[dict]:

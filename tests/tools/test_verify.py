@@ -22,6 +22,7 @@ from tests.tools.script_loader import load_script
 from k8s import names
 from k8s.patch import L2_MOUNT_PATH, endpoint_json_patch, line_cache_env, line_remote_url, owned_volumes
 from k8s.render import CURVINE_CHART, render_manifests
+from observability.autoscaling import project_scaling
 from operator_tools.verify import (
     OWN_ROWS,
     TMP_DIR_KEY,
@@ -57,7 +58,7 @@ NODES = ("hyperpod-i-0a", "hyperpod-i-0b", "hyperpod-i-0c")
 
 @pytest.fixture(scope="session")
 def synthesized() -> dict[str, list[dict]]:
-    return render_manifests(PROJECT, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a")
+    return render_manifests(PROJECT, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a", scaling=project_scaling(PROJECT))
 
 
 def operator_deployment(iec: dict[str, Any]) -> dict[str, Any]:
