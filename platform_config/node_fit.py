@@ -49,7 +49,7 @@ from typing import Iterable
 from platform_config import pod_resources as pr
 from platform_config.fields import quantity_bytes
 from platform_config.instances import INSTANCE_TYPES
-from platform_config.line_models import BusinessLineConfig
+from platform_config.line_models import MAX_REPLICAS, BusinessLineConfig
 from platform_config.platform_models import InstanceGroupConfig, PlatformConfig
 from platform_config.pod_resources import PodResources
 
@@ -356,6 +356,30 @@ def fit_lines(platform: PlatformConfig, lines: list[tuple[Path, BusinessLineConf
                 node.replicas.append(replica)
         result[instance_type] = TypeFit(instance_type, on_type, nodes, tuple(too_big), tuple(unplaced))
     return result
+
+
+def most_replicas(platform: PlatformConfig, lines: list[tuple[Path, BusinessLineConfig]], name: str,
+                  limit: int = MAX_REPLICAS) -> int:
+    """The most replicas of line ``name`` the nodes of its instance type hold, packed by
+    :func:`fit_lines` (the config check's packing) with every other line at its own maximum: the bound
+    of ``autoscaling.max_replicas`` the planner reports. 0 when not even one fits.
+
+    Counts up from 1 and stops at the first count that does not fit (first-fit decreasing is not
+    monotone in theory; a count above the first failure is not offered).
+
+    Raises:
+        StopIteration: ``name`` is not one of ``lines``.
+    """
+    target = next(l for _, l in lines if l.name == name)
+    best = 0
+    for n in range(1, limit + 1):
+        trial = [(p, l.model_copy(update={"replicas": n, "autoscaling": None}) if l.name == name else l)
+                 for p, l in lines]
+        fit = fit_lines(platform, trial).get(target.instance_type)
+        if fit is None or not fit.fits:
+            break
+        best = n
+    return best
 
 
 def format_node_fit(fit: TypeFit) -> list[str]:
