@@ -19,8 +19,9 @@ Autoscaling reads this workspace too: ``keda_role`` (the addons stack's IRSA rol
 add-on's KEDA) gets ``aps:QueryMetrics`` on this workspace and nothing else (policy
 ``KedaQueriesWorkspace``, attached from here so the addons stack, deployed first, needs no reference to
 a workspace that does not exist yet). KEDA's Prometheus scaler only calls ``/api/v1/query``
-(kedacore/keda ``pkg/scalers/prometheus_scaler.go``), which AMP authorizes as ``aps:QueryMetrics``
-(AMP user guide, "IAM permissions"; docs/sources.md §26).
+(kedacore/keda ``pkg/scalers/prometheus_scaler.go``), AMP's ``QueryMetrics`` operation (AMP user
+guide, "Prometheus-compatible APIs", QueryMetrics: ``/workspaces/<id>/api/v1/query``), authorized by
+``aps:QueryMetrics``; docs/sources.md §26.
 
 Network reach of the scraper: its ENIs get a security group of their own, admitted into the EKS
 cluster security group on exactly the scrape ports (:func:`observability.targets.scrape_ports`)
