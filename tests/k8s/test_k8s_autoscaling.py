@@ -132,3 +132,69 @@ def test_the_canary_at_min_replicas_reports_one_replica_and_no_ratio(manifests, 
     deployment = find(manifests[names.line_chart_name(rag)], "Deployment", names.KV_CANARY)
     assert deployment["spec"]["replicas"] == 1
 
+
+
+# --- make manifests: the workspace an autoscaling line's triggers query ----------------------------
+
+
+@pytest.fixture(scope="module")
+def manifests_script():
+    import importlib.util
+
+    from tests.k8s.conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("_k8s_manifests_autoscaling", REPO / "scripts" / "manifests.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _server_addresses(path) -> set[str]:
+    import yaml
+
+    (obj,) = [o for o in yaml.safe_load_all(path.read_text()) if o["kind"] == "InferenceEndpointConfig"]
+    return {t["serverAddress"] for t in obj["spec"]["autoScalingSpec"]["prometheusTriggerList"]}
+
+
+@pytest.fixture
+def _no_workspace_env(monkeypatch):
+    for name in ("PROMETHEUS_WORKSPACE_ID", "CURVINE_VOLUME_ID", "CURVINE_VOLUME_AZ"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_make_manifests_names_the_workspace_given_or_from_the_outputs_file(manifests_script, tmp_path, capsys,
+                                                                           _no_workspace_env) -> None:
+    import json
+
+    from tests.example_config import FIXTURE_CONFIG
+
+    out = tmp_path / "dist"
+    assert manifests_script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out),
+                                  "--prometheus-workspace-id", "ws-1234abcd-0000-4000-8000-00000000abcd"]) == 0
+    assert _server_addresses(out / "line-rag-assistant.yaml") == {
+        "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-1234abcd-0000-4000-8000-00000000abcd"}
+    assert "Prometheus workspace" not in capsys.readouterr().err
+    outputs = tmp_path / "cdk-outputs.json"
+    outputs.write_text(json.dumps({"kvcache-observability": {"PrometheusWorkspaceId": "ws-feed"}}))
+    assert manifests_script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out), "--outputs-file", str(outputs)]) == 0
+    assert _server_addresses(out / "line-rag-assistant.yaml") == {
+        "https://aps-workspaces.us-west-2.amazonaws.com/workspaces/ws-feed"}
+
+
+def test_make_manifests_without_a_workspace_warns_and_a_bad_one_writes_nothing(manifests_script, tmp_path, capsys,
+                                                                               _no_workspace_env) -> None:
+    from tests.example_config import FIXTURE_CONFIG
+
+    out = tmp_path / "dist"
+    assert manifests_script.main(["--config", str(FIXTURE_CONFIG), "--out", str(out)]) == 0
+    assert _server_addresses(out / "line-rag-assistant.yaml") == {
+        f"https://aps-workspaces.us-west-2.amazonaws.com/workspaces/{autoscaling.PLACEHOLDER_WORKSPACE_ID}"}
+    err = capsys.readouterr().err
+    assert (f"the autoscaling triggers of rag-assistant name {autoscaling.PLACEHOLDER_WORKSPACE_ID}, which does not "
+            "exist: they read nothing until re-rendered") in err
+    bad = tmp_path / "bad"
+    assert manifests_script.main(["--config", str(FIXTURE_CONFIG), "--out", str(bad),
+                                  "--prometheus-workspace-id", "https://aps-workspaces/x"]) == 2
+    assert not bad.exists()
+    assert "error: --prometheus-workspace-id (or PROMETHEUS_WORKSPACE_ID): 'https://aps-workspaces/x' is not a " \
+           "Prometheus workspace ID; allowed: ws-..." in capsys.readouterr().err

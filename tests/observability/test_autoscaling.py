@@ -134,3 +134,10 @@ def test_an_autoscaling_line_queries_the_platform_workspace_and_deploys_after_it
     assert manifest.count(workspace_export) == 3  # one serverAddress per trigger
     assert f'serverAddress\\":\\"https://aps-workspaces.{obs_project.platform.region}.amazonaws.com/workspaces/' in manifest
     assert "autoScalingSpec" not in json.dumps(templates[f"{project}-line-research-reasoning"].to_json())
+
+
+def test_the_line_row_of_the_dashboard_names_the_bounds(dashboard) -> None:
+    rows = [p["title"] for p in dashboard["panels"] if p.get("type") == "row"]
+    assert f"Business line {LINE} (namespace {LINE}, Qwen2-7B-Instruct, autoscaled 1-2x ml.g6e.12xlarge)" in rows
+    assert ("Business line research-reasoning (namespace research-reasoning, DeepSeek-R1-Distill-Llama-70B, "
+            "1x ml.p5.48xlarge)") in rows
