@@ -17,6 +17,7 @@ from capacity.fit import LINE_CONFIG_FIELDS, PlanInputError, choose_tp, inputs_f
 from platform_config import BusinessLineConfig, ConfigProblem, PlatformConfig, ProjectConfig, load_project
 from platform_config.fields import quantity_bytes
 from platform_config.vllm_args import PIPELINE_PARALLEL_FLAG, parallel_sizes
+from platform_config.vllm_args import max_model_len as vllm_max_model_len
 
 #: Tokens a chat template may add around one message (role header, separators, end of turn): Qwen2's
 #: ChatML adds 5 (``<|im_start|>``, the role, a newline, ``<|im_end|>``, a newline), Llama 3's 5
@@ -92,6 +93,32 @@ def hot_prefix_budget(line: BusinessLineConfig) -> HotPrefixBudget:
                            line.hot_prefixes.max_l2_fraction)
 
 
+def prefix_length_warnings(path: Path, line: BusinessLineConfig) -> list[str]:
+    """One warning per hot prefix whose token bound (:func:`prefix_token_bound`) does not leave one
+    token (the warm-up's) within ``vllm.args --max-model-len``: it may be longer than the model's
+    length, and then vLLM refuses the warm-up and every request that starts with the prefix.
+
+    A warning, not a refusal: the bound counts a token per UTF-8 byte, about 4x the tokens of English
+    text under the BPE tokenizers of the planner's models, and the config cannot tokenize (synthesis
+    is offline). The janitor tokenizes on a replica and reports a prefix that is too long as
+    ``too_long`` (alert ``KvCacheHotPrefixWarmupFailing``, docs/observability.md).
+    """
+    length = vllm_max_model_len(line.vllm.args)
+    if length is None:
+        return []
+    out = []
+    for i, prefix in enumerate(line.hot_prefixes.prefixes):
+        bound = prefix_token_bound(prefix.texts(), prefix.kind == "chat")
+        if bound + 1 > length:
+            out.append(
+                f"{path}: hot_prefixes.prefixes.{i} ({prefix.name}) may be longer than vllm.args --max-model-len "
+                f"{length}: up to {bound:,} tokens (its UTF-8 bytes plus the chat template's; a bound, as the config "
+                "cannot tokenize). A prefix longer than the model's length is never warmed and vLLM refuses every "
+                "request that starts with it; the L2 janitor reports it as too_long (KvCacheHotPrefixWarmupFailing). "
+                f"Keep each prefix under {length:,} tokens, or raise --max-model-len")
+    return out
+
+
 def hot_prefix_problems(
     platform: PlatformConfig, lines: list[tuple[Path, BusinessLineConfig]]
 ) -> tuple[list[ConfigProblem], list[str]]:
@@ -107,6 +134,7 @@ def hot_prefix_problems(
     for path, line in lines:
         if not (line.cache.l2_enabled and line.hot_prefixes.active):
             continue
+        warnings += prefix_length_warnings(path, line)
         try:
             b = hot_prefix_budget(line)
         except PlanInputError:  # a bad planner input: model_fit_problems reports it on its key

@@ -299,13 +299,22 @@ def read_hot_prefix_files(path: Path, line: BusinessLineConfig) -> BusinessLineC
     Raises:
         ConfigError: one problem per bad file or text, each naming ``path``, the field
             (``hot_prefixes.prefixes.<i>.messages.<j>.file`` or ``...<i>.file``), the prefix file and
-            what is allowed: missing, a directory, not readable, not UTF-8 (its line), empty, a control
-            character (its line); and one for the total size.
+            what is allowed: missing, a directory, a link to a file outside the line's directory, not
+            readable, not UTF-8 (its line), empty, a control character (its line); and one for the
+            total size.
     """
     problems: list[ConfigProblem] = []
 
     def read(file: str, field: str) -> str | None:
         target = path.parent / file
+        home = path.parent.resolve()
+        if os.path.lexists(target) and not target.resolve().is_relative_to(home):
+            # A link out of the config: its text would land in the line's template and a ConfigMap
+            # (issue 25), whatever file of this machine it names.
+            problems.append(ConfigProblem(str(path), field, (
+                f"{target} is a link to {target.resolve()}, outside {home}; allowed: a file inside the directory of "
+                "the line's file (copy it there)")))
+            return None
         try:
             text = read_text(target)
         except ConfigError as exc:

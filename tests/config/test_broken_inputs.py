@@ -387,3 +387,31 @@ def test_ctrl_c_during_synthesis_is_one_line_and_writes_nothing(config_dir: Path
     # The output folder is untouched. A staging folder beside it can remain when the interrupt lands
     # while jsii's Node process is still writing into it (seen once in a loaded fork check): not asserted.
     assert not (tmp_path / "cdk.out").exists() or not any((tmp_path / "cdk.out").iterdir())
+
+
+# --- found by the mutation sweep (tests/properties/test_config_mutations.py) -------------------------
+
+def test_a_yaml_tag_the_safe_loader_cannot_build(config_dir: Path, tmp_path: Path) -> None:
+    """It was a KeyError traceback: PyYAML resolves the tag, then has no constructor for it."""
+    path = config_dir / RAG
+    replace_text(path, "instance_type: ml.g6e.12xlarge", "instance_type: !!python/name:os.system")
+    assert refused(config_dir, tmp_path) == (
+        f"{path}: line 12: instance_type: YAML tag 'tag:yaml.org,2002:python/name:os.system' is not allowed; allowed: "
+        "plain values, without a '!' tag")
+
+
+def test_a_section_without_the_key_that_says_its_kind(config_dir: Path, tmp_path: Path) -> None:
+    """Not pydantic's "Unable to extract tag using discriminator 'type'"."""
+    path = config_dir / RAG
+    edit_yaml(path, lambda d: d["model"]["source"].pop("type"))
+    assert refused(config_dir, tmp_path) == (
+        f"{path}: model.source: the key 'type', which says what kind of section this is, is missing; allowed: "
+        "type: fsx or huggingface or s3")
+
+
+def test_an_unknown_key_lists_the_keys_of_its_section(config_dir: Path, tmp_path: Path) -> None:
+    path = config_dir / RAG
+    edit_yaml(path, lambda d: d["cache"].update(l2_sise="100Gi"))
+    assert refused(config_dir, tmp_path) == (
+        f"{path}: cache.l2_sise: unknown key (typo?); allowed: the keys of this section, chunk_size_tokens, l1_cpu_gib, "
+        "l1_enabled, l2_enabled, l2_size, lmcache_mode (the config reference, docs/configuration.md) (got '100Gi')")

@@ -178,3 +178,33 @@ def test_the_check_is_the_one_every_command_loads() -> None:
     import inspect
 
     assert "hot_prefix_problems" in inspect.getsource(project_checks.load_checked_project)
+
+
+def test_a_prefix_file_linked_from_outside_the_config_is_refused(config_dir: Path, tmp_path: Path) -> None:
+    """Issue 25: a link's target would land in the template and a ConfigMap, whatever it names."""
+    prompt = config_dir / "business-lines" / PROMPT_FILE
+    outside = tmp_path / "secret.md"
+    outside.write_text("not for the cluster\n", encoding="utf-8")
+    prompt.unlink()
+    prompt.symlink_to(outside)
+    (problem,) = problems(config_dir)
+    assert problem == (f"{config_dir / RAG}: hot_prefixes.prefixes.0.messages.0.file: {prompt} is a link to {outside}, "
+                       f"outside {(config_dir / 'business-lines').resolve()}; allowed: a file inside the directory of "
+                       "the line's file (copy it there)")
+
+
+def test_a_prefix_file_linked_within_the_lines_directory_is_read(config_dir: Path) -> None:
+    lines = config_dir / "business-lines"
+    (lines / PROMPT_FILE).rename(lines / "prompt-v2.md")
+    (lines / PROMPT_FILE).symlink_to("prompt-v2.md")
+    (prefix,) = load_checked_project(config_dir).business_line("rag-assistant").hot_prefixes.prefixes
+    assert prefix.messages[0].text == (lines / "prompt-v2.md").read_text(encoding="utf-8")
+
+
+def test_a_prefix_that_may_exceed_the_model_length_is_a_warning(config_dir: Path) -> None:
+    """The bound (a token per UTF-8 byte plus the template's) against --max-model-len 8192."""
+    declare(config_dir, {"name": "long", "text": "x" * 8191}, {"name": "short", "text": "x" * 8190})
+    project = load_checked_project(config_dir)
+    (warning,) = [w for w in project.warnings if "--max-model-len" in w]
+    assert warning.startswith(f"{config_dir / RAG}: hot_prefixes.prefixes.0 (long) may be longer than vllm.args "
+                              "--max-model-len 8192: up to 8,192 tokens")
