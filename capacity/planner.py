@@ -198,16 +198,82 @@ def plan(inputs: PlanInputs, *, prices: PriceTable | None = None,
     if not t.l2_pays:
         warnings.append(f"L2 does not pay at {inputs.tokens:,} tokens (break-even about "
                         f"{t.break_even_tokens:,.0f} tokens): warm {t.warm_ttft_ms:.0f} ms vs cold {t.cold_ttft_ms:.0f} ms")
-    cost = Cost(
-        nodes=nodes, price=price,
-        cost_per_endpoint_hour=nodes * price.usd_per_hour if price else None,
-        gpu_share_cost_per_hour=inputs.replicas * fit.tp / instance.gpus * price.usd_per_hour if price else None,
-    )
+    cost = cost_of(inputs.replicas, replicas_per_node(inputs, instance, fit.tp), fit.tp, instance, price)
     return Plan(inputs=inputs, instance=instance, fit=fit, min_tp=min_tp,
                 kv_bytes_per_token=inputs.model.kv_bytes_per_token(kv_dtype),
                 l2_nodes=inputs.l2_nodes if inputs.l2_nodes is not None else nodes,
                 l2_gib_per_node=l2_per_node, timing=t, cost=cost, warnings=tuple(warnings),
                 calibration=calibration)
+
+
+def cost_of(replicas: int, per_node: int, tp: int, instance: InstanceType, price: Price | None) -> Cost:
+    """What ``replicas`` replicas of ``tp`` GPUs cost per hour: whole nodes (ceil(replicas / ``per_node``)
+    x the instance price) and the GPU share (replicas x TP / the instance's GPUs x the price)."""
+    nodes = math.ceil(replicas / per_node)
+    return Cost(nodes=nodes, price=price,
+                cost_per_endpoint_hour=nodes * price.usd_per_hour if price else None,
+                gpu_share_cost_per_hour=replicas * tp / instance.gpus * price.usd_per_hour if price else None)
+
+
+@dataclass(frozen=True)
+class ScalingPlan:
+    """An autoscaling line's bounds, what its nodes allow and its cost at both ends (:func:`scaling_plan`).
+
+    Attributes:
+        min_replicas, max_replicas, initial_replicas: the line's ``autoscaling`` bounds and ``replicas``.
+        most_that_fit: the most replicas of the line its instance type's nodes hold next to every other
+            line at its own maximum (:func:`platform_config.node_fit.most_replicas`, the config check's
+            packing); None when not known (planned without the platform's lines).
+        at_min, at_max: :class:`Cost` at ``min_replicas`` and at ``max_replicas``.
+    """
+
+    min_replicas: int
+    max_replicas: int
+    initial_replicas: int
+    most_that_fit: int | None
+    at_min: Cost
+    at_max: Cost
+
+    @property
+    def fits(self) -> bool:
+        """Whether ``max_replicas`` is within the node budget (unknown counts as yes)."""
+        return self.most_that_fit is None or self.max_replicas <= self.most_that_fit
+
+    def to_dict(self) -> dict[str, Any]:
+        def cost(c: Cost) -> dict[str, Any]:
+            return {"nodes": c.nodes, "cost_per_endpoint_hour": _round(c.cost_per_endpoint_hour, 2),
+                    "gpu_share_cost_per_hour": _round(c.gpu_share_cost_per_hour, 2)}
+
+        return {"min_replicas": self.min_replicas, "max_replicas": self.max_replicas,
+                "initial_replicas": self.initial_replicas, "most_replicas_that_fit": self.most_that_fit,
+                "max_replicas_fits": self.fits, "at_min": cost(self.at_min), "at_max": cost(self.at_max)}
+
+
+def scaling_plan(p: Plan, *, min_replicas: int, max_replicas: int, most_that_fit: int | None) -> ScalingPlan:
+    """The cost of plan ``p``'s endpoint at ``min_replicas`` and at ``max_replicas`` (same instance,
+    TP, replicas per node and price as ``p``), and whether ``max_replicas`` fits ``most_that_fit``."""
+    per_node = p.replicas_per_node
+    return ScalingPlan(
+        min_replicas=min_replicas, max_replicas=max_replicas, initial_replicas=p.inputs.replicas,
+        most_that_fit=most_that_fit,
+        at_min=cost_of(min_replicas, per_node, p.fit.tp, p.instance, p.cost.price),
+        at_max=cost_of(max_replicas, per_node, p.fit.tp, p.instance, p.cost.price))
+
+
+def format_scaling(s: ScalingPlan, instance_type: str) -> list[str]:
+    """Report lines of an autoscaling line: its bounds, the node budget's bound and the cost at each end."""
+    bound = ("" if s.most_that_fit is None else
+             f"; the {instance_type} nodes hold at most {s.most_that_fit} of them next to the other lines at "
+             f"their maximum" + ("" if s.fits else f" -- max_replicas {s.max_replicas} DOES NOT FIT"))
+
+    def cost(label: str, n: int, c: Cost) -> str:
+        if c.cost_per_endpoint_hour is None or c.gpu_share_cost_per_hour is None:
+            return f"{label} {n}: {c.nodes} node(s), no price"
+        return (f"{label} {n}: {c.nodes} node(s), ${c.cost_per_endpoint_hour:,.2f}/endpoint-hour "
+                f"(GPU share ${c.gpu_share_cost_per_hour:,.2f}/h)")
+
+    return [f"autoscaling   {s.min_replicas}..{s.max_replicas} replicas, starts at {s.initial_replicas}{bound}",
+            f"scaling cost  {cost('at min', s.min_replicas, s.at_min)}; {cost('at max', s.max_replicas, s.at_max)}"]
 
 
 def price_warnings(prices: PriceTable, region: str, instance_type: str) -> list[str]:

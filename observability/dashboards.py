@@ -215,6 +215,13 @@ def canary_panels(platform: PlatformConfig) -> list[Any]:
     ]
 
 
+def _replica_count(line: BusinessLineConfig) -> str:
+    """``2x`` for a fixed line, ``autoscaled 1-2x`` for an autoscaling one (its row title)."""
+    if line.autoscaling is None:
+        return f"{line.replicas}x"
+    return f"autoscaled {line.autoscaling.min_replicas}-{line.autoscaling.max_replicas}x"
+
+
 def build_dashboard(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> dict[str, Any]:
     """The dashboard as Grafana's JSON model (a dict), rows in order: Platform, then each line.
 
@@ -230,7 +237,7 @@ def build_dashboard(platform: PlatformConfig, lines: tuple[BusinessLineConfig, .
     for line in lines:
         dashboard = dashboard.with_row(db.Row(
             f"Business line {line.name} (namespace {line.namespace}, {line.model.name}, "
-            f"{line.replicas}x {line.instance_type})"))
+            f"{_replica_count(line)} {line.instance_type})"))
         for panel in line_panels(platform, line):
             dashboard = dashboard.with_panel(panel)
     if any(line.runs_canary for line in queries.l2_lines(platform, lines)):

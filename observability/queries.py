@@ -214,6 +214,32 @@ def kv_cache_usage(line: BusinessLineConfig) -> str:
     return f"max by (pod)({selector('vllm:kv_cache_usage_perc', **line_labels(line))})"
 
 
+# --- autoscaling triggers (KEDA's Prometheus scaler; docs/observability.md, "Autoscaling") ------------
+#
+# KEDA's scaler sends each query to the workspace's ``/api/v1/query`` and needs exactly one element
+# back: several are an error, none (or NaN / Inf) reads as 0 only while its ``ignoreNullValues`` is on
+# (its default; the operator's CRD has no field for it). So each query aggregates to one series and
+# ends in ``or vector(0)``: a line no replica of which is scraped yet, or a quiet window, reads 0,
+# whatever the operator sets (kedacore/keda ``pkg/scalers/prometheus_scaler.go``; docs/sources.md §26).
+
+
+def autoscale_waiting_requests(line: BusinessLineConfig) -> str:
+    """Requests waiting in the line's vLLM queues, summed over its replicas (0 when none is scraped)."""
+    return f"{requests(line, 'waiting')} or vector(0)"
+
+
+def autoscale_kv_cache_usage(line: BusinessLineConfig) -> str:
+    """GPU KV-cache usage (0-1) averaged over the line's replicas (0 when none is scraped)."""
+    return f"avg({selector('vllm:kv_cache_usage_perc', **line_labels(line))}) or vector(0)"
+
+
+def autoscale_ttft_p90_seconds(line: BusinessLineConfig) -> str:
+    """TTFT p90 of the line's user requests, seconds: the SLO alert's own quantile
+    (:func:`ttft_quantile`, the canary's requests left out); 0 when the window holds no request
+    (``histogram_quantile`` of empty buckets is NaN, which ``>= 0`` drops)."""
+    return f"({ttft_quantile(line, 0.9)} >= 0) or vector(0)"
+
+
 def l1_used_bytes(line: BusinessLineConfig) -> str:
     """Bytes in each pod's LMCache CPU tier (L1), all ranks of the pod."""
     return f"sum by (pod)({selector('lmcache:local_cache_usage', **line_labels(line))})"

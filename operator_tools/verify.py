@@ -318,8 +318,12 @@ def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]], *
         return [_fail(prefix + "inference pods", f"no pod labelled {names.OPERATOR_POD_LABEL}="
                                                  f"{names.endpoint_name(line)} in {line.namespace}")]
     ready = [p for p in pods if _ready(p)]
-    results = [CheckResult(prefix + "inference pods Ready", len(ready) == len(pods) and len(pods) >= line.replicas,
-                           f"{len(ready)}/{len(pods)} Ready, {line.replicas} configured")]
+    # An autoscaling line may run anything from min_replicas up (its replicas is only the initial count).
+    expected = line.min_replica_count
+    configured = (f"{line.replicas} configured" if line.autoscaling is None else
+                  f"autoscaling {line.autoscaling.min_replicas}..{line.autoscaling.max_replicas}")
+    results = [CheckResult(prefix + "inference pods Ready", len(ready) == len(pods) and len(pods) >= expected,
+                           f"{len(ready)}/{len(pods)} Ready, {configured}")]
     url_problems, env_problems, mount_problems, transfer_problems, seeds = [], [], [], [], {}
     tmp_dirs: dict[str, list[str]] = {}
     unmutated: list[str] = []

@@ -408,6 +408,87 @@ class SloConfig(StrictModel):
     ttft_p90_ms: Annotated[int, Field(ge=1, le=600000)] = 2000
 
 
+#: Most replicas a line may have, fixed or autoscaled (``replicas``, ``autoscaling.max_replicas``).
+MAX_REPLICAS = 100
+
+
+class AutoscalingTriggers(StrictModel):
+    """What the line scales on: three signals users feel, each a KEDA Prometheus trigger of the
+    line's InferenceEndpointConfig (``autoScalingSpec.prometheusTriggerList``), read from the
+    platform's Amazon Managed Prometheus workspace (docs/observability.md, "Autoscaling").
+
+    The HorizontalPodAutoscaler KEDA makes takes the largest replica count any trigger asks for
+    (Kubernetes HPA, "Algorithm details"), within ``min_replicas``..``max_replicas``. Set a trigger
+    to null to drop it; at least one must stay. The defaults are this platform's starting points, not
+    figures from a source: tune them on the line's dashboard row.
+    """
+
+    #: Requests waiting in vLLM's queue per replica (``vllm:num_requests_waiting``, summed over the line)
+    #: that the line should hold at most: KEDA ``metricType: Average``, so the HPA asks for
+    #: ceil(waiting / this) replicas. A request waits when vLLM cannot admit it (KV cache or
+    #: ``--max-num-seqs`` full), and every waiting request adds whole prefills to its TTFT. Default 4.
+    waiting_requests_per_replica: Annotated[float, Field(gt=0, le=1000)] | None = 4
+    #: GPU KV-cache usage (0-1; ``vllm:kv_cache_usage_perc``, vLLM 0.29's name) averaged over the line's
+    #: replicas to hold: KEDA ``metricType: Value``, so the HPA asks for ceil(replicas x usage / this).
+    #: vLLM preempts running requests when usage reaches 1; 0.8 leaves room for the polling interval
+    #: and a new replica's start (minutes of model loading). Default 0.8.
+    kv_cache_usage: Annotated[float, Field(gt=0, le=1)] | None = 0.8
+    #: TTFT p90 of the line's user requests (the SLO alert's own query, the canary's requests left
+    #: out) to hold, as a share of ``slo.ttft_p90_ms``: KEDA ``metricType: Value``, so the HPA asks
+    #: for ceil(replicas x p90 / (this x SLO)). Below 1, so the line grows before the SLO alert
+    #: (p90 above the SLO for 10 minutes) fires. Default 0.8.
+    ttft_p90_slo_fraction: Annotated[float, Field(gt=0, le=1)] | None = 0.8
+
+    @model_validator(mode="after")
+    def _at_least_one(self) -> "AutoscalingTriggers":
+        if self.waiting_requests_per_replica is None and self.kv_cache_usage is None and \
+                self.ttft_p90_slo_fraction is None:
+            raise FieldError("waiting_requests_per_replica", "every trigger is null, so nothing would ever scale the "
+                             "line; allowed: at least one of waiting_requests_per_replica, kv_cache_usage, "
+                             "ttft_p90_slo_fraction (or no autoscaling section: a fixed replicas)")
+        return self
+
+
+class AutoscalingConfig(StrictModel):
+    """Autoscaling of a line between ``min_replicas`` and ``max_replicas`` (the operator's
+    ``autoScalingSpec``: KEDA, installed by the inference add-on with its own IRSA role).
+
+    How ``replicas`` relates: with this section, ``replicas`` is only the count the endpoint starts
+    with (``spec.replicas``, which the operator's CRD describes as the "initial pod count", with
+    ``autoScalingSpec.minReplicaCount`` "the steady-state floor under autoscaling"); left out, it is
+    ``min_replicas``; given, it must lie in ``min_replicas``..``max_replicas``. Without this section
+    ``replicas`` is the fixed count, as before.
+
+    The node check (``make synth``) and the planner place ``max_replicas`` replicas: a line may only
+    grow to what its instance groups' nodes hold next to every other line at its own maximum.
+    """
+
+    #: Fewest replicas, at least 1: never scaled to zero (a cold start loads the whole model, and the L2
+    #: janitor's warmer and the canary need a replica to talk to). With 1 the cross-pod canary measures
+    #: nothing while the line is at 1 (its single-replica mode: no ratio, no alert), and the disruption
+    #: budget (maxUnavailable 1) lets a drain take the one replica.
+    min_replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)]
+    #: Most replicas; every one of them must fit the nodes (checked at synthesis, with the other
+    #: lines at their own maximum; ``scripts/plan.py --business-line`` shows the bound and the cost).
+    max_replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)]
+    triggers: AutoscalingTriggers = AutoscalingTriggers()
+    #: Seconds between two evaluations of the triggers (``pollingInterval``; the CRD's default 30).
+    polling_interval_seconds: Annotated[int, Field(ge=5, le=600)] = 30
+    #: Seconds the HPA waits, after the triggers ask for fewer replicas, before removing one
+    #: (``scaleDownStabilizationTime``; the CRD's default 300): a replica takes minutes to load the
+    #: model, so a short dip must not remove it.
+    scale_down_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 300
+    #: Seconds the HPA waits before adding replicas (``scaleUpStabilizationTime``; the CRD's default 0).
+    scale_up_stabilization_seconds: Annotated[int, Field(ge=0, le=3600)] = 0
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> "AutoscalingConfig":
+        if self.min_replicas > self.max_replicas:
+            raise FieldError("min_replicas", f"min_replicas {self.min_replicas} is above max_replicas "
+                             f"{self.max_replicas}; allowed: min_replicas 1..{self.max_replicas} (or a larger max_replicas)")
+        return self
+
+
 class BusinessLineConfig(StrictModel):
     """``config/business-lines/<name>.yaml``: one team's endpoint; ``name`` is the file stem."""
 
@@ -418,7 +499,13 @@ class BusinessLineConfig(StrictModel):
     model: ModelConfig
     #: Must be the type of one of the platform's HyperPod instance groups.
     instance_type: KnownInstanceType
-    replicas: Annotated[int, Field(ge=1, le=100)] = 2
+    #: Replicas of the endpoint. Without ``autoscaling``: the fixed count. With it: the count the
+    #: endpoint starts with (default ``autoscaling.min_replicas``; must lie in min..max).
+    replicas: Annotated[int, Field(ge=1, le=MAX_REPLICAS)] = 2
+    #: Optional: scale between ``min_replicas`` and ``max_replicas`` on waiting requests, KV-cache
+    #: usage and TTFT p90 (docs/observability.md, "Autoscaling"); null: a fixed ``replicas``. Needs
+    #: ``observability.enabled`` in platform.yaml (KEDA reads the metrics from its Prometheus workspace).
+    autoscaling: AutoscalingConfig | None = None
     #: GPUs per replica = tensor-parallel size; must fit the instance type.
     gpus_per_replica: Annotated[int, Field(ge=1, le=8)] = 1
     #: Router strategy; prefixaware for shared system prompts and multi-turn, kvaware for long
@@ -442,6 +529,33 @@ class BusinessLineConfig(StrictModel):
     #: examples in a fork; it is still validated, synthesized and tested, and is not an orphan.
     #: A hand-run `cdk deploy --all` deploys every line: deploy by hand with --exclusively.
     deploy: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _replicas_start_at_min(cls, data: object) -> object:
+        """An autoscaling line without ``replicas`` starts at ``autoscaling.min_replicas`` (the class doc)."""
+        if isinstance(data, dict) and "replicas" not in data and isinstance(data.get("autoscaling"), dict):
+            low = data["autoscaling"].get("min_replicas")
+            if isinstance(low, int) and not isinstance(low, bool) and 1 <= low <= MAX_REPLICAS:
+                return {**data, "replicas": low}
+        return data
+
+    @model_validator(mode="after")
+    def _replicas_within_bounds(self) -> "BusinessLineConfig":
+        scaling = self.autoscaling
+        if scaling is not None and not scaling.min_replicas <= self.replicas <= scaling.max_replicas:
+            raise FieldError("replicas", f"replicas {self.replicas} is the count an autoscaling line starts with, "
+                             f"outside autoscaling.min_replicas {scaling.min_replicas}..max_replicas "
+                             f"{scaling.max_replicas}; allowed: {scaling.min_replicas}..{scaling.max_replicas}, or no "
+                             "replicas (it starts at min_replicas)")
+        return self
+
+    @model_validator(mode="after")
+    def _autoscaling_reads_vllm_metrics(self) -> "BusinessLineConfig":
+        if self.autoscaling is not None and not self.metrics_enabled:
+            raise FieldError("metrics_enabled", "metrics_enabled false leaves the autoscaling triggers without the "
+                             "line's vLLM metrics; allowed: metrics_enabled true, or no autoscaling")
+        return self
 
     @model_validator(mode="after")
     def _gpus_fit(self) -> "BusinessLineConfig":
@@ -516,6 +630,16 @@ class BusinessLineConfig(StrictModel):
                 f"{CANARY_TAIL_TOKENS + 1} = {needed} tokens exceed vllm.args --max-model-len {value}; allowed: "
                 f"canary.prompt_chunks 1..{(int(value) - CANARY_TAIL_TOKENS - 1) // chunk} (or canary.enabled: false)")
         return self
+
+    @property
+    def min_replica_count(self) -> int:
+        """Fewest replicas the line runs: ``autoscaling.min_replicas``, else ``replicas``."""
+        return self.autoscaling.min_replicas if self.autoscaling is not None else self.replicas
+
+    @property
+    def max_replica_count(self) -> int:
+        """Most replicas the line runs (what the node check places): ``autoscaling.max_replicas``, else ``replicas``."""
+        return self.autoscaling.max_replicas if self.autoscaling is not None else self.replicas
 
     @property
     def runs_canary(self) -> bool:

@@ -430,7 +430,8 @@ def cross_check(
     platform: PlatformConfig, platform_path: Path, lines: list[tuple[Path, BusinessLineConfig]],
     *, check_node_fit: bool = True,
 ) -> list[ConfigProblem]:
-    """Rules spanning files: instance types, taints, namespaces, L2 prerequisites (an L2 line's
+    """Rules spanning files: instance types, taints, namespaces, autoscaling's Prometheus workspace
+    (``observability.enabled``), L2 prerequisites (an L2 line's
     TTFT SLO above ``lmcache.lookup_timeout_ms``, what an unhealthy L2 adds to each request), the L2 pool, and
     whether the lines' pods fit the nodes (GPUs, CPU and memory: :func:`node_fit_problems`).
 
@@ -468,6 +469,12 @@ def cross_check(
                 str(path), "namespace", f"already used by {seen_ns[line.namespace]}; allowed: a namespace no other line uses",
                 line.namespace))
         seen_ns.setdefault(line.namespace, path)
+        if line.autoscaling is not None and not platform.observability.enabled:
+            problems.append(ConfigProblem(
+                str(path), "autoscaling",
+                f"the autoscaling triggers read the line's metrics from the platform's Prometheus workspace, but "
+                f"observability.enabled is false in {platform_path}, so there is none; allowed: observability.enabled "
+                "true, or no autoscaling (a fixed replicas)"))
         if line.cache.l2_enabled and not platform.curvine.enabled:
             problems.append(ConfigProblem(
                 str(path), "cache.l2_enabled",
@@ -573,19 +580,21 @@ def node_fit_problems(
                 str(path), field, f"{message} (a node in {platform_path}: {budget_text}); allowed: {allowed}", value))
         if fit.unplaced:
             first = fit.unplaced[0]
-            replicas = {l.name: l.replicas for _, l in fit.lines}
-            wanted = ", ".join(f"{l.name} {l.replicas} x ({node_fit.replica_of(l).describe()})" for _, l in fit.lines)
+            replicas = {l.name: l.max_replica_count for _, l in fit.lines}
+            wanted = ", ".join(f"{l.name} {l.max_replica_count}{' (autoscaling.max_replicas)' if l.autoscaling else ''} "
+                               f"x ({node_fit.replica_of(l).describe()})" for _, l in fit.lines)
             free = "; ".join(f"node {i + 1}: {text}" for i, text in enumerate(first.free_then[:4]))
             if len(first.free_then) > 4:
                 free += f"; ... ({len(first.free_then) - 4} more)"
             names = ", ".join(dict.fromkeys(u.replica.line for u in fit.unplaced))
+            lower_max = (" or autoscaling.max_replicas" if any(l.autoscaling for _, l in fit.lines) else "")
             problems.append(ConfigProblem(
                 str(fit.lines[0][0].parent), "replicas",
                 f"the lines on {fit.instance_type} ({wanted}) do not fit on its {len(fit.nodes)} node(s) in "
                 f"{platform_path}: a node has {budget_text}; first that does not fit: {first.replica.line} "
                 f"replica {first.replica.index} of {replicas[first.replica.line]} ({first.replica.describe()}), "
                 f"when the nodes had free {free}; lines left out: {names}; allowed: raise instance_count, or "
-                "lower replicas, resources.cpu or resources.memory (scripts/plan.py --business-line shows "
+                f"lower replicas{lower_max}, resources.cpu or resources.memory (scripts/plan.py --business-line shows "
                 "each node's budget and placement)"))
     return problems
 

@@ -49,7 +49,7 @@ from typing import Iterable
 from platform_config import pod_resources as pr
 from platform_config.fields import quantity_bytes
 from platform_config.instances import INSTANCE_TYPES
-from platform_config.line_models import BusinessLineConfig
+from platform_config.line_models import MAX_REPLICAS, BusinessLineConfig
 from platform_config.platform_models import InstanceGroupConfig, PlatformConfig
 from platform_config.pod_resources import PodResources
 
@@ -292,7 +292,9 @@ def schedulable_groups(platform: PlatformConfig, instance_type: str) -> list[Ins
 
 
 def fit_lines(platform: PlatformConfig, lines: list[tuple[Path, BusinessLineConfig]]) -> dict[str, TypeFit]:
-    """Pack every line's replicas onto the nodes of its instance type (module docstring).
+    """Pack every line's replicas onto the nodes of its instance type (module docstring): each line at
+    its most, :attr:`~platform_config.line_models.BusinessLineConfig.max_replica_count` (``replicas``, or
+    ``autoscaling.max_replicas``), so an autoscaling line can always grow to its maximum.
 
     Args:
         lines: (file, line) pairs: every line of the cluster (all of them share the nodes, and
@@ -312,7 +314,7 @@ def fit_lines(platform: PlatformConfig, lines: list[tuple[Path, BusinessLineConf
         nodes = tuple(NodeLoad(budgets[g.name]) for g in groups for _ in range(g.instance_count))
         on_type = tuple((p, l) for p, l in lines if l.instance_type == instance_type)
         if not nodes:  # instance_count 0 everywhere: no replica has a node
-            unplaced = tuple(Unplaced(replica_of(l, i + 1), ()) for _, l in on_type for i in range(l.replicas))
+            unplaced = tuple(Unplaced(replica_of(l, i + 1), ()) for _, l in on_type for i in range(l.max_replica_count))
             result[instance_type] = TypeFit(instance_type, on_type, nodes, (), unplaced)
             continue
         most_cpu = max(n.budget.free_cpu_millicores for n in nodes)
@@ -341,7 +343,7 @@ def fit_lines(platform: PlatformConfig, lines: list[tuple[Path, BusinessLineConf
                                 f"at most {cpu_text(most_cpu)} CPU per replica, a larger instance type{smt_hint}"))
             else:
                 packable.append(line)
-        replicas = [replica_of(l, i + 1) for l in packable for i in range(l.replicas)]
+        replicas = [replica_of(l, i + 1) for l in packable for i in range(l.max_replica_count)]
         # Widest first; then the replica taking the largest share of a node's CPU or memory.
         replicas.sort(key=lambda r: (-r.gpus, -max(r.cpu_millicores / max(most_cpu, 1),
                                                   r.memory_bytes / max(most_memory, 1))))
@@ -354,6 +356,30 @@ def fit_lines(platform: PlatformConfig, lines: list[tuple[Path, BusinessLineConf
                 node.replicas.append(replica)
         result[instance_type] = TypeFit(instance_type, on_type, nodes, tuple(too_big), tuple(unplaced))
     return result
+
+
+def most_replicas(platform: PlatformConfig, lines: list[tuple[Path, BusinessLineConfig]], name: str,
+                  limit: int = MAX_REPLICAS) -> int:
+    """The most replicas of line ``name`` the nodes of its instance type hold, packed by
+    :func:`fit_lines` (the config check's packing) with every other line at its own maximum: the bound
+    of ``autoscaling.max_replicas`` the planner reports. 0 when not even one fits.
+
+    Counts up from 1 and stops at the first count that does not fit (first-fit decreasing is not
+    monotone in theory; a count above the first failure is not offered).
+
+    Raises:
+        StopIteration: ``name`` is not one of ``lines``.
+    """
+    target = next(l for _, l in lines if l.name == name)
+    best = 0
+    for n in range(1, limit + 1):
+        trial = [(p, l.model_copy(update={"replicas": n, "autoscaling": None}) if l.name == name else l)
+                 for p, l in lines]
+        fit = fit_lines(platform, trial).get(target.instance_type)
+        if fit is None or not fit.fits:
+            break
+        best = n
+    return best
 
 
 def format_node_fit(fit: TypeFit) -> list[str]:

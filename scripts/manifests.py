@@ -29,6 +29,12 @@ defaults to ``gpu_availability_zone`` from config. A zone outside the platform's
 Without a volume ID the Curvine chart is not rendered: an existing ``curvine.yaml`` in the output
 directory is kept as it was (a warning says so) unless ``--drop-curvine`` asks to remove it.
 
+An autoscaling line's InferenceEndpointConfig names the platform's Prometheus workspace, which KEDA
+queries (docs/observability.md, "Autoscaling"): its ID comes from ``--prometheus-workspace-id`` (or
+``PROMETHEUS_WORKSPACE_ID``), else the outputs file (key ``PrometheusWorkspaceId`` of the
+observability stack); without one the line files name a workspace that does not exist
+(``ws-00000000-...``, a warning says so) and their triggers read nothing until re-rendered.
+
 Bad input (invalid config, malformed volume ID or zone, unreadable outputs file) prints one
 ``error:`` line per problem and writes nothing. Exit codes: see --help (the table in docs/operator-tools.md).
 """
@@ -39,6 +45,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -54,6 +61,7 @@ from k8s import names  # noqa: E402
 from k8s.kyverno import kyverno_helm_values  # noqa: E402
 from k8s.patch import endpoint_json_patch  # noqa: E402
 from k8s.render import CURVINE_CHART, render_manifests  # noqa: E402
+from observability.autoscaling import PLACEHOLDER_WORKSPACE_ID, project_scaling  # noqa: E402
 from operator_tools import cli  # noqa: E402
 from platform_config import BusinessLineConfig, ConfigError, ProjectConfig  # noqa: E402
 from platform_config.yaml_source import path_problem  # noqa: E402
@@ -64,6 +72,10 @@ TOOL = "manifests.py"
 VOLUME_ID_OUTPUT = "CurvineVolumeId"
 ZONE_OUTPUT = "CurvineVolumeAvailabilityZone"
 PLACEHOLDER_VOLUME_ID = "vol-00000000000000000"
+#: Output key of the observability stack's Prometheus workspace ID (stacks/observability_stack.py).
+WORKSPACE_OUTPUT = "PrometheusWorkspaceId"
+#: An AMP workspace ID: ``ws-`` and letters, digits or dashes (the CRD's serverAddress pattern).
+WORKSPACE_ID_PATTERN = r"^ws-[a-zA-Z0-9-]+$"
 
 
 class InputError(Exception):
@@ -132,9 +144,27 @@ def resolve_volume(project: ProjectConfig, volume_id: str | None, zone: str | No
     return volume_id, zone
 
 
-def build_files(project: ProjectConfig, volume_id: str | None, zone: str) -> dict[str, str]:
+def resolve_workspace(workspace_id: str | None, outputs_file: Path | None) -> str | None:
+    """The Prometheus workspace ID from the flag (or env), then the outputs file; None without either.
+
+    Raises:
+        InputError: an ID that is not ``ws-...`` (naming where it came from).
+    """
+    source = "--prometheus-workspace-id (or PROMETHEUS_WORKSPACE_ID)"
+    if workspace_id is None and outputs_file is not None:
+        workspace_id = read_outputs(outputs_file).get(WORKSPACE_OUTPUT)
+        source = f"{WORKSPACE_OUTPUT} of --outputs-file {outputs_file}"
+    if workspace_id is not None and not re.match(WORKSPACE_ID_PATTERN, workspace_id):
+        raise InputError(f"{source}: {workspace_id!r} is not a Prometheus workspace ID; allowed: ws-... (the "
+                         f"{WORKSPACE_OUTPUT} output of the observability stack)")
+    return workspace_id
+
+
+def build_files(project: ProjectConfig, volume_id: str | None, zone: str,
+                workspace_id: str | None = None) -> dict[str, str]:
     """Relative path -> file content, all rendered in memory (nothing touches the disk)."""
-    rendered = render_manifests(project, volume_id=volume_id or PLACEHOLDER_VOLUME_ID, availability_zone=zone)
+    rendered = render_manifests(project, volume_id=volume_id or PLACEHOLDER_VOLUME_ID, availability_zone=zone,
+                                scaling=project_scaling(project, workspace_id or PLACEHOLDER_WORKSPACE_ID))
     files: dict[str, str] = {}
     for name, objects in rendered.items():
         if name == CURVINE_CHART and volume_id is None:
@@ -267,6 +297,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--outputs-file", type=Path,
                         help="JSON written by `cdk deploy --all --outputs-file FILE` (default: "
                              "cdk-outputs.json in the repository root, if present)")
+    parser.add_argument("--prometheus-workspace-id", default=os.environ.get("PROMETHEUS_WORKSPACE_ID") or None,
+                        help="ID of the platform's Prometheus workspace (ws-...; env PROMETHEUS_WORKSPACE_ID), which "
+                             "autoscaling lines' triggers query (default: PrometheusWorkspaceId of the outputs file)")
     parser.add_argument("--drop-curvine", action="store_true",
                         help=f"without a volume ID, remove an existing {CURVINE_CHART}.yaml from the output "
                              "directory (by default it is kept as it was)")
@@ -282,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         project = cli.load_config(args.config)
         volume_id, zone = resolve_volume(project, args.volume_id, args.availability_zone, outputs_file)
-        files = build_files(project, volume_id, zone)
+        workspace_id = resolve_workspace(args.prometheus_workspace_id, outputs_file)
+        files = build_files(project, volume_id, zone, workspace_id)
     except (ConfigError, InputError, ValueError) as exc:  # nothing is written: the files exist only in memory
         return cli.fail(exc)
     curvine_file = f"{CURVINE_CHART}.yaml"
@@ -299,6 +333,11 @@ def main(argv: list[str] | None = None) -> int:
                 if kept and (args.out / curvine_file).is_file() else f"{curvine_file} not written")
         print(f"warning: no Curvine Primary volume ID (CURVINE_VOLUME_ID=vol-..., --volume-id, or an outputs file "
               f"with {VOLUME_ID_OUTPUT}: --outputs-file or cdk-outputs.json); {what}", file=sys.stderr)
+    autoscaling = [line.name for line in project.business_lines if line.autoscaling is not None]
+    if autoscaling and workspace_id is None:
+        print(f"warning: no Prometheus workspace ID (--prometheus-workspace-id, PROMETHEUS_WORKSPACE_ID, or an "
+              f"outputs file with {WORKSPACE_OUTPUT}); the autoscaling triggers of {', '.join(autoscaling)} name "
+              f"{PLACEHOLDER_WORKSPACE_ID}, which does not exist: they read nothing until re-rendered", file=sys.stderr)
     for rel in sorted(files):
         cli.emit(f"{args.out / rel}")
     return cli.EXIT_OK

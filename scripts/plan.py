@@ -33,7 +33,7 @@ from capacity.fit import (  # noqa: E402
 )
 from capacity.latency import DEFAULT_CALIBRATION, REFERENCE_RUN, calibration_dict  # noqa: E402
 from capacity.model_specs import DTYPE_BYTES, MODELS, load_hf_config, lookup_model  # noqa: E402
-from capacity.planner import format_plan, plan, recommend  # noqa: E402
+from capacity.planner import format_plan, format_scaling, plan, recommend, scaling_plan  # noqa: E402
 from capacity.prices import DEFAULT_PRICES_FILE, load_prices  # noqa: E402
 from capacity.project_checks import hot_prefix_budget  # noqa: E402
 from platform_config import INSTANCE_TYPES, ConfigError, ConfigProblem, load_business_line, load_platform  # noqa: E402
@@ -131,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         node_report: list[str] = []
         nodes_json = None
         nodes_fit = True
+        line = None
+        most_that_fit: int | None = None
         if args.business_line:
             line = load_business_line(args.business_line)
             config_dir = args.config or (Path(os.environ[CONFIG_DIR_ENV]) if os.environ.get(CONFIG_DIR_ENV)
@@ -151,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
                                                                 ("gpus_per_replica", args.tp)) if v is not None})
             node_report, nodes_json, nodes_fit = _node_fit(platform, platform_file, args.business_line, planned,
                                                            others, notes)
+            if line.autoscaling is not None:  # the bound of max_replicas: the config check's packing
+                most_that_fit = node_fit.most_replicas(
+                    platform, sorted([(args.business_line, planned), *others], key=lambda pl: str(pl[0])), line.name)
             hot = _hot_prefixes(line)
         else:
             if model is None or not args.instance_type:
@@ -170,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError("--prefill-efficiency must be above 0")
             calibration = replace(calibration, efficiency=args.prefill_efficiency)
         result = plan(inputs, prices=prices, calibration=calibration)
+        scaling = (scaling_plan(result, min_replicas=line.autoscaling.min_replicas,
+                                max_replicas=line.autoscaling.max_replicas, most_that_fit=most_that_fit)
+                   if line is not None and line.autoscaling is not None else None)
         rec = recommend(inputs, candidates, prices=prices, ttft_slo_ms=args.ttft_slo_ms,
                         calibration=calibration) if candidates else None
     except ConfigError as exc:
@@ -182,12 +190,15 @@ def main(argv: list[str] | None = None) -> int:
         out["platform_file"] = None if platform_file is None else str(platform_file)
         out["nodes"] = nodes_json
         out["hot_prefixes"] = hot
+        out["autoscaling"] = scaling.to_dict() if scaling else None
         out["recommendation"] = rec.to_dict() if rec else None
         out["calibration"] = calibration_dict(calibration)
         cli.emit(json.dumps(out, indent=2))
     else:
         read = [f"config        {platform_file} (the platform this line is planned against)"] if platform_file else []
-        cli.emit("\n".join(read + [format_plan(result, rec, node_report=node_report)] + _hot_prefix_report(hot)))
+        scaling_report = format_scaling(scaling, result.instance.name) if scaling else []
+        cli.emit("\n".join(read + [format_plan(result, rec, node_report=node_report)] + scaling_report
+                           + _hot_prefix_report(hot)))
     if args.plot:
         from operator_tools.plots import plan_figure, save
 
@@ -195,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             save(plan_figure(result), args.plot, log=sys.stderr)
         except ValueError as exc:  # written after the report: say why the figure is missing
             return cli.fail(exc)
-    return cli.EXIT_OK if result.fit.fits and nodes_fit else cli.EXIT_NO
+    return cli.EXIT_OK if result.fit.fits and nodes_fit and (scaling is None or scaling.fits) else cli.EXIT_NO
 
 
 def _hot_prefixes(line) -> dict | None:

@@ -8,7 +8,9 @@
 
 The observability stack and the line stacks depend on l2-cache (and what it depends on), not
 on each other: observability deploys right after l2-cache, in parallel with the lines (its
-scrape jobs select the lines' namespaces, which need not exist yet).
+scrape jobs select the lines' namespaces, which need not exist yet). An autoscaling line is the
+exception: its triggers query the observability stack's Prometheus workspace, whose ID its stack
+imports, so it deploys after observability.
 
 Every stack gets the explicit environment from config (account, region) and availability
 zones are passed explicitly, so synthesis needs no AWS credentials and makes no lookups.
@@ -177,12 +179,23 @@ def build_platform(app: cdk.App, project: ProjectConfig) -> PlatformStacks:
         id="CloudFormation-Validate::F0001",
         reason="An empty L2 stack (Curvine disabled) is skipped by 'cdk deploy', never sent to CloudFormation.",
     ))
+    observability: ObservabilityStack | None = None
+    if platform.observability.enabled:
+        observability = ObservabilityStack(
+            app, ids["observability"], platform=platform, business_lines=project.business_lines,
+            cluster=cluster.cluster, vpc=network.vpc, subnets=network.private_subnets,
+            keda_role=addons.keda_role.role,
+            **stack_kwargs("observability", "Tiered KV cache: metrics (AMP + managed scraper), alerts, Grafana"))
     lines: dict[str, BusinessLineStack] = {}
     for line in project.business_lines:
+        # An autoscaling line's triggers query the observability stack's workspace: its stack imports
+        # the workspace ID and so deploys after that stack (a fixed line does not wait for it).
+        workspace_id = (observability.workspace.attr_workspace_id
+                        if observability is not None and line.autoscaling is not None else None)
         stack = BusinessLineStack(
             app, ids[f"line-{line.name}"], platform=platform, line=line, cluster=cluster.cluster,
             policy_engine=l2_cache.kyverno, inference_operator=addons.inference_operator,
-            teardown_service_token=addons.teardown_waiter.service_token,
+            teardown_service_token=addons.teardown_waiter.service_token, prometheus_workspace_id=workspace_id,
             **stack_kwargs(f"line-{line.name}", f"Tiered KV cache: business line {line.name}"))
         lines[line.name] = stack
 
@@ -195,12 +208,7 @@ def build_platform(app: cdk.App, project: ProjectConfig) -> PlatformStacks:
     for stack in lines.values():
         stack.add_stack_dependency(addons, "a line's endpoint is reconciled by the inference operator")
         stack.add_stack_dependency(l2_cache, "a line mounts the L2 tier")
-    observability: ObservabilityStack | None = None
-    if platform.observability.enabled:
-        observability = ObservabilityStack(
-            app, ids["observability"], platform=platform, business_lines=project.business_lines,
-            cluster=cluster.cluster, vpc=network.vpc, subnets=network.private_subnets,
-            **stack_kwargs("observability", "Tiered KV cache: metrics (AMP + managed scraper), alerts, Grafana"))
+    if observability is not None:
         observability.add_stack_dependency(l2_cache, "Curvine and Kyverno exist before they are scraped")
 
     # Last: stacks above may have granted the kubectl handler more (e.g. reading chart assets).

@@ -229,20 +229,16 @@ class AddonsStack(Stack):
         self.keda_role = IrsaRole(self, "InferenceKedaRole", cluster=cluster, namespace=INFERENCE_NAMESPACE,
                                   service_account=INFERENCE_KEDA_SA,
                                   description="KEDA operator of the HyperPod inference operator (autoscaling)")
-        workspaces = self.format_arn(service="aps", resource="workspace", resource_name="*")
+        # Prometheus: the observability stack grants aps:QueryMetrics on its own workspace to this
+        # role (that workspace does not exist when this stack deploys); no workspace wildcard here.
         self.keda_role.role.add_to_policy(iam.PolicyStatement(
             sid="ReadCloudWatchMetrics",
             actions=["cloudwatch:GetMetricData", "cloudwatch:GetMetricStatistics", "cloudwatch:ListMetrics"],
             resources=["*"]))
-        self.keda_role.role.add_to_policy(iam.PolicyStatement(
-            sid="QueryPrometheusWorkspaces",
-            actions=["aps:QueryMetrics", "aps:GetSeries", "aps:GetLabels", "aps:GetMetricMetadata"],
-            resources=[workspaces]))
         nag.acknowledge_wildcards(
-            self.keda_role.role, resources=["*", workspaces],
-            reason="KEDA scalers read metrics only: CloudWatch metric reads have no resource-level "
-            "permissions, and the Prometheus workspaces a scaler queries are chosen per endpoint "
-            "(read-only, this account and region).")
+            self.keda_role.role, resources=["*"],
+            reason="KEDA's CloudWatch scaler reads metrics only, and CloudWatch metric reads have no "
+            "resource-level permissions (Service Authorization Reference, Amazon CloudWatch).")
 
         # --- Inference gateway (add-on v2): off, or a role created before the add-on ------------
         self.gateway_role: IrsaRole | None = None

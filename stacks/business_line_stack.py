@@ -4,12 +4,15 @@ Contract used by ``stacks.build_platform``:
     BusinessLineStack(scope, construct_id, *, platform: PlatformConfig, line: BusinessLineConfig,
                       cluster: eks_v2.Cluster, policy_engine: Construct | None = None,
                       inference_operator: Construct | None = None,
-                      teardown_service_token: str | None = None, **stack_kwargs)
+                      teardown_service_token: str | None = None,
+                      prometheus_workspace_id: str | None = None, **stack_kwargs)
 The caller adds the stack dependencies on the add-ons and L2-cache stacks; ``policy_engine``
 (the Kyverno HelmChart) and ``inference_operator`` (the add-on that installs the
 InferenceEndpointConfig CRD), when given, become explicit construct dependencies of the
 manifests whose kinds they define. ``teardown_service_token`` (the addons stack's
 :class:`kv_constructs.teardown_wait.LoadBalancerTeardownWaiter`) adds the line's teardown wait.
+``prometheus_workspace_id`` (the observability stack's workspace, a token: the line's stack then
+imports it and deploys after that stack) is required for an autoscaling line, whose triggers query it.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from k8s import names
 from kv_constructs.teardown_wait import wait_for_load_balancers
 from k8s.kyverno import POLICY_READY_JSONPATH
 from k8s.render import build_line_chart
+from observability.autoscaling import line_scaling, workspace_query_url
 from platform_config import BusinessLineConfig, PlatformConfig
 
 
@@ -65,10 +69,16 @@ class BusinessLineStack(Stack):
     def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig,
                  line: BusinessLineConfig, cluster: eks.ICluster, policy_engine: Construct | None = None,
                  inference_operator: Construct | None = None, teardown_service_token: str | None = None,
-                 **kwargs: Any) -> None:
+                 prometheus_workspace_id: str | None = None, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
         self.line = line
-        self.chart = build_line_chart(cdk8s.App(), platform, line)
+        scaling = None
+        if line.autoscaling is not None:
+            if prometheus_workspace_id is None:
+                raise ValueError(f"business line {line.name!r} autoscales: its stack needs the Prometheus workspace "
+                                 "(observability.enabled)")
+            scaling = line_scaling(line, workspace_query_url(platform.region, prometheus_workspace_id))
+        self.chart = build_line_chart(cdk8s.App(), platform, line, scaling)
         objects = list(self.chart.to_json())
         by_kind: dict[str, list[dict]] = {"namespace": [], "storage": [], "endpoint": []}
         for obj in objects:

@@ -3,7 +3,8 @@
 Contract used by ``stacks.build_platform``:
     ObservabilityStack(scope, construct_id, *, platform: PlatformConfig,
                        business_lines: tuple[BusinessLineConfig, ...], cluster: eks_v2.Cluster,
-                       vpc: ec2.IVpc, subnets: list[ec2.ISubnet], **stack_kwargs)
+                       vpc: ec2.IVpc, subnets: list[ec2.ISubnet], keda_role: iam.IRole | None = None,
+                       **stack_kwargs)
 
 Collection path: an Amazon Managed Service for Prometheus workspace, fed by an AMP managed
 scraper (``AWS::APS::Scraper``: agentless, AWS runs it outside the cluster, ENIs in our private
@@ -13,6 +14,14 @@ Rules and alert manager live in the workspace; alerts go to an encrypted SNS top
 are generated as JSON beside the templates (``cdk.out/dashboards/``, written by ``app.py``) and,
 when this stack creates the Grafana workspace, provisioned into it at deploy together with the
 Prometheus data source (:class:`kv_constructs.grafana_provisioning.GrafanaProvisioning`).
+
+Autoscaling reads this workspace too: ``keda_role`` (the addons stack's IRSA role of the inference
+add-on's KEDA) gets ``aps:QueryMetrics`` on this workspace and nothing else (policy
+``KedaQueriesWorkspace``, attached from here so the addons stack, deployed first, needs no reference to
+a workspace that does not exist yet). KEDA's Prometheus scaler only calls ``/api/v1/query``
+(kedacore/keda ``pkg/scalers/prometheus_scaler.go``), AMP's ``QueryMetrics`` operation (AMP user
+guide, "Prometheus-compatible APIs", QueryMetrics: ``/workspaces/<id>/api/v1/query``), authorized by
+``aps:QueryMetrics``; docs/sources.md §26.
 
 Network reach of the scraper: its ENIs get a security group of their own, admitted into the EKS
 cluster security group on exactly the scrape ports (:func:`observability.targets.scrape_ports`)
@@ -57,6 +66,10 @@ GRAFANA_QUERY_ACTIONS = ("aps:QueryMetrics", "aps:GetSeries", "aps:GetLabels", "
                          "aps:DescribeWorkspace")
 
 
+#: What KEDA's Prometheus scaler needs on the workspace: ``/api/v1/query`` only (module docstring).
+KEDA_QUERY_ACTIONS = ("aps:QueryMetrics",)
+
+
 class ObservabilityStack(Stack):
     """AMP workspace + managed scraper, rules, alert manager -> SNS, DCGM exporter, Grafana workspace.
 
@@ -67,6 +80,7 @@ class ObservabilityStack(Stack):
             ``aps.CfnRuleGroupsNamespace``.
         scraper_security_group: the scraper ENIs' ``ec2.SecurityGroup`` (see module doc).
         topic: the alert ``sns.Topic``.
+        keda_policy: the ``iam.Policy`` letting KEDA query the workspace (None without ``keda_role``).
         grafana_workspace: ``grafana.CfnWorkspace`` or None; ``grafana_role``: its IAM role or None;
             ``grafana_provisioning``: :class:`GrafanaProvisioning` or None.
         dcgm_exporter: ``eks.HelmChart`` or None; ``monitoring_namespace``: its ``eks.KubernetesManifest``.
@@ -75,7 +89,8 @@ class ObservabilityStack(Stack):
 
     def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig,
                  business_lines: tuple[BusinessLineConfig, ...], cluster: eks.ICluster,
-                 vpc: ec2.IVpc, subnets: list[ec2.ISubnet], **kwargs: Any) -> None:
+                 vpc: ec2.IVpc, subnets: list[ec2.ISubnet], keda_role: iam.IRole | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
         obs = platform.observability
         name = f"{platform.project}-kv-cache"
@@ -112,6 +127,13 @@ class ObservabilityStack(Stack):
             actions=["sns:Publish", "sns:GetTopicAttributes"], resources=[self.topic.topic_arn],
             conditions={"ArnEquals": {"aws:SourceArn": self.workspace.attr_arn},
                         "StringEquals": {"aws:SourceAccount": self.account}}))
+
+        self.keda_policy: iam.Policy | None = None
+        if keda_role is not None:
+            self.keda_policy = iam.Policy(
+                self, "KedaQueriesWorkspace", roles=[keda_role], statements=[iam.PolicyStatement(
+                    sid="QueryThisPrometheusWorkspace", actions=list(KEDA_QUERY_ACTIONS),
+                    resources=[self.workspace.attr_arn])])
 
         self.rules = aps.CfnRuleGroupsNamespace(
             self, "Rules", workspace=self.workspace.attr_arn, name=alerts.RULES_NAMESPACE,

@@ -60,6 +60,13 @@ def edit_yaml(path: Path, change: Callable[[dict[str, Any]], None]) -> None:
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 
 
+def set_fixed(data: dict[str, Any], **fields: Any) -> None:
+    """``data.update(fields)`` on a business line's mapping, without its ``autoscaling``: a test of fixed
+    ``replicas`` on a line the scenario autoscales (``rag-assistant``)."""
+    data.pop("autoscaling", None)
+    data.update(fields)
+
+
 def run_app(config_dir: Path, outdir: Path, timeout: int = 900) -> subprocess.CompletedProcess:
     """``python app.py`` over ``config_dir`` into ``outdir``, exactly as ``cdk synth`` runs it
     (``KVCACHE_CONFIG_DIR``, ``CDK_OUTDIR``; cdk-nag as a validation plugin); text output captured."""

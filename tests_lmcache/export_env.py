@@ -34,6 +34,7 @@ from k8s.curvine_config import fuse_master_op_bound_ms
 from k8s.lmcache import LMCACHE_CONFIG_KEYS, LMCACHE_VERSION, l2_fault_timeouts
 from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL
 from k8s.render import render_manifests
+from observability.autoscaling import project_scaling
 from observability import alerts, dashboards, targets
 from platform_config import ProjectConfig, load_project
 from platform_config.vllm_args import TENSOR_PARALLEL_FLAG, parallel_sizes
@@ -101,7 +102,7 @@ def _template(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, 
 
 def export_project(project: ProjectConfig, pods: int, seed_base: int) -> dict[str, Any]:
     """Per line: the env of ``pods`` admitted Pods and the engine facts of its rendered endpoint."""
-    manifests = render_manifests(project, volume_id=VOLUME_ID, availability_zone=ZONE)
+    manifests = render_manifests(project, volume_id=VOLUME_ID, availability_zone=ZONE, scaling=project_scaling(project))
     out: dict[str, Any] = {}
     for line in project.business_lines:
         if not line.cache.l2_enabled:
@@ -182,7 +183,7 @@ def export(pods: int = 4) -> dict[str, Any]:
         edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", fine_tune)
         changed = export_project(load_project(cfg), pods, seed_base=200)
     lines[CHANGED_MODEL_LINE] = changed["rag-assistant"]
-    curvine_objects = render_manifests(project, volume_id=VOLUME_ID, availability_zone=ZONE)["curvine"]
+    curvine_objects = render_manifests(project, volume_id=VOLUME_ID, availability_zone=ZONE, scaling=project_scaling(project))["curvine"]
     watchdog_cms = [o for o in curvine_objects
                     if o["kind"] == "ConfigMap" and mount_watchdog.CONFIG_FILE in (o.get("data") or {})]
     return {

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from k8s import janitor as janitor_chart
 from k8s.render import render_manifests
+from observability.autoscaling import project_scaling
 from cluster_agents import hot_prefixes
 from cluster_agents.hot_prefixes import (HotPrefixConfig, HotPrefixWarmer, Prefix, chunk_hashes, hash_hex, parse_chunk_name,
                                    ready_replicas)
@@ -216,7 +217,7 @@ def test_the_warmers_metrics_parse_and_reach_the_janitors_endpoint(tmp_path: Pat
 @pytest.fixture(scope="module")
 def manifests():
     project = load_checked_project(FIXTURE_CONFIG)
-    return project, render_manifests(project, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a")
+    return project, render_manifests(project, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a", scaling=project_scaling(project))
 
 
 def _janitor(objects, kind):
@@ -261,7 +262,7 @@ def test_the_largest_prefix_text_of_the_worst_kind_keeps_the_line_under_the_temp
     edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", lambda d: d["hot_prefixes"].update(
         prefixes=[{"name": "worst", "text": '"\\' * (MAX_HOT_PREFIX_BYTES // 2)}]))
     project = load_checked_project(cfg)
-    rendered = render_manifests(project, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a")
+    rendered = render_manifests(project, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a", scaling=project_scaling(project))
     objects = next(v for k, v in rendered.items() if k.endswith("rag-assistant"))
     as_in_template = json.dumps(json.dumps(objects))  # the manifest, a string property of the template
     assert 4 * MAX_HOT_PREFIX_BYTES < len(as_in_template) < TEMPLATE_BODY_LIMIT_BYTES - 250_000

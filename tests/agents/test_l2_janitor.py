@@ -28,6 +28,7 @@ from k8s import janitor as janitor_chart
 from k8s import names
 from k8s.lmcache import l2_cache_dir
 from k8s.render import render_manifests
+from observability.autoscaling import project_scaling
 from cluster_agents import l2_directories, l2_janitor
 from cluster_agents.l2_directories import live_pods_from_objects
 from cluster_agents.l2_janitor import JanitorConfig, config_from_dict, prometheus_text, run
@@ -546,7 +547,7 @@ def test_serve_runs_passes_and_serves_metrics_and_health_until_sigterm(tmp_path)
 @pytest.fixture(scope="module")
 def manifests():
     return render_manifests(load_project(FIXTURE_CONFIG), volume_id="vol-0a1b2c3d4e5f60718",
-                            availability_zone="us-west-2a")
+                            availability_zone="us-west-2a", scaling=project_scaling(load_project(FIXTURE_CONFIG)))
 
 
 def _one(objects, kind):

@@ -18,7 +18,7 @@ from capacity.planner import plan, recommend
 from capacity.prices import load_prices
 from platform_config import INSTANCE_TYPES, ConfigError, get_instance_type, load_project
 from platform_config.loader import l2_pool_gib
-from tests.example_config import FIXTURE_CONFIG, copy_line_file
+from tests.example_config import FIXTURE_CONFIG, copy_line_file, set_fixed
 
 REPO = Path(__file__).resolve().parents[2]
 PROJECT = load_project(FIXTURE_CONFIG)
@@ -565,7 +565,7 @@ def test_cli_business_line_that_does_not_fit_its_nodes_answers_no(tmp_path, caps
 
     config = copy_example_config(tmp_path / "config")
     line = config / "business-lines" / "rag-assistant.yaml"
-    edit_yaml(line, lambda d: d.update(replicas=3))
+    edit_yaml(line, lambda d: set_fixed(d, replicas=3))
     with pytest.raises(ConfigError) as refused:
         load_project(config)
     rc = load_script("plan").main(["--business-line", str(line), "--prices", str(FIXTURE_PRICES), "--json"])

@@ -16,7 +16,7 @@ import pytest
 from capacity.project_checks import load_checked_project
 from platform_config import ConfigError, load_platform
 from platform_config.fields import ROUTING_STRATEGIES
-from tests.example_config import EXAMPLE, EXAMPLE_LINES, REPO, USER_CONFIG, edit_yaml
+from tests.example_config import EXAMPLE, EXAMPLE_LINES, REPO, USER_CONFIG, edit_yaml, set_fixed
 
 
 def problems(config_dir: Path) -> list[str]:
@@ -229,9 +229,9 @@ def test_all_lines_must_fit_on_their_instance_groups(config_dir: Path) -> None:
     _keep_only_line_on_its_type(config_dir, "rag-assistant")
     _small_pods(config_dir, "rag-assistant")
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit_yaml(path, lambda d: d.update(replicas=8))
+    edit_yaml(path, lambda d: set_fixed(d, replicas=8))
     assert load_checked_project(config_dir).business_line("rag-assistant").replicas == 8
-    edit_yaml(path, lambda d: d.update(replicas=9))
+    edit_yaml(path, lambda d: set_fixed(d, replicas=9))
     message = only_problem(config_dir)
     assert ("replicas: the lines on ml.g6e.12xlarge (rag-assistant 9 x (1 GPU, 4 CPU, 40.00 GiB)) do not fit on "
             "its 2 node(s)") in message
@@ -250,9 +250,9 @@ def test_lines_sharing_an_instance_type_share_its_gpus(config_dir: Path) -> None
     for line in project.business_lines:
         if line.instance_type == "ml.g6e.12xlarge":
             _small_pods(config_dir, line.name)
-    edit_yaml(path, lambda d: d.update(replicas=8 - taken))
+    edit_yaml(path, lambda d: set_fixed(d, replicas=8 - taken))
     load_checked_project(config_dir)
-    edit_yaml(path, lambda d: d.update(replicas=8 - taken + 1))
+    edit_yaml(path, lambda d: set_fixed(d, replicas=8 - taken + 1))
     message = only_problem(config_dir)
     assert f"rag-assistant {8 - taken + 1} x (1 GPU, 4 CPU, 40.00 GiB)" in message
     assert "do not fit on its 2 node(s)" in message and "0 GPU" in message
@@ -263,10 +263,10 @@ def test_gpu_capacity_is_counted_per_node(config_dir: Path) -> None:
     # (A model outside the planner's table: no model in it divides its heads by 3, which vLLM needs.)
     _keep_only_line_on_its_type(config_dir, "rag-assistant")
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit_yaml(path, lambda d: (d.update(replicas=2, gpus_per_replica=3), d["model"].update(name="Three-Way-12B"),
+    edit_yaml(path, lambda d: (set_fixed(d, replicas=2, gpus_per_replica=3), d["model"].update(name="Three-Way-12B"),
                                d["vllm"]["args"].extend(["-tp", "3"])))
     load_checked_project(config_dir)
-    edit_yaml(path, lambda d: d.update(replicas=3, gpus_per_replica=3))
+    edit_yaml(path, lambda d: set_fixed(d, replicas=3, gpus_per_replica=3))
     assert "rag-assistant 3 x (3 GPU, 10 CPU, 80.00 GiB)" in only_problem(config_dir)
 
 
@@ -483,7 +483,7 @@ def test_a_model_that_does_not_fit_its_gpus_is_refused_with_the_planners_reason(
     message = only_problem(config_dir)
     assert f"{path}: gpus_per_replica: Llama-3.1-70B-Instruct (bfloat16) does not fit ml.g6e.12xlarge" in message
     assert "allowed: gpus_per_replica 4 or more" in message
-    edit_yaml(path, lambda d: (d.update(gpus_per_replica=4, replicas=1), d["vllm"]["args"].extend(["-tp", "4"])))
+    edit_yaml(path, lambda d: (set_fixed(d, gpus_per_replica=4, replicas=1), d["vllm"]["args"].extend(["-tp", "4"])))
     project = load_checked_project(config_dir)
     fit, min_tp = choose_tp(inputs_from_line(project.business_line("rag-assistant"), project.platform))
     assert fit.fits and min_tp == 4  # the same function decides both ways
@@ -492,7 +492,7 @@ def test_a_model_that_does_not_fit_its_gpus_is_refused_with_the_planners_reason(
 def test_a_tp_that_does_not_divide_the_heads_is_refused(config_dir: Path) -> None:
     _keep_only_line_on_its_type(config_dir, "rag-assistant")
     path = config_dir / "business-lines" / "rag-assistant.yaml"
-    edit_yaml(path, lambda d: (d.update(gpus_per_replica=3, replicas=1),  # Qwen2-7B: 28 heads, 4 KV heads
+    edit_yaml(path, lambda d: (set_fixed(d, gpus_per_replica=3, replicas=1),  # Qwen2-7B: 28 heads, 4 KV heads
                                d["vllm"]["args"].extend(["-tp", "3"])))
     assert "gpus_per_replica: tp 3 does not divide Qwen2-7B's 28 attention heads" in only_problem(config_dir)
 

@@ -32,7 +32,7 @@ from platform_config.node_fit import (
     node_budget,
 )
 from tests.config.test_config import only_problem, problems
-from tests.example_config import FIXTURE_CONFIG, edit_yaml
+from tests.example_config import FIXTURE_CONFIG, edit_yaml, set_fixed
 
 PROJECT = load_project(FIXTURE_CONFIG)
 
@@ -105,7 +105,7 @@ def test_the_scenario_places_every_replica() -> None:
 def test_four_80gi_pods_on_a_g6e_12xlarge_at_20_percent_tiered_storage_do_not_fit(config_dir: Path) -> None:
     """The example's old comment: 4 x 80 GiB + the 76.8 GiB share = 396.8 GiB > 384 GiB."""
     path = _only_rag_on_one_g6e_node(config_dir, cpu="4")
-    edit_yaml(path, lambda d: d.update(replicas=4))
+    edit_yaml(path, lambda d: set_fixed(d, replicas=4))
     message = _only_problem(config_dir)
     assert message.startswith(
         f"{config_dir / 'business-lines'}: replicas: the lines on ml.g6e.12xlarge (rag-assistant 4 x (1 GPU, 4 CPU, "
@@ -146,7 +146,7 @@ def test_six_380gi_pods_on_two_nodes_are_refused(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
     for name in ("legal-search", "ticket-triage"):
         (config_dir / "business-lines" / f"{name}.yaml").unlink()
-    edit_yaml(path, lambda d: (d.update(replicas=6), d["resources"].update(memory="380Gi", cpu="2")))
+    edit_yaml(path, lambda d: (set_fixed(d, replicas=6), d["resources"].update(memory="380Gi", cpu="2")))
     assert _only_problem(config_dir).startswith(
         f"{path}: resources.memory: 380Gi (380.00 GiB) per replica is more than a whole ml.g6e.12xlarge node has for "
         "the lines' pods: 299.09 GiB")
@@ -155,7 +155,7 @@ def test_six_380gi_pods_on_two_nodes_are_refused(config_dir: Path) -> None:
 def test_cpu_only_packing_leaves_a_replica_out(config_dir: Path) -> None:
     """Three 10-CPU pods on one 24-CPU node: GPUs and memory would allow it, CPU does not."""
     path = _only_rag_on_one_g6e_node(config_dir)
-    edit_yaml(path, lambda d: d.update(replicas=3))
+    edit_yaml(path, lambda d: set_fixed(d, replicas=3))
     message = _only_problem(config_dir)
     assert "first that does not fit: rag-assistant replica 3 of 3 (1 GPU, 10 CPU, 80.00 GiB)" in message
     assert "when the nodes had free node 1: 2 GPU, 0.58 CPU, 139.09 GiB" in message

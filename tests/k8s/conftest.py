@@ -12,6 +12,7 @@ import pytest
 from k8s import names
 from k8s.kyverno import policy_manifest
 from k8s.render import render_manifests
+from observability.autoscaling import project_scaling
 from platform_config import ProjectConfig, load_project
 from tests.example_config import FIXTURE_CONFIG, copy_example_config
 
@@ -39,7 +40,7 @@ def k8s_project() -> ProjectConfig:
 @pytest.fixture(scope="session")
 def manifests(k8s_project: ProjectConfig) -> dict[str, list[dict]]:
     """Every chart rendered once with a real-looking volume ID and zone."""
-    return render_manifests(k8s_project, volume_id=VOLUME_ID, availability_zone=ZONE)
+    return render_manifests(k8s_project, volume_id=VOLUME_ID, availability_zone=ZONE, scaling=project_scaling(k8s_project))
 
 
 @pytest.fixture(scope="session")

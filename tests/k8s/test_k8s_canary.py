@@ -11,6 +11,7 @@ from k8s import canary as canary_chart
 from k8s import names
 from k8s.nodes import HYPERPOD_NODE_LABEL
 from k8s.render import render_manifests
+from observability.autoscaling import project_scaling
 from cluster_agents import kv_canary
 from observability import targets
 from platform_config import load_project
@@ -87,7 +88,7 @@ def test_the_config_switch_removes_the_canary_its_scrape_job_and_its_alert(tmp_p
     edit_yaml(copy / "business-lines" / "rag-assistant.yaml",
               lambda d: d.update(canary={"enabled": False, "period_minutes": 10}))
     project = load_project(copy)
-    rendered = render_manifests(project, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a")
+    rendered = render_manifests(project, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a", scaling=project_scaling(project))
     assert not [o for o in rendered["line-rag-assistant"] if o["metadata"]["name"] == names.KV_CANARY]
     assert [o for o in rendered["line-research-reasoning"] if o["metadata"]["name"] == names.KV_CANARY]
     job = next(j for j in targets.jobs(project.platform, project.business_lines) if j["job_name"] == targets.JOB_KV_CANARY)

@@ -20,6 +20,7 @@ from tests.k8s.immutable_fields import refused_updates
 from k8s import names
 from k8s.line_chart import L2_PVC_REQUEST, L2_SIZE_ANNOTATION
 from k8s.render import render_manifests
+from observability.autoscaling import project_scaling
 from platform_config import load_project
 
 
@@ -45,7 +46,7 @@ def test_the_primary_volume_size_is_the_known_exception(manifests, config_copy):
     This test says so, and fails once that changes."""
     cfg = config_copy()
     edit_yaml(cfg / "platform.yaml", lambda d: d["curvine"]["primary_volume"].update(size_gib=200))
-    after = render_manifests(load_project(cfg), volume_id=VOLUME_ID, availability_zone=ZONE)
+    after = render_manifests(load_project(cfg), volume_id=VOLUME_ID, availability_zone=ZONE, scaling=project_scaling(load_project(cfg)))
     assert refused_updates(manifests, after) == [f"PersistentVolumeClaim curvine/{names.CURVINE_PRIMARY_PV}: spec"]
 
 
@@ -54,7 +55,7 @@ def test_a_day_two_change_updates_no_immutable_field(change, manifests, config_c
     path, edit = CHANGES[change]
     cfg = config_copy()
     edit_yaml(path(cfg), edit)
-    after = render_manifests(load_project(cfg), volume_id=VOLUME_ID, availability_zone=ZONE)
+    after = render_manifests(load_project(cfg), volume_id=VOLUME_ID, availability_zone=ZONE, scaling=project_scaling(load_project(cfg)))
     assert after != manifests, "the change must reach the manifests (else the test proves nothing)"
     assert refused_updates(manifests, after) == []
 
@@ -64,7 +65,7 @@ def test_l2_size_reaches_the_janitor_and_the_claims_annotation_not_the_request(c
     edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", lambda d: d["cache"].update(l2_size="1Ti"))
     project = load_project(cfg)
     line = project.business_line("rag-assistant")
-    objs = render_manifests(project, volume_id=VOLUME_ID, availability_zone=ZONE)[names.line_chart_name(line)]
+    objs = render_manifests(project, volume_id=VOLUME_ID, availability_zone=ZONE, scaling=project_scaling(project))[names.line_chart_name(line)]
     pvc = find(objs, "PersistentVolumeClaim", names.pvc_name(line))
     assert pvc["spec"]["resources"]["requests"] == {"storage": L2_PVC_REQUEST} == {"storage": "1Gi"}
     assert pvc["metadata"]["annotations"] == {L2_SIZE_ANNOTATION: "1Ti"}

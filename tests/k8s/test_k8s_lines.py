@@ -15,6 +15,7 @@ from k8s.lmcache import LMCACHE_CONFIG_KEYS, POD_NAME_ENV, env_name, is_lmcache_
 from k8s.patch import L2_MOUNT_PATH, L2_REMOTE_URL, endpoint_json_patch, line_cache_env, line_remote_url
 from k8s.patch import main as patch_main
 from k8s.render import render_manifests
+from observability.autoscaling import project_scaling
 from platform_config import ConfigError, load_project
 from tests.example_config import FIXTURE_CONFIG, edit_yaml
 from tests.k8s.conftest import find
@@ -307,7 +308,7 @@ def test_line_without_l2(config_copy):
     cfg = config_copy()
     edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", lambda d: d["cache"].update(l2_enabled=False))
     project = load_project(cfg)
-    objs = render_manifests(project, volume_id="vol-0123456789abcdef0", availability_zone="us-west-2a")["line-rag-assistant"]
+    objs = render_manifests(project, volume_id="vol-0123456789abcdef0", availability_zone="us-west-2a", scaling=project_scaling(project))["line-rag-assistant"]
     assert [o["kind"] for o in objs] == ["Namespace", "NetworkPolicy", "PodDisruptionBudget", "InferenceEndpointConfig"]
     spec = objs[-1]["spec"]["kvCacheSpec"]
     assert spec == {"enableL1Cache": True, "enableL2Cache": False}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from platform_config import ConfigError, load_project
-from tests.example_config import copy_example_config, edit_yaml
+from tests.example_config import copy_example_config, edit_yaml, set_fixed
 
 
 def test_fixture_turns_observability_on_with_pinned_exporter_and_per_line_slos(obs_project) -> None:
@@ -63,6 +63,8 @@ def test_observability_off_builds_no_observability_stack(tmp_path) -> None:
 
     config = copy_example_config(tmp_path / "config")
     edit_yaml(config / "platform.yaml", lambda d: d["observability"].update(enabled=False))
+    # An autoscaling line needs the workspace (refused without it: tests/config/test_autoscaling_config.py).
+    edit_yaml(config / "business-lines" / "rag-assistant.yaml", lambda d: set_fixed(d, replicas=2))
     app = stacks.new_app(outdir=str(tmp_path / "out"))
     built = stacks.build_platform(app, load_project(config))
     assert built.observability is None

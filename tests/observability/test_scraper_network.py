@@ -27,6 +27,7 @@ import pytest
 
 from k8s.curvine_chart import HYPERPOD_NODE_LABEL, vpc_cidr
 from k8s.render import render_manifests
+from observability.autoscaling import project_scaling
 from observability import targets
 from observability.cluster_objects import dcgm_exporter_values
 
@@ -201,7 +202,7 @@ def test_curvine_primary_and_kyverno_may_run_on_system_nodes(obs_project) -> Non
     both land on the system nodes; Workers, the janitor and the DCGM exporter are HyperPod-only."""
     from k8s.kyverno import kyverno_helm_values
 
-    curvine = render_manifests(obs_project, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a")["curvine"]
+    curvine = render_manifests(obs_project, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a", scaling=project_scaling(obs_project))["curvine"]
     by_component = {o["spec"]["template"]["metadata"]["labels"].get(targets.CURVINE_COMPONENT_LABEL):
                     o["spec"]["template"]["spec"] for o in curvine if o["kind"] in ("StatefulSet", "DaemonSet")}
     assert not _required_hyperpod(by_component["master"])
@@ -213,7 +214,7 @@ def test_curvine_primary_and_kyverno_may_run_on_system_nodes(obs_project) -> Non
 def test_network_policies_admit_the_scraper_on_the_scrape_ports(obs_project, ports) -> None:
     """A NetworkPolicy that selects a scraped pod admits its scrape port from the VPC (the scraper's
     ENIs are in the private subnets), e.g. the Curvine Primary's ``curvine-master-ingress``."""
-    rendered = render_manifests(obs_project, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a")
+    rendered = render_manifests(obs_project, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a", scaling=project_scaling(obs_project))
     objects = [o for chart in rendered.values() for o in chart]
     vpc = ipaddress.ip_network(vpc_cidr(obs_project.platform))
     pods = [(o["metadata"].get("namespace"), o["spec"]["template"]["metadata"]["labels"],

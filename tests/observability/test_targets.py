@@ -13,6 +13,7 @@ from k8s import names
 from k8s.curvine_config import MASTER_WEB_PORT, WORKER_WEB_PORT
 from k8s.kyverno import KYVERNO_NAMESPACE
 from k8s.render import render_manifests
+from observability.autoscaling import project_scaling
 from observability import targets
 
 
@@ -95,7 +96,7 @@ def _pod_template(objects: list[dict], kind: str, name: str) -> dict:
 def test_curvine_jobs_keep_the_pods_the_curvine_chart_renders(obs_project, scrape_config, kind, name, job_name,
                                                                port) -> None:
     """Labels and the ``web`` port are read from the rendered chart, not assumed."""
-    curvine = render_manifests(obs_project, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a")["curvine"]
+    curvine = render_manifests(obs_project, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a", scaling=project_scaling(obs_project))["curvine"]
     template = _pod_template(curvine, kind, name)
     container = next(c for c in template["spec"]["containers"]
                      if any(p.get("name") == targets.CURVINE_WEB_PORT_NAME for p in c.get("ports", [])))
@@ -136,7 +137,7 @@ def test_kyverno_dcgm_and_janitor_jobs(obs_project, scrape_config) -> None:
 def test_janitor_job_keeps_the_pods_the_line_chart_renders(obs_project, scrape_config) -> None:
     """The janitor's Deployment (k8s/janitor.py) as rendered: pod labels and the ``metrics`` port,
     in each L2 line's namespace; a line without L2 has no janitor and is not in the job."""
-    rendered = render_manifests(obs_project, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a")
+    rendered = render_manifests(obs_project, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a", scaling=project_scaling(obs_project))
     rules = job(scrape_config, targets.JOB_L2_JANITOR)["relabel_configs"]
     scraped = 0
     for line in obs_project.business_lines:

@@ -39,6 +39,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from capacity.project_checks import load_checked_project
 from k8s.render import render_manifests
+from observability.autoscaling import project_scaling
 from platform_config import ConfigError, ProjectConfig
 from platform_config.stack_names import stack_ids
 from tests.example_config import FIXTURE_CONFIG, run_app
@@ -171,7 +172,7 @@ def deploy_problems(project: ProjectConfig) -> list[str]:
     for key, value in platform.tags.items():
         if not 1 <= len(key) <= 128 or len(value) > 256 or key.lower().startswith("aws:"):
             bad.append(f"tag {key!r}={value!r}")
-    manifests = render_manifests(project, volume_id=VOLUME_ID, availability_zone=platform.gpu_availability_zone)
+    manifests = render_manifests(project, volume_id=VOLUME_ID, availability_zone=platform.gpu_availability_zone, scaling=project_scaling(project))
     for objects in manifests.values():
         for obj in objects:
             bad += object_problems(obj, platform.eks.version)

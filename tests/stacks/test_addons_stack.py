@@ -295,10 +295,12 @@ def test_keda_role_is_trusted_by_its_service_account_only(templates) -> None:
 
 
 def test_keda_role_can_only_read_metrics(templates) -> None:
+    """CloudWatch reads here; no Prometheus workspace wildcard: the observability stack grants
+    aps:QueryMetrics on its own workspace (issue 26; tests/observability/test_autoscaling.py)."""
     role_id, _ = role_by_subject(templates, "system:serviceaccount:hyperpod-inference-system:keda-operator")
     actions = {a for s in statements_of(templates, role_id) for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
-    assert actions == {"cloudwatch:GetMetricData", "cloudwatch:GetMetricStatistics", "cloudwatch:ListMetrics",
-                       "aps:QueryMetrics", "aps:GetSeries", "aps:GetLabels", "aps:GetMetricMetadata"}
+    assert actions == {"cloudwatch:GetMetricData", "cloudwatch:GetMetricStatistics", "cloudwatch:ListMetrics"}
+    assert "aps:" not in json.dumps(statements_of(templates, role_id))
 
 
 def test_s3_csi_role_reads_only_the_configured_model_prefixes(templates, addons, project) -> None:

@@ -76,6 +76,7 @@ def _apply_the_checklist(config: Path) -> None:
     data = yaml.safe_load(line.read_text())
     data["model"]["source"].update(bucket="newcomer-models", region="us-east-1", location="qwen2-7b-instruct")
     data["replicas"] = 3
+    data["autoscaling"]["max_replicas"] = 6  # the example autoscales: its bound moves with replicas (3 nodes, 2 each)
     line.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
@@ -117,6 +118,7 @@ def test_the_checklist_then_the_offline_commands_on_a_config_folder_of_ones_own(
     endpoint = next(o for o in line if o["kind"] == "InferenceEndpointConfig")
     assert endpoint["spec"]["modelSourceConfig"]["s3Storage"]["bucketName"] == "newcomer-models"
     assert endpoint["spec"]["replicas"] == 3
+    assert endpoint["spec"]["autoScalingSpec"]["maxReplicaCount"] == 6
 
 
 def test_a_mistake_in_the_checklist_is_one_line_and_keeps_the_last_good_output(checkout: Path) -> None:

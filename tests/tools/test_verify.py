@@ -22,6 +22,7 @@ from tests.tools.script_loader import load_script
 from k8s import names
 from k8s.patch import L2_MOUNT_PATH, endpoint_json_patch, line_cache_env, line_remote_url, owned_volumes
 from k8s.render import CURVINE_CHART, render_manifests
+from observability.autoscaling import project_scaling
 from operator_tools.verify import (
     OWN_ROWS,
     TMP_DIR_KEY,
@@ -57,7 +58,7 @@ NODES = ("hyperpod-i-0a", "hyperpod-i-0b", "hyperpod-i-0c")
 
 @pytest.fixture(scope="session")
 def synthesized() -> dict[str, list[dict]]:
-    return render_manifests(PROJECT, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a")
+    return render_manifests(PROJECT, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a", scaling=project_scaling(PROJECT))
 
 
 def operator_deployment(iec: dict[str, Any]) -> dict[str, Any]:
@@ -614,3 +615,14 @@ def test_a_node_without_its_watchdog_fails_the_mount_row_of_every_line_with_a_po
     assert failed(results) == [f"{name}: L2 mounts alive" for name in l2_lines]  # every line has a pod on node 0
     row = next(r for r in results if r.name == "rag-assistant: L2 mounts alive")
     assert row.detail == f"{rag_pods(cluster)[0]['metadata']['name']}: no report from the L2 mount watchdog on {NODES[0]}"
+
+
+def test_an_autoscaled_line_at_min_replicas_is_ready(cluster: FakeReader) -> None:
+    """rag-assistant autoscales 1..2 and starts at 2 (issue 26): scaled in to one Ready pod it is
+    healthy, and the row says autoscaling, not the initial count."""
+    one = rag_pods(cluster)[:1]
+    (row,) = [r for r in check_inference_pods(RAG, one, platform=PLATFORM) if r.name.endswith("inference pods Ready")]
+    assert row.ok and row.detail == "1/1 Ready, autoscaling 1..2"
+    fixed = RAG.model_copy(update={"autoscaling": None})
+    (row,) = [r for r in check_inference_pods(fixed, one, platform=PLATFORM) if r.name.endswith("inference pods Ready")]
+    assert not row.ok and row.detail == "1/1 Ready, 2 configured"
