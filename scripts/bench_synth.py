@@ -99,6 +99,11 @@ def make_config(target: Path, lines: int, examples: Path | None = None) -> None:
         name = f"{source.stem}-{i:02d}"
         data.pop("name", None)
         data["namespace"] = name
+        # Fixed at the floor: N copies of an autoscaling line at their maximum need more than N
+        # times the nodes (each line adds its own pods to every node's budget).
+        scaling = data.pop("autoscaling", None)
+        if scaling:
+            data["replicas"] = scaling.get("min_replicas", 1)
         (target / "business-lines" / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
 
