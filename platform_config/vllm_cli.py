@@ -240,7 +240,8 @@ def serve_args_problems(args: list[str] | tuple[str, ...],
         word = words[i]
         i += 1
         if word == "--":
-            problems += [f"{w!r} is an argument vLLM does not recognize" for w in words[i + 1 if model_taken else i:]]
+            # argparse: every word after "--" is positional; the first is the model if none was given.
+            problems += [f"{w!r} is an argument vLLM does not recognize" for w in words[i if model_taken else i + 1:]]
             break
         looks_like_option = is_flag(word) and not _NEGATIVE_NUMBER.match(word) and " " not in word
         if not looks_like_option:
