@@ -88,6 +88,13 @@ START_TIMEOUT_S = 900
 REQUEST_TIMEOUT_S = 300
 #: Tokens generated per request (greedy): enough to compare completions and time the decode.
 MAX_TOKENS = 16
+#: The gate's series in ``/metrics`` (``prometheus_client`` appends ``_total`` to a counter).
+GATE_OPEN_GAUGE = "kvcache_l2_gate_open"
+GATE_TRANSITIONS = "kvcache_l2_gate_transitions_total"
+#: The longest a gate may stay open on a healthy mount (s): its hold doubles on each reopen within
+#: 10 s, up to 30 s (``REOPEN_WINDOW_S``, ``KVCACHE_L2_GATE_MAX_CLOSE_AFTER_MS``), plus a margin.
+GATE_CLOSE_TIMEOUT_S = 60.0
+
 
 
 def rendered_args(exported: dict[str, Any], line: str, pod: int) -> list[str]:
@@ -192,6 +199,8 @@ class Reply:
     ttft_s: float
     total_s: float
     body: str = ""
+    #: The log-probability of each generated token (``logprobs`` asked, not streaming), else None.
+    logprobs: list[float] | None = None
 
     @property
     def ok(self) -> bool:
@@ -252,12 +261,15 @@ class Server:
         assert status == 200, body[:500]
         return json.loads(body)["tokens"]
 
-    def complete(self, prompt: str | list[int], *, max_tokens: int = MAX_TOKENS, stream: bool = True) -> Reply:
+    def complete(self, prompt: str | list[int], *, max_tokens: int = MAX_TOKENS, stream: bool = True,
+                 logprobs: bool = False) -> Reply:
         """Greedy completion (temperature 0, fixed seed). Streaming: TTFT is the arrival of the first
         chunk that carries text; a stream that ends without text is an empty completion (how vLLM
-        ends a failed streaming request: HTTP 200, no tokens)."""
+        ends a failed streaming request: HTTP 200, no tokens). ``logprobs`` (not streaming): the
+        reply carries each generated token's log-probability (OpenAI ``logprobs: 1``)."""
+        assert not (stream and logprobs), "logprobs are read from a whole (not streamed) reply"
         body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "seed": 0,
-                "stream": stream, "ignore_eos": True}
+                "stream": stream, "ignore_eos": True, **({"logprobs": 1} if logprobs else {})}
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=REQUEST_TIMEOUT_S)
         t0 = time.perf_counter()
         try:
@@ -269,8 +281,9 @@ class Server:
                 if resp.status != 200:
                     return Reply(resp.status, "", 0, t1 - t0, t1 - t0, raw.decode("utf-8", "replace")[:2000])
                 doc = json.loads(raw)
-                text = doc["choices"][0]["text"]
-                return Reply(200, text, doc["usage"]["completion_tokens"], t1 - t0, t1 - t0)
+                choice = doc["choices"][0]
+                return Reply(200, choice["text"], doc["usage"]["completion_tokens"], t1 - t0, t1 - t0,
+                             logprobs=choice["logprobs"]["token_logprobs"] if logprobs else None)
             parts: list[str] = []
             ttft = None
             tokens = 0
@@ -309,6 +322,44 @@ class Server:
         for name, _, value in parse_metrics(self.metrics_text()):
             out[name] = out.get(name, 0.0) + value
         return out
+
+    def gate_state(self) -> tuple[bool, float] | None:
+        """The L2 gate of this server's scheduler, read from ``/metrics``: (open now, opens so far), or
+        None when the connector has no gate (``kvcache_l2_gate_open``, ``kvcache_l2_gate_transitions
+        {to="open"}``; vllm_plugins/l2_gate.py ``_Metrics``)."""
+        from cluster_agents.kv_canary import parse_metrics
+
+        is_open: bool | None = None
+        opens = 0.0
+        for name, labels, value in parse_metrics(self.metrics_text()):
+            if name == GATE_OPEN_GAUGE:
+                is_open = bool(value) or bool(is_open)
+            elif name == GATE_TRANSITIONS and labels.get("to") == "open":
+                opens += value
+        return None if is_open is None else (is_open, opens)
+
+    def gate_log(self, last_chars: int = 3000) -> str:
+        """The gate's ``L2GATE`` lines of the server's log (its transitions and their reasons)."""
+        return "\n".join(line for line in self.log().splitlines() if "L2GATE" in line)[-last_chars:]
+
+    def wait_gate_closed(self, timeout_s: float = GATE_CLOSE_TIMEOUT_S) -> float:
+        """Until the server's L2 gate is closed (at once without a gate); returns its count of opens.
+
+        While the gate is open the connector neither looks up nor saves (by design: a replica then
+        serves as one without L2), so a test step that needs the L2 waits here first. AssertionError
+        after ``timeout_s``: the gate stayed open on a healthy mount (its log says why).
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            state = self.gate_state()
+            if state is None:
+                return 0.0
+            is_open, opens = state
+            if not is_open:
+                return opens
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the L2 gate of {self.name} still open after {timeout_s} s:\n{self.gate_log()}")
+            time.sleep(0.2)
 
     def pids(self) -> list[int]:
         """The API server and its descendants (engine core, worker)."""

@@ -34,6 +34,8 @@ def pod_object(server: Server, endpoint: str = LINE, uid: str | None = None) -> 
 def test_the_canary_measures_a_full_cross_pod_hit_from_the_real_counters(rig):
     config = kv_canary.config_from_dict(rig.exported["lines"][LINE]["canary_config"])
     canary = kv_canary.Canary(config, list_pods=lambda: [pod_object(rig.a), pod_object(rig.b)], log=lambda _: None)
+    for server in (rig.a, rig.b):
+        server.wait_gate_closed()  # an open gate neither saves nor looks up (an earlier test's fault)
     b0 = rig.b.counters()
     run = canary.run_once()
     b1 = rig.b.counters()
@@ -55,6 +57,7 @@ def test_the_warmer_names_the_chunk_files_the_real_server_wrote(rig, tmp_path):
     config = HotPrefixConfig(**{**config.__dict__, "settle_s": 30.0, "min_request_interval_s": 0.0})
     logs: list[dict[str, Any]] = []
     before = rig.chunk_files()
+    rig.a.wait_gate_closed()  # an open gate saves nothing (an earlier test's fault)
     warmer = HotPrefixWarmer(config, rig.mount.mount, list_pods=lambda: [pod_object(rig.a)],
                              log=lambda line: logs.append(json.loads(line)))
     round_ = warmer.tick()
@@ -70,6 +73,7 @@ def test_the_warmer_names_the_chunk_files_the_real_server_wrote(rig, tmp_path):
     # A user's chat request that starts with the declared system prompt: a full L2 hit on the other server.
     messages = [{"role": role, "content": text} for role, text in config.prefixes[0].messages]
     tokens = _tokenize_chat(rig.b, messages)
+    rig.b.wait_gate_closed()
     b0 = rig.b.counters()
     reply = rig.b.complete(tokens + [5, 6, 7], max_tokens=2)
     assert reply.ok

@@ -116,12 +116,14 @@ def test_fault_under_running_servers(rig, mode):
         rig.mount.switch("ok")
     reference = a.complete(chunk_prompt(seed + 50))
     run.identical.append(written.text == reference.text)
-    # Recovery: a new prompt stored by the writer is a full hit on the reader again (the L2 gate,
-    # when the rendered connector is the gate, closes only after healthy probes: polled).
+    # Recovery: a new prompt stored by the writer is a full hit on the reader again. The L2 gate
+    # (the rendered connector) closes only after healthy probes for its hold, and while open it
+    # neither saves nor looks up: store() waits for the writer's, and here the reader's is awaited.
     t0 = time.monotonic()
     for attempt in range(RECOVERY_ATTEMPTS):
         text = chunk_prompt(seed + 60 + attempt)
         store(a, text, rig.chunk_files)
+        b.wait_gate_closed()
         b0 = b.counters()
         assert b.complete(text).ok
         run.recovered_hits = delta(b.counters(), b0, EXTERNAL_HITS)

@@ -11,12 +11,14 @@ multiprocess directory only when its stats thread logs them, every 10 s (``LMCac
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
 from pathlib import Path
 from typing import Callable
 
+from cluster_agents import hot_prefixes
 from tests_serving.servers import Reply, Server, wait_for
 from tests_serving.tiny_model import prompt
 
@@ -80,16 +82,55 @@ def quiet_counters(server: Server, quiet_s: float = LMCACHE_LOG_INTERVAL_S + 1, 
     return last
 
 
+@functools.lru_cache(maxsize=None)
+def _none_hash(seed: str) -> int:
+    return hot_prefixes.none_hash(seed)
+
+
+def chunk_hashes_of(server: Server, text: str) -> list[str]:
+    """The chunk hashes (``%x``, as in the file names) under which ``server``'s LMCache stores the full
+    chunks of ``text``, in prompt order: the hot-prefix warmer's computation
+    (:func:`cluster_agents.hot_prefixes.chunk_hashes`, tested against this server's own files in
+    ``test_agents.py``) over the server's tokens, its ``PYTHONHASHSEED`` and :data:`CHUNK`."""
+    first = _none_hash(server.env["PYTHONHASHSEED"])
+    return [hot_prefixes.hash_hex(h) for h in hot_prefixes.chunk_hashes(server.tokenize(text), CHUNK, first)]
+
+
+def _files_by_hash(names: set[str]) -> dict[str, str]:
+    return {parsed[2]: name for name in names if (parsed := hot_prefixes.parse_chunk_name(name))}
+
+
 def store(writer: Server, text: str, chunk_files: Callable[[], set[str]]) -> tuple[Reply, list[str]]:
     """``writer`` computes ``text`` cold (it never saw it) and stores its chunks: returns its reply and
-    the :data:`CHUNKS` chunk files that appeared in the line directory (sorted names)."""
-    before = chunk_files()
+    the names of the :data:`CHUNKS` chunk files of ``text`` in the line directory, in prompt order.
+
+    The files waited for are the prompt's own (names computed, :func:`chunk_hashes_of`), so a late
+    write of an earlier request is not counted. The writer's L2 gate is closed first: while it is
+    open (after a fault, until its probes have been healthy for its hold) the connector saves
+    nothing, by design. AssertionError: a chunk of ``text`` was in L2 already, or its files did not
+    all appear within :data:`L2_WRITE_TIMEOUT_S` (the message says whether the gate opened meanwhile).
+    """
+    opens = writer.wait_gate_closed()
+    hashes = chunk_hashes_of(writer, text)
+    assert len(hashes) == CHUNKS, hashes
+    already = set(hashes) & _files_by_hash(chunk_files()).keys()
+    assert not already, f"chunks of a new prompt already in L2: {already}"
     reply = writer.complete(text)
     assert reply.ok, reply
-    new = wait_for(lambda: (lambda n: n if len(n) >= CHUNKS else None)(chunk_files() - before),
-                   L2_WRITE_TIMEOUT_S, f"{CHUNKS} chunk files from {writer.name}")
-    assert len(new) == CHUNKS, new
-    return reply, sorted(new)
+
+    def written() -> list[str] | None:
+        by_hash = _files_by_hash(chunk_files())
+        names = [by_hash.get(h) for h in hashes]
+        return names if all(names) else None
+
+    try:
+        return reply, wait_for(written, L2_WRITE_TIMEOUT_S, f"the {CHUNKS} chunk files of a prompt from {writer.name}")
+    except AssertionError as exc:
+        state = writer.gate_state()
+        if state is not None and state[1] > opens:
+            raise AssertionError(f"{exc}: the L2 gate of {writer.name} opened during the store, so it saved "
+                                 f"nothing:\n{writer.gate_log()}") from None
+        raise
 
 
 def percentile(values: list[float], q: float) -> float:
