@@ -104,6 +104,16 @@ def human_readable_int(text: str) -> int:
                      "k/m/g/t (8k = 8,000; 25.6k), a binary suffix K/M/G/T on a whole number (8K = 8,192)")
 
 
+def human_readable_int_or_auto(text: str) -> int:
+    """vLLM 0.29's ``human_readable_int_or_auto`` (``vllm/utils/argparse_utils.py``): ``-1`` for ``-1``
+    or ``auto`` (any case), else :func:`human_readable_int`.
+
+    Raises:
+        ValueError: as :func:`human_readable_int`.
+    """
+    return -1 if text.strip() == "-1" or text.strip().lower() == "auto" else human_readable_int(text)
+
+
 def max_model_len(args: Iterable[str]) -> int | None:
     """``--max-model-len`` of ``args`` (the last one), in tokens, as vLLM 0.29 reads it; None when it
     is not set or is ``-1`` / ``auto`` (vLLM then uses the model's own length).
@@ -115,12 +125,12 @@ def max_model_len(args: Iterable[str]) -> int | None:
     if values is None:
         return None
     text = " ".join(values)
-    if text.strip() == "-1" or text.strip().lower() == "auto":
-        return None
     try:
-        length = human_readable_int(text)
+        length = human_readable_int_or_auto(text)
     except ValueError as exc:
         raise ValueError(f"--max-model-len {exc}, or -1 / auto (the model's own length)") from None
+    if length == -1:
+        return None
     if length < 1:
         raise ValueError(f"--max-model-len {text!r} must be at least 1 token; allowed: 1 or more, or -1 / auto")
     return length

@@ -32,7 +32,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from platform_config.vllm_args import human_readable_int, is_flag
+from platform_config.vllm_args import human_readable_int, human_readable_int_or_auto, is_flag
 
 FLAGS_FILE = Path(__file__).with_name("vllm_serve_flags.json")
 #: Options whose values the config checks with a message of its own, the allowed range and not only
@@ -186,7 +186,7 @@ def _type_problem(option: Option, value: str) -> str | None:
         elif kind == "human_readable_int":
             converted = human_readable_int(value)
         elif kind == "human_readable_int_or_auto":
-            converted = -1 if value.strip() == "-1" or value.strip().lower() == "auto" else human_readable_int(value)
+            converted = human_readable_int_or_auto(value)
         elif kind == "json":
             json.loads(value)
         elif kind == "json_object" and not isinstance(json.loads(value), dict):
@@ -295,7 +295,8 @@ def _serve_checks(seen: dict[str, Any]) -> list[str]:
     if seen.get("enable_log_outputs") is True and seen.get("enable_log_requests") is not True:
         out.append("--enable-log-outputs needs --enable-log-requests")
     interval = seen.get("sse_keep_alive_interval")
-    if interval and _int_or_none(interval[-1]) is not None and _int_or_none(interval[-1]) < 0:
+    seconds = _int_or_none(interval[-1]) if interval else None
+    if seconds is not None and seconds < 0:
         out.append("--sse-keep-alive-interval must be 0 or more")
     if seen.get("enable_per_request_metrics") is True and seen.get("disable_log_stats") is True:
         out.append("--enable-per-request-metrics needs engine statistics: remove --disable-log-stats")

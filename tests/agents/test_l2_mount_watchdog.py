@@ -15,7 +15,6 @@ import threading
 import time
 import urllib.error
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from cluster_agents.l2_mount_watchdog import (
     ALIVE, DEAD, ERROR, HUNG, HttpApi, Prober, WatchdogConfig, Watchdog, classify, find_volumes, live_fuse_devices,
     parse_mountinfo, top_mounts,
 )
+from tests.fake_http import JsonServer
 
 NODE = "hyperpod-i-0abc"
 KEY = "5f0c2a9e1d3b4c6a8e7f90123456789a"
@@ -187,55 +187,35 @@ class FakeApi:
         self.pods, self.pv_namespace, self.refuse = pods, pv_namespace, refuse
         self.evictions: list[tuple[str, str, dict[str, Any]]] = []
         self.requests: list[str] = []
-        api = self
+        self.server = JsonServer(self.answer)
+        self.client = HttpApi(self.server.url, token="t")
 
-        class Handler(BaseHTTPRequestHandler):
-            def _send(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:  # noqa: N802
-                api.requests.append(f"GET {self.path}")
-                url = urllib.parse.urlparse(self.path)
-                parts = url.path.strip("/").split("/")
-                if parts[:3] == ["api", "v1", "persistentvolumes"]:
-                    ns = api.pv_namespace.get(parts[3])
-                    if ns is None:
-                        return self._send(404, {})
-                    return self._send(200, {"spec": {"claimRef": {"namespace": ns, "name": "claim"}}})
-                if parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "pods":
-                    selector = urllib.parse.parse_qs(url.query).get("fieldSelector")
-                    node = selector[0].split("=", 1)[1] if selector else None
-                    items = [p for p in api.pods if p["metadata"]["namespace"] == parts[3]
-                             and node in (None, p["spec"]["nodeName"])]
-                    return self._send(200, {"items": items})
-                self._send(404, {})
-
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                parts = self.path.strip("/").split("/")
-                api.requests.append(f"POST {self.path}")
-                if api.refuse:
-                    return self._send(429, {"reason": "TooManyRequests"})
-                api.evictions.append((parts[3], parts[5], body))
-                for p in api.pods:  # the API server deletes an evicted pod: it terminates
-                    if p["metadata"]["name"] == parts[5]:
-                        p["metadata"]["deletionTimestamp"] = "2026-12-01T10:00:00Z"
-                self._send(201, {})
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.client = HttpApi(f"http://127.0.0.1:{self.server.server_address[1]}", token="t")
+    def answer(self, method: str, path: str, body: Any, headers: Any) -> tuple[int, Any]:
+        self.requests.append(f"{method} {path}")
+        url = urllib.parse.urlparse(path)
+        parts = url.path.strip("/").split("/")
+        if method == "GET" and parts[:3] == ["api", "v1", "persistentvolumes"]:
+            ns = self.pv_namespace.get(parts[3])
+            if ns is None:
+                return 404, {}
+            return 200, {"spec": {"claimRef": {"namespace": ns, "name": "claim"}}}
+        if method == "GET" and parts[:3] == ["api", "v1", "namespaces"] and parts[4] == "pods":
+            selector = urllib.parse.parse_qs(url.query).get("fieldSelector")
+            node = selector[0].split("=", 1)[1] if selector else None
+            return 200, {"items": [p for p in self.pods if p["metadata"]["namespace"] == parts[3]
+                                   and node in (None, p["spec"]["nodeName"])]}
+        if method == "POST":
+            if self.refuse:
+                return 429, {"reason": "TooManyRequests"}
+            self.evictions.append((parts[3], parts[5], body))
+            for p in self.pods:  # the API server deletes an evicted pod: it terminates
+                if p["metadata"]["name"] == parts[5]:
+                    p["metadata"]["deletionTimestamp"] = "2026-12-01T10:00:00Z"
+            return 201, {}
+        return 404, {}
 
     def close(self) -> None:
-        self.server.shutdown()
+        self.server.close()
 
 
 def pod(uid: str, name: str, *, controller: bool = True, deleting: bool = False, ns: str = "rag-assistant",

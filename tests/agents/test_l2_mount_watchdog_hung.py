@@ -17,7 +17,6 @@ import json
 import threading
 import time
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ import pytest
 
 from cluster_agents import l2_mount_watchdog as wd
 from cluster_agents.l2_mount_watchdog import ALIVE, DEAD, HUNG, HttpApi, Prober, Watchdog, WatchdogConfig
+from tests.fake_http import JsonServer
 
 NODE, OTHER = "hyperpod-i-0abc", "hyperpod-i-0def"
 NS = "curvine"
@@ -269,71 +269,40 @@ class LeaseServer:
         self.leases: dict[str, dict[str, Any]] = {}
         self.version = 0
         self.calls: list[tuple[str, str, Any]] = []
-        server = self
+        self.http = JsonServer(self.answer)
+        self.client = HttpApi(self.http.url, token="t")
 
-        class Handler(BaseHTTPRequestHandler):
-            def _send(self, status: int, body: dict[str, Any]) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+    def answer(self, method: str, path: str, body: Any, headers: Any) -> tuple[int, Any]:
+        self.calls.append((method, path, body))
+        parts = urllib.parse.urlparse(path).path.strip("/").split("/")
+        name = parts[6] if len(parts) > 6 and parts[5] == "leases" else None
+        if method == "GET":
+            if name is not None:
+                return (200, self.leases[name]) if name in self.leases else (404, {})
+            return 200, {"items": [fuse_pod("curvine-csi-standalone-aa-1", NODE)]}
+        if method == "POST":
+            name = body["metadata"]["name"]
+            if name in self.leases:
+                return 409, {"reason": "AlreadyExists"}
+            return 201, self._store(name, body)
+        if method == "PUT":
+            if self.leases[name]["metadata"]["resourceVersion"] != body["metadata"]["resourceVersion"]:
+                return 409, {"reason": "Conflict"}
+            return 200, self._store(name, body)
+        return 200, {}  # DELETE
 
-            def _body(self) -> Any:
-                n = int(self.headers.get("Content-Length") or 0)
-                return json.loads(self.rfile.read(n)) if n else None
-
-            def _lease(self) -> str | None:
-                parts = urllib.parse.urlparse(self.path).path.strip("/").split("/")
-                return parts[6] if len(parts) > 6 and parts[5] == "leases" else None
-
-            def do_GET(self) -> None:  # noqa: N802
-                server.calls.append(("GET", self.path, None))
-                name = self._lease()
-                if name is not None:
-                    return self._send(200, server.leases[name]) if name in server.leases else self._send(404, {})
-                return self._send(200, {"items": [fuse_pod("curvine-csi-standalone-aa-1", NODE)]})
-
-            def do_POST(self) -> None:  # noqa: N802
-                body = self._body()
-                server.calls.append(("POST", self.path, body))
-                name = body["metadata"]["name"]
-                if name in server.leases:
-                    return self._send(409, {"reason": "AlreadyExists"})
-                server.version += 1
-                body["metadata"]["resourceVersion"] = str(server.version)
-                server.leases[name] = body
-                self._send(201, body)
-
-            def do_PUT(self) -> None:  # noqa: N802
-                body = self._body()
-                server.calls.append(("PUT", self.path, body))
-                name = self._lease()
-                if server.leases[name]["metadata"]["resourceVersion"] != body["metadata"]["resourceVersion"]:
-                    return self._send(409, {"reason": "Conflict"})
-                server.version += 1
-                body["metadata"]["resourceVersion"] = str(server.version)
-                server.leases[name] = body
-                self._send(200, body)
-
-            def do_DELETE(self) -> None:  # noqa: N802
-                server.calls.append(("DELETE", self.path, self._body()))
-                self._send(200, {})
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                pass
-
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
-        self.client = HttpApi(f"http://127.0.0.1:{self.http.server_address[1]}", token="t")
+    def _store(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.version += 1
+        body["metadata"]["resourceVersion"] = str(self.version)
+        self.leases[name] = body
+        return body
 
 
 @pytest.fixture
 def leases():
     server = LeaseServer()
     yield server
-    server.http.shutdown()
+    server.http.close()
 
 
 def test_slots_are_created_renewed_refused_taken_when_expired_and_released(leases) -> None:

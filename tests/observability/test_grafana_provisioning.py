@@ -17,9 +17,7 @@ from __future__ import annotations
 import ast
 import io
 import json
-import threading
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -31,6 +29,7 @@ from botocore.stub import Stubber
 from kv_constructs import grafana_provisioning as construct
 from observability import dashboards
 from observability.grafana_provisioning import handler
+from tests.fake_http import JsonServer
 
 WORKSPACE = "g-0123456789"
 ACCOUNT_ID = "sa-1"
@@ -87,33 +86,12 @@ class FakeGrafana:
 def grafana_server() -> Iterator[tuple[FakeGrafana, str]]:
     state = FakeGrafana()
 
-    class Handler(BaseHTTPRequestHandler):
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = json.loads(self.rfile.read(length)) if length else None
-            auth = self.headers.get("Authorization", "")
-            token = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None
-            status, answer = state.answer(self.command, self.path, token, body)
-            raw = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
+    def answer(method: str, path: str, body: Any, headers: Any) -> tuple[int, Any]:
+        auth = headers.get("Authorization", "")
+        return state.answer(method, path, auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else None, body)
 
-        do_GET = do_POST = do_PUT = do_DELETE = _serve
-
-        def log_message(self, *args: Any) -> None:  # quiet
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield state, f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with JsonServer(answer) as server:
+        yield state, server.url
 
 
 def _request(url: str, **overrides: Any) -> handler.Request:

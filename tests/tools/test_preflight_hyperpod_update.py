@@ -12,7 +12,6 @@ import datetime as dt
 import json
 from typing import Any
 
-import boto3
 import pytest
 from botocore.stub import Stubber
 
@@ -27,6 +26,7 @@ from operator_tools.preflight import (
 )
 from platform_config import load_platform
 from tests.example_config import FIXTURE_CONFIG
+from tests.tools.aws_stubs import offline_client, stub_get_template
 
 PLATFORM = load_platform(FIXTURE_CONFIG / "platform.yaml")
 STACK = "kvcache-hyperpod"
@@ -48,8 +48,7 @@ DEPLOYED = {
 
 
 def client(service: str) -> Any:
-    return boto3.session.Session(aws_access_key_id="AKIAEXAMPLE", aws_secret_access_key="secret",
-                                 region_name=PLATFORM.region).client(service)
+    return offline_client(service, PLATFORM.region)
 
 
 def node(instance_id: str, status: str, group: str = "g6e-inference", **extra: Any) -> dict[str, Any]:
@@ -63,12 +62,7 @@ def stubbed(deployed: dict[str, Any] | None, nodes: list[dict[str, Any]] | None,
     ListClusterNodes with ``nodes`` (None: no such cluster) and DescribeClusterNode with ``details``."""
     cloudformation, sagemaker = client("cloudformation"), client("sagemaker")
     cfn_stub, sm_stub = Stubber(cloudformation), Stubber(sagemaker)
-    if deployed is None:
-        cfn_stub.add_client_error("get_template", "ValidationError", f"Stack with id {STACK} does not exist",
-                                  expected_params={"StackName": STACK, "TemplateStage": "Original"})
-    else:
-        cfn_stub.add_response("get_template", {"TemplateBody": json.dumps(deployed)},
-                              {"StackName": STACK, "TemplateStage": "Original"})
+    stub_get_template(cfn_stub, STACK, deployed)
     if nodes is None:
         sm_stub.add_client_error("list_cluster_nodes", "ResourceNotFound", f"Cluster {CLUSTER} not found",
                                  expected_params={"ClusterName": CLUSTER, "IncludeNodeLogicalIds": True})

@@ -13,7 +13,6 @@ import datetime as dt
 import json
 from typing import Any
 
-import boto3
 import pytest
 from botocore.stub import Stubber
 
@@ -28,6 +27,7 @@ from operator_tools.preflight import (
 )
 from platform_config import load_platform
 from tests.example_config import FIXTURE_CONFIG
+from tests.tools.aws_stubs import offline_client, stub_get_template
 
 PLATFORM = load_platform(FIXTURE_CONFIG / "platform.yaml")
 STACK = "kvcache-hyperpod"
@@ -43,8 +43,7 @@ DEPLOYED = {"Resources": {PRIMARY_VOLUME_LOGICAL_ID: {
 
 
 def client(service: str) -> Any:
-    return boto3.session.Session(aws_access_key_id="AKIAEXAMPLE", aws_secret_access_key="secret",
-                                 region_name=PLATFORM.region).client(service)
+    return offline_client(service, PLATFORM.region)
 
 
 def with_volume(**settings: Any) -> Any:
@@ -72,12 +71,7 @@ def stubbed(deployed: dict[str, Any] | None, live: dict[str, Any] | None = None,
     error code). Nothing else may be called."""
     cloudformation, ec2 = client("cloudformation"), client("ec2")
     cfn_stub, ec2_stub = Stubber(cloudformation), Stubber(ec2)
-    if deployed is None:
-        cfn_stub.add_client_error("get_template", "ValidationError", f"Stack with id {STACK} does not exist",
-                                  expected_params={"StackName": STACK, "TemplateStage": "Original"})
-    else:
-        cfn_stub.add_response("get_template", {"TemplateBody": json.dumps(deployed)},
-                              {"StackName": STACK, "TemplateStage": "Original"})
+    stub_get_template(cfn_stub, STACK, deployed)
     if live is not None:
         cfn_stub.add_response("describe_stack_resource", {"StackResourceDetail": {
             "StackName": STACK, "LogicalResourceId": PRIMARY_VOLUME_LOGICAL_ID, "PhysicalResourceId": VOLUME_ID,
