@@ -99,6 +99,18 @@ TMP_DIR_PREFIX = ".tmp-"
 HOT_PREFIX_STATE_FILE = ".kvcache-hot-prefixes.json"
 #: Prefix a directory is renamed to right before it is deleted; a pass removes any it finds.
 TRASH_PREFIX = ".kvcache-l2-janitor-trash-"
+#: A chunk directory's *retiring list*: the chunks the janitor evicted (age or watermark), by hash,
+#: with when; every replica's L2 connector reads it and stops loading them (``vllm_plugins/l2_gate.py``
+#: ``RETIRING_FILE``, copied: a test keeps the two equal), and a later pass deletes their files.
+#: Written whole (:data:`RETIRING_NEW_SUFFIX` file, then renamed over it). Not a chunk file.
+RETIRING_FILE = ".kvcache-retiring.json"
+RETIRING_NEW_SUFFIX = ".new"
+#: Seconds between a chunk's retirement and the deletion of its files (the first pass after, i.e.
+#: the next one: :data:`PERIOD_S`). It must outlast how late a replica sees the list (its connector
+#: re-reads it every second when it changed, and Curvine's FUSE client caches attributes 1 s) plus
+#: how long a request looked up before that may still be loading (a chunk read is bounded by
+#: ``LMCACHE_BLOCKING_TIMEOUT_SECS``, 1 s rendered). 0 deletes at once, as before retirement existed.
+RETIRE_GRACE_S = 60.0
 #: A directory the configuration or a Pod named within this many seconds is kept: long enough for
 #: a rollback after a bad rollout, Pods that wait for GPUs or for admission, and a janitor that was
 #: down; and it costs no capacity, because the age limit and the watermarks still delete the
@@ -150,6 +162,8 @@ class JanitorConfig:
         mount_path: where the vLLM Pods mount the PVC (to read their ``LMCACHE_REMOTE_URL``).
         dir_grace_s: a directory the configuration or a Pod named within this many seconds is
             kept (:data:`DIR_GRACE_S`).
+        retire_grace_s: seconds an evicted chunk stays on the retiring list before its files are
+            deleted (:data:`RETIRE_GRACE_S`; 0: deleted at once).
     """
 
     line: str
@@ -162,6 +176,7 @@ class JanitorConfig:
     min_delete_age_s: float
     mount_path: str
     dir_grace_s: float = DIR_GRACE_S
+    retire_grace_s: float = RETIRE_GRACE_S
 
     def __post_init__(self) -> None:
         if not 0 < self.low_watermark < self.high_watermark <= 1:
@@ -169,8 +184,8 @@ class JanitorConfig:
                              f"{self.high_watermark}")
         if "/" in self.live_dir or self.live_dir in ("", ".", "..") or self.live_dir.startswith(TMP_DIR_PREFIX):
             raise ValueError(f"live_dir must be one path component, got {self.live_dir!r}")
-        if self.capacity_bytes <= 0 or self.min_delete_age_s < 0 or self.dir_grace_s < 0:
-            raise ValueError("capacity_bytes must be > 0, min_delete_age_s and dir_grace_s >= 0")
+        if self.capacity_bytes <= 0 or self.min_delete_age_s < 0 or self.dir_grace_s < 0 or self.retire_grace_s < 0:
+            raise ValueError("capacity_bytes must be > 0, min_delete_age_s, dir_grace_s and retire_grace_s >= 0")
 
 
 def config_from_dict(data: dict[str, Any]) -> JanitorConfig:
@@ -200,8 +215,15 @@ class RunSummary:
     tmp_dirs_deleted: int = 0
     stale_model_dirs_deleted: int = 0
     stale_files_deleted: int = 0
+    #: Chunk files the age limit and the watermarks evicted this pass: put on the retiring list
+    #: (deleted at once when ``retire_grace_s`` is 0, or in the old flat layout).
     expired_chunks_deleted: int = 0
     evicted_chunks_deleted: int = 0
+    #: Chunk files deleted this pass because their retirement is ``retire_grace_s`` old.
+    retired_files_deleted: int = 0
+    #: Chunks (hashes) on the retiring lists after the pass, and the bytes of their files still on disk.
+    retiring_chunks: int = 0
+    retiring_bytes: int = 0
     bytes_freed: int = 0
     #: Directories at the root kept although no longer configured, each with why
     #: (:func:`cluster_agents.l2_directories.protected_dirs`; ``""`` is the old flat layout at the root).
@@ -255,6 +277,8 @@ def _scan(root: Path) -> list[_File]:
             path = Path(dirpath) / name
             if name in (dirs.STATE_FILE, HOT_PREFIX_STATE_FILE) and Path(dirpath) == root:
                 continue  # the janitor's own records, not L2 content
+            if name in (RETIRING_FILE, RETIRING_FILE + RETIRING_NEW_SUFFIX):
+                continue
             try:
                 st = path.lstat()
             except FileNotFoundError:
@@ -284,6 +308,39 @@ def chunk_hash_of(name: str) -> str | None:
 
 def _top(rel: str) -> str:
     return rel.split("/", 1)[0]
+
+
+def read_retiring(directory: Path) -> dict[str, float]:
+    """The retiring list of a chunk directory: chunk hash (hex) -> when it was retired (seconds since
+    the epoch); empty when there is none.
+
+    Raises:
+        ValueError: the file is not a list this module wrote (so it is never overwritten blindly).
+        OSError: it cannot be read (a failing mount).
+    """
+    try:
+        text = (directory / RETIRING_FILE).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    try:
+        doc = json.loads(text)
+        entries = doc["retiring"]
+        return {str(h): float(t) for h, t in entries.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{directory / RETIRING_FILE} is not a retiring list: {exc!r}") from None
+
+
+def write_retiring(directory: Path, entries: dict[str, float]) -> None:
+    """Replace the retiring list of ``directory`` in one rename (a reader sees the old list or the new
+    one, never a part); remove it when ``entries`` is empty. Raises OSError."""
+    path = directory / RETIRING_FILE
+    if not entries:
+        path.unlink(missing_ok=True)
+        return
+    new = directory / (RETIRING_FILE + RETIRING_NEW_SUFFIX)
+    new.write_text(json.dumps({"version": 1, "retiring": dict(sorted(entries.items()))}, separators=(",", ":")),
+                   encoding="utf-8")
+    os.replace(new, path)
 
 
 def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[str, Any]]] | None,
@@ -480,30 +537,99 @@ def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[
     chunks = sorted((f for f in files if evictable(f)), key=lambda f: (f.mtime, f.rel))
     pins = {f.rel for f in chunks if is_pinned(f)}
     kept: set[str] = set()
+
+    # Retirement: an evicted chunk of a directory goes on that directory's retiring list first, so
+    # every replica's connector stops loading it, and its files are deleted only once the entry is
+    # retire_grace_s old: a replica that looked the chunk up before it saw the list finds the file
+    # still there (docs/l2-cache.md, "Evictions and readers on other nodes").
+    retiring: dict[str, dict[str, float]] = {}
+    unreadable: set[str] = set()
+    changed: set[str] = set()
+    for d in sorted({_top(f.rel) for f in chunks if "/" in f.rel}):
+        try:
+            retiring[d] = read_retiring(root / d)
+        except (OSError, ValueError) as exc:
+            s.errors.append(f"retiring list of {d}: {exc}; nothing of {d} evicted this pass")
+            unreadable.add(d)
+            continue
+        if d == config.live_dir and pinned and pinned & retiring[d].keys():  # declared hot since: kept
+            retiring[d] = {h: t for h, t in retiring[d].items() if h not in pinned}
+            changed.add(d)
+
+    def retire_key(name: str) -> str:
+        return chunk_hash_of(name) or name
+
+    def retiring_since(f: _File) -> float | None:
+        top, _, name = f.rel.partition("/")
+        return retiring.get(top, {}).get(retire_key(name)) if name else None
+
+    # Files whose retirement is old enough go now; an entry leaves the list once all its files are gone.
+    failed: set[tuple[str, str]] = set()
+    for f in chunks:
+        since = retiring_since(f)
+        if since is not None and now - since >= config.retire_grace_s:
+            if delete_file(f):
+                s.retired_files_deleted += 1
+            else:
+                failed.add((_top(f.rel), retire_key(f.rel.partition("/")[2])))
+    for d, entries in retiring.items():
+        due = {h for h, t in entries.items() if now - t >= config.retire_grace_s and (d, h) not in failed}
+        if due:
+            retiring[d] = {h: t for h, t in entries.items() if h not in due}
+            changed.add(d)
+
+    leaving: set[str] = set()  # files that left lookups this pass or earlier (their bytes go soon)
+    for f in chunks:
+        if f.rel not in gone and retiring_since(f) is not None:
+            leaving.add(f.rel)
+
+    def evict(f: _File) -> bool:
+        """Retire ``f``'s chunk (or delete ``f`` at once: no grace, or the old flat layout)."""
+        top, _, name = f.rel.partition("/")
+        if not name or config.retire_grace_s == 0:
+            return delete_file(f)
+        if top in unreadable or f.rel in leaving:
+            return False
+        retiring.setdefault(top, {}).setdefault(retire_key(name), now)
+        changed.add(top)
+        leaving.add(f.rel)
+        return True
+
     if config.max_age_s is not None:
         for f in chunks:
+            if f.rel in gone or f.rel in leaving:
+                continue
             if now - f.mtime > config.max_age_s and old_enough(f.mtime):
                 if f.rel in pins:
                     kept.add(f.rel)
-                elif delete_file(f):
+                elif evict(f):
                     s.expired_chunks_deleted += 1
-    used = sum(f.size for f in files if f.rel not in gone)
+    on_disk = {f.rel: f.size for f in files if f.rel not in gone}
+    used = sum(size for rel, size in on_disk.items() if rel not in leaving)
     if used > s.high_watermark_bytes:
         for f in chunks:
             if used <= s.low_watermark_bytes:
                 break
-            if f.rel in gone or not old_enough(f.mtime):
+            if f.rel in gone or f.rel in leaving or not old_enough(f.mtime):
                 continue
             if f.rel in pins:
                 kept.add(f.rel)
-            elif delete_file(f):
+            elif evict(f):
                 s.evicted_chunks_deleted += 1
                 used -= f.size
+    if not dry_run:
+        for d in sorted(changed):
+            try:
+                write_retiring(root / d, retiring[d])
+            except OSError as exc:
+                s.errors.append(f"writing the retiring list of {d}: {exc}")
+    s.retiring_chunks = sum(len(entries) for entries in retiring.values())
+    s.retiring_bytes = sum(on_disk.get(rel, 0) for rel in leaving)
     s.pinned_chunk_files = len(pins)
     s.pinned_bytes = sum(f.size for f in chunks if f.rel in pins)
     s.pinned_chunks_kept = len(kept)
-    left = [f for f in chunks if f.rel not in gone]
-    s.used_bytes_after = used
+    left = [f for f in chunks if f.rel not in gone and f.rel not in leaving]
+    s.used_bytes_after = used  # retiring files apart: they are gone by the next pass
     s.chunk_files_after = len(left)
     s.oldest_chunk_age_s_after = round(now - left[0].mtime, 1) if left else None
     s.above_high_watermark_after = used > s.high_watermark_bytes
@@ -516,15 +642,23 @@ def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[
 _GAUGES: tuple[tuple[str, str, Callable[[RunSummary], float]], ...] = (
     ("capacity_bytes", "the line's l2_size in bytes", lambda s: s.capacity_bytes),
     ("high_watermark_bytes", "high watermark in bytes", lambda s: s.high_watermark_bytes),
-    ("used_bytes", "bytes in the line's L2 directory after the last pass", lambda s: s.used_bytes_after),
+    ("used_bytes", "bytes in the line's L2 directory after the last pass, retiring files apart (retiring_bytes)",
+     lambda s: s.used_bytes_after),
     ("bytes_freed", "bytes the last pass deleted", lambda s: s.bytes_freed),
     ("chunk_files", "chunk files left after the last pass", lambda s: s.chunk_files_after),
     ("deleted_tmp_dirs", "temp directories the last pass deleted", lambda s: s.tmp_dirs_deleted),
     ("deleted_stale_model_dirs", "directories of unconfigured models the last pass deleted",
      lambda s: s.stale_model_dirs_deleted),
-    ("deleted_expired_chunks", "chunks past the age limit the last pass deleted", lambda s: s.expired_chunks_deleted),
-    ("deleted_evicted_chunks", "oldest chunks the last pass deleted above the high watermark",
-     lambda s: s.evicted_chunks_deleted),
+    ("deleted_expired_chunks", "chunk files past the age limit the last pass evicted (put on the retiring list; "
+     "deleted retire_grace_s later)", lambda s: s.expired_chunks_deleted),
+    ("deleted_evicted_chunks", "oldest chunk files the last pass evicted above the high watermark (put on the "
+     "retiring list; deleted retire_grace_s later)", lambda s: s.evicted_chunks_deleted),
+    ("deleted_retired_chunk_files", "chunk files the last pass deleted because their retirement was old enough",
+     lambda s: s.retired_files_deleted),
+    ("retiring_chunks", "chunks on the retiring lists after the last pass (no replica loads them)",
+     lambda s: s.retiring_chunks),
+    ("retiring_bytes", "bytes of the retiring chunks' files, still on disk until retire_grace_s has passed",
+     lambda s: s.retiring_bytes),
     ("above_high_watermark", "1 if still above the high watermark after the last pass",
      lambda s: int(s.above_high_watermark_after)),
     ("pinned_bytes", "bytes of the hot prefixes' chunk files (never deleted; counted in used_bytes)",

@@ -103,7 +103,9 @@ def janitor_config(platform: PlatformConfig, line: BusinessLineConfig) -> dict[s
     ``live_dir`` is :func:`k8s.lmcache.l2_cache_dir`; ``capacity_bytes`` the PVC's ``l2_size``;
     the watermarks ``curvine.eviction.high_watermark`` / ``low_watermark`` (fractions of it);
     ``max_age_s`` ``curvine.eviction.ttl_hours`` in seconds (None when 0); ``dir_grace_s``
-    :data:`DIR_GRACE_S`.
+    :data:`DIR_GRACE_S`; ``retire_grace_s`` the janitor's own
+    :data:`cluster_agents.l2_janitor.RETIRE_GRACE_S` (an evicted chunk leaves lookups at once, its
+    files go at the first pass that long after: docs/l2-cache.md, "Evictions and readers on other nodes").
     """
     ev = platform.curvine.eviction
     config = {
@@ -117,6 +119,7 @@ def janitor_config(platform: PlatformConfig, line: BusinessLineConfig) -> dict[s
         "min_delete_age_s": MIN_DELETE_AGE_S,
         "mount_path": L2_MOUNT_PATH,
         "dir_grace_s": DIR_GRACE_S,
+        "retire_grace_s": l2_janitor.RETIRE_GRACE_S,
     }
     l2_janitor.config_from_dict(config)  # the same validation the janitor applies at run time
     return config

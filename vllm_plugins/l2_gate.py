@@ -35,6 +35,18 @@ file), it always reaches the FUSE daemon (no cached entry can exist for a name n
 of the directory itself may be answered from the kernel's attribute cache, which curvine-fuse keeps
 1 s), and it costs one metadata call, unlike a listing of a directory of millions of chunk files.
 
+Evicted chunks (docs/l2-cache.md, "Evictions and readers on other nodes"). The line's janitor does
+not delete a chunk it evicts: it puts the chunk's hash on the directory's *retiring list*
+(:data:`RETIRING_FILE`) and deletes the files a grace later (``cluster_agents/l2_janitor.py``
+``RETIRE_GRACE_S``). LMCache opens a chunk file after its lookup found it, so a delete between the
+two fails the read (a failed get: 10 in 30 s switch the replica's L1 and L2 off for 300 s). Here a
+:class:`RetiringWatcher` thread re-reads the list when it changes (one ``stat`` a second), and
+:meth:`GatedLMCacheConnectorV1.get_num_new_matched_tokens` shortens LMCache's hit to the chunks
+before the first retiring one (LMCache's own chunk keys, from its token database; the load spec
+LMCache recorded is shortened to match), so an evicted chunk is a lookup miss on every replica
+long before its file goes. Metrics ``kvcache_l2_retiring_chunks`` and
+``kvcache_l2_retiring_capped_lookups`` / ``..._capped_tokens``.
+
 Shipped as one file (ConfigMap key ``kvcache_l2_gate.py`` on the vLLM container's ``PYTHONPATH``)
 and loaded by vLLM with ``--kv-transfer-config
 '{"kv_connector":"GatedLMCacheConnectorV1","kv_connector_module_path":"kvcache_l2_gate",
@@ -69,7 +81,9 @@ __all__ = [
     "GateProber",
     "GateSettings",
     "L2Gate",
+    "RetiringWatcher",
     "l2_path_from_remote_url",
+    "retiring_cap",
     "start_gate",
     "stat_fresh_name",
 ]
@@ -84,6 +98,14 @@ ENV_PREFIX = "KVCACHE_L2_GATE_"
 REOPEN_WINDOW_S = 10.0
 #: Prefix of the names the probe stats (never created: a probe only looks them up).
 PROBE_NAME_PREFIX = ".kvcache-l2-gate-probe-"
+
+#: The janitor's retiring list in the L2 directory (``cluster_agents/l2_janitor.py`` ``RETIRING_FILE``,
+#: copied: a test keeps the two equal): ``{"version": 1, "retiring": {"<chunk hash hex>": <epoch s>}}``.
+RETIRING_FILE = ".kvcache-retiring.json"
+#: Seconds between two looks at the retiring list (a ``stat``; the file is read only when it changed).
+RETIRING_POLL_S = 1.0
+#: ``KVCACHE_L2_RETIRING_ENABLED``: ``0``/``false``/``no``/``off`` turns the filter off (default on).
+RETIRING_ENABLED_ENV = "KVCACHE_L2_RETIRING_ENABLED"
 
 #: A child of vLLM's logger, which vLLM configures (level INFO, its handler) in every process.
 logger = logging.getLogger("vllm.kvcache_l2_gate")
@@ -343,6 +365,114 @@ class GateProber:
             self._thread.join(timeout=1.0)
 
 
+def retiring_cap(chunks: Any, hit_end: int, retiring: frozenset[str]) -> int:
+    """Where a hit of ``hit_end`` tokens must stop so that no retiring chunk is loaded.
+
+    Args:
+        chunks: ``(start, end, chunk hash hex)`` of the request's chunks in token order (LMCache's
+            ``process_tokens``), at least those that start before ``hit_end``.
+        hit_end: the tokens LMCache's lookup found (from the first token).
+        retiring: hashes on the retiring list.
+
+    Returns:
+        The start of the first retiring chunk before ``hit_end``, else ``hit_end``.
+    """
+    for start, _end, chunk_hash in chunks:
+        if start >= hit_end:
+            break
+        if chunk_hash in retiring:
+            return start
+    return hit_end
+
+
+class RetiringWatcher:
+    """The hashes on the janitor's retiring list of ``directory``, kept current by a daemon thread.
+
+    Every ``interval_s`` the thread ``stat``\ s :data:`RETIRING_FILE` and reads it only when its
+    (inode, size, mtime) changed; no file is an empty list. A list it cannot read or parse keeps
+    the last one (logged once per change); a hung mount keeps this one thread waiting, nothing else.
+    :attr:`hashes` never blocks.
+    """
+
+    def __init__(self, directory: str, *, interval_s: float = RETIRING_POLL_S,
+                 on_change: Callable[[frozenset[str]], None] | None = None) -> None:
+        self.path = os.path.join(directory, RETIRING_FILE)
+        self.interval_s = interval_s
+        self.hashes: frozenset[str] = frozenset()
+        self._stamp: tuple[int, int, int] | None = None
+        self._on_change = on_change
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def refresh(self) -> None:
+        """One look at the list (what the thread does every ``interval_s``)."""
+        import json
+
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            stamp, hashes = None, frozenset()
+        except OSError as exc:
+            logger.warning("L2RETIRING cannot stat %s: %r; keeping %d hashes", self.path, exc, len(self.hashes))
+            return
+        else:
+            stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+            if stamp == self._stamp:
+                return
+            try:
+                with open(self.path, encoding="utf-8") as f:
+                    hashes = frozenset(str(h) for h in json.load(f)["retiring"])
+            except FileNotFoundError:
+                stamp, hashes = None, frozenset()
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                logger.warning("L2RETIRING cannot read %s: %r; keeping %d hashes", self.path, exc, len(self.hashes))
+                self._stamp = stamp
+                return
+        if stamp == self._stamp and hashes == self.hashes:
+            return
+        self._stamp = stamp
+        if hashes != self.hashes:
+            self.hashes = hashes
+            if self._on_change is not None:
+                self._on_change(hashes)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.refresh()
+            except Exception:  # noqa: BLE001 - the watcher must outlive any bug of one look
+                logger.exception("L2RETIRING refresh failed")
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> None:
+        """Start the thread (idempotent)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="l2-retiring", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def start_retiring(settings: GateSettings, env: Mapping[str, str] | None = None) -> RetiringWatcher | None:
+    """A started :class:`RetiringWatcher` of ``settings.path``; None without an fs:// L2 or when
+    ``KVCACHE_L2_RETIRING_ENABLED`` turns it off."""
+    env = os.environ if env is None else env
+    if not settings.path or env.get(RETIRING_ENABLED_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+        logger.info("L2RETIRING off (path=%r)", settings.path)
+        return None
+    registry = _Metrics.get()
+
+    def on_change(hashes: frozenset[str]) -> None:
+        logger.info("L2RETIRING %d chunks on the retiring list of %s", len(hashes), settings.path)
+        if registry is not None:
+            registry.retiring.set(len(hashes))
+
+    watcher = RetiringWatcher(settings.path, on_change=on_change)
+    watcher.start()
+    return watcher
+
+
 class _Metrics:
     """The gate's Prometheus metrics, when ``prometheus_client`` is importable (it is in vLLM's image).
 
@@ -363,6 +493,12 @@ class _Metrics:
         self.bypassed = Counter("kvcache_l2_gate_bypassed_lookups",
                                 "Lookups answered with 0 hit tokens without asking LMCache (gate open)")
         self.transitions = Counter("kvcache_l2_gate_transitions", "L2 gate transitions", ["to"])
+        self.retiring = Gauge("kvcache_l2_retiring_chunks", "Chunks on the janitor's retiring list (never loaded)",
+                              multiprocess_mode="livemax")
+        self.capped = Counter("kvcache_l2_retiring_capped_lookups",
+                              "Lookups whose L2 hit was shortened before a retiring chunk")
+        self.capped_tokens = Counter("kvcache_l2_retiring_capped_tokens",
+                                     "Hit tokens not loaded because a chunk before them is retiring")
 
     @classmethod
     def get(cls) -> _Metrics | None:
@@ -462,18 +598,23 @@ def _build_connector_class() -> type:
     class GatedLMCacheConnectorV1(LMCacheConnectorV1):  # type: ignore[misc, valid-type]
         """LMCacheConnectorV1 whose scheduler side skips LMCache while the L2 gate is open (module docstring)."""
 
+        _l2_gate: GateRuntime | None = None
+        _l2_retiring: RetiringWatcher | None = None
+
         # The parent's signature, spelled out: vLLM 0.29.0's KVConnectorFactory.get_connector_class
         # refuses an external connector whose constructor lacks ``kv_cache_config`` (supports_kw).
         def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
             super().__init__(vllm_config, role, kv_cache_config)
-            self._l2_gate: GateRuntime | None = None
             if role == KVConnectorRole.SCHEDULER:
-                self._l2_gate = start_gate(GateSettings.from_env())
+                settings = GateSettings.from_env()
+                self._l2_gate = start_gate(settings)
+                self._l2_retiring = start_retiring(settings)
 
         def get_num_new_matched_tokens(self, request: Any, num_computed_tokens: int) -> tuple[int | None, bool]:
             runtime = self._l2_gate
             if runtime is None:
-                return super().get_num_new_matched_tokens(request, num_computed_tokens)
+                return self._without_retiring(request, num_computed_tokens,
+                                              super().get_num_new_matched_tokens(request, num_computed_tokens))
             if runtime.gate.is_open:
                 # As a replica without L2: nothing to load, nothing to wait for. A request whose
                 # async lookup was in flight is cleaned up by update_state_after_alloc, which
@@ -482,9 +623,38 @@ def _build_connector_class() -> type:
                 return 0, False
             started = time.monotonic()
             try:
-                return super().get_num_new_matched_tokens(request, num_computed_tokens)
+                found = super().get_num_new_matched_tokens(request, num_computed_tokens)
             finally:
                 runtime.gate.lookup_done(time.monotonic() - started)
+            return self._without_retiring(request, num_computed_tokens, found)
+
+        def _without_retiring(self, request: Any, num_computed_tokens: int,
+                              found: tuple[int | None, bool]) -> tuple[int | None, bool]:
+            """``found`` (LMCache's answer) shortened to end before the first retiring chunk, with the
+            load spec LMCache recorded for the request shortened to match (module docstring)."""
+            need, load_async = found
+            watcher = self._l2_retiring
+            retiring = watcher.hashes if watcher is not None else frozenset()
+            if not need or not retiring:
+                return found
+            impl = self._lmcache_engine
+            spec = getattr(impl, "load_specs", {}).get(request.request_id)
+            database = getattr(getattr(impl, "lookup_client", None), "token_database", None)
+            if spec is None or database is None:
+                return found
+            hit_end = spec.lmcache_cached_tokens
+            keys = database.process_tokens(list(request.all_token_ids)[:hit_end], make_key=True)
+            cap = retiring_cap(((start, end, key.chunk_hash_hex) for start, end, key in keys), hit_end, retiring)
+            if cap >= hit_end:
+                return found
+            # LMCache asserts, when vLLM allocates, that it loads lmcache_cached - vllm_cached tokens
+            # (update_state_after_alloc); a cap below what vLLM holds itself loads nothing.
+            spec.lmcache_cached_tokens = max(cap, num_computed_tokens)
+            metrics = _Metrics.get()
+            if metrics is not None:
+                metrics.capped.inc()
+                metrics.capped_tokens.inc(hit_end - spec.lmcache_cached_tokens)
+            return max(cap - num_computed_tokens, 0), load_async
 
         def build_connector_meta(self, scheduler_output: Any) -> Any:
             metadata = super().build_connector_meta(scheduler_output)
@@ -496,6 +666,8 @@ def _build_connector_class() -> type:
         def shutdown(self) -> Any:
             if self._l2_gate is not None:
                 self._l2_gate.stop()
+            if self._l2_retiring is not None:
+                self._l2_retiring.stop()
             parent = getattr(super(), "shutdown", None)
             return parent() if callable(parent) else None
 

@@ -80,15 +80,60 @@ def vllm_pod(name: str, base: str, tmp: str, phase: str = "Running") -> dict:
                 {"name": "sidecar", "env": [{"name": "LMCACHE_REMOTE_URL", "value": "untouched-sidecar"}]}]}}
 
 
-def test_evicts_oldest_chunks_from_high_down_to_low_watermark(tmp_path):
+def run_settled(cfg: JanitorConfig, root: Path, *, now: float = NOW, **kwargs) -> l2_janitor.RunSummary:
+    """A pass, then the pass ``retire_grace_s`` later that deletes what the first retired; returns
+    the first pass's summary (the files are as the second left them)."""
+    first = run(cfg, root, now=now, **kwargs)
+    run(cfg, root, now=now + cfg.retire_grace_s, **kwargs)
+    return first
+
+
+def test_evicts_oldest_chunks_from_high_down_to_low_watermark_retired_first_deleted_a_grace_later(tmp_path):
     # 90 MiB of 100: above the 80 MiB high watermark; must end at or below 60 MiB.
     for i in range(90):
         put(tmp_path, f"{LIVE}/{chunk_name(i)}", MIB, age_s=3600 + (90 - i) * 60)  # chunk 0 oldest
     s = run(config(), tmp_path, list_pods=lambda: [], now=NOW)
     assert (s.used_bytes_before, s.used_bytes_after) == (90 * MIB, 60 * MIB)
-    assert s.evicted_chunks_deleted == 30 and s.bytes_freed == 30 * MIB and s.exit_code == 0
+    assert s.evicted_chunks_deleted == 30 and s.exit_code == 0
+    # The 30 oldest left lookups (the retiring list every replica's connector reads) but not the disk.
+    assert l2_janitor.read_retiring(tmp_path / LIVE) == {f"{i:016x}": NOW for i in range(30)}
+    assert (s.retiring_chunks, s.retiring_bytes, s.bytes_freed) == (30, 30 * MIB, 0)
+    assert len([p for p in (tmp_path / LIVE).iterdir() if p.name.endswith(".data")]) == 90
+    # A pass before the grace is over deletes nothing and evicts nothing more.
+    early = run(config(), tmp_path, list_pods=lambda: [], now=NOW + l2_janitor.RETIRE_GRACE_S - 1)
+    assert (early.retired_files_deleted, early.evicted_chunks_deleted, early.retiring_chunks) == (0, 0, 30)
+    # The first pass after the grace deletes them and empties the list.
+    later = run(config(), tmp_path, list_pods=lambda: [], now=NOW + l2_janitor.RETIRE_GRACE_S)
+    assert (later.retired_files_deleted, later.bytes_freed, later.retiring_chunks) == (30, 30 * MIB, 0)
     left = sorted(p.name for p in (tmp_path / LIVE).iterdir())
-    assert left == sorted(chunk_name(i) for i in range(30, 90)), "the 30 oldest went"
+    assert left == sorted(chunk_name(i) for i in range(30, 90)), "the 30 oldest went, and the list with them"
+
+
+def test_without_a_retire_grace_evicted_chunks_are_deleted_at_once(tmp_path):
+    for i in range(90):
+        put(tmp_path, f"{LIVE}/{chunk_name(i)}", MIB, age_s=3600 + (90 - i) * 60)
+    s = run(config(retire_grace_s=0), tmp_path, list_pods=lambda: [], now=NOW)
+    assert s.evicted_chunks_deleted == 30 and s.bytes_freed == 30 * MIB and s.retiring_chunks == 0
+    assert sorted(p.name for p in (tmp_path / LIVE).iterdir()) == sorted(chunk_name(i) for i in range(30, 90))
+
+
+def test_a_retiring_list_the_janitor_did_not_write_stops_eviction_in_its_directory(tmp_path):
+    for i in range(90):
+        put(tmp_path, f"{LIVE}/{chunk_name(i)}", MIB, age_s=3600 + (90 - i) * 60)
+    (tmp_path / LIVE / l2_janitor.RETIRING_FILE).write_text("not json")
+    s = run(config(), tmp_path, list_pods=lambda: [], now=NOW)
+    assert s.evicted_chunks_deleted == 0 and s.exit_code == 2
+    assert "retiring list of " + LIVE in s.errors[0] and "nothing of" in s.errors[0]
+    assert (tmp_path / LIVE / l2_janitor.RETIRING_FILE).read_text() == "not json"
+
+
+def test_a_chunk_declared_hot_after_its_retirement_is_kept(tmp_path):
+    for i in range(90):
+        put(tmp_path, f"{LIVE}/{chunk_name(i)}", MIB, age_s=3600 + (90 - i) * 60)
+    run(config(), tmp_path, list_pods=lambda: [], now=NOW)
+    assert f"{0:016x}" in l2_janitor.read_retiring(tmp_path / LIVE)
+    run(config(), tmp_path, list_pods=lambda: [], now=NOW + l2_janitor.RETIRE_GRACE_S, pinned=frozenset({f"{0:016x}"}))
+    assert (tmp_path / LIVE / chunk_name(0)).exists() and not (tmp_path / LIVE / chunk_name(1)).exists()
 
 
 def test_below_high_watermark_nothing_is_evicted(tmp_path):
@@ -109,7 +154,7 @@ def test_chunks_older_than_the_ttl_expire_but_directories_stay(tmp_path):
     put(tmp_path, f"{LIVE}/{chunk_name(1)}", MIB, age_s=25 * 3600)
     put(tmp_path, f"{LIVE}/{chunk_name(2)}", MIB, age_s=23 * 3600)
     age_dir(tmp_path, LIVE, 30 * 3600)
-    s = run(config(), tmp_path, list_pods=lambda: [], now=NOW)
+    s = run_settled(config(), tmp_path, list_pods=lambda: [])
     assert s.expired_chunks_deleted == 1
     assert (tmp_path / LIVE).is_dir() and [p.name for p in (tmp_path / LIVE).iterdir()] == [chunk_name(2)]
 
@@ -205,7 +250,7 @@ def test_json_summary_and_prometheus_text(tmp_path):
     text = (tmp_path / "m.prom").read_text()
     assert 'kvcache_l2_janitor_used_bytes{line="rag-assistant",namespace="rag-assistant"} 62914560' in text
     again = run(config(), root, list_pods=None, now=NOW)
-    assert prometheus_text(again).count("# TYPE") == 18
+    assert prometheus_text(again).count("# TYPE") == 21
     # The timestamp is when the pass finished, not when the text was made.
     assert f'kvcache_l2_janitor_last_run_timestamp_seconds{{line="rag-assistant",namespace="rag-assistant"}} ' \
            f'{again.finished_at!r}' in prometheus_text(again)
@@ -746,7 +791,7 @@ def test_pinned_chunks_survive_the_age_limit_and_the_watermarks_the_rest_goes_ol
     for i in range(20):
         for w in range(2):
             put(root, f"{LIVE}/{ranked_chunk(i, w)}", 5 * MIB, age_s=100 * 3600 - i * 3600 if i < 10 else 3600 * (20 - i))
-    s = run(config(), root, list_pods=lambda: [], now=NOW, pinned=frozenset(pinned))
+    s = run_settled(config(), root, list_pods=lambda: [], pinned=frozenset(pinned))
     left = sorted(os.listdir(root / LIVE))
     kept_hashes = {name.split("@")[3] for name in left}
     assert pinned <= kept_hashes  # every pinned chunk, both ranks
@@ -768,7 +813,7 @@ def test_control_without_pins_the_hot_prefix_goes_first(tmp_path):
     for i in range(20):
         for w in range(2):
             put(root, f"{LIVE}/{ranked_chunk(i, w)}", 5 * MIB, age_s=100 * 3600 - i * 3600 if i < 10 else 3600 * (20 - i))
-    s = run(config(), root, list_pods=lambda: [], now=NOW)
+    s = run_settled(config(), root, list_pods=lambda: [])
     assert not any((root / LIVE / ranked_chunk(i, 0)).exists() for i in range(4))
     assert s.pinned_chunk_files == 0 and s.pinned_chunks_kept == 0
 
@@ -780,7 +825,7 @@ def test_pins_protect_only_the_configured_directory_and_never_young_chunks_anywa
     seed_state(root, [("old-model-000000000000", 3600), (LIVE, 0)])
     put(root, f"old-model-000000000000/{chunk_name(1)}", MIB, age_s=48 * 3600)
     put(root, f"{LIVE}/{chunk_name(1)}", MIB, age_s=48 * 3600)
-    s = run(config(), root, list_pods=lambda: [], now=NOW, pinned=frozenset({f"{1:016x}"}))
+    s = run_settled(config(), root, list_pods=lambda: [], pinned=frozenset({f"{1:016x}"}))
     assert (root / LIVE / chunk_name(1)).exists()
     assert not (root / "old-model-000000000000" / chunk_name(1)).exists()
     assert s.expired_chunks_deleted == 1 and s.pinned_chunks_kept == 1

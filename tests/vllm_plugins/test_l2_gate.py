@@ -286,3 +286,64 @@ def test_start_gate_probes_a_real_directory_and_publishes_its_state(tmp_path: Pa
         assert registry.get_sample_value("kvcache_l2_gate_open") == 0
     finally:
         runtime.stop()
+
+
+# --- the janitor's retiring list (docs/l2-cache.md, "Evictions and readers on other nodes") -------
+
+
+def test_the_retiring_list_has_one_name_in_the_janitor_and_the_connector() -> None:
+    from cluster_agents import l2_janitor
+
+    assert l2_gate.RETIRING_FILE == l2_janitor.RETIRING_FILE
+
+
+def test_a_hit_stops_before_the_first_retiring_chunk() -> None:
+    chunks = [(0, 256, "a"), (256, 512, "b"), (512, 768, "c"), (768, 1024, "d")]
+    assert l2_gate.retiring_cap(chunks, 1024, frozenset()) == 1024
+    assert l2_gate.retiring_cap(chunks, 1024, frozenset({"c"})) == 512
+    assert l2_gate.retiring_cap(chunks, 1024, frozenset({"a", "c"})) == 0
+    # A retiring chunk beyond the hit changes nothing.
+    assert l2_gate.retiring_cap(chunks, 512, frozenset({"c", "d"})) == 512
+
+
+def test_the_watcher_reads_what_the_janitor_writes_and_only_when_it_changed(tmp_path: Path, monkeypatch) -> None:
+    from cluster_agents import l2_janitor
+
+    seen: list[frozenset[str]] = []
+    watcher = l2_gate.RetiringWatcher(str(tmp_path), on_change=seen.append)
+    watcher.refresh()
+    assert watcher.hashes == frozenset() and seen == []
+    l2_janitor.write_retiring(tmp_path, {"1f": 100.0, "-2a": 101.0})
+    watcher.refresh()
+    assert watcher.hashes == {"1f", "-2a"} and seen == [frozenset({"1f", "-2a"})]
+    reads: list[str] = []
+    real_open = open
+    monkeypatch.setattr("builtins.open", lambda *a, **k: reads.append(a[0]) or real_open(*a, **k))
+    watcher.refresh()  # unchanged: one stat, no read
+    assert reads == []
+    monkeypatch.undo()
+    l2_janitor.write_retiring(tmp_path, {})  # the janitor deleted them all: the file goes
+    watcher.refresh()
+    assert watcher.hashes == frozenset() and len(seen) == 2
+
+
+def test_a_list_that_cannot_be_read_keeps_the_last_one(tmp_path: Path) -> None:
+    from cluster_agents import l2_janitor
+
+    watcher = l2_gate.RetiringWatcher(str(tmp_path))
+    l2_janitor.write_retiring(tmp_path, {"1f": 100.0})
+    watcher.refresh()
+    (tmp_path / l2_gate.RETIRING_FILE).write_text("{torn")
+    watcher.refresh()
+    assert watcher.hashes == {"1f"}
+
+
+def test_the_watcher_is_off_without_an_fs_l2_or_when_turned_off(tmp_path: Path) -> None:
+    assert l2_gate.start_retiring(l2_gate.GateSettings(path=None), env={}) is None
+    assert l2_gate.start_retiring(l2_gate.GateSettings(path=str(tmp_path)),
+                                  env={l2_gate.RETIRING_ENABLED_ENV: "off"}) is None
+    watcher = l2_gate.start_retiring(l2_gate.GateSettings(path=str(tmp_path)), env={})
+    try:
+        assert watcher is not None and watcher.path == str(tmp_path / l2_gate.RETIRING_FILE)
+    finally:
+        watcher.stop()
