@@ -37,8 +37,8 @@ from capacity.routing_sim import (  # noqa: E402
     make_trace,
     rate_for_load,
 )
-from platform_config import load_project  # noqa: E402
-from platform_config.loader import default_config_dir  # noqa: E402
+from operator_tools import cli  # noqa: E402
+from platform_config import ConfigError  # noqa: E402
 
 TRACES = {"conversation": MOONCAKE_CONVERSATION, "synthetic": MOONCAKE_SYNTHETIC}
 
@@ -61,8 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    project = load_project(args.config or default_config_dir())
-    line = project.business_line(args.business_line)
+    try:
+        project = cli.load_config(args.config)  # every check, as every command loads the config
+        line = project.business_line(args.business_line)
+    except ConfigError as exc:
+        return cli.fail(exc)
+    except KeyError as exc:  # an unknown line: the message lists the known ones
+        return cli.fail(exc.args[0])
     replicas = args.replicas or (line.autoscaling.max_replicas if line.autoscaling else line.replicas)
     p = plan(inputs_from_line(line, project.platform))
     service = ServiceModel.from_plan(p)
