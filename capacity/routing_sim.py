@@ -220,6 +220,9 @@ class _Skeleton:
     arrivals: tuple[float, ...]
     tokens: tuple[int, ...]
     groups: tuple[int, ...]
+    #: Per request, a uniform draw in [0, 1) that rounds its context blocks up or down, so the ceiling
+    #: is near-continuous in the context fraction even for prompts of few blocks.
+    dither: tuple[float, ...]
 
 
 def _skeleton(shape: TraceShape, seed: int) -> _Skeleton:
@@ -246,18 +249,19 @@ def _skeleton(shape: TraceShape, seed: int) -> _Skeleton:
             active.remove(g)
         active.append(g)
         groups.append(g)
-    return _Skeleton(tuple(arrivals), tuple(tokens), tuple(groups))
+    dither = tuple(rng.random() for _ in range(shape.requests))
+    return _Skeleton(tuple(arrivals), tuple(tokens), tuple(groups), dither)
 
 
 def _materialize(shape: TraceShape, skeleton: _Skeleton, fraction: float) -> tuple[Request, ...]:
     next_id = 1 if shape.shared_first_block else 0
     context: dict[tuple[int, int], int] = {}
     out = []
-    for t, n_tokens, g in zip(skeleton.arrivals, skeleton.tokens, skeleton.groups):
+    for t, n_tokens, g, u in zip(skeleton.arrivals, skeleton.tokens, skeleton.groups, skeleton.dither):
         n = math.ceil(n_tokens / shape.block_tokens)
         blocks: list[int] = [0] if shape.shared_first_block else []
         rest = n - len(blocks)
-        k = min(rest, round(fraction * rest))
+        k = min(rest, math.floor(fraction * rest + u))
         for j in range(k):
             if (g, j) not in context:
                 context[(g, j)] = next_id
@@ -293,13 +297,15 @@ def make_trace(shape: TraceShape = MOONCAKE_CONVERSATION, *, seed: int = 0, tole
     if not low_ceiling <= shape.reuse_ceiling <= high_ceiling:
         raise ValueError(f"{shape.name}: a reuse ceiling of {shape.reuse_ceiling:.0%} is out of reach; "
                          f"these groups give {low_ceiling:.1%} to {high_ceiling:.1%}")
-    fraction = lo
+    fraction, got = lo, low_ceiling
     for _ in range(40):
         fraction = (lo + hi) / 2
         got, requests = ceiling(fraction)
         if abs(got - shape.reuse_ceiling) <= tolerance:
             break
         lo, hi = (fraction, hi) if got < shape.reuse_ceiling else (lo, fraction)
+    if abs(got - shape.reuse_ceiling) > tolerance:
+        raise ValueError(f"{shape.name}: the reuse ceiling converged to {got:.1%}, not {shape.reuse_ceiling:.1%}")
     return Trace(shape=shape, seed=seed, requests=requests, context_fraction=fraction)
 
 

@@ -149,3 +149,11 @@ def test_the_same_seed_gives_the_same_figures(conversation) -> None:
             == rs.simulate(conversation, SERVICE, "prefixaware", replicas=REPLICAS, l2=True, seed=3))
     other = rs.make_trace(small(rs.MOONCAKE_CONVERSATION), seed=2)
     assert [r.tokens for r in other.requests] != [r.tokens for r in conversation.requests]
+
+
+@pytest.mark.parametrize("shape", [rs.MOONCAKE_CONVERSATION, rs.MOONCAKE_SYNTHETIC], ids=lambda s: s.name)
+def test_the_ceiling_is_met_with_prompts_clipped_to_a_lines_context(shape) -> None:
+    """rag-assistant's --max-model-len 8192 leaves prompts of at most 16 blocks: still fitted (dithered rounding)."""
+    trace = rs.make_trace(small(shape, max_input_tokens=8_192), seed=4)
+    assert trace.reuse_ceiling == pytest.approx(shape.reuse_ceiling, abs=0.002)
+    assert max(r.tokens for r in trace.requests) <= 8_192
