@@ -47,11 +47,14 @@ import random
 import statistics
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field, replace
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from capacity.latency import DEFAULT_CALIBRATION, GIB, Calibration, l2_read_ms, prefill_flops, prefill_flops_per_s
 from capacity.model_specs import ModelSpec
 from capacity.planner import Plan
+
+if TYPE_CHECKING:
+    from platform_config import BusinessLineConfig
 
 #: Characters of one chunk of production-stack's prefix trie (``HashTrie(chunk_size=128)``, hashtrie.py).
 TRIE_CHUNK_CHARS = 128
@@ -733,3 +736,38 @@ def format_results(results: Sequence[SimResult]) -> str:
     rows.append("(TTFT in ms; miss/local/L2 hit: shares of prompt tokens prefilled, read locally, read from L2; "
                 "max req/max work: the busiest replica's share of requests and of prefill + L2-read time)")
     return "\n".join(rows)
+
+
+# --------------------------------------------------------------------------------------------------------
+# What a line's config says about its routing (scripts/plan.py --business-line)
+
+
+def line_routing_notes(line: "BusinessLineConfig", p: Plan) -> list[str]:
+    """What the planner can tell about a line's ``routing_strategy`` from its config alone (docs/routing.md;
+    ``scripts/overlap.py`` advises from a request log). Each note is one sentence; none: nothing to say.
+
+    * ``prefixaware`` with active ``hot_prefixes``: every request that starts with a hot prefix shares its
+      first 128 characters, so production-stack's trie sends them all to one replica (a hot spot).
+    * ``kvaware`` on a chat endpoint: production-stack's kvaware router tokenizes only completions' ``prompt``;
+      chat requests fall back (#1045, #1062); and it never sees the L2.
+    * prompts (the plan's ``tokens``) below the L2 break-even with an affinity strategy: a local hit saves
+      little prefill there; round robin.
+    * one replica at most: routing changes nothing until the line scales.
+    """
+    notes = []
+    most = line.autoscaling.max_replicas if line.autoscaling else line.replicas
+    strategy = line.routing_strategy
+    if strategy == "prefixaware" and line.hot_prefixes.active:
+        notes.append("prefixaware with hot_prefixes: every request that starts with a hot prefix goes to the replica "
+                     "that served the first one (a hot spot); roundrobin (docs/routing.md)")
+    if strategy == "kvaware":
+        chat = "chat" in line.invocation_endpoint
+        notes.append("kvaware sees each replica's local tiers only, never the L2, and has no load term"
+                     + ("; this line's chat requests are not tokenized by it and fall back" if chat else ""))
+    be = p.timing.break_even_tokens
+    if strategy in ("prefixaware", "kvaware", "session") and be is not None and p.inputs.tokens < be:
+        notes.append(f"prompts of {p.inputs.tokens:,} tokens are below the L2 break-even (~{be:,.0f}): affinity "
+                     "saves little prefill; roundrobin")
+    if most <= 1:
+        notes.append("one replica: routing changes nothing until the line scales")
+    return notes

@@ -157,3 +157,24 @@ def test_the_ceiling_is_met_with_prompts_clipped_to_a_lines_context(shape) -> No
     trace = rs.make_trace(small(shape, max_input_tokens=8_192), seed=4)
     assert trace.reuse_ceiling == pytest.approx(shape.reuse_ceiling, abs=0.002)
     assert max(r.tokens for r in trace.requests) <= 8_192
+
+
+def test_the_planner_notes_a_hot_spot_in_a_lines_config() -> None:
+    """scripts/plan.py --business-line: prefixaware with hot prefixes is a hot spot; the example's
+    roundrobin is not; kvaware on a chat endpoint falls back."""
+    from capacity.fit import inputs_from_line
+    from platform_config import load_project
+    from tests.example_config import FIXTURE_CONFIG, USER_CONFIG
+
+    def notes(config, name):
+        project = load_project(config)
+        line = project.business_line(name)
+        return line, rs.line_routing_notes(line, plan(inputs_from_line(line, project.platform)))
+
+    line, fixture_rag = notes(FIXTURE_CONFIG, "rag-assistant")
+    assert line.routing_strategy == "prefixaware" and line.hot_prefixes.active
+    assert any("hot spot" in n for n in fixture_rag)
+    line, example_rag = notes(USER_CONFIG, "rag-assistant")
+    assert line.routing_strategy == "roundrobin" and example_rag == []
+    _, fixture_rr = notes(FIXTURE_CONFIG, "research-reasoning")
+    assert any("chat requests are not tokenized" in n for n in fixture_rr) and any("one replica" in n for n in fixture_rr)
