@@ -49,7 +49,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from capacity.latency import DEFAULT_CALIBRATION, GIB, Calibration, l2_read_ms, prefill_flops, prefill_flops_per_s
+from capacity.latency import DEFAULT_CALIBRATION, Calibration, l2_read_ms, prefill_flops, prefill_flops_per_s
 from capacity.model_specs import ModelSpec
 from capacity.planner import Plan
 
@@ -429,11 +429,15 @@ class Line:
         l2 = self.l2.prefix(request.blocks, local) if self.l2 is not None else 0
         return local, l2
 
-    def service_ms(self, replica: int, request: Request) -> float:
+    def hit_tokens(self, replica: int, request: Request) -> tuple[int, int]:
+        """(tokens read locally, tokens read from L2) of ``request`` if it ran on ``replica`` now."""
         local, l2 = self.hits(replica, request)
-        return self.service.service_ms(request.tokens, _tokens_of(local, self.block_tokens, request),
-                                       _tokens_of(local + l2, self.block_tokens, request)
-                                       - _tokens_of(local, self.block_tokens, request))
+        local_tokens = _tokens_of(local, self.block_tokens, request)
+        return local_tokens, _tokens_of(local + l2, self.block_tokens, request) - local_tokens
+
+    def service_ms(self, replica: int, request: Request) -> float:
+        """``request``'s service time if it ran on ``replica`` now, ms."""
+        return self.service.service_ms(request.tokens, *self.hit_tokens(replica, request))
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -666,7 +670,6 @@ def simulate(trace: Trace, service: ServiceModel, strategy: str, *, replicas: in
     """
     line = Line(replicas, service, trace.shape.block_tokens, l2=l2)
     router = STRATEGIES[strategy](seed)
-    bt = trace.shape.block_tokens
     ttfts: list[float] = []
     assignments: list[int] = []
     n_requests = [0] * replicas
@@ -675,9 +678,7 @@ def simulate(trace: Trace, service: ServiceModel, strategy: str, *, replicas: in
     local_tokens = l2_tokens = total_tokens = 0
     for r in trace.requests:
         i = router.choose(line, r)
-        local, from_l2 = line.hits(i, r)
-        lt = _tokens_of(local, bt, r)
-        l2t = _tokens_of(local + from_l2, bt, r) - lt
+        lt, l2t = line.hit_tokens(i, r)
         service_ms = service.service_ms(r.tokens, lt, l2t)
         now_ms = r.arrival_s * 1000.0
         start = max(now_ms, line.free_at_ms[i])
