@@ -410,6 +410,13 @@ class Line:
         self.l2 = _BlockCache(max(1, service.l2_tokens // block_tokens), refresh=False) if l2 else None
         self.free_at_ms = [0.0] * replicas
         self.routed_at_s: list[deque[float]] = [deque() for _ in range(replicas)]
+        #: The replicas the router may choose now: the first ``active`` (a scale-out raises it).
+        self.active = replicas
+
+    @property
+    def available(self) -> tuple[str, ...]:
+        """Names of the replicas the router may choose now."""
+        return self.names[:self.active]
 
     def outstanding_ms(self, replica: int, now_s: float) -> float:
         """Work queued or running on ``replica`` at ``now_s``, ms."""
@@ -457,7 +464,7 @@ def _lowest_qps(line: Line, now_s: float) -> int:
     """production-stack ``RoutingInterface._qps_routing``: the first replica with no request stats, else
     the lowest QPS over the window (first in order on a tie)."""
     best, best_qps = 0, math.inf
-    for i in range(len(line.names)):
+    for i in range(line.active):
         if not line.routed_at_s[i] and line.free_at_ms[i] == 0.0:
             return i  # never routed to: no stats yet
         q = line.qps(i, now_s)
@@ -472,18 +479,19 @@ class RoundRobin(Strategy):
     name = "roundrobin"
 
     def __init__(self) -> None:
-        self.next = 0
+        self.next: dict[int, int] = {}  # per set of replicas, as production-stack keys its index
 
     def choose(self, line: Line, request: Request) -> int:
-        i = self.next % len(line.names)
-        self.next += 1
-        return i
+        k = self.next.get(line.active, 0)
+        self.next[line.active] = k + 1
+        return k % line.active
 
 
 class _Ring:
     """A consistent-hash ring of md5 points (:data:`RING_POINTS` per replica)."""
 
     def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)
         points = sorted((self._hash(f"{name}-{k}"), i) for i, name in enumerate(names) for k in range(RING_POINTS))
         self.keys = [p for p, _ in points]
         self.nodes = [i for _, i in points]
@@ -508,8 +516,8 @@ class Session(Strategy):
     def choose(self, line: Line, request: Request) -> int:
         if request.session is None:
             return _lowest_qps(line, request.arrival_s)
-        if self.ring is None:
-            self.ring = _Ring(line.names)
+        if self.ring is None or self.ring.names != line.available:
+            self.ring = _Ring(line.available)
         return self.ring.node(request.session)
 
 
@@ -544,7 +552,7 @@ class PrefixAware(Strategy):
         self.rng = random.Random(seed)
 
     def choose(self, line: Line, request: Request) -> int:
-        node, selected = self.root, set(range(len(line.names)))
+        node, selected = self.root, set(range(line.active))
         for b in request.blocks:
             child = node.children.get(b)
             if child is None or not (child.replicas & selected):
@@ -575,15 +583,15 @@ class KvAware(Strategy):
         self.ring: _Ring | None = None
 
     def choose(self, line: Line, request: Request) -> int:
-        local = [line.local[i].prefix(request.blocks) for i in range(len(line.names))]
+        local = [line.local[i].prefix(request.blocks) for i in range(line.active)]
         best = max(range(len(local)), key=lambda i: (local[i], -i))
         matched = _tokens_of(local[best], line.block_tokens, request)
         if local[best] > 0 and matched >= max(request.tokens - KVAWARE_THRESHOLD_TOKENS, 0):
             return best
         if request.session is None:
             return _lowest_qps(line, request.arrival_s)
-        if self.ring is None:
-            self.ring = _Ring(line.names)
+        if self.ring is None or self.ring.names != line.available:
+            self.ring = _Ring(line.available)
         return self.ring.node(request.session)
 
 
@@ -599,7 +607,7 @@ class LeastWork(Strategy):
 
     def choose(self, line: Line, request: Request) -> int:
         now = request.arrival_s
-        return min(range(len(line.names)),
+        return min(range(line.active),
                    key=lambda i: (line.outstanding_ms(i, now) + line.service_ms(i, request), i))
 
 
@@ -660,16 +668,22 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
 
 
 def simulate(trace: Trace, service: ServiceModel, strategy: str, *, replicas: int, l2: bool,
-             seed: int = 0) -> SimResult:
+             seed: int = 0, scale_out: tuple[float, int] | None = None) -> SimResult:
     """Route every request of ``trace`` with ``strategy`` over ``replicas`` replicas, with or without the
     shared L2, and measure. Pure and deterministic: the same arguments give the same result.
+
+    ``scale_out`` ``(at_s, added)``: ``added`` replicas (empty caches) join at ``at_s`` s; the shares then
+    cover ``replicas + added`` replicas.
 
     A request is looked up when it arrives (local prefix, then L2 after it), queued FIFO on its replica,
     and its blocks are stored in that replica's local cache and in the L2 at that moment (a prompt that
     arrives while an identical one is still queued hits: slightly optimistic under load).
     """
-    line = Line(replicas, service, trace.shape.block_tokens, l2=l2)
+    added = scale_out[1] if scale_out else 0
+    line = Line(replicas + added, service, trace.shape.block_tokens, l2=l2)
+    line.active = replicas
     router = STRATEGIES[strategy](seed)
+    replicas += added
     ttfts: list[float] = []
     assignments: list[int] = []
     n_requests = [0] * replicas
@@ -677,6 +691,8 @@ def simulate(trace: Trace, service: ServiceModel, strategy: str, *, replicas: in
     prefilled = [0] * replicas
     local_tokens = l2_tokens = total_tokens = 0
     for r in trace.requests:
+        if scale_out and r.arrival_s >= scale_out[0]:
+            line.active = replicas
         i = router.choose(line, r)
         lt, l2t = line.hit_tokens(i, r)
         service_ms = service.service_ms(r.tokens, lt, l2t)

@@ -178,3 +178,19 @@ def test_the_planner_notes_a_hot_spot_in_a_lines_config() -> None:
     assert line.routing_strategy == "roundrobin" and example_rag == []
     _, fixture_rr = notes(FIXTURE_CONFIG, "research-reasoning")
     assert any("chat requests are not tokenized" in n for n in fixture_rr) and any("one replica" in n for n in fixture_rr)
+
+
+def test_after_a_scale_out_prefixaware_gives_the_new_replicas_nothing(conversation) -> None:
+    """The trie sends known prefixes where they went before; the shared first block is known to all of
+    them, so replicas added by a scale-out get no request. Round robin and the blend use them at once."""
+    midpoint = conversation.requests[len(conversation.requests) // 2].arrival_s
+    after = [k for k, r in enumerate(conversation.requests) if r.arrival_s >= midpoint]
+
+    def share_of_new(strategy: str) -> float:
+        result = rs.simulate(conversation, SERVICE, strategy, replicas=2, l2=True, scale_out=(midpoint, 2))
+        assert len(result.request_share) == 4
+        return sum(result.assignments[k] >= 2 for k in after) / len(after)
+
+    assert share_of_new("prefixaware") == 0.0
+    assert share_of_new("roundrobin") == pytest.approx(0.5, abs=0.01)
+    assert share_of_new("leastwork") > 0.4
