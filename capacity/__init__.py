@@ -12,4 +12,6 @@ Modules:
     prices          the price table ``config/prices.yaml`` (dated, sourced prices).
     planner         the plan (fit, times, cost), the recommendation across instance types, the report.
     project_checks  loading a project as every command does: the config checks plus the planner's.
+    routing_sim     a deterministic simulator of one line's routing (Mooncake-fitted traces, the operator's
+                    strategies as production-stack implements them, the L2 at the planner's read cost).
 """

@@ -137,6 +137,12 @@ class Calibration:
 DEFAULT_CALIBRATION = Calibration.from_reference()
 
 
+def prefill_flops_per_s(instance: InstanceType, tp: int, calibration: Calibration = DEFAULT_CALIBRATION) -> float:
+    """Prefill rate of one replica, FLOP/s: the calibrated share of peak (:class:`Calibration`) x the
+    GPU's dense BF16 peak x ``tp`` (TP communication not modelled: optimistic for TP > 1)."""
+    return calibration.efficiency * instance.gpu_peak_bf16_tflops * 1e12 * tp
+
+
 @dataclass(frozen=True)
 class Timing:
     """Latency figures for one prompt length (ms, tokens)."""
@@ -164,7 +170,7 @@ def timing(model: ModelSpec, instance: InstanceType, tp: int, kv_dtype: str, *, 
     reference's repeated prompt, 1,925 of 1,925 tokens hit); below 1 the cached part is
     rounded down to whole ``chunk_tokens`` chunks, as LMCache stores only full chunks.
     """
-    flops_per_s = calibration.efficiency * instance.gpu_peak_bf16_tflops * 1e12 * tp
+    flops_per_s = prefill_flops_per_s(instance, tp, calibration)
     bandwidth = l2_read_gibps * tp
     kv_per_token = model.kv_bytes_per_token(kv_dtype)
     cached = tokens if hit_ratio >= 1.0 else int(hit_ratio * tokens) // chunk_tokens * chunk_tokens

@@ -76,6 +76,14 @@ FUSE_POD_EVENT_WINDOW: Final = "15m"
 #: ... and held this long first: the shortest hold of every alert here (two evaluations of AMP's
 #: 1-minute groups), which a single event outlasts by the window above.
 FUSE_POD_EVENT_FOR: Final = "2m"
+#: A replica takes more than this many times its fair share (1 / replicas) of its line's prompt tokens:
+#: 75% of a two-replica line, 37.5% of a four-replica one. Round robin keeps every replica near 1x, the
+#: load-dominant blend of scripts/bench_routing.py within 1.3x; prefixaware on a prefix every request
+#: shares puts one replica at n x (docs/routing.md).
+HOT_SPOT_FACTOR: Final = 1.5
+#: ... over :data:`observability.queries.SHARE_WINDOW`, for this long: routing is a fixed setting, so a
+#: hot spot lasts; a pod that left keeps its series (and the replica count) up to one window, shorter.
+HOT_SPOT_FOR: Final = "30m"
 #: The API server's metrics are not collected: no answering target of the apiserver job for this
 #: long (the FUSE pod guard's refusals and admissions are then unseen).
 APISERVER_UNSCRAPED_FOR: Final = "15m"
@@ -150,6 +158,21 @@ def line_alerts(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...])
         action="On the line's dashboard row, look at the tier shares first: if L0/L1/L2 hits fell, the cache "
                "stopped helping (see KvCacheL2HitRateCollapsed); if 'waiting' requests grow, the line needs "
                "more replicas; if GPU utilisation is low with high TTFT, check L2 read throughput and Curvine."))
+    multi = [line for line in lines if (line.autoscaling.max_replicas if line.autoscaling else line.replicas) > 1]
+    out += _per_line(multi, lambda line: Alert(
+        name="KvCacheReplicaHotSpot",
+        expr=queries.replica_hot_spot(line, HOT_SPOT_FACTOR),
+        for_=HOT_SPOT_FOR, severity="warning", labels={"business_line": line.name},
+        summary=f"{line.name}: {{{{ $labels.pod }}}} takes {{{{ $value | humanizePercentage }}}} of the line's "
+                "prompt tokens",
+        meaning=f"One replica received more than {HOT_SPOT_FACTOR:g}x its fair share (1 / the line's replicas) of "
+                f"the line's prompt tokens over {queries.SHARE_WINDOW}, for {HOT_SPOT_FOR}: the router sends it "
+                "most of the traffic (prefixaware with a prefix every request shares, kvaware or session with one "
+                "heavy user) while the others idle. Its queue, hence TTFT, grows; adding replicas does not help.",
+        action="On the line's dashboard row, 'Share of prompt tokens per replica' shows which; scripts/overlap.py "
+               "on a request log says which routing_strategy the traffic calls for (docs/routing.md). "
+               "routing_strategy is fixed after creation: change it in the line's file and re-create the "
+               "endpoint; meanwhile deleting the hot pod only moves the hot spot."))
     out += _per_line(l2_lines, lambda line: Alert(
         name="KvCacheLineL2AboveHighWatermark",
         expr=(f"{queries.l2_used_bytes(line)} > "

@@ -162,6 +162,11 @@ def line_panels(platform: PlatformConfig, line: BusinessLineConfig) -> list[Any]
                 [(prompt, "prompt"), (queries.generation_tokens_rate(line), "generated")]),
         _series("Requests", "Requests running on the GPUs and waiting in vLLM's queue.", "short",
                 [(queries.requests(line, "running"), "running"), (queries.requests(line, "waiting"), "waiting")]),
+        _series("Share of prompt tokens per replica", f"Each replica's share of the line's prompt tokens and "
+                f"requests over {queries.SHARE_WINDOW}: near 1 / replicas each when routing spreads the load; one "
+                "replica near 100% is a hot spot (KvCacheReplicaHotSpot; docs/routing.md).", "percentunit",
+                [(queries.replica_share(line, "prompt_tokens"), "{{pod}} prompt tokens"),
+                 (queries.replica_share(line, "requests"), "{{pod}} requests")], max_value=1),
     ]
     if line.cache.l2_enabled and platform.curvine.enabled:
         size = queries.l2_size_bytes(line)

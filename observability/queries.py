@@ -209,6 +209,40 @@ def requests(line: BusinessLineConfig, state: str) -> str:
     return f"sum({selector(f'vllm:num_requests_{state}', **line_labels(line))})"
 
 
+#: Window of each replica's share of a line's traffic: a quarter of an hour, so a burst of long prompts on
+#: one replica is not a hot spot, while a router that sends one replica most of the traffic is.
+SHARE_WINDOW: Final = "15m"
+
+
+def _per_replica(line: BusinessLineConfig, what: str, window: str) -> str:
+    name, suffix = {"prompt_tokens": ("vllm:prompt_tokens", ""),
+                    "requests": ("vllm:time_to_first_token_seconds", "_count")}[what]
+    return f"sum by (pod)(rate({selector(name, suffix, **line_labels(line))}[{window}]))"
+
+
+def replica_share(line: BusinessLineConfig, what: str = "prompt_tokens", window: str = SHARE_WINDOW) -> str:
+    """Each replica's (pod's) share of the line's ``prompt_tokens`` (``vllm:prompt_tokens``: the prefill
+    work routing hands it, cached or not) or ``requests`` (requests that got a first token, the count of
+    ``vllm:time_to_first_token_seconds``) over ``window``, 0-1, by ``pod``. Routing decides it: round
+    robin gives each of n replicas 1/n; production-stack's prefixaware gives one replica all the requests
+    that share a first 128 characters (docs/routing.md)."""
+    per_pod = _per_replica(line, what, window)
+    return f"{per_pod} / scalar(sum({per_pod}))"
+
+
+def replicas_with_traffic_series(line: BusinessLineConfig, window: str = SHARE_WINDOW) -> str:
+    """How many replicas (pods) of the line have prompt-token series over ``window`` (idle ones included:
+    a replica that gets nothing is what a hot spot leaves)."""
+    return f"count({_per_replica(line, 'prompt_tokens', window)})"
+
+
+def replica_hot_spot(line: BusinessLineConfig, factor: float, window: str = SHARE_WINDOW) -> str:
+    """The replicas whose share of the line's prompt tokens exceeds ``factor`` x their fair share (1 / the
+    replicas with series), by ``pod``. A line of one replica never matches (its share 1 < factor)."""
+    return (f"{replica_share(line, 'prompt_tokens', window)} > {factor:g} / "
+            f"scalar({replicas_with_traffic_series(line, window)})")
+
+
 def kv_cache_usage(line: BusinessLineConfig) -> str:
     """GPU KV-cache usage per pod (0-1)."""
     return f"max by (pod)({selector('vllm:kv_cache_usage_perc', **line_labels(line))})"

@@ -49,6 +49,16 @@ DEFAULT_CHUNK_TOKENS = 256
 DEFAULT_MAX_CACHED_CHUNKS = 1 << 20
 DEFAULT_MAX_GROUPS = 1000
 APPROX_CHARS_PER_TOKEN = 4
+#: Characters of the first chunk of production-stack's prefix trie (``HashTrie(chunk_size=128)``): requests
+#: whose texts share them follow one path from the root, so under ``prefixaware`` they go where the first
+#: of them went (capacity/routing_sim.py, docs/sources.md §27).
+ROUTER_CHUNK_CHARS = 128
+#: A prefix the router's first chunk shares among at least this share of requests sends at least this share
+#: of the traffic to one replica under ``prefixaware``: a hot spot on any line of two or more replicas.
+HOT_SPOT_SHARE = 0.5
+#: A chunk served to at least this share of all requests counts as "one prefix shared by all" (a system
+#: prompt, tool schemas), not as per-document reuse.
+COMMON_CHUNK_SHARE = 0.5
 NO_SYSTEM = "(no system prompt)"
 COMPLETION = "(completion prompt)"
 OTHER = "(other system prompts)"
@@ -160,15 +170,26 @@ def _token_id(value: Any) -> bool:
 
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt to analyse: text or token ids, and its system-prompt group."""
+    """One prompt to analyse: text or token ids, its system-prompt group, its session id (the request's
+    ``session_key`` field, if any) and the first :data:`ROUTER_CHUNK_CHARS` characters of the text
+    production-stack's prefix router keys (None for token ids)."""
 
     group: str
     text: str | None = None
     ids: tuple[int, ...] | None = None
+    session: str | None = None
+    router_head: str | None = None
 
 
-def parse_request(line: str, template: str = "chatml") -> list[Prompt]:
-    """The prompts of one JSONL line (a completion ``prompt`` list is a batch: several).
+def _router_text(messages: list[dict[str, Any]]) -> str:
+    """The text production-stack's ``PrefixAwareRouter`` keys a chat request by: every message's text
+    content joined by newlines (routing_logic.py at a6c01db0, docs/sources.md §27)."""
+    return "\n".join(_content_text(m.get("content")) for m in messages)
+
+
+def parse_request(line: str, template: str = "chatml", session_key: str = "user") -> list[Prompt]:
+    """The prompts of one JSONL line (a completion ``prompt`` list is a batch: several). The session id is
+    the request body's ``session_key`` field (or its ``metadata``'s), a string or a number.
 
     Raises:
         Malformed: with a short reason (invalid JSON, not an object, no messages or prompt,
@@ -181,6 +202,9 @@ def parse_request(line: str, template: str = "chatml") -> list[Prompt]:
     if not isinstance(obj, dict):
         raise Malformed("not a JSON object")
     body = obj["body"] if isinstance(obj.get("body"), dict) else obj
+    meta = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+    raw_session = body.get(session_key, meta.get(session_key))
+    session = str(raw_session) if isinstance(raw_session, (str, int)) and not isinstance(raw_session, bool) else None
     if "messages" in body:
         messages = body["messages"]
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
@@ -189,18 +213,20 @@ def parse_request(line: str, template: str = "chatml") -> list[Prompt]:
         group = NO_SYSTEM
         if first.get("role") in ("system", "developer"):
             group = _content_text(first.get("content"))
-        return [Prompt(group=group, text=render_chat(messages, template))]
+        return [Prompt(group=group, text=render_chat(messages, template), session=session,
+                       router_head=_router_text(messages)[:ROUTER_CHUNK_CHARS])]
     if "prompt" in body:
         prompt = body["prompt"]
         if isinstance(prompt, str):
-            return [Prompt(group=COMPLETION, text=prompt)]
+            return [Prompt(group=COMPLETION, text=prompt, session=session, router_head=prompt[:ROUTER_CHUNK_CHARS])]
         if isinstance(prompt, list) and prompt:
             if all(isinstance(p, str) for p in prompt):
-                return [Prompt(group=COMPLETION, text=p) for p in prompt]
+                return [Prompt(group=COMPLETION, text=p, session=session, router_head=p[:ROUTER_CHUNK_CHARS])
+                        for p in prompt]
             if all(_token_id(p) for p in prompt):
-                return [Prompt(group=COMPLETION, ids=tuple(prompt))]
+                return [Prompt(group=COMPLETION, ids=tuple(prompt), session=session)]
             if all(isinstance(p, list) and p and all(_token_id(i) for i in p) for p in prompt):
-                return [Prompt(group=COMPLETION, ids=tuple(p)) for p in prompt]
+                return [Prompt(group=COMPLETION, ids=tuple(p), session=session) for p in prompt]
         raise Malformed("bad prompt")
     raise Malformed("no messages or prompt")
 
@@ -266,6 +292,39 @@ class OverlapReport:
     #: Requests per whole percent (0..100) of their prompt served: at most 101 keys.
     shared_percent: Counter = field(default_factory=Counter)
     groups: dict[str, GroupStats] = field(default_factory=dict)
+    #: The request field read as the session id (:func:`parse_request`).
+    session_key: str = "user"
+    #: Prompt length below which an L2 read does not pay, tokens (scripts/plan.py's break-even).
+    break_even_tokens: float = 0.0
+    requests_with_session: int = 0
+    #: Served tokens whose chunk the same session stored first / another session (or none) stored first.
+    same_session_tokens: int = 0
+    cross_session_tokens: int = 0
+    #: Served tokens, of the cross-session ones, in chunks served to at least :data:`COMMON_CHUNK_SHARE` of
+    #: the requests: one prefix shared by (nearly) all.
+    common_tokens: int = 0
+    #: Requests per first router chunk (8-byte hash of its :data:`ROUTER_CHUNK_CHARS` characters), bounded
+    #: at ``max_groups`` distinct chunks (the rest uncounted); and how many requests had text to key.
+    router_heads: Counter = field(default_factory=Counter)
+    requests_with_head: int = 0
+    #: Requests shorter than ``break_even_tokens``.
+    short_requests: int = 0
+    #: Whether the line has the shared L2 (:func:`recommend_routing`).
+    l2: bool = True
+
+    @property
+    def router_head_share(self) -> float:
+        """The largest share of requests whose first 128 characters are the same (0 without text)."""
+        return max(self.router_heads.values()) / self.requests_with_head if self.router_heads else 0.0
+
+    @property
+    def document_tokens(self) -> int:
+        """Served tokens neither of the same session nor of the prefix shared by all: per-document reuse."""
+        return max(0, self.cross_session_tokens - self.common_tokens)
+
+    @property
+    def routing(self) -> "RoutingAdvice":
+        return recommend_routing(self)
 
     @property
     def share(self) -> float:
@@ -314,6 +373,7 @@ class OverlapReport:
                       "evictions": self.evictions},
             "groups": [{"system_prompt": g.label, "requests": g.requests, "prompt_tokens": g.prompt_tokens,
                         "served_tokens": g.served_tokens, "share": round(g.share, 4)} for g in self.top_groups(top)],
+            "routing": self.routing.to_dict(),
         }
 
     def histogram(self) -> list[dict[str, Any]]:
@@ -325,6 +385,107 @@ class OverlapReport:
                 upper *= 2
             buckets[upper] += count
         return [{"min": 0 if u == 256 else u // 2, "max": u - 1, "requests": buckets[u]} for u in sorted(buckets)]
+
+
+def reference_break_even_tokens() -> float:
+    """The planner's L2 break-even for the reference deployment (Qwen2-7B, fp16, one L40S), tokens: about
+    783 (capacity/latency.py). ``scripts/plan.py`` prints a line's own; pass it as ``--break-even-tokens``."""
+    from capacity.latency import REFERENCE_RUN, timing
+    from capacity.model_specs import lookup_model
+    from platform_config import get_instance_type
+
+    ref = REFERENCE_RUN
+    t = timing(lookup_model(ref.model), get_instance_type(ref.gpu_instance_type), ref.tp, ref.kv_dtype,
+               tokens=ref.prompt_tokens)
+    return float(t.break_even_tokens or 0.0)
+
+
+@dataclass(frozen=True)
+class RoutingAdvice:
+    """Which routing a line's request log calls for (:func:`recommend_routing`).
+
+    Attributes:
+        strategy: among the strategies the InferenceEndpointConfig CRD allows (``intelligentRoutingSpec.
+            routingStrategy``: prefixaware, kvaware, session, roundrobin), the one to configure.
+        ideal: what the traffic wants, whether or not the operator's router offers it: ``load only``,
+            ``session affinity``, ``prefix affinity with a load bound``.
+        hot_spot: ``prefixaware`` would send at least :data:`HOT_SPOT_SHARE` of the requests to one replica.
+        reasons: why, one clause each, with the log's figures.
+    """
+
+    strategy: str
+    ideal: str
+    hot_spot: bool
+    reasons: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy, "ideal": self.ideal, "hot_spot": self.hot_spot,
+                "reasons": list(self.reasons)}
+
+
+def recommend_routing(report: OverlapReport) -> RoutingAdvice:
+    """The routing ``report``'s log calls for. Rules, in order (issue 29 item 2; the figures behind them:
+    scripts/bench_routing.py, capacity/routing_sim.py):
+
+    1. A first 128 characters shared by at least :data:`HOT_SPOT_SHARE` of the requests: never
+       ``prefixaware`` (its trie sends them all to the replica that served the first, production-stack
+       #957).
+    2. A median prompt shorter than the L2 break-even, or under 10% of prompt tokens reusable: load only
+       (``roundrobin``): an L2 read does not pay and a local hit saves little prefill.
+    3. At least half of the reuse within a session (the ``session_key`` field, on at least half the
+       requests): ``session``: a conversation's KV stays on its replica.
+    4. At least a quarter of the reuse per document (served across sessions, by chunks fewer than
+       :data:`COMMON_CHUNK_SHARE` of the requests share): prefix affinity with a load bound, which no CRD
+       strategy has (prefixaware and kvaware have no load term). With the L2 the affinity is worth only an
+       L2 read (about 0.37x of a recompute at 2,500 tokens), so ``roundrobin``; without it, ``prefixaware``
+       unless rule 1 forbids it. The HyperPod Inference Gateway (prefix and load scorers) is the ideal.
+    5. Otherwise the reuse is one prefix shared by all: every replica holds it after its first request (and
+       the L2 as a hot prefix), so load only (``roundrobin``).
+
+    ``kvaware`` is never advised: it sees the replicas' local tiers only, never the L2, has no load term,
+    and does not tokenize chat requests (production-stack #1045, #1062), so they fall back.
+    """
+    if not report.requests:
+        return RoutingAdvice("roundrobin", "load only", False, ("no requests: nothing to route by",))
+    hot = report.router_head_share >= HOT_SPOT_SHARE and report.requests_with_head > 1
+    reasons: list[str] = []
+    if hot:
+        reasons.append(f"{report.router_head_share:.0%} of the requests share their first {ROUTER_CHUNK_CHARS} "
+                       "characters: prefixaware would send them all to one replica (a hot spot)")
+    p50 = _percentile(report.lengths, 50)
+    served = report.served_tokens
+    if p50 < report.break_even_tokens:
+        return RoutingAdvice("roundrobin", "load only", hot, (*reasons, (
+            f"the median prompt ({p50:,} tokens) is shorter than the L2 break-even (~{report.break_even_tokens:,.0f} "
+            "tokens): a read from L2 does not pay and a local hit saves little prefill; route by load")))
+    if report.share < 0.10:
+        return RoutingAdvice("roundrobin", "load only", hot, (*reasons, (
+            f"only {report.share:.0%} of prompt tokens are reusable: nothing for affinity to keep; route by load")))
+    same = report.same_session_tokens / served
+    documents = report.document_tokens / served
+    common = min(report.common_tokens, report.cross_session_tokens) / served
+    if report.requests_with_session >= 0.5 * report.requests and same >= 0.5:
+        return RoutingAdvice("session", "session affinity", hot, (*reasons, (
+            f"{same:.0%} of the reuse is within a session (field {report.session_key!r}): session keeps a "
+            "conversation on the replica that holds its KV locally")))
+    if documents >= 0.25:
+        if report.l2:
+            return RoutingAdvice("roundrobin", "prefix affinity with a load bound", hot, (*reasons, (
+                f"{documents:.0%} of the reuse is per document, across sessions: it wants prefix affinity with a "
+                "load bound (the HyperPod Inference Gateway's prefix and load scorers), which no CRD strategy "
+                "has; with the L2 every replica reads a document another computed, so affinity is worth only an "
+                "L2 read: roundrobin")))
+        if not hot:
+            return RoutingAdvice("prefixaware", "prefix affinity with a load bound", hot, (
+                f"{documents:.0%} of the reuse is per document and the line has no L2: affinity saves the whole "
+                "recompute, and no first prefix is shared by most requests, so prefixaware spreads the documents "
+                "(it has no load bound: watch the hot-spot alert)",))
+        return RoutingAdvice("roundrobin", "prefix affinity with a load bound", hot, (*reasons, (
+            f"{documents:.0%} of the reuse is per document, but prefixaware would hot-spot and kvaware has no load "
+            "term: roundrobin, or the HyperPod Inference Gateway for affinity with a load bound")))
+    return RoutingAdvice("roundrobin", "load only", hot, (*reasons, (
+        f"{common:.0%} of the reuse is one prefix shared by (nearly) all requests: every replica holds it after "
+        "its first request (and the L2 as a hot prefix), so affinity buys nothing; route by load")))
 
 
 def format_share(share: float) -> str:
@@ -403,8 +564,15 @@ def _batches(lines: Iterable[str], size: int) -> Iterator[list[tuple[int, str]]]
 def analyse(lines: Iterable[str], *, tokenizer: HFTokenizer | ApproxTokenizer | None = None,
             chunk_tokens: int = DEFAULT_CHUNK_TOKENS, max_cached_chunks: int = DEFAULT_MAX_CACHED_CHUNKS,
             max_groups: int = DEFAULT_MAX_GROUPS, template: str = "chatml", threshold: float = ADOPTION_THRESHOLD,
-            batch_size: int = 256, max_malformed_lines: int = 10) -> OverlapReport:
+            batch_size: int = 256, max_malformed_lines: int = 10, session_key: str = "user",
+            break_even_tokens: float | None = None, l2: bool = True) -> OverlapReport:
     """Simulate a perfect cross-pod prefix cache over ``lines`` (JSONL requests, in log order).
+
+    For the routing advice (:func:`recommend_routing`) it also counts, per served chunk, whether the same
+    session stored it first (the request's ``session_key`` field), how many requests it served (a prefix
+    shared by all vs per-document reuse), the requests per first 128 characters of the router's text, and
+    the requests shorter than ``break_even_tokens`` (default: :func:`reference_break_even_tokens`);
+    ``l2``: whether the line has the shared L2 (the advice differs).
 
     Memory is bounded by ``max_cached_chunks`` (LRU of 8-byte keys), ``max_groups`` and
     ``batch_size``, not by the log's length. Malformed lines are counted by reason (the
@@ -425,8 +593,11 @@ def analyse(lines: Iterable[str], *, tokenizer: HFTokenizer | ApproxTokenizer | 
         raise ValueError(f"threshold {threshold!r} is outside 0..1; it is a share (0.4 for 40%)")
     tok = tokenizer or ApproxTokenizer()
     report = OverlapReport(tokenizer=tok.name, exact=tok.exact, chunk_tokens=chunk_tokens,
-                           max_cached_chunks=max_cached_chunks, threshold=threshold)
-    seen: OrderedDict[bytes, None] = OrderedDict()
+                           max_cached_chunks=max_cached_chunks, threshold=threshold, session_key=session_key,
+                           break_even_tokens=(reference_break_even_tokens() if break_even_tokens is None
+                                              else break_even_tokens), l2=l2)
+    # key -> [hash of the session that stored it (b"" for none), requests of other sessions it served]
+    seen: OrderedDict[bytes, list[Any]] = OrderedDict()
     group_ids: dict[bytes, str] = {}
 
     for batch in _batches(lines, batch_size):
@@ -436,7 +607,7 @@ def analyse(lines: Iterable[str], *, tokenizer: HFTokenizer | ApproxTokenizer | 
             if not line.strip():
                 continue
             try:
-                prompts.extend(parse_request(line, template))
+                prompts.extend(parse_request(line, template, session_key))
             except Malformed as exc:
                 report.malformed[exc.reason] += 1
                 if len(report.malformed_lines) < max_malformed_lines:
@@ -449,14 +620,22 @@ def analyse(lines: Iterable[str], *, tokenizer: HFTokenizer | ApproxTokenizer | 
             matching = True
             prev = b""
             whole = tokens.length // chunk_tokens
+            session = (hashlib.blake2b(prompt.session.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+                       if prompt.session is not None else b"")
             for k in range(whole):
                 key = hashlib.blake2b(prev + tokens.chunk_bytes(k, chunk_tokens), digest_size=8).digest()
                 if matching and key in seen:
                     served += chunk_tokens
                     seen.move_to_end(key)
+                    entry = seen[key]
+                    if session and entry[0] == session:
+                        report.same_session_tokens += chunk_tokens
+                    else:
+                        report.cross_session_tokens += chunk_tokens
+                        entry[1] += 1
                 else:
                     matching = False
-                    seen[key] = None
+                    seen[key] = [session, 0]
                     if len(seen) > max_cached_chunks:
                         seen.popitem(last=False)
                         report.evictions += 1
@@ -467,6 +646,13 @@ def analyse(lines: Iterable[str], *, tokenizer: HFTokenizer | ApproxTokenizer | 
             report.whole_chunk_tokens += whole * chunk_tokens
             report.requests_with_hit += served > 0
             report.lengths[tokens.length] += 1
+            report.requests_with_session += prompt.session is not None
+            report.short_requests += tokens.length < report.break_even_tokens
+            if prompt.router_head is not None:
+                report.requests_with_head += 1
+                head = hashlib.blake2b(prompt.router_head.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+                if head in report.router_heads or len(report.router_heads) < max_groups:
+                    report.router_heads[head] += 1
             report.shared_lengths[served] += 1
             report.shared_percent[served * 100 // tokens.length if tokens.length else 0] += 1
             gid = hashlib.blake2b(prompt.group.encode("utf-8", "surrogatepass"), digest_size=8).digest()
@@ -481,6 +667,8 @@ def analyse(lines: Iterable[str], *, tokenizer: HFTokenizer | ApproxTokenizer | 
             stats.prompt_tokens += tokens.length
             stats.served_tokens += served
     report.cached_chunks = len(seen)
+    report.common_tokens = chunk_tokens * sum(
+        hits for _, hits in seen.values() if hits and hits >= COMMON_CHUNK_SHARE * report.requests)
     return report
 
 
@@ -545,6 +733,17 @@ def format_report(report: OverlapReport, top: int = 10) -> str:
     for g in d["groups"]:
         lines.append(f"{g['system_prompt']:<62} {g['requests']:>9,} {g['prompt_tokens']:>12,} "
                      f"{g['served_tokens']:>12,} {g['share']:>7.1%}")
+    advice = report.routing
+    served = report.served_tokens or 1
+    lines += ["", f"routing       {advice.strategy} (the traffic wants {advice.ideal}"
+                  f"{'; prefixaware would hot-spot' if advice.hot_spot else ''})",
+              f"  reuse       within a session {report.same_session_tokens / served:.0%}, one prefix shared by all "
+              f"{min(report.common_tokens, report.cross_session_tokens) / served:.0%}, per document "
+              f"{report.document_tokens / served:.0%}; {report.requests_with_session:,} requests with a session id "
+              f"(field {report.session_key!r}); largest share of one first {ROUTER_CHUNK_CHARS} characters "
+              f"{report.router_head_share:.0%}; {report.short_requests:,} requests below the L2 break-even "
+              f"(~{report.break_even_tokens:,.0f} tokens)"]
+    lines += [f"  why         {reason}" for reason in advice.reasons]
     if report.evictions:
         lines.append(f"\nnote: {report.evictions:,} chunk keys evicted (bound {report.max_cached_chunks:,}); "
                      "the share is a lower bound")

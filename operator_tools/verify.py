@@ -66,6 +66,8 @@ from k8s.lmcache import POD_NAME_ENV, PYTHONHASHSEED_ENV, TMP_DIR_PREFIX, env_na
 from k8s.patch import DEPLOYMENT_TMP_TOKEN, find_vllm_container, line_cache_env, owned_volumes
 from cluster_agents import l2_mount_watchdog
 from cluster_agents.l2_directories import TMP_DIR_KEY  # the LMCACHE_EXTRA_CONFIG key of the temp dir (tested equal)
+from observability.alerts import HOT_SPOT_FACTOR
+from observability.metrics import series as metric_series
 from operator_tools.preflight import CheckResult
 from platform_config import BusinessLineConfig, PlatformConfig, ProjectConfig
 
@@ -81,6 +83,13 @@ OWN_ROWS = frozenset((REMOTE_URL_ENV, HASH_SEED_ENV))
 KV_TRANSFER_ROW = "vLLM KV transfer config"
 #: vLLM + LMCache log line of a retrieval (docs/sources.md §5).
 HIT_LOG_PATTERN = re.compile(r"LMCache hit tokens:\s*(\d+)")
+
+
+#: The counter of prompt tokens on vLLM's ``/metrics`` (``vllm:prompt_tokens``, observability/metrics.py).
+PROMPT_TOKENS_SERIES = metric_series("vllm:prompt_tokens")
+#: Prompt tokens a line's replicas must have counted together before their shares are judged: about a
+#: hundred requests of the reference's 1,000-token prompts; fewer, and one long prompt decides.
+SHARE_MIN_PROMPT_TOKENS = 100_000
 
 
 def _ok(name: str, detail: str) -> CheckResult:
@@ -447,6 +456,48 @@ def check_cross_pod_hit(line: BusinessLineConfig, pod_a: str, pod_b: str, log_b:
     return CheckResult(name, hits > 0, f"{hits} tokens of {pod_a}'s prompt hit in {pod_b}")
 
 
+def counter_total(metrics_text: str, series_name: str) -> float | None:
+    """The sum of every sample of ``series_name`` in a Prometheus text exposition (None: no sample)."""
+    total, seen = 0.0, False
+    for raw in metrics_text.splitlines():
+        if not raw.startswith(series_name) or raw[len(series_name):len(series_name) + 1] not in ("{", " "):
+            continue
+        rest = raw[len(series_name):]
+        if rest.startswith("{"):
+            rest = rest[rest.rfind("}") + 1:]
+        fields = rest.split()
+        try:
+            total += float(fields[0])
+            seen = True
+        except (IndexError, ValueError):
+            continue
+    return total if seen else None
+
+
+def check_replica_shares(line: BusinessLineConfig, prompt_tokens: dict[str, float | None]) -> CheckResult:
+    """Each Ready replica's share of the line's prompt tokens since it started (its ``vllm:prompt_tokens``
+    counter), against :data:`observability.alerts.HOT_SPOT_FACTOR` x its fair share: the hot-spot alert's
+    rule on the counters as they stand (after an upgrade or a re-created endpoint, before the alert's
+    30 minutes have passed; docs/routing.md)."""
+    name = f"{line.name}: replica shares ({line.routing_strategy})"
+    if len(prompt_tokens) < 2:
+        return _ok(name, f"{len(prompt_tokens)} Ready replica(s): nothing to balance")
+    missing = sorted(pod for pod, tokens in prompt_tokens.items() if tokens is None)
+    if missing:
+        return _fail(name, f"no {PROMPT_TOKENS_SERIES} on the /metrics of {', '.join(missing)}")
+    total = sum(t or 0.0 for t in prompt_tokens.values())
+    if total < SHARE_MIN_PROMPT_TOKENS:
+        return _ok(name, f"{total:,.0f} prompt tokens so far: too few to judge (below {SHARE_MIN_PROMPT_TOKENS:,})")
+    fair = 1 / len(prompt_tokens)
+    shares = {pod: (tokens or 0.0) / total for pod, tokens in sorted(prompt_tokens.items())}
+    listed = ", ".join(f"{pod} {share:.0%}" for pod, share in shares.items())
+    hot = [pod for pod, share in shares.items() if share > HOT_SPOT_FACTOR * fair]
+    if hot:
+        return _fail(name, f"{', '.join(hot)} took over {HOT_SPOT_FACTOR:g}x its fair share ({fair:.0%}) of "
+                           f"{total:,.0f} prompt tokens: {listed}; a routing hot spot (docs/routing.md)")
+    return _ok(name, f"prompt tokens since each pod started: {listed}")
+
+
 # --- I/O ---------------------------------------------------------------------------------------
 
 
@@ -458,6 +509,7 @@ class Reader(Protocol):
     def list(self, kind: str, namespace: str | None = None, label_selector: str | None = None) -> list[dict[str, Any]]: ...
     def pod_get(self, namespace: str, pod: str, port: int, path: str) -> Any: ...
     def pod_post(self, namespace: str, pod: str, port: int, path: str, body: dict[str, Any]) -> Any: ...
+    def pod_text(self, namespace: str, pod: str, port: int, path: str) -> str: ...
     def pod_log(self, namespace: str, pod: str, container: str, since_seconds: int) -> str: ...
 
 
@@ -521,11 +573,12 @@ def verify(reader: Reader, project: ProjectConfig, *, lines: Iterable[str] | Non
     watch = platform.curvine.enabled and platform.curvine.mount_watchdog.enabled
     reports: tuple[dict[str, dict[str, Any]], list[str]] | None = None
     for line in selected:
+        pods = reader.list("Pod", line.namespace, f"{names.OPERATOR_POD_LABEL}={names.endpoint_name(line)}")
+        results.append(replica_shares(reader, line, pods))
         if not line.cache.l2_enabled:
             results.append(_ok(f"{line.name}: L2", "cache.l2_enabled is false; nothing to check"))
             continue
         results.append(check_pvc(line, reader.get("PersistentVolumeClaim", line.namespace, names.pvc_name(line))))
-        pods = reader.list("Pod", line.namespace, f"{names.OPERATOR_POD_LABEL}={names.endpoint_name(line)}")
         results += check_inference_pods(line, pods, platform=project.platform)
         if watch:
             if reports is None:
@@ -538,6 +591,21 @@ def verify(reader: Reader, project: ProjectConfig, *, lines: Iterable[str] | Non
             except Exception as exc:  # any transport error is a failed check, not a crash
                 results.append(_fail(f"{line.name}: cross-pod hit", f"probe failed: {exc}"))
     return results
+
+
+def replica_shares(reader: Reader, line: BusinessLineConfig, pods: list[dict[str, Any]]) -> CheckResult:
+    """:func:`check_replica_shares` of the line's Ready pods, each pod's ``/metrics`` read through the API
+    server's pod proxy; a pod that does not answer counts as one without the counter."""
+    tokens: dict[str, float | None] = {}
+    for pod in pods:
+        if not _ready(pod):
+            continue
+        try:
+            text = reader.pod_text(line.namespace, _pod_name(pod), line.vllm.port, "metrics")
+        except Exception:  # unreachable, 5xx: reported as a pod without the counter
+            text = ""
+        tokens[_pod_name(pod)] = counter_total(text, PROMPT_TOKENS_SERIES)
+    return check_replica_shares(line, tokens)
 
 
 class LiveReader:
@@ -597,18 +665,25 @@ class LiveReader:
         }[kind]
         return [self._dict(item) for item in call().items]
 
-    def _pod_proxy(self, method: str, namespace: str, pod: str, port: int, path: str, body: Any = None) -> Any:
+    def _pod_proxy(self, method: str, namespace: str, pod: str, port: int, path: str, body: Any = None, *,
+                   text: bool = False) -> Any:
         # Pod and namespace names are DNS labels: safe in a path as they are.
         params = self._api.param_serialize(
             method=method, resource_path=f"/api/v1/namespaces/{namespace}/pods/{pod}:{port}/proxy/{path}", body=body,
-            header_params={"Content-Type": "application/json", "Accept": "application/json"},
+            header_params={"Content-Type": "application/json", "Accept": "text/plain" if text else "application/json"},
             auth_settings=["BearerToken"])
         response = self._api.call_api(*params, _request_timeout=120)
         response.read()
+        if text:
+            return (response.data or b"").decode("utf-8", "replace")
         return json.loads(response.data or b"null")
 
     def pod_get(self, namespace: str, pod: str, port: int, path: str) -> Any:
         return self._pod_proxy("GET", namespace, pod, port, path)
+
+    def pod_text(self, namespace: str, pod: str, port: int, path: str) -> str:
+        """A pod's plain-text answer (``/metrics``) through the API server's pod proxy."""
+        return self._pod_proxy("GET", namespace, pod, port, path, text=True)
 
     def pod_post(self, namespace: str, pod: str, port: int, path: str, body: dict[str, Any]) -> Any:
         return self._pod_proxy("POST", namespace, pod, port, path, body)

@@ -508,8 +508,9 @@ class BusinessLineConfig(StrictModel):
     autoscaling: AutoscalingConfig | None = None
     #: GPUs per replica = tensor-parallel size; must fit the instance type.
     gpus_per_replica: Annotated[int, Field(ge=1, le=8)] = 1
-    #: Router strategy; prefixaware for shared system prompts and multi-turn, kvaware for long
-    #: documents, session for sticky users, roundrobin for stateless load. Fixed after creation.
+    #: Router strategy (docs/routing.md): roundrobin when every request shares a prefix (prefixaware would
+    #: send them all to one replica), for per-document reuse with the L2 and for short prompts; session for
+    #: per-session reuse. scripts/overlap.py advises it from a request log. Fixed after creation.
     routing_strategy: RoutingStrategy = "prefixaware"
     cache: CacheConfig = CacheConfig()
     vllm: VllmConfig

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Prompt-overlap analysis: the share of prompt tokens a perfect cross-pod prefix cache could
 serve (whole 256-token chunks, as LMCache stores them), overall and per system prompt, with
-the prompt-length distribution, against the ~40% adoption threshold.
+the prompt-length distribution, against the ~40% adoption threshold; and the routing strategy
+the log calls for (one prefix shared by all, per-session or per-document reuse, short prompts).
 
     .venv/bin/python scripts/overlap.py requests.jsonl --tokenizer /models/qwen2-7b/tokenizer.json
     .venv/bin/python scripts/overlap.py requests.jsonl.gz --threshold 35% --json --plot overlap.png
+    .venv/bin/python scripts/overlap.py requests.jsonl --session-key user --break-even-tokens 783 --no-l2
 
 Input: JSON Lines of OpenAI chat or completion requests (Batch API lines with "body" too).
 Malformed lines are counted and reported, never fatal; a log without one usable request is an
@@ -52,6 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--threshold", type=cli.fraction, default=ADOPTION_THRESHOLD,
                         help=f"adoption threshold: a fraction (0.4) or a percentage (40%%) "
                              f"(default: {format_share(ADOPTION_THRESHOLD).replace('%', '%%')})")
+    parser.add_argument("--session-key", default="user",
+                        help="request field (or metadata field) holding the session id, for the routing advice")
+    parser.add_argument("--break-even-tokens", type=cli.positive_int,
+                        help="prompt length below which an L2 read does not pay: scripts/plan.py's break-even "
+                             "for the line (default: the reference deployment's, about 783)")
+    parser.add_argument("--l2", action=argparse.BooleanOptionalAction, default=True,
+                        help="whether the line has the shared L2 (the routing advice differs)")
     parser.add_argument("--plot", type=Path, metavar="FILE",
                         help="also draw the shared-prefix distribution against the threshold (.png, .svg, .pdf)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction,
@@ -78,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         report = analyse_file(args.log, tokenizer=tokenizer, chunk_tokens=args.chunk_size,
                               max_cached_chunks=args.max_chunks, max_groups=args.max_groups,
-                              template=args.template, threshold=args.threshold,
+                              template=args.template, threshold=args.threshold, session_key=args.session_key,
+                              break_even_tokens=args.break_even_tokens, l2=args.l2,
                               progress=cli.progress_wanted(args.progress, args.json),
                               progress_delay_s=0.0 if args.progress else 1.0)
     except (OSError, ValueError) as exc:

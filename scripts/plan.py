@@ -36,6 +36,7 @@ from capacity.model_specs import DTYPE_BYTES, MODELS, load_hf_config, lookup_mod
 from capacity.planner import format_plan, format_scaling, plan, recommend, scaling_plan  # noqa: E402
 from capacity.prices import DEFAULT_PRICES_FILE, load_prices  # noqa: E402
 from capacity.project_checks import hot_prefix_budget  # noqa: E402
+from capacity.routing_sim import line_routing_notes  # noqa: E402
 from platform_config import INSTANCE_TYPES, ConfigError, ConfigProblem, load_business_line, load_platform  # noqa: E402
 from platform_config.loader import default_config_dir  # noqa: E402
 from platform_config import node_fit  # noqa: E402
@@ -190,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
         out["platform_file"] = None if platform_file is None else str(platform_file)
         out["nodes"] = nodes_json
         out["hot_prefixes"] = hot
+        out["routing"] = ({"strategy": line.routing_strategy, "notes": line_routing_notes(line, result)}
+                          if line is not None else None)
         out["autoscaling"] = scaling.to_dict() if scaling else None
         out["recommendation"] = rec.to_dict() if rec else None
         out["calibration"] = calibration_dict(calibration)
@@ -197,8 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     else:
         read = [f"config        {platform_file} (the platform this line is planned against)"] if platform_file else []
         scaling_report = format_scaling(scaling, result.instance.name) if scaling else []
+        routing = ([f"routing       {line.routing_strategy}"
+                    + "".join(f"; {note}" for note in line_routing_notes(line, result))] if line is not None else [])
         cli.emit("\n".join(read + [format_plan(result, rec, node_report=node_report)] + scaling_report
-                           + _hot_prefix_report(hot)))
+                           + _hot_prefix_report(hot) + routing))
     if args.plot:
         from operator_tools.plots import plan_figure, save
 

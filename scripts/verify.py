@@ -4,7 +4,8 @@
 Tiered Storage on the HyperPod cluster, the ai-toolkit DaemonSet, Curvine Primary and
 Workers, the CSI driver, and per business line: PVC Bound, pods Ready, exactly one fs://
 LMCACHE_REMOTE_URL, exactly one of every other variable of the line's cache env (the policy's,
-k8s.patch.line_cache_env), the L2 mount, one shared PYTHONHASHSEED;
+k8s.patch.line_cache_env), the L2 mount, one shared PYTHONHASHSEED, and no replica with more than
+1.5x its fair share of the line's prompt tokens (a routing hot spot; docs/routing.md);
 optionally a live cross-pod hit (--cross-pod-hit). Uses the standard kubeconfig (or
 in-cluster config) and AWS credential chain; reads only, except the two probe requests.
 

@@ -44,3 +44,25 @@ def test_a_node_budget_in_a_comment_is_the_planners(config: Path, path: Path) ->
 def test_the_sentence_is_found_in_the_examples() -> None:
     """The check above can fail: the fixture's rag-assistant states its budget."""
     assert BUDGET_SENTENCE.findall(comment_text(FIXTURE_CONFIG / "business-lines" / "rag-assistant.yaml"))
+
+
+@pytest.mark.parametrize("path", sorted((USER_CONFIG / "business-lines").glob("*.yaml")), ids=lambda p: p.name)
+def test_each_example_line_says_why_it_routes_as_it_does(path: Path) -> None:
+    """Issue 29: the comment above ``routing_strategy`` says why, and points at docs/routing.md."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    (at,) = [i for i, line in enumerate(lines) if line.startswith("routing_strategy:")]
+    comment = []
+    for line in reversed(lines[:at]):
+        if not line.startswith("#"):
+            break
+        comment.insert(0, line.lstrip("# "))
+    text = " ".join(comment)
+    assert "docs/routing.md" in text and len(comment) >= 2, path.name
+
+
+def test_no_example_line_hot_spots_prefixaware() -> None:
+    """A line whose requests share a hot prefix sends them all to one replica under prefixaware."""
+    project = load_project(USER_CONFIG)
+    assert not [line.name for line in project.business_lines
+                if line.routing_strategy == "prefixaware" and line.hot_prefixes.active]
+    assert any(line.hot_prefixes.active for line in project.business_lines)  # the check has a case to see

@@ -29,7 +29,9 @@ def test_the_issue_alerts_are_all_there(all_alerts) -> None:
         # a node without its mount watchdog; a hot prefix's warm-ups failing, or its chunks not pinnable
         "KvCacheL2MountWatchdogMissing", "KvCacheHotPrefixWarmupFailing", "KvCacheHotPrefixNamesMismatch",
         # issue 24 item 4: the FUSE pod guard's admitted deletes, its errors, and whether they are counted
-        "KvCacheFusePodReplaced", "KvCacheFusePodGuardFailing", "KvCacheFusePodGuardUnmeasured"}
+        "KvCacheFusePodReplaced", "KvCacheFusePodGuardFailing", "KvCacheFusePodGuardUnmeasured",
+        # issue 29 item 3: one replica taking most of its line's traffic (a routing hot spot)
+        "KvCacheReplicaHotSpot"}
     for alert in all_alerts:
         assert alert.severity in ("critical", "warning") and alert.meaning and alert.action
 
@@ -47,6 +49,16 @@ def test_ttft_alert_per_line_uses_the_lines_slo_in_seconds(obs_project, all_aler
         canary = {"kvcache_canary_request_ttft_seconds_bucket"} if line.runs_canary else set()
         assert {n for n, _ in selectors(rules[line.name].expr)} == {"vllm:time_to_first_token_seconds_bucket"} | canary
     assert not obs_project.business_line("legal-search").runs_canary
+
+
+def test_hot_spot_alert_only_on_lines_that_can_have_two_replicas(obs_project, all_alerts) -> None:
+    rules = {a.labels["business_line"]: a for a in by_name(all_alerts)["KvCacheReplicaHotSpot"]}
+    most = {line.name: line.autoscaling.max_replicas if line.autoscaling else line.replicas
+            for line in obs_project.business_lines}
+    assert set(rules) == {name for name, n in most.items() if n > 1} and "rag-assistant" in rules
+    expr = rules["rag-assistant"].expr
+    assert {n for n, _ in selectors(expr)} == {"vllm:prompt_tokens_total"}
+    assert f" > {alerts.HOT_SPOT_FACTOR:g} / scalar(count(" in expr and "sum by (pod)" in expr
 
 
 def test_watermark_alert_compares_the_janitors_bytes_with_high_watermark_times_l2_size(obs_project, all_alerts) -> None:
@@ -124,7 +136,7 @@ def test_hit_rate_collapse_compares_15_minutes_with_the_6_hours_before(obs_proje
     assert f"* {line.cache.chunk_size_tokens})" in rules[line.name].expr
 
 
-def test_a_line_without_l2_gets_only_the_ttft_alert(tmp_path) -> None:
+def test_a_line_without_l2_gets_only_the_ttft_and_hot_spot_alerts(tmp_path) -> None:
     copy = copy_example_config(tmp_path / "config")
     edit_yaml(copy / "business-lines" / "rag-assistant.yaml",
               lambda d: d["cache"].update(l2_enabled=False, l2_size="500Gi"))
@@ -133,7 +145,8 @@ def test_a_line_without_l2_gets_only_the_ttft_alert(tmp_path) -> None:
     project = load_project(copy)
     per_line = [a for a in alerts.all_alerts(project.platform, project.business_lines)
                 if a.labels.get("business_line") == "rag-assistant"]
-    assert [a.name for a in per_line] == ["KvCacheTtftP90OverSlo"]  # no janitor, L2 or canary alerts either
+    # no janitor, L2 or canary alerts either; the hot spot is routing's, L2 or not (2 replicas at most here)
+    assert [a.name for a in per_line] == ["KvCacheTtftP90OverSlo", "KvCacheReplicaHotSpot"]
     (pods,) = by_name(alerts.all_alerts(project.platform, project.business_lines))["KvCachePodWithoutL2"]
     assert "rag-assistant" not in pods.expr
 

@@ -150,6 +150,32 @@ def _ttft(ann) -> list[dict[str, Any]]:
     return [fires, fast, canary_only]
 
 
+def _hot_spot(ann) -> list[dict[str, Any]]:
+    """rag-assistant (up to 2 replicas here): a replica over 1.5x its fair share of prompt tokens for 30 minutes."""
+    tokens = "vllm:prompt_tokens_total"
+    # prefixaware on a shared system prompt: one replica gets 90% of the prompt tokens (9,000 a minute vs 1,000).
+    hot = [series(tokens, {**VLLM, "pod": "rag-7d9-a"}, "0+9000x60"),
+           series(tokens, {**VLLM, "pod": "rag-7d9-b"}, "0+1000x60")]
+    fires = {"interval": "1m", "input_series": hot,
+             "alert_rule_test": [expect("KvCacheReplicaHotSpot", "29m", []),
+                                 expect("KvCacheReplicaHotSpot", "33m", [(
+                                     {"severity": "warning", "business_line": LINE, "pod": "rag-7d9-a"},
+                                     ann(f"{LINE}: rag-7d9-a takes 90% of the line's prompt tokens"))])]}
+    # 70% on one of two replicas (under 1.5 x 50%); a line of one replica (its share 1 < 1.5).
+    uneven = [series(tokens, {**VLLM, "pod": "rag-7d9-a"}, "0+7000x60"),
+              series(tokens, {**VLLM, "pod": "rag-7d9-b"}, "0+3000x60")]
+    healthy = {"interval": "1m", "input_series": uneven,
+               "alert_rule_test": [expect("KvCacheReplicaHotSpot", "45m", [])]}
+    one = {"interval": "1m", "input_series": [series(tokens, {**VLLM, "pod": "rag-7d9-a"}, "0+9000x60")],
+           "alert_rule_test": [expect("KvCacheReplicaHotSpot", "45m", [])]}
+    # A hot spot that ends: the second replica takes over half the traffic after 20 minutes.
+    ends = {"interval": "1m", "input_series": [series(tokens, {**VLLM, "pod": "rag-7d9-a"}, "0+9000x20 180000+5000x40"),
+                                               series(tokens, {**VLLM, "pod": "rag-7d9-b"}, "0+1000x20 20000+5000x40")],
+            "alert_rule_test": [expect("KvCacheReplicaHotSpot", "30m", []), expect("KvCacheReplicaHotSpot", "35m", []),
+                                expect("KvCacheReplicaHotSpot", "50m", [])]}
+    return [fires, healthy, one, ends]
+
+
 def _watermark(ann) -> list[dict[str, Any]]:
     size = 500 * 2**30
     fires = {"interval": "1m", "input_series": [series("kvcache_l2_janitor_used_bytes", JANITOR, f"{int(0.9 * size)}x40")],
@@ -430,6 +456,7 @@ CASES: dict[str, Callable[[Callable[..., dict[str, str]]], list[dict[str, Any]]]
     "KvCacheAdmissionFailing": _admission_failing,
     "KvCachePodWithoutL2": _pod_without_l2,
     "KvCacheTtftP90OverSlo": _ttft,
+    "KvCacheReplicaHotSpot": _hot_spot,
     "KvCacheLineL2AboveHighWatermark": _watermark,
     "KvCacheL2JanitorStale": _janitor_stale,
     "KvCacheL2JanitorFailing": _janitor_failing,
@@ -519,6 +546,7 @@ MUTATIONS = [
     ("KvCacheL2MountWatchdogMissing", "unless on (node)", "and on (node)"),
     ("KvCacheHotPrefixWarmupFailing", "unless on (prefix)", "or on (prefix)"),
     ("KvCacheFusePodReplaced", " unless ", " and "),
+    ("KvCacheReplicaHotSpot", " > 1.5 / ", " > 0.5 / "),
 ]
 
 

@@ -322,3 +322,80 @@ def test_a_truncated_gz_is_an_error_not_a_low_share(tmp_path: Path, capsys) -> N
     log.write_bytes(b"plain text, not gzip")
     assert load_script("overlap").main([str(log)]) == cli.EXIT_ERROR
     assert capsys.readouterr().err.startswith(f"error: {log} is not a readable gzip file (")
+
+
+# --- routing advice (issue 29 item 2) ----------------------------------------------------------------------
+
+SYSTEM = "You are the assistant of Example Corp. " + words(4000, 1200)  # ~1,500 approximate tokens
+
+
+def chat_line(messages: list[dict], **fields) -> str:
+    return json.dumps({"model": "m", "messages": messages, **fields})
+
+
+def advice_of(lines: list[str], **kwargs):
+    return analyse(lines, tokenizer=ApproxTokenizer(), **kwargs).routing
+
+
+def test_one_system_prompt_shared_by_all_is_never_routed_prefixaware() -> None:
+    lines = [chat_line([{"role": "system", "content": SYSTEM}, {"role": "user", "content": words(10 * i, 10) * 60}],
+                       user=f"u{i}") for i in range(200)]
+    advice = advice_of(lines)
+    assert advice.hot_spot and advice.strategy == "roundrobin" and advice.ideal == "load only"
+    assert any("one replica" in r for r in advice.reasons)
+
+
+def test_without_a_shared_first_chunk_there_is_no_hot_spot() -> None:
+    lines = [chat_line([{"role": "user", "content": f"question {i}: " + words(10 * i, 10) * 60}]) for i in range(200)]
+    assert not advice_of(lines).hot_spot
+
+
+def conversations(sessions: int, turns: int) -> list[str]:
+    lines, history = [], {s: [{"role": "system", "content": "Be brief."}] for s in range(sessions)}
+    for t in range(turns):
+        for s in range(sessions):
+            history[s] = history[s] + [{"role": "user", "content": f"s{s} t{t} " + words(100 * s + t, 5) * 100}]
+            lines.append(chat_line(history[s], user=f"session-{s}"))
+            history[s] = history[s] + [{"role": "assistant", "content": words(200 * s + t, 5) * 40}]
+    return lines
+
+
+def test_reuse_within_sessions_is_routed_by_session() -> None:
+    advice = advice_of(conversations(40, 5))
+    assert advice.strategy == "session" and advice.ideal == "session affinity"
+    # The same log without session ids: the reuse is no longer attributable to a session.
+    anonymous = [json.dumps({k: v for k, v in json.loads(line).items() if k != "user"})
+                 for line in conversations(40, 5)]
+    assert advice_of(anonymous).strategy != "session"
+
+
+def documents_log(system: str | None) -> list[str]:
+    docs = [f"document {d}: " + words(50 * d, 50) * 40 for d in range(20)]  # ~3,000 approximate tokens each
+    head = [{"role": "system", "content": system}] if system else []
+    return [chat_line(head + [{"role": "user", "content": docs[(7 * i) % 20] + f"\nquestion {i}?"}], user=f"u{i}")
+            for i in range(300)]
+
+
+def test_per_document_reuse_wants_prefix_affinity_with_a_load_bound() -> None:
+    with_l2 = advice_of(documents_log(SYSTEM))
+    assert with_l2.ideal == "prefix affinity with a load bound" and with_l2.strategy == "roundrobin"
+    assert with_l2.hot_spot
+    # Without the L2 affinity saves the whole recompute: prefixaware, unless a shared first chunk hot-spots it.
+    assert advice_of(documents_log(SYSTEM), l2=False).strategy == "roundrobin"
+    no_head = advice_of(documents_log(None), l2=False)
+    assert no_head.strategy == "prefixaware" and not no_head.hot_spot
+
+
+def test_prompts_shorter_than_the_l2_break_even_are_routed_by_load() -> None:
+    lines = [chat_line([{"role": "system", "content": words(0, 300)}, {"role": "user", "content": f"q{i}"}])
+             for i in range(100)]
+    advice = advice_of(lines)
+    assert advice.strategy == "roundrobin" and "break-even" in advice.reasons[-1]
+    assert advice_of(lines, break_even_tokens=100).reasons[-1] != advice.reasons[-1]
+
+
+def test_the_report_prints_the_routing_advice(tok: HFTokenizer) -> None:
+    report = analyse(documents_log(SYSTEM), tokenizer=ApproxTokenizer())
+    text = format_report(report)
+    assert "routing       roundrobin (the traffic wants prefix affinity with a load bound" in text
+    assert report.to_dict()["routing"]["strategy"] == "roundrobin"

@@ -23,6 +23,7 @@ from k8s import names
 from k8s.patch import L2_MOUNT_PATH, endpoint_json_patch, line_cache_env, line_remote_url, owned_volumes
 from k8s.render import CURVINE_CHART, render_manifests
 from observability.autoscaling import project_scaling
+import operator_tools.verify as verify_mod
 from operator_tools.verify import (
     OWN_ROWS,
     TMP_DIR_KEY,
@@ -125,6 +126,8 @@ class FakeReader:
         self.posts: list[tuple[str, dict]] = []
         self.log = "INFO LMCache hit tokens: 1792, need to load: 1792\n"
         self.watchdog_reports: dict[str, Any] = {}
+        #: Each vLLM pod's vllm:prompt_tokens_total (default 500,000: every replica alike); None: no counter.
+        self.prompt_tokens: dict[str, float | None] = {}
 
     def describe_cluster(self, name: str) -> dict | None:
         assert name == PLATFORM.hyperpod.cluster_name
@@ -151,6 +154,14 @@ class FakeReader:
             return copy.deepcopy(self.watchdog_reports[pod])
         assert (path, port) == ("v1/models", 8000)
         return {"data": [{"id": "/opt/ml/model"}]}
+
+    def pod_text(self, namespace: str, pod: str, port: int, path: str) -> str:
+        assert (path, port) == ("metrics", 8000)
+        tokens = self.prompt_tokens.get(pod, 500_000.0)
+        return ("# HELP vllm:prompt_tokens_total Number of prefill tokens processed.\n"
+                "# TYPE vllm:prompt_tokens_total counter\n"
+                f'vllm:prompt_tokens_total{{engine="0",model_name="/opt/ml/model"}} {tokens}\n' if tokens is not None
+                else "# no vLLM counters\n")
 
     def pod_post(self, namespace: str, pod: str, port: int, path: str, body: dict) -> Any:
         self.posts.append((pod, body))
@@ -413,6 +424,7 @@ RBAC = {
     ("get", "PersistentVolumeClaim"): "get persistentvolumeclaims", ("list", "Pod"): "list pods",
     ("get", "CSIDriver"): "get storage.k8s.io/csidrivers", ("list", "CSINode"): "list storage.k8s.io/csinodes",
     ("pod_get", None): "get pods/proxy", ("pod_post", None): "create pods/proxy", ("pod_log", None): "get pods/log",
+    ("pod_text", None): "get pods/proxy",
 }
 
 
@@ -626,3 +638,40 @@ def test_an_autoscaled_line_at_min_replicas_is_ready(cluster: FakeReader) -> Non
     fixed = RAG.model_copy(update={"autoscaling": None})
     (row,) = [r for r in check_inference_pods(fixed, one, platform=PLATFORM) if r.name.endswith("inference pods Ready")]
     assert not row.ok and row.detail == "1/1 Ready, 2 configured"
+
+
+# --- replica shares: the hot-spot check (issue 29 item 3) ---------------------------------------------------
+
+
+def test_counter_total_sums_every_sample_of_the_series() -> None:
+    text = ('# TYPE vllm:prompt_tokens_total counter\n'
+            'vllm:prompt_tokens_total{engine="0",model_name="m {x}"} 1200.0\n'
+            'vllm:prompt_tokens_total{engine="1"} 300\n'
+            'vllm:prompt_tokens_created{engine="0"} 1.7e9\n'
+            'vllm:prompt_tokens_totally 5\n')
+    assert verify_mod.counter_total(text, "vllm:prompt_tokens_total") == 1500.0
+    assert verify_mod.counter_total("# nothing\n", "vllm:prompt_tokens_total") is None
+
+
+def test_balanced_replicas_pass_the_share_check(cluster: FakeReader) -> None:
+    rows = {r.name: r for r in verify(cluster, PROJECT)}
+    row = rows[f"rag-assistant: replica shares ({RAG.routing_strategy})"]
+    assert row.ok and "50%" in row.detail
+
+
+def test_a_hot_replica_fails_the_share_check(cluster: FakeReader) -> None:
+    pods = [p["metadata"]["name"] for p in cluster.list("Pod", RAG.namespace)
+            if p["metadata"]["labels"].get(names.OPERATOR_POD_LABEL) == names.endpoint_name(RAG)]
+    assert len(pods) == 2
+    cluster.prompt_tokens = {pods[0]: 900_000.0, pods[1]: 100_000.0}  # 90% > 1.5 x 50%
+    (row,) = [r for r in verify(cluster, PROJECT) if r.name.startswith("rag-assistant: replica shares")]
+    assert not row.ok and pods[0] in row.detail and "90%" in row.detail
+    cluster.prompt_tokens = {pods[0]: 700_000.0, pods[1]: 300_000.0}  # 70%: uneven, not a hot spot
+    (row,) = [r for r in verify(cluster, PROJECT) if r.name.startswith("rag-assistant: replica shares")]
+    assert row.ok
+    cluster.prompt_tokens = {pods[0]: 9_000.0, pods[1]: 1_000.0}  # too little traffic to judge
+    (row,) = [r for r in verify(cluster, PROJECT) if r.name.startswith("rag-assistant: replica shares")]
+    assert row.ok and "too few" in row.detail
+    cluster.prompt_tokens = {pods[0]: None}  # a pod without vLLM's counter
+    (row,) = [r for r in verify(cluster, PROJECT) if r.name.startswith("rag-assistant: replica shares")]
+    assert not row.ok and pods[0] in row.detail
