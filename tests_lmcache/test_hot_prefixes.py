@@ -140,7 +140,10 @@ def test_3_under_pressure_and_past_the_age_limit_the_janitor_keeps_every_pinned_
     size = sum((d / f).stat().st_size for f in files)
     per_file = (d / files[0]).stat().st_size
     # Pressure only (no age limit): 90% of the capacity used, down to 60% means 5 of the 12 others go.
-    config = l2_janitor.config_from_dict({**hot.janitor, "capacity_bytes": int(size / 0.9), "max_age_s": None})
+    # Deleted at once (no retire grace): which chunks go is the point here; their retirement first is
+    # tests/agents/test_l2_janitor.py's and tests_serving/test_evictions.py's.
+    config = l2_janitor.config_from_dict({**hot.janitor, "capacity_bytes": int(size / 0.9), "max_age_s": None,
+                                          "retire_grace_s": 0})
     s = l2_janitor.run(config, hot.tier.root, list_pods=lambda: [p for p in hot.pods], now=now, pinned=pinned)
     gone = [f for f in others if not (d / f).exists()]
     assert gone == others[:len(gone)] and len(gone) == s.evicted_chunks_deleted >= 1  # oldest first
@@ -148,7 +151,7 @@ def test_3_under_pressure_and_past_the_age_limit_the_janitor_keeps_every_pinned_
     assert s.pinned_chunk_files == len(pinned) and s.pinned_bytes == len(pinned) * per_file
     assert s.pinned_chunks_kept == len(pinned)  # the oldest files: eviction would have taken them first
     # The age limit (24 h): every other chunk is past it and goes; the pinned ones stay.
-    config = l2_janitor.config_from_dict({**hot.janitor, "max_age_s": 24 * HOUR})
+    config = l2_janitor.config_from_dict({**hot.janitor, "max_age_s": 24 * HOUR, "retire_grace_s": 0})
     s = l2_janitor.run(config, hot.tier.root, list_pods=lambda: [p for p in hot.pods], now=now, pinned=pinned)
     assert sorted(f.split("@")[3] for f in _chunk_files(hot)) == sorted(pinned)
     assert s.expired_chunks_deleted == 12 - len(gone) and s.pinned_chunks_kept == len(pinned)
