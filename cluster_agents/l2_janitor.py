@@ -70,6 +70,7 @@ has to be built. Run locally with ``--dry-run`` to see what one pass would do::
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import shutil
@@ -579,6 +580,7 @@ def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[
             changed.add(d)
 
     leaving: set[str] = set()  # files that left lookups this pass or earlier (their bytes go soon)
+    retired_now: dict[str, list[_File]] = {}
     for f in chunks:
         if f.rel not in gone and retiring_since(f) is not None:
             leaving.add(f.rel)
@@ -593,6 +595,7 @@ def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[
         retiring.setdefault(top, {}).setdefault(retire_key(name), now)
         changed.add(top)
         leaving.add(f.rel)
+        retired_now.setdefault(top, []).append(f)
         return True
 
     if config.max_age_s is not None:
@@ -622,7 +625,15 @@ def run(config: JanitorConfig, root: Path, *, list_pods: Callable[[], list[dict[
             try:
                 write_retiring(root / d, retiring[d])
             except OSError as exc:
-                s.errors.append(f"writing the retiring list of {d}: {exc}")
+                now_deleted = 0
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                    # A full pool: room comes first, so this pass's evictions are deleted at once,
+                    # as before retirement existed (the read race is back for them, nothing worse).
+                    for f in retired_now.get(d, []):
+                        leaving.discard(f.rel)
+                        now_deleted += delete_file(f)
+                s.errors.append(f"writing the retiring list of {d}: {exc}"
+                                + (f"; its {now_deleted} evicted chunk files deleted at once" if now_deleted else ""))
     s.retiring_chunks = sum(len(entries) for entries in retiring.values())
     s.retiring_bytes = sum(on_disk.get(rel, 0) for rel in leaving)
     s.pinned_chunk_files = len(pins)

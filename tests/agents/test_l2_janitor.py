@@ -7,6 +7,7 @@ File names follow lmcache 0.5.5's fs connector (the pinned release): ``<model pa
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -839,3 +840,19 @@ def test_the_warmers_state_file_is_not_l2_content(tmp_path):
     put(root, hot_prefixes.STATE_FILE, 1000, age_s=48 * 3600)
     s = run(config(), root, list_pods=lambda: [], now=NOW)
     assert (root / hot_prefixes.STATE_FILE).exists() and s.files_before == 0
+
+
+def test_on_a_full_pool_evictions_are_deleted_at_once(tmp_path, monkeypatch):
+    """The retiring list cannot be written on a full pool (ENOSPC): room comes first, so the pass
+    deletes its evictions at once (deleting needs no space) and says so."""
+    for i in range(90):
+        put(tmp_path, f"{LIVE}/{chunk_name(i)}", MIB, age_s=3600 + (90 - i) * 60)
+
+    def full(directory, entries):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(l2_janitor, "write_retiring", full)
+    s = run(config(), tmp_path, list_pods=lambda: [], now=NOW)
+    assert s.evicted_chunks_deleted == 30 and s.bytes_freed == 30 * MIB and s.retiring_bytes == 0
+    assert sorted(p.name for p in (tmp_path / LIVE).iterdir()) == sorted(chunk_name(i) for i in range(30, 90))
+    assert s.exit_code == 2 and "30 evicted chunk files deleted at once" in s.errors[0]
