@@ -13,6 +13,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from kv_constructs import IrsaRole, SecureBucket, nag, prefixed_bucket_name
+from kv_constructs.load_balancer_scheme import deny_internet_facing_statement
 from kv_constructs.teardown_wait import LoadBalancerTeardownWaiter
 from platform_config import BusinessLineConfig, PlatformConfig
 from platform_config.addon_configuration import INFERENCE_ADDON, inference_addon_configuration
@@ -75,23 +76,6 @@ def tls_bucket_name(platform: PlatformConfig) -> str:
     generate it. See :func:`kv_constructs.prefixed_bucket_name`.
     """
     return prefixed_bucket_name(f"hyperpod-tls-{platform.project}", account=platform.account, region=platform.region)
-
-
-#: Sid of the statement that refuses internet-facing load balancers (``load_balancer_scheme: internal``).
-DENY_INTERNET_FACING_SID = "DenyInternetFacingLoadBalancers"
-
-
-def deny_internet_facing_statement() -> iam.PolicyStatement:
-    """Deny ``elasticloadbalancing:CreateLoadBalancer`` when ``elasticloadbalancing:Scheme`` is
-    ``internet-facing`` (an ELB condition key since 2023-11, for ALB, NLB and CLB; docs/sources.md §11).
-
-    An explicit Deny wins over every Allow, so no Ingress or Service annotation (a ``scheme``, a
-    ``subnets`` list that skips subnet discovery) makes the controller create a public load balancer.
-    """
-    return iam.PolicyStatement(
-        sid=DENY_INTERNET_FACING_SID, effect=iam.Effect.DENY,
-        actions=["elasticloadbalancing:CreateLoadBalancer"], resources=["*"],
-        conditions={"StringEquals": {"elasticloadbalancing:Scheme": "internet-facing"}})
 
 
 def alb_controller_policy_document(stack: Stack, *, scheme: str = "internal") -> iam.PolicyDocument:
