@@ -29,7 +29,7 @@ import shlex
 from typing import Any, Final
 
 import cdk8s
-from k8s.kube import k8s
+from k8s.kube import k8s, pod_security_labels
 from constructs import Construct
 
 from k8s import names
@@ -323,8 +323,10 @@ class CurvineChart(cdk8s.Chart):
             name=self.ns,
             # Privileged Pod Security level: the CSI node plugin (FUSE mounts, Bidirectional
             # propagation) and the standalone FUSE pods it creates here (privileged, hostNetwork,
-            # hostPID, /dev/fuse) need it; every other container in this namespace is restricted.
-            labels={"pod-security.kubernetes.io/enforce": "privileged"}))
+            # hostPID, /dev/fuse) need it, and the Workers run on the host network; every other
+            # container in this namespace is restricted. Audit at baseline: the API server's audit log
+            # annotates every pod admitted here beyond baseline (the expected ones above).
+            labels=pod_security_labels("privileged", f"v{platform.eks.version}", audit="baseline")))
         self._objects: list[cdk8s.ApiObject] = []
         self.config_map = self._add(k8s.KubeConfigMap(self, "Config", metadata=self._meta(names.CURVINE_CONFIG_MAP),
                                                       data={names.CURVINE_CONFIG_FILE: render_cluster_toml(platform)}))

@@ -122,6 +122,22 @@ def _charts_version() -> str:
         f"({', '.join(versions.KUBERNETES_RELEASES)}); `make setup` installs the pair pinned in requirements.txt")
 
 
+def pod_security_labels(enforce: str, version: str, *, warn: str | None = None,
+                        audit: str | None = None) -> dict[str, str]:
+    """Pod Security admission labels of a namespace: ``enforce`` (and ``warn``/``audit`` when given),
+    each pinned to ``version`` (``v1.34``, the cluster's), so a Kubernetes upgrade does not tighten or
+    loosen a level by itself."""
+    labels: dict[str, str] = {}
+    for mode, level in (("enforce", enforce), ("warn", warn), ("audit", audit)):
+        if level is None:
+            continue
+        if level not in ("privileged", "baseline", "restricted"):
+            raise ValueError(f"Pod Security level {level!r}; allowed: privileged, baseline, restricted")
+        labels[f"pod-security.kubernetes.io/{mode}"] = level
+        labels[f"pod-security.kubernetes.io/{mode}-version"] = version
+    return labels
+
+
 #: Kubernetes version of the ``cdk8s-plus-<NN>`` the charts are built with (see the module doc).
 KUBERNETES_VERSION: Final = _charts_version()
 

@@ -65,6 +65,12 @@ BUSINESS_LINE_NAMESPACE_LABEL: Final = "kvcache.io/business-line"
 POLICY_READY_JSONPATH: Final = '.status.conditions[?(@.status=="True")].type'
 
 KYVERNO_NAMESPACE: Final = "kyverno"
+#: Pod Security level of the Kyverno namespace: every container the pinned chart (3.5.2) starts there
+#: (admission controller and its init container, the webhook and report cleanup hooks, the chart's
+#: test) sets ``runAsNonRoot``, no privilege escalation, every capability dropped and the
+#: ``RuntimeDefault`` seccomp profile, with no host namespace or hostPath (``charts/kyverno/values.yaml``
+#: at f4ffc2d4; ``kyverno_helm_values`` overrides none of it), which is what ``restricted`` asks.
+KYVERNO_POD_SECURITY: Final = "restricted"
 #: Annotation that turns off Kyverno's generation of rules for Pod controllers.
 AUTOGEN_ANNOTATION: Final = "pod-policies.kyverno.io/autogen-controllers"
 #: Per-pod token of the policy: Kyverno's ``random()`` JMESPath function is evaluated once per
@@ -297,6 +303,18 @@ def policy_manifest(platform: PlatformConfig, line: BusinessLineConfig) -> dict[
         },
         "spec": policy_spec(platform, line),
     }
+
+
+def kyverno_namespace(kubernetes_version: str) -> dict[str, Any]:
+    """The ``kyverno`` Namespace, created by the platform (not by Helm) so that it carries Pod Security
+    labels: enforce, warn and audit :data:`KYVERNO_POD_SECURITY`, pinned to ``v<kubernetes_version>``."""
+    from k8s.kube import pod_security_labels
+
+    version = f"v{kubernetes_version}"
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": KYVERNO_NAMESPACE,
+        "labels": pod_security_labels(KYVERNO_POD_SECURITY, version, warn=KYVERNO_POD_SECURITY,
+                                      audit=KYVERNO_POD_SECURITY)}}
 
 
 def kyverno_helm_values() -> dict[str, Any]:

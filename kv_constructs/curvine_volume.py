@@ -14,6 +14,11 @@ from platform_config.fields import AZ_NAME_PATTERN
 
 _AZ_NAME = re.compile(AZ_NAME_PATTERN)
 
+#: The tag ``AmazonEBSCSIDriverPolicyV2`` scopes the EBS CSI driver's volume actions to (AWS managed
+#: policy reference; the driver's own docs/tagging.md: "for allowing users to use a policy to limit
+#: csi driver's permission to just the resources it manages").
+EBS_CSI_MANAGED_TAG = ("ebs.csi.aws.com/cluster", "true")
+
 #: EBS limits (https://docs.aws.amazon.com/ebs/latest/userguide/ebs-volume-types.html):
 #: gp3 1-16,384 GiB, 3,000-16,000 IOPS (at most 500 IOPS per GiB), 125-1,000 MiB/s
 #: (at most 0.25 MiB/s per IOPS); io2 4-65,536 GiB, 100-256,000 IOPS (at most 1,000 IOPS per GiB).
@@ -121,6 +126,9 @@ class CurvinePrimaryVolume(Construct):
             volume_name=name,
         )
         Tags.of(self.volume).add("kvcache.io/component", "curvine-primary")
+        # The EBS CSI driver's AmazonEBSCSIDriverPolicyV2 attaches, detaches and modifies only volumes
+        # with this tag (the driver tags the volumes it creates; this one CloudFormation creates).
+        Tags.of(self.volume).add(EBS_CSI_MANAGED_TAG[0], EBS_CSI_MANAGED_TAG[1])
         cfn = self.volume.node.default_child
         assert isinstance(cfn, ec2.CfnVolume)
         cfn.override_logical_id(self.LOGICAL_ID)

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Final, Literal, Mapping, Sequence
 
-from aws_cdk import Token
+from aws_cdk import Stack, Token
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
@@ -376,14 +376,24 @@ class HyperPodCluster(Construct):
     ) -> iam.Role:
         """The instance groups' execution role, as docs/sources.md §2 lists it.
 
-        Trusted by ``sagemaker.amazonaws.com``; managed ``AmazonSageMakerClusterInstanceRolePolicy``
-        and ``AmazonEKS_CNI_Policy``; ENI create/delete/describe in this VPC; ECR pull;
+        Trusted by ``sagemaker.amazonaws.com`` on behalf of this account only (``aws:SourceAccount``;
+        no ``aws:SourceArn``: the cluster's ARN ends in an ID HyperPod generates, and the cluster needs
+        this role before it exists); managed ``AmazonSageMakerClusterInstanceRolePolicy`` and
+        ``AmazonEKS_CNI_Policy``; ENI create/delete/describe in this VPC; ECR pull;
         ``eks-auth:AssumeRoleForPodIdentity`` on this EKS cluster; read of the lifecycle scripts.
+
+        ``AmazonEKS_CNI_Policy`` is what AWS lists for a HyperPod EKS execution role (the VPC CNI on
+        the nodes runs with it). It grants ``ec2:CreateNetworkInterface``, ``DeleteNetworkInterface``,
+        ``AttachNetworkInterface``, ``DetachNetworkInterface``, ``ModifyNetworkInterfaceAttribute``,
+        ``AssignPrivateIpAddresses``/``UnassignPrivateIpAddresses`` and more on ``*``, so the scoped ENI
+        statements below narrow nothing while it is attached: they say what HyperPod itself needs.
         """
+        stack = Stack.of(self)
         role = iam.Role(
             self,
             "ExecutionRole",
-            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            assumed_by=iam.ServicePrincipal(
+                "sagemaker.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": stack.account}}),
             description="HyperPod instance groups: node identity (ENIs, image pulls, pod identity, lifecycle scripts)",
             managed_policies=[
                 iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSageMakerClusterInstanceRolePolicy"),
@@ -392,11 +402,20 @@ class HyperPodCluster(Construct):
         )
         nag.acknowledge_managed_policies(
             role,
-            ["AmazonSageMakerClusterInstanceRolePolicy", "AmazonEKS_CNI_Policy"],
-            "Required by HyperPod on EKS (SageMaker HyperPod EKS prerequisites; docs/sources.md §2): "
-            "node logs/metrics and the VPC CNI's ENI management; AWS maintains both.",
+            ["AmazonSageMakerClusterInstanceRolePolicy"],
+            "Required by HyperPod on EKS (SageMaker HyperPod EKS prerequisites; docs/sources.md §2): node "
+            "CloudWatch logs and metrics under /aws/sagemaker/Clusters, lifecycle scripts from sagemaker-* "
+            "buckets of this account, SSM sessions; AWS maintains it.",
         )
-        stack = role.stack
+        nag.acknowledge_managed_policies(
+            role,
+            ["AmazonEKS_CNI_Policy"],
+            "Listed by AWS as required on a HyperPod EKS execution role (SageMaker HyperPod EKS prerequisites; "
+            "docs/sources.md §2): the VPC CNI on the nodes manages pod ENIs and IPs with it. It is NOT scoped: "
+            "it allows ENI create/delete/attach/detach/modify and private-IP assignment on every ENI, subnet "
+            "and security group of the account ('*'), which makes this role's subnet- and VPC-scoped ENI "
+            "statements no narrower in effect (docs/security.md, 'HyperPod node role').",
+        )
         arn = lambda resource: stack.format_arn(service="ec2", resource=resource)  # noqa: E731
         vpc_arn = arn(f"vpc/{vpc_id}")
         network_interfaces = arn("network-interface/*")
@@ -488,8 +507,10 @@ class HyperPodCluster(Construct):
         nag.acknowledge_wildcards(
             role,
             resources=[network_interfaces],
-            reason="ENIs are created by the nodes at run time, so their IDs are unknown; creation is "
-            "bound to the HyperPod subnets/security group and deletion to this VPC (ec2:Vpc condition).",
+            reason="ENIs are created by the nodes at run time, so their IDs are unknown; these statements "
+            "bind creation to the HyperPod subnets/security group and deletion to this VPC (ec2:Vpc condition), "
+            "but AmazonEKS_CNI_Policy on the same role allows both on any ENI, so they document HyperPod's "
+            "need rather than limit the role.",
         )
 
         nag.acknowledge_wildcards(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from aws_cdk import CfnJson
+from aws_cdk import CfnJson, Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
@@ -32,7 +32,9 @@ class IrsaRole(Construct):
         service_account: service-account name (RFC 1123 label).
         extra_service_principals: AWS services that may also assume the role with
             ``sts:AssumeRole`` (the HyperPod inference operator's execution role is trusted by
-            ``sagemaker.amazonaws.com`` as well).
+            ``sagemaker.amazonaws.com`` as well), only on behalf of this stack's account
+            (``aws:SourceAccount``, against the confused deputy: another account's SageMaker
+            resource cannot be made to use the role).
         description: IAM role description.
         role_name: a fixed IAM role name, for roles other resources name rather than reference
             (default: a name CloudFormation generates).
@@ -84,6 +86,7 @@ class IrsaRole(Construct):
                 iam.PolicyStatement(
                     actions=["sts:AssumeRole"],
                     principals=[iam.ServicePrincipal(service)],
+                    conditions={"StringEquals": {"aws:SourceAccount": Stack.of(self).account}},
                 )
             )
 

@@ -13,6 +13,7 @@ we keep the API's name), ``*_mibps`` MiB/s.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Annotated, Any, Literal, Union
 
@@ -132,8 +133,10 @@ class EksConfig(StrictModel):
     #: private: API reachable only inside the VPC (default, no public endpoint);
     #: public_and_private: also from ``public_access_cidrs``.
     endpoint_access: Literal["private", "public_and_private"] = "private"
-    #: CIDRs allowed to reach a public endpoint, IPv4 networks a.b.c.d/n (/1 to /32: never the whole
-    #: internet, 0.0.0.0/0); required with public_and_private.
+    #: CIDRs allowed to reach a public endpoint, IPv4 networks a.b.c.d/n (/1 to /32); required with
+    #: public_and_private. Never the whole internet: 0.0.0.0/0, ::/0 (IPv6 is refused) and CIDRs that
+    #: together cover every IPv4 address (0.0.0.0/1 + 128.0.0.0/1) are refused, with no opt-in
+    #: (docs/security.md, "The EKS API endpoint").
     public_access_cidrs: tuple[ipv4_network(1, 32), ...] = ()  # type: ignore[valid-type]
     #: IAM principal ARNs granted AmazonEKSClusterAdminPolicy through access entries.
     admin_principal_arns: tuple[
@@ -175,6 +178,12 @@ class EksConfig(StrictModel):
         if self.endpoint_access == "private" and self.public_access_cidrs:
             raise FieldError("public_access_cidrs", "public_access_cidrs is set but endpoint_access is 'private'; "
                                                     "allowed: no CIDRs, or endpoint_access public_and_private")
+        networks = [ipaddress.IPv4Network(c) for c in self.public_access_cidrs]
+        if networks and list(ipaddress.collapse_addresses(networks)) == [ipaddress.IPv4Network("0.0.0.0/0")]:
+            raise FieldError("public_access_cidrs",
+                             f"public_access_cidrs {', '.join(self.public_access_cidrs)} together cover every IPv4 "
+                             "address, the whole internet; allowed: the networks that may reach the API, e.g. "
+                             "[203.0.113.0/24]")
         if self.endpoint_access == "public_and_private" and not self.public_access_cidrs:
             raise FieldError("public_access_cidrs", 
                 "endpoint_access 'public_and_private' needs public_access_cidrs "

@@ -13,6 +13,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from kv_constructs import IrsaRole, SecureBucket, nag, prefixed_bucket_name
+from kv_constructs.load_balancer_scheme import deny_internet_facing_statement
 from kv_constructs.teardown_wait import LoadBalancerTeardownWaiter
 from platform_config import BusinessLineConfig, PlatformConfig
 from platform_config.addon_configuration import INFERENCE_ADDON, inference_addon_configuration
@@ -29,6 +30,17 @@ INFERENCE_KEDA_SA = "keda-operator"
 #: ``aws_eks_v2.AlbController`` (origin: kubernetes-sigs/aws-load-balancer-controller
 #: docs/install/iam_policy.json, Apache-2.0). Loaded as data; region and account are pinned below.
 ALB_POLICY_FILE = Path(__file__).resolve().parent.parent / "kv_constructs" / "policies" / "aws-load-balancer-controller-v3.2.2.json"
+
+#: The EBS CSI driver's AWS managed policy: V2 scopes every mutating volume and snapshot action to
+#: resources tagged ``ebs.csi.aws.com/cluster=true`` (AWS managed policy reference,
+#: "AmazonEBSCSIDriverPolicyV2", v1 of 2026-04-16; its ARN has no ``service-role/`` path, unlike V1's).
+EBS_CSI_POLICY = "AmazonEBSCSIDriverPolicyV2"
+
+#: What the inference operator tags its ACM certificates and TLS objects with, and what
+#: ``AmazonSageMakerHyperPodInferenceAccess`` (v3) conditions ``acm:DeleteCertificate`` on
+#: (``aws:ResourceTag/CreatedBy``); docs/sources.md §11.
+OPERATOR_TAG_KEY = "CreatedBy"
+OPERATOR_TAG_VALUE = "HyperPodInference"
 
 #: Add-ons the inference operator depends on, with the minimum versions of docs/sources.md §1.
 INFERENCE_DEPENDENCIES = ("aws-mountpoint-s3-csi-driver", "aws-fsx-csi-driver", "metrics-server", "cert-manager")
@@ -66,21 +78,29 @@ def tls_bucket_name(platform: PlatformConfig) -> str:
     return prefixed_bucket_name(f"hyperpod-tls-{platform.project}", account=platform.account, region=platform.region)
 
 
-def alb_controller_policy_document(stack: Stack) -> iam.PolicyDocument:
-    """The Load Balancer Controller policy, with ``arn:aws:<svc>:*:*:`` narrowed to this partition/region/account."""
+def alb_controller_policy_document(stack: Stack, *, scheme: str = "internal") -> iam.PolicyDocument:
+    """The Load Balancer Controller policy, with ``arn:aws:<svc>:*:*:`` narrowed to this partition/region/account.
+
+    With ``scheme`` ``internal`` (``inference_operator.load_balancer_scheme``, the default) the document
+    also denies creating internet-facing load balancers (:func:`deny_internet_facing_statement`);
+    with ``internet-facing``, configured on purpose, it does not.
+    """
     text = ALB_POLICY_FILE.read_text(encoding="utf-8")
     for service in ("ec2", "elasticloadbalancing"):
         text = text.replace(
             f"arn:aws:{service}:*:*:", f"arn:{stack.partition}:{service}:{stack.region}:{stack.account}:"
         )
-    return iam.PolicyDocument.from_json(json.loads(text))
+    document = iam.PolicyDocument.from_json(json.loads(text))
+    if scheme == "internal":
+        document.add_statements(deny_internet_facing_statement())
+    return document
 
 
 class AddonsStack(Stack):
     """Managed add-ons at pinned versions and the IAM they need.
 
     - ``aws-ebs-csi-driver`` with an IRSA role (the blog prefers IRSA over Pod Identity):
-      managed ``AmazonEBSCSIDriverPolicy``, plus ``sagemaker:AttachClusterNodeVolume`` /
+      managed ``AmazonEBSCSIDriverPolicyV2`` (volumes tagged ``ebs.csi.aws.com/cluster=true`` only), plus ``sagemaker:AttachClusterNodeVolume`` /
       ``DetachClusterNodeVolume`` on this HyperPod cluster and ``eks:Describe*`` on this EKS
       cluster; without them an EBS attach to a HyperPod node returns ValidationException.
     - ``aws-mountpoint-s3-csi-driver`` with an IRSA role that can only read the S3 model
@@ -129,7 +149,7 @@ class AddonsStack(Stack):
                                      service_account="ebs-csi-controller-sa",
                                      description="EBS CSI controller: EBS volumes, attach to HyperPod nodes")
         role = self.ebs_csi_role.role
-        role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name("service-role/AmazonEBSCSIDriverPolicy"))
+        role.add_managed_policy(iam.ManagedPolicy.from_aws_managed_policy_name(EBS_CSI_POLICY))
         role.add_to_policy(iam.PolicyStatement(
             sid="AttachVolumesToHyperPodNodes",
             actions=["sagemaker:AttachClusterNodeVolume", "sagemaker:DetachClusterNodeVolume"],
@@ -138,9 +158,12 @@ class AddonsStack(Stack):
         role.add_to_policy(iam.PolicyStatement(
             sid="DescribeThisEksCluster", actions=["eks:Describe*"], resources=[eks_cluster_arn]))
         nag.acknowledge_managed_policies(
-            role, ["service-role/AmazonEBSCSIDriverPolicy"],
-            "The AWS managed policy of the EBS CSI driver (EKS user guide, 'Amazon EBS CSI driver'); its "
-            "mutating EC2 actions are conditioned on the ebs.csi.aws.com/cluster tags the driver sets.")
+            role, [EBS_CSI_POLICY],
+            "AmazonEBSCSIDriverPolicyV2, the EBS CSI driver's tag-scoped AWS managed policy: its volume and "
+            "snapshot actions (create, attach, detach, modify, delete) apply only to EBS volumes and snapshots "
+            "tagged ebs.csi.aws.com/cluster=true (or created by the in-tree plugin); the Curvine Primary's "
+            "volume carries that tag (kv_constructs/curvine_volume.py). Describe* stays on '*' (no "
+            "resource-level permissions). Not scoped to this cluster: any volume of the account with that tag.")
         nag.acknowledge_wildcards(
             role, actions=["eks:Describe*"],
             reason="HyperPod's EBS CSI integration needs eks:Describe* (SageMaker HyperPod EBS CSI setup; "
@@ -201,26 +224,34 @@ class AddonsStack(Stack):
         # Inference v3.0 release notes (2026-02-23): the operator tags the ACM certificates it
         # imports for endpoints (and the TLS objects, s3:PutObjectTagging above). The notes grant
         # arn:aws:acm:*:*:certificate/*; narrowed here to this account and region.
+        # Unconditioned, that grant would let the role put CreatedBy=HyperPodInference on any certificate
+        # of the account and region and then delete it (the managed policy allows acm:DeleteCertificate
+        # on that tag). So: only that one tag, and never on a certificate that already carries another
+        # CreatedBy value; a certificate tagged by the operator stays taggable (issue 25 item 6).
         acm_certificates = self.format_arn(service="acm", resource="certificate", resource_name="*")
         execution.add_to_policy(iam.PolicyStatement(
-            sid="TagEndpointCertificates", actions=["acm:AddTagsToCertificate"], resources=[acm_certificates]))
+            sid="TagEndpointCertificates", actions=["acm:AddTagsToCertificate"], resources=[acm_certificates],
+            conditions=acm_tagging_conditions()))
         nag.acknowledge_wildcards(
             execution, resources=[certificates, acm_certificates],
             reason="The operator writes one certificate object per endpoint into its own TLS bucket and tags "
             "the ACM certificate it imports per endpoint; object keys and certificate IDs are generated at "
             "run time (helm_to_addon.sh policy; HyperPod Inference v3.0 release notes). ACM is limited to "
-            "this account and region and to tagging.")
+            "this account and region, to the one tag CreatedBy=HyperPodInference, and to certificates "
+            "without a CreatedBy tag of another value.")
 
         self.alb_role = IrsaRole(self, "InferenceAlbRole", cluster=cluster, namespace=INFERENCE_NAMESPACE,
                                  service_account=INFERENCE_ALB_SA,
                                  description="AWS Load Balancer Controller of the HyperPod inference operator")
-        alb_document = alb_controller_policy_document(self)
+        alb_document = alb_controller_policy_document(
+            self, scheme=platform.inference_operator.load_balancer_scheme)
         alb_policy = iam.Policy(self, "InferenceAlbPolicy", document=alb_document, roles=[self.alb_role.role])
         _acknowledge_document_wildcards(
             alb_policy, alb_document,
             "Official AWS Load Balancer Controller policy (v3.2.2, as shipped by aws-cdk-lib), narrowed to "
             "this region and account: Describe/Get actions have no resource-level permissions, and the "
-            "mutating ones are conditioned on the elbv2.k8s.aws/cluster tags the controller sets.")
+            "mutating ones are conditioned on the elbv2.k8s.aws/cluster tags the controller sets. With "
+            "load_balancer_scheme internal an explicit Deny refuses internet-facing load balancers.")
 
         # Trusted by the keda-operator service account only (sub and aud), as AWS's add-on setup guide
         # creates it ("Create the KEDA operator role"). AWS's helm_to_addon.sh also trusts
@@ -302,6 +333,21 @@ class AddonsStack(Stack):
                 addon.node.add_dependency(role.policy)
         self.addons[name] = addon
         return addon
+
+
+def acm_tagging_conditions() -> dict[str, Any]:
+    """Conditions of the execution role's ``acm:AddTagsToCertificate``: the request adds exactly
+    ``CreatedBy=HyperPodInference`` (what the operator tags with), and the certificate has no
+    ``CreatedBy`` tag or that one (``StringEqualsIfExists``: a certificate being imported has no tags yet).
+
+    What it cannot tell apart: a certificate of the account and region with no ``CreatedBy`` tag at all
+    from one being imported; ACM refuses to delete a certificate a load balancer uses (docs/security.md).
+    """
+    return {
+        "StringEquals": {f"aws:RequestTag/{OPERATOR_TAG_KEY}": OPERATOR_TAG_VALUE},
+        "ForAllValues:StringEquals": {"aws:TagKeys": [OPERATOR_TAG_KEY]},
+        "StringEqualsIfExists": {f"aws:ResourceTag/{OPERATOR_TAG_KEY}": OPERATOR_TAG_VALUE},
+    }
 
 
 def _acknowledge_document_wildcards(scope: Construct, document: iam.PolicyDocument, reason: str) -> None:

@@ -13,6 +13,7 @@ from constructs import Construct
 from k8s import kube
 from k8s.nodes import SYSTEM_NODE_LABEL, SYSTEM_NODE_VALUE
 from kv_constructs import nag
+from kv_constructs.load_balancer_scheme import deny_internet_facing_statement
 from platform_config import PlatformConfig
 from platform_config.addon_configuration import CORE_ADDON_CONFIGURATION
 
@@ -182,6 +183,10 @@ class ClusterStack(Stack):
             "The three AWS managed policies every EKS managed node group role needs (EKS user guide, "
             "'Amazon EKS node IAM role'); AWS keeps them in step with the kubelet and the VPC CNI.",
         )
+        # The cloud provider creates load balancers for the Services it handles with this role
+        # (AmazonEKSClusterPolicy allows CreateLoadBalancer): the same Deny as the controller's.
+        if platform.inference_operator.load_balancer_scheme == "internal":
+            self.cluster.role.add_to_principal_policy(deny_internet_facing_statement())
         nag.acknowledge_managed_policies(
             self.cluster.role,
             ["AmazonEKSClusterPolicy"],

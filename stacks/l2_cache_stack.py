@@ -19,7 +19,7 @@ from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
-from k8s.kyverno import KYVERNO_NAMESPACE, kyverno_helm_values
+from k8s.kyverno import KYVERNO_NAMESPACE, kyverno_helm_values, kyverno_namespace
 from k8s.render import build_curvine_chart
 from platform_config import PlatformConfig
 from stacks.cluster_stack import HELM_TIMEOUT
@@ -39,6 +39,7 @@ class L2CacheStack(Stack):
     Attributes:
         kyverno: the ``eks.HelmChart`` of Kyverno (None when Curvine is disabled). Business-line
             stacks depend on it: their Policy's kind is defined by its CRDs.
+        kyverno_namespace: manifest of the ``kyverno`` Namespace (Pod Security ``restricted``), before the chart.
         curvine_namespace: manifest of the ``curvine`` Namespace.
         curvine: manifest of every other object of the Curvine chart (applied after the
             namespace that holds them).
@@ -52,18 +53,24 @@ class L2CacheStack(Stack):
         self.cluster = cluster
         self.curvine_volume = curvine_volume
         self.kyverno: eks.HelmChart | None = None
+        self.kyverno_namespace: eks.KubernetesManifest | None = None
         self.curvine_namespace: eks.KubernetesManifest | None = None
         self.curvine: eks.KubernetesManifest | None = None
         self.chart: cdk8s.Chart | None = None
         if not platform.curvine.enabled:
             return
         pin = platform.versions.charts.kyverno
+        # The namespace is ours, not Helm's (create_namespace=False), so it carries Pod Security labels.
+        self.kyverno_namespace = eks.KubernetesManifest(
+            self, "KyvernoNamespace", cluster=cluster, manifest=[kyverno_namespace(platform.eks.version)],
+            overwrite=True)
         self.kyverno = eks.HelmChart(
             self, "Kyverno", cluster=cluster, chart=pin.chart, repository=pin.repository, version=pin.version,
-            release="kyverno", namespace=KYVERNO_NAMESPACE, create_namespace=True,
+            release="kyverno", namespace=KYVERNO_NAMESPACE, create_namespace=False,
             values=kyverno_helm_values(),
             # wait: the CRDs and the admission webhook must be ready before any line's Policy.
             wait=True, timeout=HELM_TIMEOUT, atomic=True)
+        self.kyverno.node.add_dependency(self.kyverno_namespace)
 
         # CDK tokens (the volume ID) pass through cdk8s as strings and resolve at deploy.
         self.chart = build_curvine_chart(cdk8s.App(), platform, volume_id=curvine_volume.volume_id,

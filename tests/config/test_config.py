@@ -668,6 +668,8 @@ def test_the_system_node_ami_release_must_be_of_the_cluster_version(config_dir: 
     ("network", "cidr", "10.192.0.0/12", "the prefix length must be /16 to /24"),
     ("eks", "public_access_cidrs", ["0.0.0.0/0"], "the prefix length must be /1 to /32"),
     ("eks", "public_access_cidrs", ["203.0.113.0/33"], "is not an IPv4 network"),
+    ("eks", "public_access_cidrs", ["::/0"], "is not an IPv4 network"),
+    ("eks", "public_access_cidrs", ["0.0.0.0/1", "128.0.0.0/1"], "together cover every IPv4 address"),
 ])
 def test_networks_are_checked_as_networks(config_dir: Path, section, key, value, expected) -> None:
     """A pattern alone accepted 300.192.0.0/16 and left a traceback to synthesis (issue 27); the whole

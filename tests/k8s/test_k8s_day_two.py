@@ -262,7 +262,10 @@ def test_line_namespaces_enforce_baseline_and_curvine_stays_privileged(manifests
         assert ns["pod-security.kubernetes.io/enforce-version"] == version
         assert ns["pod-security.kubernetes.io/warn"] == ns["pod-security.kubernetes.io/audit"] == "restricted"
     curvine_ns = find(manifests["curvine"], "Namespace", "curvine")["metadata"]["labels"]
-    assert curvine_ns["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert {k: v for k, v in curvine_ns.items() if k.startswith("pod-security.")} == {"pod-security.kubernetes.io/enforce": "privileged",
+                          "pod-security.kubernetes.io/enforce-version": version,
+                          "pod-security.kubernetes.io/audit": "baseline",
+                          "pod-security.kubernetes.io/audit-version": version}
 
 
 def test_everything_we_put_in_a_line_namespace_passes_baseline(manifests, k8s_project):

@@ -44,7 +44,8 @@ def test_kyverno_chart_is_pinned_from_config(l2, project):
     (chart,) = charts.values()
     props = chart["Properties"]
     assert (props["Chart"], props["Repository"], props["Version"]) == (pin.chart, pin.repository, pin.version)
-    assert props["Namespace"] == "kyverno" and props["CreateNamespace"] is True and props["Wait"] is True
+    assert props["Namespace"] == "kyverno" and props["Wait"] is True
+    assert props.get("CreateNamespace") in (None, False)  # the platform's Namespace, with its labels
     values = json.loads(props["Values"])
     assert values["config"]["excludeGroups"] == ["system:nodes"]
     assert values["config"]["excludeUsernames"] == []
@@ -71,12 +72,34 @@ def test_curvine_chart_gets_the_real_volume_id(l2, platform):
     assert pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [zone]
 
 
+def _namespace_manifest(manifests: dict[str, dict], name: str) -> str:
+    (logical_id,) = [lid for lid, r in manifests.items() if _kinds(r) == ["Namespace"]
+                     and json.loads(r["Properties"]["Manifest"])[0]["metadata"]["name"] == name]
+    return logical_id
+
+
 def test_curvine_objects_after_their_namespace(l2):
     manifests = _manifests(l2)
-    ns = _by_kind(manifests, "Namespace")
+    ns = _namespace_manifest(manifests, "curvine")
     curvine = _by_kind(manifests, "StatefulSet")
-    assert _kinds(manifests[ns]) == ["Namespace"]
     assert ns in manifests[curvine].get("DependsOn", [])
+
+
+def test_the_kyverno_namespace_is_ours_restricted_and_before_the_chart(l2, project):
+    """Issue 25 (low): every namespace the platform creates carries Pod Security labels at the strictest
+    level its pods pass; Kyverno's pods (chart 3.5.2) all pass restricted (k8s/kyverno.py)."""
+    from aws_cdk.assertions import Match
+
+    version = f"v{project.platform.eks.version}"
+    manifests = _manifests(l2)
+    ns_id = _namespace_manifest(manifests, "kyverno")
+    (labels,) = [o["metadata"]["labels"] for o in json.loads(manifests[ns_id]["Properties"]["Manifest"])]
+    labels = {k: v for k, v in labels.items() if k.startswith("pod-security.kubernetes.io/")}  # not aws-cdk's prune label
+    assert labels == {f"pod-security.kubernetes.io/{mode}{suffix}": value
+                      for mode in ("enforce", "warn", "audit")
+                      for suffix, value in (("", "restricted"), ("-version", version))}
+    l2.has_resource(HELM, {"Properties": Match.object_like({"Namespace": "kyverno"}),
+                           "DependsOn": Match.array_with([ns_id])})
 
 
 def test_make_manifests_reads_the_volume_outputs_the_hyperpod_stack_writes(templates, project):

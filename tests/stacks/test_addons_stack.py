@@ -205,8 +205,6 @@ def test_every_inference_addon_key_is_documented(project, gateway: bool, gateway
 def test_ebs_csi_driver_uses_irsa_with_hyperpod_attach_permissions(templates, addons) -> None:
     role_id, role = role_by_subject(templates, "system:serviceaccount:kube-system:ebs-csi-controller-sa")
     assert addons["aws-ebs-csi-driver"]["Properties"]["ServiceAccountRoleArn"] == {"Fn::GetAtt": [role_id, "Arn"]}
-    assert role["Properties"]["ManagedPolicyArns"][0]["Fn::Join"][1][-1] == (
-        ":iam::aws:policy/service-role/AmazonEBSCSIDriverPolicy")
     statements = {s["Sid"]: s for s in statements_of(templates, role_id)}
     attach = statements["AttachVolumesToHyperPodNodes"]
     assert sorted(attach["Action"]) == ["sagemaker:AttachClusterNodeVolume", "sagemaker:DetachClusterNodeVolume"]
@@ -230,6 +228,7 @@ def test_inference_execution_role_trusts_sagemaker_and_the_controller_service_ac
     statements = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     by_action = {s["Action"]: s for s in statements}
     assert by_action["sts:AssumeRole"]["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+    assert by_action["sts:AssumeRole"]["Condition"] == {"StringEquals": {"aws:SourceAccount": "111122223333"}}
     assert "sts:AssumeRoleWithWebIdentity" in by_action
     assert role["Properties"]["ManagedPolicyArns"][0]["Fn::Join"][1][-1] == (
         ":iam::aws:policy/AmazonSageMakerHyperPodInferenceAccess")
@@ -243,9 +242,7 @@ def test_inference_execution_role_may_tag_its_certificates_in_this_account_only(
     role_id, _ = role_by_subject(
         templates, "system:serviceaccount:hyperpod-inference-system:hyperpod-inference-controller-manager")
     statements = {s["Sid"]: s for s in statements_of(templates, role_id)}
-    assert statements["TagEndpointCertificates"] == {
-        "Sid": "TagEndpointCertificates", "Effect": "Allow", "Action": "acm:AddTagsToCertificate",
-        "Resource": "arn:aws:acm:us-west-2:111122223333:certificate/*"}
+    assert statements["TagEndpointCertificates"]["Resource"] == "arn:aws:acm:us-west-2:111122223333:certificate/*"
     tls = statements["TlsCertificatesReadWrite"]
     assert "s3:PutObjectTagging" in tls["Action"]
     assert tls["Resource"]["Fn::Join"][1][-1] == "/*"  # objects of the TLS bucket only
@@ -391,3 +388,98 @@ def test_gateway_needs_its_service_account_named(tmp_path) -> None:
     (problem,) = info.value.problems
     assert problem.field == "inference_operator.gateway.service_account"
     assert "set service_account" in problem.message
+
+
+# --- Issue 25 items 5 and 6: what the add-on roles may do, asserted with Template/Match/Capture ---
+
+ALB_SUBJECT = "system:serviceaccount:hyperpod-inference-system:aws-load-balancer-controller"
+EXECUTION_SUBJECT = "system:serviceaccount:hyperpod-inference-system:hyperpod-inference-controller-manager"
+
+
+def _deny_internet_facing() -> dict:
+    from aws_cdk.assertions import Match
+
+    return Match.object_like({
+        "Effect": "Deny", "Action": "elasticloadbalancing:CreateLoadBalancer", "Resource": "*",
+        "Condition": {"StringEquals": {"elasticloadbalancing:Scheme": "internet-facing"}}})
+
+
+def test_the_load_balancer_controller_may_not_create_an_internet_facing_load_balancer(templates) -> None:
+    """Issue 25 item 5: with load_balancer_scheme internal (the fixture's) the controller's own policy
+    refuses an internet-facing CreateLoadBalancer, whatever an Ingress or Service asks for."""
+    from aws_cdk.assertions import Capture, Match
+
+    role_id, _ = role_by_subject(templates, ALB_SUBJECT)
+    roles = Capture()
+    templates[ADDONS].has_resource_properties("AWS::IAM::Policy", {
+        "PolicyDocument": {"Statement": Match.array_with([_deny_internet_facing()])},
+        "Roles": roles})
+    assert roles.as_array() == [{"Ref": role_id}]
+    # The Allow it overrides is still there (the controller creates internal load balancers).
+    templates[ADDONS].has_resource_properties("AWS::IAM::Policy", {
+        "PolicyDocument": {"Statement": Match.array_with([Match.object_like({
+            "Effect": "Allow", "Action": Match.array_with(["elasticloadbalancing:CreateLoadBalancer"])})])},
+        "Roles": [{"Ref": role_id}]})
+
+
+def test_an_internet_facing_scheme_configured_on_purpose_is_not_denied(gateway_addons) -> None:
+    """load_balancer_scheme internet-facing (the gateway fixture's) is the explicit opt-in: no Deny."""
+    from aws_cdk.assertions import Match
+
+    role_id, _ = role_by_subject({ADDONS: gateway_addons}, ALB_SUBJECT)
+    gateway_addons.has_resource_properties("AWS::IAM::Policy", {
+        "PolicyDocument": {"Statement": Match.not_(Match.array_with([_deny_internet_facing()]))},
+        "Roles": [{"Ref": role_id}]})
+
+
+def test_the_ebs_csi_driver_gets_the_tag_scoped_v2_managed_policy(templates) -> None:
+    """Issue 25 item 6: AmazonEBSCSIDriverPolicyV2 (no service-role/ path), not V1's untagged attach/modify."""
+    role_id, _ = role_by_subject(templates, "system:serviceaccount:kube-system:ebs-csi-controller-sa")
+    roles = templates[ADDONS].find_resources("AWS::IAM::Role", {"Properties": {"ManagedPolicyArns": [
+        {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/AmazonEBSCSIDriverPolicyV2"]]}]}})
+    assert list(roles) == [role_id]
+    assert "service-role/AmazonEBSCSIDriverPolicy" not in json.dumps(templates[ADDONS].to_json())  # V1 nowhere
+
+
+def test_the_operator_may_add_only_its_own_tag_to_certificates_not_anothers(templates) -> None:
+    """Issue 25 item 6: acm:AddTagsToCertificate only adds CreatedBy=HyperPodInference, and never to a
+    certificate whose CreatedBy says another owner, so the managed policy's DeleteCertificate (on that
+    tag) cannot be turned on a certificate the operator did not import by tagging it first."""
+    from aws_cdk.assertions import Capture, Match
+
+    role_id, _ = role_by_subject(templates, EXECUTION_SUBJECT)
+    condition = Capture()
+    templates[ADDONS].has_resource_properties("AWS::IAM::Policy", {
+        "PolicyDocument": {"Statement": Match.array_with([Match.object_like({
+            "Sid": "TagEndpointCertificates", "Effect": "Allow", "Action": "acm:AddTagsToCertificate",
+            "Condition": condition})])},
+        "Roles": [{"Ref": role_id}]})
+    assert condition.as_object() == {
+        "StringEquals": {"aws:RequestTag/CreatedBy": "HyperPodInference"},
+        "ForAllValues:StringEquals": {"aws:TagKeys": ["CreatedBy"]},
+        "StringEqualsIfExists": {"aws:ResourceTag/CreatedBy": "HyperPodInference"}}
+
+
+def test_every_sagemaker_trust_of_the_addons_is_bound_to_this_account(templates) -> None:
+    """Issue 25 item 6: a trust of sagemaker.amazonaws.com without aws:SourceAccount lets any account's
+    SageMaker resource name the role (confused deputy)."""
+    from aws_cdk.assertions import Match
+
+    for stack_name, template in templates.items():
+        for role in template.find_resources("AWS::IAM::Role").values():
+            for statement in role["Properties"]["AssumeRolePolicyDocument"]["Statement"]:
+                services = statement.get("Principal", {}).get("Service", [])
+                if "sagemaker.amazonaws.com" in (services if isinstance(services, list) else [services]):
+                    assert statement["Condition"]["StringEquals"]["aws:SourceAccount"] == "111122223333", stack_name
+    templates[ADDONS].has_resource_properties("AWS::IAM::Role", {"AssumeRolePolicyDocument": {
+        "Statement": Match.array_with([{
+            "Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"},
+            "Condition": {"StringEquals": {"aws:SourceAccount": "111122223333"}}}])}})
+
+
+def test_no_rendered_object_carries_a_load_balancer_annotation(templates) -> None:
+    """Issue 25 item 5: the platform accepts no user annotations (config models forbid unknown keys) and
+    renders none that pick a scheme or subnets; the controller's subnet discovery and the Deny decide."""
+    text = json.dumps({name: t.to_json() for name, t in templates.items()})
+    for prefix in ("alb.ingress.kubernetes.io/", "service.beta.kubernetes.io/aws-load-balancer"):
+        assert prefix not in text, prefix

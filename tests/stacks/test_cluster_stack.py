@@ -420,3 +420,20 @@ def test_requirements_pin_exactly_the_packages_of_eks_version(config_dir) -> Non
     row = KUBERNETES_RELEASES[version]
     assert set(row.requirements) <= set(requirements)  # the exact pins of the version's row
     assert version in kube.installed_versions() and kube.KUBERNETES_VERSION >= version
+
+
+def test_the_cluster_role_may_not_create_an_internet_facing_load_balancer(templates) -> None:
+    """Issue 25 item 5: the cloud provider creates load balancers for the Services it handles with the EKS
+    cluster role (AmazonEKSClusterPolicy allows CreateLoadBalancer); with load_balancer_scheme internal
+    its policy denies an internet-facing one, as the controller's does."""
+    from aws_cdk.assertions import Capture, Match
+
+    template = templates["kvcache-eks"]
+    role = Capture()
+    template.has_resource_properties("AWS::EKS::Cluster", {"RoleArn": {"Fn::GetAtt": [role, "Arn"]}})
+    template.has_resource_properties("AWS::IAM::Policy", {
+        "PolicyDocument": {"Statement": Match.array_with([{
+            "Sid": "DenyInternetFacingLoadBalancers", "Effect": "Deny",
+            "Action": "elasticloadbalancing:CreateLoadBalancer", "Resource": "*",
+            "Condition": {"StringEquals": {"elasticloadbalancing:Scheme": "internet-facing"}}}])},
+        "Roles": [{"Ref": role.as_string()}]})

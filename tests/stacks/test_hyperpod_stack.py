@@ -133,7 +133,8 @@ def test_execution_role_trust_and_managed_policies(templates, hp) -> None:
     role_id = hp["Properties"]["InstanceGroups"][0]["ExecutionRole"]["Fn::GetAtt"][0]
     role = templates[HYPERPOD].find_resources("AWS::IAM::Role")[role_id]["Properties"]
     assert role["AssumeRolePolicyDocument"]["Statement"] == [{
-        "Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"}}]
+        "Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "sagemaker.amazonaws.com"},
+        "Condition": {"StringEquals": {"aws:SourceAccount": "111122223333"}}}]
     managed = sorted(p["Fn::Join"][1][-1] for p in role["ManagedPolicyArns"])
     assert managed == [":iam::aws:policy/AmazonEKS_CNI_Policy", ":iam::aws:policy/AmazonSageMakerClusterInstanceRolePolicy"]
 
@@ -291,3 +292,29 @@ def test_training_plan_and_minimum_count_reach_the_instance_group(reserved_capac
     assert (p5["InstanceCount"], p5["MinInstanceCount"]) == (2, 1)
     assert "TrainingPlanArn" not in group(cluster, "g6e-inference")
     assert "NodeProvisioningMode" not in cluster["Properties"]  # null: omitted
+
+
+# --- Issue 25 item 6 ---
+
+def test_the_execution_role_is_assumable_by_sagemaker_for_this_account_only(templates, hp) -> None:
+    """aws:SourceAccount on the sagemaker.amazonaws.com trust (no aws:SourceArn: the cluster's ARN ends in
+    an ID HyperPod generates after the role exists)."""
+    from aws_cdk.assertions import Capture, Match
+
+    condition = Capture()
+    role_id = hp["Properties"]["InstanceGroups"][0]["ExecutionRole"]["Fn::GetAtt"][0]
+    templates[HYPERPOD].has_resource_properties("AWS::IAM::Role", {"AssumeRolePolicyDocument": {"Statement": [
+        Match.object_like({"Principal": {"Service": "sagemaker.amazonaws.com"}, "Condition": condition})]}})
+    assert condition.as_object() == {"StringEquals": {"aws:SourceAccount": "111122223333"}}
+    sagemaker_roles = templates[HYPERPOD].find_resources("AWS::IAM::Role", {"Properties": {
+        "AssumeRolePolicyDocument": {"Statement": [Match.object_like({"Principal": {"Service": "sagemaker.amazonaws.com"}})]}}})
+    assert list(sagemaker_roles) == [role_id]
+
+
+def test_the_curvine_volume_carries_the_tag_the_ebs_csi_v2_policy_needs(templates) -> None:
+    """AmazonEBSCSIDriverPolicyV2 attaches, detaches and modifies only volumes tagged
+    ebs.csi.aws.com/cluster=true; without it the Primary's PV would never attach (issue 25 item 6)."""
+    from aws_cdk.assertions import Match
+
+    templates[HYPERPOD].has_resource_properties("AWS::EC2::Volume", {
+        "Tags": Match.array_with([{"Key": "ebs.csi.aws.com/cluster", "Value": "true"}])})

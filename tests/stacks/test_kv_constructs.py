@@ -256,3 +256,31 @@ def test_hyperpod_cluster_rejects_duplicate_group_names() -> None:
             security_group_ids=["sg"], vpc_id="vpc-1", instance_groups=[group(), group()],
             lifecycle_bucket_arn="arn:aws:s3:::b", lifecycle_key_prefix="lifecycle/",
         )
+
+
+def test_the_cni_policy_acknowledgments_say_it_is_not_scoped(tmp_path) -> None:
+    """Issue 25 item 6: the cdk-nag reasons shipped in the template (written by the same plugin app.py
+    registers) must not claim a scope for AmazonEKS_CNI_Policy, which AWS lists as required and which
+    allows ENI actions on '*'; the scoped ENI statements' reason must say the policy cancels them."""
+    import stacks as platform_stacks
+
+    app = cdk.App(outdir=str(tmp_path))
+    stack = cdk.Stack(app, "Nag", env=cdk.Environment(account="111122223333", region="us-west-2"))
+    HyperPodCluster(
+        stack, "HP", cluster_name="small", eks_cluster_arn="arn:aws:eks:us-west-2:111122223333:cluster/e",
+        eks_cluster_name="e", subnet_ids=["subnet-1"], security_group_ids=["sg-1"], vpc_id="vpc-1",
+        instance_groups=[group()], lifecycle_bucket_arn="arn:aws:s3:::sagemaker-x", lifecycle_key_prefix="lifecycle/")
+    platform_stacks.add_nag_checks(app)
+    template = Template.from_json(app.synth().get_stack_by_name("Nag").template)
+    reasons: dict[str, str] = {}
+    for resource in list(template.find_resources("AWS::IAM::Role").values()) + list(
+            template.find_resources("AWS::IAM::Policy").values()):
+        for rule in resource.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", []):
+            reasons[rule["id"]] = rule["reason"]
+    cni = reasons["AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEKS_CNI_Policy]"]
+    assert "NOT scoped" in cni and "'*'" in cni and "required" in cni
+    instance = reasons["AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/"
+                       "AmazonSageMakerClusterInstanceRolePolicy]"]
+    assert "VPC CNI" not in instance and "ENI" not in instance  # that claim moved to the CNI policy's reason
+    eni = [r for rule_id, r in reasons.items() if "network-interface/*" in rule_id]
+    assert eni and all("AmazonEKS_CNI_Policy" in r and "rather than limit" in r for r in eni), eni
