@@ -376,9 +376,11 @@ class HyperPodCluster(Construct):
     ) -> iam.Role:
         """The instance groups' execution role, as docs/sources.md §2 lists it.
 
-        Trusted by ``sagemaker.amazonaws.com`` on behalf of this account only (``aws:SourceAccount``;
-        no ``aws:SourceArn``: the cluster's ARN ends in an ID HyperPod generates, and the cluster needs
-        this role before it exists); managed ``AmazonSageMakerClusterInstanceRolePolicy`` and
+        Trusted by ``sagemaker.amazonaws.com`` without a condition, as AWS's HyperPod pages show it:
+        HyperPod is not among the features SageMaker documents ``aws:SourceAccount`` for, a condition
+        HyperPod does not send would fail cluster creation (nodes without credentials), and no other
+        account can hand this role to SageMaker (``iam:PassRole`` does not cross accounts): docs/security.md,
+        "SageMaker service-principal trusts". Managed ``AmazonSageMakerClusterInstanceRolePolicy`` and
         ``AmazonEKS_CNI_Policy``; ENI create/delete/describe in this VPC; ECR pull;
         ``eks-auth:AssumeRoleForPodIdentity`` on this EKS cluster; read of the lifecycle scripts.
 
@@ -392,8 +394,7 @@ class HyperPodCluster(Construct):
         role = iam.Role(
             self,
             "ExecutionRole",
-            assumed_by=iam.ServicePrincipal(
-                "sagemaker.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": stack.account}}),
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
             description="HyperPod instance groups: node identity (ENIs, image pulls, pod identity, lifecycle scripts)",
             managed_policies=[
                 iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSageMakerClusterInstanceRolePolicy"),

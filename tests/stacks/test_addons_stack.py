@@ -16,6 +16,7 @@ from stacks.addons_stack import inference_execution_role_name, tls_bucket_name
 from tests.stacks.bucket_assertions import assert_secure_bucket
 
 ADDONS = "kvcache-addons"
+HYPERPOD = "kvcache-hyperpod"
 
 
 @pytest.fixture(scope="module")
@@ -462,10 +463,13 @@ def test_the_operator_may_add_only_its_own_tag_to_certificates_not_anothers(temp
 
 def test_every_sagemaker_trust_of_the_addons_is_bound_to_this_account(templates) -> None:
     """Issue 25 item 6: a trust of sagemaker.amazonaws.com without aws:SourceAccount lets any account's
-    SageMaker resource name the role (confused deputy)."""
+    SageMaker resource name the role (confused deputy). Every stack but the hyperpod stack, whose node
+    role is HyperPod's as AWS documents it (test_hyperpod_stack.py says why)."""
     from aws_cdk.assertions import Match
 
     for stack_name, template in templates.items():
+        if stack_name == HYPERPOD:
+            continue
         for role in template.find_resources("AWS::IAM::Role").values():
             for statement in role["Properties"]["AssumeRolePolicyDocument"]["Statement"]:
                 services = statement.get("Principal", {}).get("Service", [])
