@@ -53,11 +53,12 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+import cdk8s
 from constructs import Construct
 
 from k8s import agent, names
 from k8s.kube import k8s
-from k8s.lmcache import l2_cache_dir
+from k8s.lmcache import PINNED_SETTINGS, l2_cache_dir
 from k8s.nodes import hyperpod_node_requirements, instance_group_tolerations
 from k8s.patch import L2_MOUNT_PATH
 from cluster_agents import hot_prefixes, l2_janitor
@@ -117,9 +118,15 @@ def janitor_config(platform: PlatformConfig, line: BusinessLineConfig) -> dict[s
         "min_delete_age_s": MIN_DELETE_AGE_S,
         "mount_path": L2_MOUNT_PATH,
         "dir_grace_s": DIR_GRACE_S,
+        "key_secret": names.chunk_key_secret_name(line),
     }
     l2_janitor.config_from_dict(config)  # the same validation the janitor applies at run time
     return config
+
+
+def pinned_hash_algorithm() -> str:
+    """LMCache's ``pre_caching_hash_algorithm`` as the L2 policy pins it (:data:`k8s.lmcache.PINNED_SETTINGS`)."""
+    return next(s.value for s in PINNED_SETTINGS if s.key == "pre_caching_hash_algorithm")
 
 
 def hot_prefix_config(platform: PlatformConfig, line: BusinessLineConfig) -> tuple[dict[str, Any], dict[str, str]] | None:
@@ -158,7 +165,8 @@ def hot_prefix_config(platform: PlatformConfig, line: BusinessLineConfig) -> tup
         "chunk_size": line.cache.chunk_size_tokens,
         "world_size": sizes.get(TENSOR_PARALLEL_FLAG, 1) * sizes.get(PIPELINE_PARALLEL_FLAG, 1),
         "python_hash_seed": line.python_hash_seed,
-        "hash_algorithm": hot_prefixes.HASH_ALGORITHM,
+        "hash_algorithm": pinned_hash_algorithm(),
+        "key_secret": names.chunk_key_secret_name(line),
         "warm_period_s": line.hot_prefixes.warm_period_minutes * 60,
         "prefixes": prefixes,
     }
@@ -214,4 +222,11 @@ class L2Janitor(agent.LineAgent):
             volumes=[self.volume,
                      k8s.Volume(name=names.L2_VOLUME_NAME, persistent_volume_claim=k8s.PersistentVolumeClaimVolumeSource(
                          claim_name=names.pvc_name(line)))])
+        # The chunk-key Secret (docs/security.md, "Chunk keys"): create, which RBAC cannot narrow to
+        # one name, and get of that one Secret; no list, watch, update, patch or delete.
+        self.role.add_json_patch(cdk8s.JsonPatch.add("/rules/-", {
+            "apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}))
+        self.role.add_json_patch(cdk8s.JsonPatch.add("/rules/-", {
+            "apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+            "resourceNames": [names.chunk_key_secret_name(line)]}))
         self.deploy(pod_spec)

@@ -238,8 +238,12 @@ def test_the_janitor_configmap_carries_the_prefixes_and_the_warmer(manifests) ->
     assert data[janitor_chart.HOT_PREFIX_SCRIPT_FILE] == Path(hot_prefixes.__file__).read_text(encoding="utf-8")
     (container,) = _janitor(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert container["command"][-2:] == ["--hot-prefixes", f"{janitor_chart.CONFIG_DIR}/hot_prefixes.json"]
-    # No new object and no new right: the janitor's Role still lists Pods, nothing else.
-    assert _janitor(objects, "Role")["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    # No new right for the warm-up: the janitor's Role lists Pods and, for the chunk key, creates Secrets and
+    # reads the line's one (docs/security.md, "Chunk keys"), nothing else.
+    assert _janitor(objects, "Role")["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["kvcache-l2-key-1"]}]
     # research-reasoning declares none: no warmer there.
     research = next(v for k, v in rendered.items() if k.endswith("research-reasoning"))
     assert janitor_chart.HOT_PREFIX_CONFIG_FILE not in _janitor(research, "ConfigMap")["data"]

@@ -111,7 +111,7 @@ def test_container_without_env_or_mounts(policy, line, k8s_project):
                    "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK",
                    "PROMETHEUS_MULTIPROC_DIR", "LMCACHE_LOOKUP_TIMEOUT_MS", "LMCACHE_BLOCKING_TIMEOUT_SECS",
                    "PYTHONPATH", "KVCACHE_L2_GATE_ENABLED", "KVCACHE_L2_GATE_OPEN_AFTER_MS",
-                   "KVCACHE_L2_GATE_LOOKUP_SLOW_MS", "KVCACHE_L2_GATE_CLOSE_AFTER_MS"}
+                   "KVCACHE_L2_GATE_LOOKUP_SLOW_MS", "KVCACHE_L2_GATE_CLOSE_AFTER_MS", "KVCACHE_L2_KEY"}
     assert _vllm(after, line)["volumeMounts"] == [{"name": names.L2_VOLUME_NAME, "mountPath": L2_MOUNT_PATH},
                                                   {"name": names.METRICS_VOLUME_NAME, "mountPath": METRICS_DIR},
                                                   {"name": names.VLLM_PLUGINS, "mountPath": PLUGIN_DIR, "readOnly": True}]

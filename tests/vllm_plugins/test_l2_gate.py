@@ -252,7 +252,7 @@ def test_a_gate_that_keeps_reopening_holds_longer_and_resets_after_a_quiet_spell
 
 
 def test_the_shipped_file_imports_only_the_standard_library_at_module_level() -> None:
-    """The ConfigMap ships this one file: nothing of the project, and vLLM / prometheus_client only
+    """The ConfigMap ships this one file: nothing of the project, and vLLM / LMCache / prometheus_client only
     inside the functions that run in vLLM's process (the image has them; this venv has no vLLM)."""
     import ast
 
@@ -265,7 +265,7 @@ def test_the_shipped_file_imports_only_the_standard_library_at_module_level() ->
             top.add(node.module.split(".")[0])
     assert top - {"__future__"} <= set(sys.stdlib_module_names), top
     nested = {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-    assert nested - set(sys.stdlib_module_names) == {"vllm", "prometheus_client"}
+    assert nested - set(sys.stdlib_module_names) == {"vllm", "prometheus_client", "lmcache"}
 
 
 def test_start_gate_probes_a_real_directory_and_publishes_its_state(tmp_path: Path) -> None:
