@@ -569,7 +569,13 @@ def test_janitor_chart_objects(manifests):
         assert conf.min_delete_age_s == 600 and conf.mount_path == MOUNT and conf.dir_grace_s == 24 * 3600
         assert cm["data"]["l2_janitor.py"] == Path(l2_janitor.__file__).read_text()
         role = _one(objs, "Role")
-        assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+        # List Pods; for the chunk key (docs/security.md, "Chunk keys") create Secrets and get the line's one only.
+        secret = f"kvcache-l2-key-{line.cache.chunk_key_generation}"
+        assert role["rules"] == [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": [secret]}]
+        assert conf.key_secret == secret
         deployment = _one(objs, "Deployment")["spec"]
         assert deployment["replicas"] == 1 and deployment["strategy"] == {"type": "Recreate"}
         template = deployment["template"]
