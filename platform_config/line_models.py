@@ -226,7 +226,7 @@ class CacheConfig(StrictModel):
     #: line's namespace, created by the line's L2 janitor with 256 random bits on its first start, never
     #: changed, never in a template. Raise it to rotate the key: a new Secret, a new L2 directory (the
     #: janitor deletes the old one) and a cold cache; delete the old Secret by hand afterwards.
-    chunk_key_generation: Annotated[int, Field(ge=1, le=999999)] = 1
+    chunk_key_generation: Annotated[int, Field(ge=1, le=999999, strict=True)] = 1
 
     @field_validator("lmcache_mode", mode="before")
     @classmethod

@@ -286,3 +286,49 @@ def test_start_gate_probes_a_real_directory_and_publishes_its_state(tmp_path: Pa
         assert registry.get_sample_value("kvcache_l2_gate_open") == 0
     finally:
         runtime.stop()
+
+
+# --- the chunk key ---------------------------------------------------------------------------------
+
+
+class _TokenDatabase:
+    """The two names of ``lmcache.v1.token_database`` that ``apply_chunk_key`` uses (LMCache 0.5.5)."""
+
+    NONE_HASH = 12345
+
+    @staticmethod
+    def _normalize_hash_to_int(value):
+        return int.from_bytes(value[:8], "big") if isinstance(value, bytes) else value
+
+
+def _sha256_cbor(value):  # vLLM 0.29.0's sha256_cbor, for a string (the standard-library encoder)
+    import hashlib as _hashlib
+
+    from cluster_agents import hot_prefixes
+
+    return _hashlib.sha256(hot_prefixes.cbor(value)).digest()
+
+
+def test_the_chunk_key_starts_lmcaches_chain_from_the_secret_in_every_process() -> None:
+    db = type("TokenDatabase", (_TokenDatabase,), {})
+    fingerprint = l2_gate.apply_chunk_key({l2_gate.CHUNK_KEY_ENV: "line-secret"}, algorithm="sha256_cbor",
+                                          token_database=db, hash_fn=_sha256_cbor)
+    from cluster_agents import hot_prefixes
+
+    assert db.NONE_HASH == hot_prefixes.keyed_none_hash("line-secret")  # the warmer's start, by construction
+    assert fingerprint and "line-secret" not in fingerprint and len(fingerprint) == 8
+
+
+@pytest.mark.parametrize("env", [{}, {l2_gate.CHUNK_KEY_ENV: ""}, {l2_gate.CHUNK_KEY_ENV: "  "}])
+def test_without_a_chunk_key_lmcaches_names_are_left_alone(env) -> None:
+    db = type("TokenDatabase", (_TokenDatabase,), {})
+    assert l2_gate.apply_chunk_key(env, algorithm="sha256_cbor", token_database=db, hash_fn=_sha256_cbor) is None
+    assert db.NONE_HASH == 12345
+
+
+@pytest.mark.parametrize("algorithm", ["builtin", "sha256", "xxhash"])
+def test_a_chunk_key_with_a_weak_or_other_hash_stops_the_pod(algorithm: str) -> None:
+    db = type("TokenDatabase", (_TokenDatabase,), {})
+    with pytest.raises(RuntimeError, match="sha256_cbor"):
+        l2_gate.apply_chunk_key({l2_gate.CHUNK_KEY_ENV: "k"}, algorithm=algorithm, token_database=db, hash_fn=_sha256_cbor)
+    assert db.NONE_HASH == 12345
