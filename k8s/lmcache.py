@@ -172,7 +172,7 @@ PINNED_SETTINGS: Final[tuple[PinnedSetting, ...]] = (
         "Secret can compute a prompt's chunk name or craft a colliding one; builtin (Python's hash from "
         "hash(PYTHONHASHSEED)) made every name computable (issue 25, GHSA-rm76-4mrf-v9r8)",
         "lmcache/v1/token_database.py TokenDatabase._get_vllm_hash_func, _normalize_hash_to_int; "
-        "vllm/utils/hashing.py sha256_cbor; docs/sources.md §40"),
+        "vllm/utils/hashing.py sha256_cbor; docs/sources.md §27"),
     PinnedSetting(
         "extra_config.save_chunk_meta", "true", "True (when extra_config lacks the key)",
         "each file starts with a header holding the chunk's shapes; with it a truncated file "
