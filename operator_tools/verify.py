@@ -23,8 +23,10 @@ business line (L2 enabled)
     ``LMCACHE_EXTRA_CONFIG`` compared as JSON, ...) with the value that function gives, read from
     it, never retyped here; the only entry not compared by value is the per-pod temp directory
     inside ``LMCACHE_EXTRA_CONFIG``, which must be ``.tmp-<token>`` (one path component) and
-    differ between pods; and none of the names the patch owns but does not set for this line
-    (e.g. the telemetry opt-outs when ``lmcache.usage_telemetry`` is on);
+    differ between pods; exactly one ``KVCACHE_L2_KEY``, the ``secretKeyRef`` to the line's chunk-key
+    Secret and never a value (:func:`chunk_key_problems`; the Secret itself is not read); and none of
+    the names the patch owns but does not set for this line (e.g. the telemetry opt-outs when
+    ``lmcache.usage_telemetry`` is on);
   * every volume the patch owns (:func:`k8s.patch.owned_volumes`: the L2 mount backed by the
     line's PVC, the ``emptyDir`` of ``PROMETHEUS_MULTIPROC_DIR``), mounted once, writable, and the
     same ``PYTHONHASHSEED`` as its siblings (and as configured): with different seeds cross-pod
