@@ -340,6 +340,18 @@ def chain_hashes(tokens: list[int], chunk_size: int, hash_algorithm: str, first:
     raise ValueError(f"hash_algorithm {hash_algorithm!r}: one of {HASH_ALGORITHMS}")
 
 
+def chain_start(hash_algorithm: str, seed: int | str, key: str | None = None, python: str = sys.executable) -> int:
+    """Where a pod's chain starts: ``sha256_cbor`` with ``key`` (its ``KVCACHE_L2_KEY``) is
+    :func:`keyed_none_hash` of the key; without one (a pod outside the platform, a test server), of the
+    seed string, as LMCache's own ``init_none_hash(sha256_cbor)`` gives; ``builtin`` is
+    :func:`none_hash` of the seed (the key plays no part). For callers that hold a pod's env."""
+    if hash_algorithm == SHA256_CBOR:
+        return keyed_none_hash(key if key else str(seed))
+    if hash_algorithm == BUILTIN:
+        return none_hash(seed, python)
+    raise ValueError(f"hash_algorithm {hash_algorithm!r}: one of {HASH_ALGORITHMS}")
+
+
 def hash_hex(value: int) -> str:
     """A chunk hash as LMCache writes it in a file name (``CacheEngineKey.chunk_hash_hex``: ``%x``, a
     negative hash with its ``-``)."""
@@ -435,6 +447,9 @@ class PrefixState:
     chunks_present: int = 0
     last_result: str | None = None
     results: dict[str, int] = field(default_factory=lambda: {r: 0 for r in RESULTS})
+    #: Whether ``hashes`` were computed by this process (with the key it read), not loaded from the
+    #: state file: a key recreated under the same Secret name re-keys the names (:meth:`HotPrefixWarmer.warm`).
+    hashed_here: bool = False
 
 
 class HotPrefixWarmer:
@@ -619,8 +634,17 @@ class HotPrefixWarmer:
         tokens, limit = self.client.tokenize(replica.url, prefix)
         hashes = self._hashes(tokens)
         with self._lock:
-            state.tokens, state.max_model_len, state.hashes = tokens, limit, hashes
+            state.tokens, state.max_model_len, state.hashes, state.hashed_here = tokens, limit, hashes, True
         self._save_state()
+
+    def _rehash(self, state: PrefixState) -> None:
+        """Recompute the names of tokens loaded from :data:`STATE_FILE` with this process's start (its
+        key), once: the file's names stay pinned until then."""
+        hashes = self._hashes(state.tokens or [])
+        with self._lock:
+            changed, state.hashes, state.hashed_here = hashes != state.hashes, hashes, True
+        if changed:
+            self._save_state()
 
     def warm(self, prefix: Prefix, order: list[Replica]) -> dict[str, Any]:
         """One warm-up of ``prefix`` over ``order`` (module docstring, steps 1-4); its report."""
@@ -630,6 +654,8 @@ class HotPrefixWarmer:
         try:
             if state.tokens is None:
                 self._tokenize(prefix, state, order[0])
+            elif not state.hashed_here:
+                self._rehash(state)
             report["tokens"] = len(state.tokens or [])
             report["pinned_tokens"] = len(state.hashes) * self.config.chunk_size
             if state.max_model_len is not None and len(state.tokens or []) + 1 > state.max_model_len:

@@ -357,3 +357,38 @@ def test_the_largest_prefix_text_of_the_worst_kind_keeps_the_line_under_the_temp
     objects = next(v for k, v in rendered.items() if k.endswith("rag-assistant"))
     as_in_template = json.dumps(json.dumps(objects))  # the manifest, a string property of the template
     assert 4 * MAX_HOT_PREFIX_BYTES < len(as_in_template) < TEMPLATE_BODY_LIMIT_BYTES - 250_000
+
+
+def test_a_key_recreated_under_the_same_secret_re_keys_the_saved_names_at_the_next_round(tmp_path: Path) -> None:
+    """The state file pins its names from the start (before the key is read); the first round of a new
+    process recomputes them with the key it read, so a Secret deleted and recreated does not leave the
+    janitor pinning the old key's names."""
+    keyed = config(hash_algorithm="sha256_cbor", key_secret="kvcache-l2-key-1")
+    tokens = list(range(10))
+
+    def run(key: str) -> HotPrefixWarmer:
+        fake = FakeReplicas(tmp_path, tokens, hot_prefixes.keyed_none_hash(key))
+        fake.chain = hot_prefixes.keyed_chunk_hashes
+        fake.stores.add("http://10.0.0.1:8000")
+        return HotPrefixWarmer(keyed, tmp_path, list_pods=lambda: [pod("a")], client=fake, log=lambda _: None,
+                               now=lambda: 1000.0, sleep=lambda s: None, chunk_key=lambda: key)
+
+    def names(key: str) -> set[str]:
+        return {hash_hex(h) for h in hot_prefixes.keyed_chunk_hashes(tokens, 4, hot_prefixes.keyed_none_hash(key))}
+
+    first = run("old-key")
+    first.tick()
+    assert first.pinned() == names("old-key")
+    second = run("new-key")
+    assert second.pinned() == names("old-key")  # loaded from the state file: pinned before any round
+    assert second.tick()["prefixes"][0]["result"] == "stored"
+    assert second.pinned() == names("new-key") and second.names_ok is True
+    assert run("new-key").pinned() == names("new-key")  # and saved
+
+
+def test_chain_start_is_what_a_pod_with_that_env_starts_from() -> None:
+    assert hot_prefixes.chain_start("sha256_cbor", 0, "k") == hot_prefixes.keyed_none_hash("k")
+    assert hot_prefixes.chain_start("sha256_cbor", 0) == hot_prefixes.keyed_none_hash("0") == KAT["0"][0]
+    assert hot_prefixes.chain_start("builtin", 0, "ignored") == seeded_none_hash(0)
+    with pytest.raises(ValueError):
+        hot_prefixes.chain_start("sha256", 0)
