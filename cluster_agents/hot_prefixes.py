@@ -52,7 +52,8 @@ each prefix in turn:
 
 The janitor never deletes a chunk whose hash is one of :meth:`HotPrefixWarmer.pinned` (in the
 configured directory), by age or by size. The hashes are kept in :data:`STATE_FILE` at the PVC root,
-so a janitor that restarts pins before its first round. Between rounds, every
+so a janitor that restarts pins before its first round, and recomputes them at that round with the
+chunk key it read (:meth:`HotPrefixWarmer._rehash`). Between rounds, every
 ``presence_period_s``, the tokens of each prefix in L2 are counted again (one ``stat`` per chunk
 file once the directory's name frame is known), so a chunk lost with a Worker shows within a minute.
 
