@@ -728,6 +728,16 @@ class ChunkKey:
             raise core.ApiError(0, f"Secret {self.namespace}/{self.name} has no {KEY_SECRET_DATA_KEY!r}")
         return value
 
+    def secret_object(self, value: str) -> dict[str, Any]:
+        """The Secret this janitor creates for ``value``: ``Opaque``, ``immutable`` (the API server refuses
+        any change of its data), ``key`` = the value; what ``kvcache-l2-key-limits-<line>`` admits
+        (:func:`k8s.janitor.key_secret_limits`)."""
+        return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": {"name": self.name, "namespace": self.namespace,
+                             "labels": {"app.kubernetes.io/managed-by": "l2-janitor"}},
+                "immutable": True,
+                "data": {KEY_SECRET_DATA_KEY: base64.b64encode(value.encode("ascii")).decode("ascii")}}
+
     def ensure(self) -> str:
         """The key: read the Secret, create it when missing (404), read it again when another janitor
         created it first (409). Raises :class:`agent_core.ApiError`."""
@@ -739,14 +749,8 @@ class ChunkKey:
             except core.ApiError as exc:
                 if exc.status != 404:
                     raise
-                body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-                        "metadata": {"name": self.name, "namespace": self.namespace,
-                                     "labels": {"app.kubernetes.io/managed-by": "l2-janitor"}},
-                        "immutable": True,
-                        "data": {KEY_SECRET_DATA_KEY: base64.b64encode(
-                            secrets.token_hex(KEY_BYTES).encode("ascii")).decode("ascii")}}
                 try:
-                    self.api.call("POST", self._path(), body)
+                    self.api.call("POST", self._path(), self.secret_object(secrets.token_hex(KEY_BYTES)))
                     self.created = True
                 except core.ApiError as create_exc:
                     if create_exc.status != 409:

@@ -175,6 +175,43 @@ def hot_prefix_config(platform: PlatformConfig, line: BusinessLineConfig) -> tup
     return config, files
 
 
+#: The cluster-wide admission policy (and binding) on the L2 janitors' Secret creates.
+KEY_SECRET_LIMITS: Final = "kvcache-l2-janitor-secrets"
+
+
+def key_secret_limits(scope: Construct, labels: dict[str, str] | None = None
+                      ) -> tuple[k8s.KubeValidatingAdmissionPolicy, k8s.KubeValidatingAdmissionPolicyBinding]:
+    """``kvcache-l2-janitor-secrets``: an L2 janitor's identity (service account ``l2-janitor`` of any
+    namespace) may create only a chunk-key Secret (``kvcache-l2-key-*``, :func:`k8s.names.chunk_key_secret_name`),
+    ``Opaque`` and ``immutable`` (:meth:`cluster_agents.l2_janitor.ChunkKey.secret_object`). RBAC cannot
+    name the object of a ``create``, so without it a stolen janitor token could create any Secret in its
+    line's namespace (a service-account token Secret included). One cluster-scoped
+    ValidatingAdmissionPolicy and binding (``Deny``, fails closed) in the L2 chart, beside
+    ``curvine-csi-node-limits``: the line charts hold only objects of their own namespace."""
+    prefix = names.CHUNK_KEY_SECRET_PREFIX
+    policy = k8s.KubeValidatingAdmissionPolicy(
+        scope, "JanitorSecretLimits", metadata=k8s.ObjectMeta(name=KEY_SECRET_LIMITS, labels=labels),
+        spec=k8s.ValidatingAdmissionPolicySpec(
+            failure_policy="Fail",
+            match_constraints=k8s.MatchResources(resource_rules=[k8s.NamedRuleWithOperations(
+                api_groups=[""], api_versions=["v1"], operations=["CREATE"], resources=["secrets"])]),
+            match_conditions=[k8s.MatchCondition(
+                name="l2-janitor", expression=("request.userInfo.username.startsWith('system:serviceaccount:')"
+                                               f" && request.userInfo.username.endsWith(':{NAME}')"))],
+            validations=[k8s.Validation(
+                expression=(f"has(object.metadata.name) && object.metadata.name.startsWith('{prefix}')"
+                            " && has(object.type) && object.type == 'Opaque'"
+                            " && has(object.immutable) && object.immutable == true"),
+                reason="Forbidden",
+                message=f"an L2 janitor may create only its line's chunk-key Secret ({prefix}<generation>, "
+                        "type Opaque, immutable)")]))
+    binding = k8s.KubeValidatingAdmissionPolicyBinding(
+        scope, "JanitorSecretLimitsBinding", metadata=k8s.ObjectMeta(name=KEY_SECRET_LIMITS, labels=labels),
+        spec=k8s.ValidatingAdmissionPolicyBindingSpec(policy_name=KEY_SECRET_LIMITS, validation_actions=["Deny"]))
+    binding.add_dependency(policy)
+    return policy, binding
+
+
 class L2Janitor(agent.LineAgent):
     """The janitor's ConfigMap, RBAC and Deployment for one line (see the module docstring and
     :class:`k8s.agent.LineAgent` for the attributes)."""
@@ -229,4 +266,5 @@ class L2Janitor(agent.LineAgent):
         self.role.add_json_patch(cdk8s.JsonPatch.add("/rules/-", {
             "apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
             "resourceNames": [names.chunk_key_secret_name(line)]}))
+        # ... and an admission policy in the L2 chart narrows the create to that Secret (key_secret_limits).
         self.deploy(pod_spec)

@@ -89,3 +89,37 @@ def test_the_janitor_and_its_warmer_name_the_lines_secret(k8s_project, manifests
         assert secret_rules == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
                                 {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
                                  "resourceNames": [names.chunk_key_secret_name(line)]}]
+
+
+# --- the admission policy on the janitor's Secret creates --------------------------------------------
+
+
+def _decide(manifests, obj: dict, *, namespace: str, username: str | None = None):
+    from tests.k8s import vap_eval
+
+    policy = next(o for o in manifests["curvine"] if o["kind"] == "ValidatingAdmissionPolicy"
+                  and o["metadata"]["name"] == janitor_chart.KEY_SECRET_LIMITS)
+    binding = next(o for o in manifests["curvine"] if o["kind"] == "ValidatingAdmissionPolicyBinding"
+                   and o["metadata"]["name"] == janitor_chart.KEY_SECRET_LIMITS)
+    request = {"operation": "CREATE", "namespace": namespace, "name": obj["metadata"].get("name", ""),
+               "userInfo": {"username": username or f"system:serviceaccount:{namespace}:{janitor_chart.NAME}"},
+               "resource": {"group": "", "version": "v1", "resource": "secrets"}, "subResource": ""}
+    return vap_eval.evaluate(policy, [binding], request=request, old_object=None, obj=obj,
+                             namespace_labels={"kubernetes.io/metadata.name": namespace})
+
+
+def test_a_janitor_may_create_only_its_chunk_key_secret(manifests, line) -> None:
+    mine = l2_janitor.ChunkKey(line.namespace, names.chunk_key_secret_name(line)).secret_object("ab" * 32)
+    decision = _decide(manifests, mine, namespace=line.namespace)
+    assert decision.applied and decision.allowed, decision  # exactly what ChunkKey.ensure sends
+    for change in ({"metadata": {**mine["metadata"], "name": "other"}},
+                   {"type": "kubernetes.io/service-account-token"},
+                   {"immutable": False}, {"immutable": None}, {"type": None}):
+        attempt = {k: v for k, v in {**mine, **change}.items() if v is not None}
+        refused = _decide(manifests, attempt, namespace=line.namespace)
+        assert refused.applied and not refused.allowed, (change, refused)
+    # Nobody else's creates are this policy's business (RBAC decides those).
+    for user in ("system:admin", f"system:serviceaccount:{line.namespace}:kv-canary",
+                 f"system:serviceaccount:{line.namespace}:l2-janitor-not"):
+        assert not _decide(manifests, {**mine, "type": "kubernetes.io/tls"}, namespace=line.namespace,
+                           username=user).applied
