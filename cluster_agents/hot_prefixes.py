@@ -225,7 +225,9 @@ def load_config(path: Path) -> HotPrefixConfig:
 
 def config_fingerprint(config: HotPrefixConfig) -> str:
     """SHA-256 of what the chunk hashes depend on: the directory (model, TP, dtype, seed, image), the
-    chunk size, the seed and every prefix's text. A state file of another fingerprint is not used."""
+    chunk size, the seed, the hash, the chunk-key Secret's name (not its value, which this process
+    may not have yet: :meth:`HotPrefixWarmer._rehash`) and every prefix's text. A state file of
+    another fingerprint is not used."""
     body = json.dumps([config.live_dir, config.chunk_size, config.world_size, config.python_hash_seed,
                        config.hash_algorithm, [[p.name, p.messages, p.text] for p in config.prefixes]]
                       + ([config.key_secret] if config.key_secret else []))
@@ -313,7 +315,7 @@ def keyed_none_hash(secret: str) -> int:
     """Where the chain of a ``sha256_cbor`` line starts: :func:`sha256_cbor_int` of the line's secret
     *string*, i.e. what vLLM's ``init_none_hash(sha256_cbor)`` would give with ``PYTHONHASHSEED`` set
     to it (CPython refuses such a seed at start, so the L2 gate sets it in each vLLM process:
-    ``vllm_plugins/l2_gate.py``, :func:`apply_chunk_key`)."""
+    ``vllm_plugins/l2_gate.py`` ``apply_chunk_key``)."""
     if not secret:
         raise ValueError("an empty chunk-key secret")
     return sha256_cbor_int(secret)
