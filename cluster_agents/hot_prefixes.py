@@ -16,8 +16,17 @@ each prefix in turn:
    the request), raw text as a completion prompt (BOS as vLLM adds it). Once per process: the
    tokenizer is the model's, which the configuration (and so this process) fixes.
 2. **Names.** The chain of LMCache 0.5.5's chunk keys (``ChunkedTokenDatabase._prefix_hash``,
-   ``TokenDatabase._hash_tokens``): ``h0 = NONE_HASH``, ``h[i+1] = hash((h[i], tuple(chunk i),
-   ()))`` over the full chunks only (``save_unfull_chunk`` false). With vLLM present, LMCache sets
+   ``TokenDatabase._hash_tokens``): ``h0 = NONE_HASH``, ``h[i+1] = H((h[i], tuple(chunk i),
+   ()))`` over the full chunks only (``save_unfull_chunk`` false), ``H`` the line's
+   ``hash_algorithm``. **``sha256_cbor``** (what the platform pins, issue 25): ``H`` is SHA-256 of the
+   canonical CBOR of the tuple, folded to its first 8 bytes big-endian (vLLM's ``sha256_cbor``,
+   LMCache's ``_normalize_hash_to_int``), and ``h0`` is ``H`` of the line's secret string, which the
+   L2 gate sets in every vLLM process (``vllm_plugins/l2_gate.py`` ``apply_chunk_key``) and the janitor
+   reads from the line's Secret (:class:`l2_janitor.ChunkKey`): :func:`keyed_none_hash`,
+   :func:`keyed_chunk_hashes`, with a CBOR encoder of exactly the shapes needed (:func:`cbor`),
+   checked byte for byte against LMCache's own token database in ``tests_serving/test_chunk_keys.py``.
+   **``builtin``** (before issue 25; anyone who knows the seed computes every name): ``H`` is
+   Python's ``hash``. With vLLM present, LMCache sets
    ``NONE_HASH`` through vLLM's ``init_none_hash(hash)`` (builtin ``hash``: vLLM 0.29.0 has no
    ``builtin`` in ``get_hash_fn_by_name``, so LMCache falls back to Python's own), i.e.
    ``hash(os.environ["PYTHONHASHSEED"])``: the hash of a *string*, which CPython salts with
@@ -43,7 +52,8 @@ each prefix in turn:
 
 The janitor never deletes a chunk whose hash is one of :meth:`HotPrefixWarmer.pinned` (in the
 configured directory), by age or by size. The hashes are kept in :data:`STATE_FILE` at the PVC root,
-so a janitor that restarts pins before its first round. Between rounds, every
+so a janitor that restarts pins before its first round, and recomputes them at that round with the
+chunk key it read (:meth:`HotPrefixWarmer._rehash`). Between rounds, every
 ``presence_period_s``, the tokens of each prefix in L2 are counted again (one ``stat`` per chunk
 file once the directory's name frame is known), so a chunk lost with a Worker shows within a minute.
 
@@ -82,8 +92,16 @@ STATE_VERSION = 1
 #: ``CacheEngineKey.to_string``, lmcache 0.5.5).
 CHUNK_SUFFIX = ".data"
 KEY_SEPARATOR = "@"
-#: The only ``pre_caching_hash_algorithm`` whose names this module computes (the one the policy pins).
-HASH_ALGORITHM = "builtin"
+#: LMCache's ``pre_caching_hash_algorithm`` values whose names this module computes. ``sha256_cbor``
+#: (what the policy pins since issue 25): SHA-256 of the canonical CBOR of the chain's tuple, folded
+#: to its first 8 bytes, from a ``NONE_HASH`` keyed with the line's secret (:func:`keyed_none_hash`,
+#: :func:`keyed_chunk_hashes`). ``builtin``: Python's ``hash`` from ``hash(PYTHONHASHSEED)``
+#: (:func:`none_hash`, :func:`chunk_hashes`), computable by anyone who knows the seed.
+BUILTIN = "builtin"
+SHA256_CBOR = "sha256_cbor"
+HASH_ALGORITHMS = (BUILTIN, SHA256_CBOR)
+#: The default of :attr:`HotPrefixConfig.hash_algorithm` (a config that names none is an old one).
+HASH_ALGORITHM = BUILTIN
 #: CPython's ``str`` hash of the vLLM image's Python (3.12): SipHash-1-3 since 3.11, 64-bit.
 STR_HASH_ALGORITHM = "siphash13"
 
@@ -143,7 +161,9 @@ class HotPrefixConfig:
         pod_label: ``(key, value)`` of the endpoint's Pods; port / port_name: vLLM's port.
         chunk_size: LMCache chunk, tokens; world_size: TP x PP ranks (files per chunk).
         python_hash_seed: the line's ``PYTHONHASHSEED``; hash_algorithm: LMCache's
-            ``pre_caching_hash_algorithm`` (only ``builtin``).
+            ``pre_caching_hash_algorithm`` (one of :data:`HASH_ALGORITHMS`).
+        key_secret: for ``sha256_cbor``, the name of the line's chunk-key Secret (its value is never
+            in this file: the janitor reads it from the API and hands it to the warmer).
         warm_period_s: seconds between two scheduled rounds.
         prefixes: the declared prefixes, in order.
     """
@@ -161,6 +181,7 @@ class HotPrefixConfig:
     warm_period_s: float
     prefixes: tuple[Prefix, ...]
     hash_algorithm: str = HASH_ALGORITHM
+    key_secret: str | None = None
     poll_s: float = POLL_S
     presence_period_s: float = PRESENCE_PERIOD_S
     min_request_interval_s: float = MIN_REQUEST_INTERVAL_S
@@ -168,8 +189,10 @@ class HotPrefixConfig:
     request_timeout_s: float = REQUEST_TIMEOUT_S
 
     def __post_init__(self) -> None:
-        if self.hash_algorithm != HASH_ALGORITHM:
-            raise ValueError(f"hash_algorithm {self.hash_algorithm!r}: only {HASH_ALGORITHM!r} chunk names are computed")
+        if self.hash_algorithm not in HASH_ALGORITHMS:
+            raise ValueError(f"hash_algorithm {self.hash_algorithm!r}: chunk names are computed for {HASH_ALGORITHMS} only")
+        if (self.hash_algorithm == SHA256_CBOR) != bool(self.key_secret):
+            raise ValueError("key_secret (the chunk-key Secret's name) is needed with sha256_cbor and only with it")
         if self.chunk_size <= 0 or self.world_size <= 0 or self.warm_period_s <= 0 or self.poll_s <= 0:
             raise ValueError("chunk_size, world_size, warm_period_s and poll_s must be > 0")
         if len(self.pod_label) != 2 or "/" in self.live_dir or not self.live_dir:
@@ -202,9 +225,12 @@ def load_config(path: Path) -> HotPrefixConfig:
 
 def config_fingerprint(config: HotPrefixConfig) -> str:
     """SHA-256 of what the chunk hashes depend on: the directory (model, TP, dtype, seed, image), the
-    chunk size, the seed and every prefix's text. A state file of another fingerprint is not used."""
+    chunk size, the seed, the hash, the chunk-key Secret's name (not its value, which this process
+    may not have yet: :meth:`HotPrefixWarmer._rehash`) and every prefix's text. A state file of
+    another fingerprint is not used."""
     body = json.dumps([config.live_dir, config.chunk_size, config.world_size, config.python_hash_seed,
-                       config.hash_algorithm, [[p.name, p.messages, p.text] for p in config.prefixes]])
+                       config.hash_algorithm, [[p.name, p.messages, p.text] for p in config.prefixes]]
+                      + ([config.key_secret] if config.key_secret else []))
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 
@@ -247,6 +273,86 @@ def chunk_hashes(tokens: list[int], chunk_size: int, first: int) -> list[int]:
         h = hash((h, tuple(int(t) for t in tokens[start:start + chunk_size]), ()))
         out.append(h)
     return out
+
+
+def cbor(value: int | str | tuple[Any, ...] | list[Any]) -> bytes:
+    """The CBOR encoding (RFC 8949) of ``value`` as ``cbor2.dumps(value, canonical=True)`` writes it, for
+    the shapes LMCache's chain hashes: unsigned ints below 2**64 (major type 0, shortest head), text
+    strings (major type 3, UTF-8) and tuples or lists of these (major type 4). Anything else (a bool,
+    a negative int, a float, a map) raises ValueError: the chain never holds one."""
+    if isinstance(value, bool):
+        raise ValueError("CBOR of a bool is not needed here")
+    if isinstance(value, int):
+        if not 0 <= value < 1 << 64:
+            raise ValueError(f"only unsigned 64-bit ints are encoded, not {value}")
+        return _cbor_head(0, value)
+    if isinstance(value, str):
+        data = value.encode("utf-8")
+        return _cbor_head(3, len(data)) + data
+    if isinstance(value, (tuple, list)):
+        return _cbor_head(4, len(value)) + b"".join(cbor(item) for item in value)
+    raise ValueError(f"CBOR of {type(value).__name__} is not needed here")
+
+
+def _cbor_head(major: int, argument: int) -> bytes:
+    """A CBOR item head: major type and argument in the shortest form (RFC 8949 section 3)."""
+    if argument < 24:
+        return bytes([major << 5 | argument])
+    for info, size in ((24, 1), (25, 2), (26, 4), (27, 8)):
+        if argument < 1 << (8 * size):
+            return bytes([major << 5 | info]) + argument.to_bytes(size, "big")
+    raise ValueError(f"CBOR argument {argument} does not fit 8 bytes")
+
+
+def sha256_cbor_int(value: int | str | tuple[Any, ...]) -> int:
+    """vLLM 0.29.0's ``sha256_cbor`` (SHA-256 of ``cbor2.dumps(value, canonical=True)``,
+    ``vllm/utils/hashing.py``) folded as LMCache 0.5.5 folds a digest (``_normalize_hash_to_int``: the
+    first 8 bytes, big-endian)."""
+    return int.from_bytes(hashlib.sha256(cbor(value)).digest()[:8], "big")
+
+
+def keyed_none_hash(secret: str) -> int:
+    """Where the chain of a ``sha256_cbor`` line starts: :func:`sha256_cbor_int` of the line's secret
+    *string*, i.e. what vLLM's ``init_none_hash(sha256_cbor)`` would give with ``PYTHONHASHSEED`` set
+    to it (CPython refuses such a seed at start, so the L2 gate sets it in each vLLM process:
+    ``vllm_plugins/l2_gate.py`` ``apply_chunk_key``)."""
+    if not secret:
+        raise ValueError("an empty chunk-key secret")
+    return sha256_cbor_int(secret)
+
+
+def keyed_chunk_hashes(tokens: list[int], chunk_size: int, first: int) -> list[int]:
+    """LMCache 0.5.5's key of every *full* chunk of ``tokens`` with ``pre_caching_hash_algorithm``
+    ``sha256_cbor``: ``h = sha256_cbor_int((h, tuple(chunk), ()))`` from ``h = first``
+    (:func:`keyed_none_hash`); ``TokenDatabase._hash_tokens``, ``ChunkedTokenDatabase._prefix_hash``."""
+    out: list[int] = []
+    h = first
+    for start in range(0, len(tokens) - len(tokens) % chunk_size, chunk_size):
+        h = sha256_cbor_int((h, tuple(int(t) for t in tokens[start:start + chunk_size]), ()))
+        out.append(h)
+    return out
+
+
+def chain_hashes(tokens: list[int], chunk_size: int, hash_algorithm: str, first: int) -> list[int]:
+    """The chain of ``hash_algorithm`` (:data:`HASH_ALGORITHMS`) over the full chunks of ``tokens``
+    from ``first`` (:func:`none_hash` for ``builtin``, :func:`keyed_none_hash` for ``sha256_cbor``)."""
+    if hash_algorithm == SHA256_CBOR:
+        return keyed_chunk_hashes(tokens, chunk_size, first)
+    if hash_algorithm == BUILTIN:
+        return chunk_hashes(tokens, chunk_size, first)
+    raise ValueError(f"hash_algorithm {hash_algorithm!r}: one of {HASH_ALGORITHMS}")
+
+
+def chain_start(hash_algorithm: str, seed: int | str, key: str | None = None, python: str = sys.executable) -> int:
+    """Where a pod's chain starts: ``sha256_cbor`` with ``key`` (its ``KVCACHE_L2_KEY``) is
+    :func:`keyed_none_hash` of the key; without one (a pod outside the platform, a test server), of the
+    seed string, as LMCache's own ``init_none_hash(sha256_cbor)`` gives; ``builtin`` is
+    :func:`none_hash` of the seed (the key plays no part). For callers that hold a pod's env."""
+    if hash_algorithm == SHA256_CBOR:
+        return keyed_none_hash(key if key else str(seed))
+    if hash_algorithm == BUILTIN:
+        return none_hash(seed, python)
+    raise ValueError(f"hash_algorithm {hash_algorithm!r}: one of {HASH_ALGORITHMS}")
 
 
 def hash_hex(value: int) -> str:
@@ -344,6 +450,9 @@ class PrefixState:
     chunks_present: int = 0
     last_result: str | None = None
     results: dict[str, int] = field(default_factory=lambda: {r: 0 for r in RESULTS})
+    #: Whether ``hashes`` were computed by this process (with the key it read), not loaded from the
+    #: state file: a key recreated under the same Secret name re-keys the names (:meth:`HotPrefixWarmer.warm`).
+    hashed_here: bool = False
 
 
 class HotPrefixWarmer:
@@ -356,14 +465,18 @@ class HotPrefixWarmer:
         client: the replicas' HTTP client (tests pass their own).
         log: where each round's JSON line goes (stdout).
         now, sleep: clocks (tests pass their own).
-        python: the interpreter that computes ``NONE_HASH`` (:func:`none_hash`).
+        python: the interpreter that computes ``NONE_HASH`` (:func:`none_hash`, ``builtin`` only).
+        chunk_key: returns the line's chunk-key secret (``sha256_cbor``: the janitor's read of the
+            Secret ``config.key_secret``); raises while it cannot be had (the prefix's warm-up is an
+            ``error`` and is tried again next round).
     """
 
     def __init__(self, config: HotPrefixConfig, root: Path, *, list_pods: Callable[[], list[dict[str, Any]]],
                  client: ReplicaClient | None = None, log: Callable[[str], None] | None = None,
                  now: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable, chunk_key: Callable[[], str] | None = None) -> None:
         self.config, self.root, self.list_pods = config, root, list_pods
+        self.chunk_key = chunk_key
         self.client = client or ReplicaClient(config.request_timeout_s)
         self.log = log or (lambda line: print(line, flush=True))
         self.now, self.sleep, self.python = now, sleep, python
@@ -432,9 +545,15 @@ class HotPrefixWarmer:
 
     def _hashes(self, tokens: list[int]) -> list[str]:
         if self._none_hash is None:
-            check_hash_family()
-            self._none_hash = none_hash(self.config.python_hash_seed, self.python)
-        return [hash_hex(h) for h in chunk_hashes(tokens, self.config.chunk_size, self._none_hash)]
+            if self.config.hash_algorithm == SHA256_CBOR:
+                if self.chunk_key is None:
+                    raise RuntimeError(f"no chunk key: the line's names need the Secret {self.config.key_secret}")
+                self._none_hash = keyed_none_hash(self.chunk_key())
+            else:
+                check_hash_family()
+                self._none_hash = none_hash(self.config.python_hash_seed, self.python)
+        return [hash_hex(h) for h in chain_hashes(tokens, self.config.chunk_size, self.config.hash_algorithm,
+                                                  self._none_hash)]
 
     def _listing(self) -> dict[str, set[int]]:
         """Chunk hash -> worker ids of the files of the configured directory (one ``listdir``); learns
@@ -518,8 +637,17 @@ class HotPrefixWarmer:
         tokens, limit = self.client.tokenize(replica.url, prefix)
         hashes = self._hashes(tokens)
         with self._lock:
-            state.tokens, state.max_model_len, state.hashes = tokens, limit, hashes
+            state.tokens, state.max_model_len, state.hashes, state.hashed_here = tokens, limit, hashes, True
         self._save_state()
+
+    def _rehash(self, state: PrefixState) -> None:
+        """Recompute the names of tokens loaded from :data:`STATE_FILE` with this process's start (its
+        key), once: the file's names stay pinned until then."""
+        hashes = self._hashes(state.tokens or [])
+        with self._lock:
+            changed, state.hashes, state.hashed_here = hashes != state.hashes, hashes, True
+        if changed:
+            self._save_state()
 
     def warm(self, prefix: Prefix, order: list[Replica]) -> dict[str, Any]:
         """One warm-up of ``prefix`` over ``order`` (module docstring, steps 1-4); its report."""
@@ -529,6 +657,8 @@ class HotPrefixWarmer:
         try:
             if state.tokens is None:
                 self._tokenize(prefix, state, order[0])
+            elif not state.hashed_here:
+                self._rehash(state)
             report["tokens"] = len(state.tokens or [])
             report["pinned_tokens"] = len(state.hashes) * self.config.chunk_size
             if state.max_model_len is not None and len(state.tokens or []) + 1 > state.max_model_len:
@@ -572,7 +702,7 @@ class HotPrefixWarmer:
                     report["errors"].append(
                         f"{wrote} chunk file(s) appeared in {self.config.live_dir} but none of the {len(state.hashes)} "
                         f"computed for {prefix.name} (first {state.hashes[0]}): the names computed here are not "
-                        "LMCache's (PYTHONHASHSEED, Python or hash algorithm differ from the vLLM Pods')")
+                        "LMCache's (chunk key, PYTHONHASHSEED, Python or hash algorithm differ from the vLLM Pods')")
         except Exception as exc:  # a failing replica or child must not stop the janitor's thread
             report["errors"].append(f"{type(exc).__name__}: {exc}")
             result = "error"

@@ -70,13 +70,16 @@ has to be built. Run locally with ``--dry-run`` to see what one pass would do::
 from __future__ import annotations
 
 import argparse
+import base64
 import errno
 import json
 import os
+import secrets
 import shutil
 import sys
 import threading
 import time
+import urllib.parse
 from dataclasses import asdict, dataclass, field
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -165,6 +168,8 @@ class JanitorConfig:
             kept (:data:`DIR_GRACE_S`).
         retire_grace_s: seconds an evicted chunk stays on the retiring list before its files are
             deleted (:data:`RETIRE_GRACE_S`; 0: deleted at once).
+        key_secret: the line's chunk-key Secret (:class:`ChunkKey`): the janitor creates it when it
+            is missing and never changes it; None: the line's chunk names are not keyed.
     """
 
     line: str
@@ -178,6 +183,7 @@ class JanitorConfig:
     mount_path: str
     dir_grace_s: float = DIR_GRACE_S
     retire_grace_s: float = RETIRE_GRACE_S
+    key_secret: str | None = None
 
     def __post_init__(self) -> None:
         if not 0 < self.low_watermark < self.high_watermark <= 1:
@@ -808,7 +814,7 @@ def make_server(service: JanitorService, port: int, host: str = "") -> Threading
                              READINESS_PATH: core.health(service.readiness)}, port, host)
 
 
-def hot_prefix_warmer(path: Path, root: Path, config: JanitorConfig) -> Any:
+def hot_prefix_warmer(path: Path, root: Path, config: JanitorConfig, chunk_key: Callable[[], str] | None = None) -> Any:
     """The hot-prefix warmer of ``path`` (``cluster_agents.hot_prefixes.HotPrefixWarmer``; it lists the Pods
     of ``config.namespace``). Its module is this file's neighbour: ``cluster_agents.hot_prefixes`` in the
     repository, ``hot_prefixes.py`` beside this file in the ConfigMap. Raises OSError / ValueError."""
@@ -820,7 +826,101 @@ def hot_prefix_warmer(path: Path, root: Path, config: JanitorConfig) -> Any:
     if (hot.line, hot.namespace, hot.live_dir, hot.mount_path) != (config.line, config.namespace, config.live_dir,
                                                                     config.mount_path):
         raise ValueError(f"{path} is not of the janitor's line and directory ({config.line}, {config.live_dir})")
-    return hot_prefixes.HotPrefixWarmer(hot, root, list_pods=lambda: list_pods(config.namespace))
+    if hot.key_secret != config.key_secret:
+        raise ValueError(f"{path} names the chunk-key Secret {hot.key_secret!r}, the janitor {config.key_secret!r}")
+    return hot_prefixes.HotPrefixWarmer(hot, root, list_pods=lambda: list_pods(config.namespace), chunk_key=chunk_key)
+
+
+#: The data key of the chunk-key Secret, and the bytes of randomness in a new key (hex: 64 characters).
+KEY_SECRET_DATA_KEY = "key"
+KEY_BYTES = 32
+#: Seconds between two attempts to create or read the chunk-key Secret while the API does not answer.
+KEY_RETRY_S = 10.0
+
+
+class ChunkKey:
+    """The line's chunk-key Secret (docs/security.md, "Chunk keys"): created here, in the line's
+    namespace, on the janitor's first start (``secrets.token_hex(32)``: 256 random bits), and only read
+    afterwards. A Secret that exists is never overwritten (create answers 409 and the value is read),
+    so every vLLM Pod (``KVCACHE_L2_KEY`` from a ``secretKeyRef``) and this process agree. A rotation
+    is a new Secret name (``cache.chunk_key_generation``), hence a new L2 directory and a cold cache.
+
+    Rights: ``create`` on Secrets in the namespace (RBAC cannot name the object of a create) and
+    ``get`` on this one Secret (``resourceNames``); nothing else on Secrets.
+    """
+
+    def __init__(self, namespace: str, name: str, api: Any = None) -> None:
+        self.namespace, self.name, self._api = namespace, name, api
+        self._value: str | None = None
+        self._lock = threading.Lock()
+        self.error: str | None = None
+        self.created = False
+
+    @property
+    def api(self) -> Any:
+        if self._api is None:
+            self._api = core.KubeApi.in_cluster(timeout_s=20)
+        return self._api
+
+    def _path(self, name: str = "") -> str:
+        base = f"/api/v1/namespaces/{urllib.parse.quote(self.namespace)}/secrets"
+        return f"{base}/{urllib.parse.quote(name)}" if name else base
+
+    def _read(self) -> str:
+        data = (self.api.call("GET", self._path(self.name)).get("data") or {}).get(KEY_SECRET_DATA_KEY)
+        value = base64.b64decode(data or "").decode("ascii", "strict").strip() if data else ""
+        if not value:
+            raise core.ApiError(0, f"Secret {self.namespace}/{self.name} has no {KEY_SECRET_DATA_KEY!r}")
+        return value
+
+    def secret_object(self, value: str) -> dict[str, Any]:
+        """The Secret this janitor creates for ``value``: ``Opaque``, ``immutable`` (the API server refuses
+        any change of its data), ``key`` = the value; what ``kvcache-l2-key-limits-<line>`` admits
+        (:func:`k8s.janitor.key_secret_limits`)."""
+        return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": {"name": self.name, "namespace": self.namespace,
+                             "labels": {"app.kubernetes.io/managed-by": "l2-janitor"}},
+                "immutable": True,
+                "data": {KEY_SECRET_DATA_KEY: base64.b64encode(value.encode("ascii")).decode("ascii")}}
+
+    def ensure(self) -> str:
+        """The key: read the Secret, create it when missing (404), read it again when another janitor
+        created it first (409). Raises :class:`agent_core.ApiError`."""
+        with self._lock:
+            if self._value is not None:
+                return self._value
+            try:
+                self._value = self._read()
+            except core.ApiError as exc:
+                if exc.status != 404:
+                    raise
+                try:
+                    self.api.call("POST", self._path(), self.secret_object(secrets.token_hex(KEY_BYTES)))
+                    self.created = True
+                except core.ApiError as create_exc:
+                    if create_exc.status != 409:
+                        raise
+                self._value = self._read()
+            self.error = None
+            return self._value
+
+    def __call__(self) -> str:
+        return self.ensure()
+
+    def keep_trying(self, stop: threading.Event, log: Callable[[str], None] = print) -> None:
+        """:meth:`ensure` until it succeeds (every :data:`KEY_RETRY_S`) or ``stop``; one JSON line each
+        time it fails and once when the key is there (never the key)."""
+        while not stop.is_set():
+            try:
+                self.ensure()
+                log(json.dumps({"event": "kvcache_l2_chunk_key", "secret": f"{self.namespace}/{self.name}",
+                                "created": self.created}))
+                return
+            except (core.ApiError, OSError, ValueError) as exc:
+                self.error = str(exc)
+                log(json.dumps({"event": "kvcache_l2_chunk_key", "secret": f"{self.namespace}/{self.name}",
+                                "errors": [self.error]}))
+            stop.wait(KEY_RETRY_S)
 
 
 def list_pods(namespace: str) -> list[dict[str, Any]]:
@@ -860,10 +960,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"event": "kvcache_l2_janitor", "errors": [f"config: {exc}"]}))
         return EXIT_ERROR
     lister = None if args.no_pods else (lambda: list_pods(config.namespace))
+    chunk_key = ChunkKey(config.namespace, config.key_secret) if config.key_secret and lister else None
     warmer = None
     if args.hot_prefixes is not None:
         try:
-            warmer = hot_prefix_warmer(args.hot_prefixes, args.root, config)
+            warmer = hot_prefix_warmer(args.hot_prefixes, args.root, config, chunk_key)
         except (OSError, ValueError) as exc:
             print(json.dumps({"event": "kvcache_l2_janitor", "errors": [f"hot prefixes config: {exc}"]}))
             return EXIT_ERROR
@@ -882,6 +983,8 @@ def main(argv: list[str] | None = None) -> int:
         return summary.exit_code
 
     def loop(stop: threading.Event) -> None:
+        if chunk_key is not None:  # the vLLM Pods wait for the Secret (secretKeyRef): create it first
+            threading.Thread(target=chunk_key.keep_trying, args=(stop,), name="chunk-key", daemon=True).start()
         if warmer is not None and lister is not None:
             threading.Thread(target=warmer.loop, args=(stop,), name="hot-prefixes", daemon=True).start()
         service.loop(stop)

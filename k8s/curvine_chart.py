@@ -41,6 +41,7 @@ from k8s.curvine_config import (
 )
 from k8s.fuse_pod_guard import fuse_pod_guard
 from k8s.csi_node_limits import FUSE_SERVICE_ACCOUNT, csi_node_limits
+from k8s.janitor import key_secret_limits
 from k8s.mount_watchdog import L2MountWatchdog
 from k8s.nodes import (HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, hyperpod_node_requirements, instance_group_tolerations,
                        system_node_requirements)
@@ -730,6 +731,9 @@ class CurvineChart(cdk8s.Chart):
             self._add(obj) for obj in csi_node_limits(self, namespace=self.ns, node_service_account=names.CSI_NODE,
                                                       csi_image=img.curvine_csi))
         self.csi_node.add_dependency(self.csi_node_limits_binding)
+        # What the lines' L2 janitors may create: their chunk-key Secret only (k8s/janitor.py).
+        self.janitor_secret_limits, self.janitor_secret_limits_binding = (
+            self._add(obj) for obj in key_secret_limits(self))
 
     # --- NetworkPolicy ------------------------------------------------------------------------
 

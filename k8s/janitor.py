@@ -53,11 +53,12 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+import cdk8s
 from constructs import Construct
 
 from k8s import agent, names
 from k8s.kube import k8s
-from k8s.lmcache import l2_cache_dir
+from k8s.lmcache import PINNED_SETTINGS, l2_cache_dir
 from k8s.nodes import hyperpod_node_requirements, instance_group_tolerations
 from k8s.patch import L2_MOUNT_PATH
 from cluster_agents import hot_prefixes, l2_janitor
@@ -120,9 +121,15 @@ def janitor_config(platform: PlatformConfig, line: BusinessLineConfig) -> dict[s
         "mount_path": L2_MOUNT_PATH,
         "dir_grace_s": DIR_GRACE_S,
         "retire_grace_s": l2_janitor.RETIRE_GRACE_S,
+        "key_secret": names.chunk_key_secret_name(line),
     }
     l2_janitor.config_from_dict(config)  # the same validation the janitor applies at run time
     return config
+
+
+def pinned_hash_algorithm() -> str:
+    """LMCache's ``pre_caching_hash_algorithm`` as the L2 policy pins it (:data:`k8s.lmcache.PINNED_SETTINGS`)."""
+    return next(s.value for s in PINNED_SETTINGS if s.key == "pre_caching_hash_algorithm")
 
 
 def hot_prefix_config(platform: PlatformConfig, line: BusinessLineConfig) -> tuple[dict[str, Any], dict[str, str]] | None:
@@ -161,13 +168,51 @@ def hot_prefix_config(platform: PlatformConfig, line: BusinessLineConfig) -> tup
         "chunk_size": line.cache.chunk_size_tokens,
         "world_size": sizes.get(TENSOR_PARALLEL_FLAG, 1) * sizes.get(PIPELINE_PARALLEL_FLAG, 1),
         "python_hash_seed": line.python_hash_seed,
-        "hash_algorithm": hot_prefixes.HASH_ALGORITHM,
+        "hash_algorithm": pinned_hash_algorithm(),
+        "key_secret": names.chunk_key_secret_name(line),
         "warm_period_s": line.hot_prefixes.warm_period_minutes * 60,
         "prefixes": prefixes,
     }
     # The same validation the agent applies at run time (texts given here, not read from files).
     hot_prefixes.HotPrefixConfig(**{**config, "pod_label": tuple(config["pod_label"]), "prefixes": ()})
     return config, files
+
+
+#: The cluster-wide admission policy (and binding) on the L2 janitors' Secret creates.
+KEY_SECRET_LIMITS: Final = "kvcache-l2-janitor-secrets"
+
+
+def key_secret_limits(scope: Construct, labels: dict[str, str] | None = None
+                      ) -> tuple[k8s.KubeValidatingAdmissionPolicy, k8s.KubeValidatingAdmissionPolicyBinding]:
+    """``kvcache-l2-janitor-secrets``: an L2 janitor's identity (service account ``l2-janitor`` of any
+    namespace) may create only a chunk-key Secret (``kvcache-l2-key-*``, :func:`k8s.names.chunk_key_secret_name`),
+    ``Opaque`` and ``immutable`` (:meth:`cluster_agents.l2_janitor.ChunkKey.secret_object`). RBAC cannot
+    name the object of a ``create``, so without it a stolen janitor token could create any Secret in its
+    line's namespace (a service-account token Secret included). One cluster-scoped
+    ValidatingAdmissionPolicy and binding (``Deny``, fails closed) in the L2 chart, beside
+    ``curvine-csi-node-limits``: the line charts hold only objects of their own namespace."""
+    prefix = names.CHUNK_KEY_SECRET_PREFIX
+    policy = k8s.KubeValidatingAdmissionPolicy(
+        scope, "JanitorSecretLimits", metadata=k8s.ObjectMeta(name=KEY_SECRET_LIMITS, labels=labels),
+        spec=k8s.ValidatingAdmissionPolicySpec(
+            failure_policy="Fail",
+            match_constraints=k8s.MatchResources(resource_rules=[k8s.NamedRuleWithOperations(
+                api_groups=[""], api_versions=["v1"], operations=["CREATE"], resources=["secrets"])]),
+            match_conditions=[k8s.MatchCondition(
+                name="l2-janitor", expression=("request.userInfo.username.startsWith('system:serviceaccount:')"
+                                               f" && request.userInfo.username.endsWith(':{NAME}')"))],
+            validations=[k8s.Validation(
+                expression=(f"has(object.metadata.name) && object.metadata.name.startsWith('{prefix}')"
+                            " && has(object.type) && object.type == 'Opaque'"
+                            " && has(object.immutable) && object.immutable == true"),
+                reason="Forbidden",
+                message=f"an L2 janitor may create only its line's chunk-key Secret ({prefix}<generation>, "
+                        "type Opaque, immutable)")]))
+    binding = k8s.KubeValidatingAdmissionPolicyBinding(
+        scope, "JanitorSecretLimitsBinding", metadata=k8s.ObjectMeta(name=KEY_SECRET_LIMITS, labels=labels),
+        spec=k8s.ValidatingAdmissionPolicyBindingSpec(policy_name=KEY_SECRET_LIMITS, validation_actions=["Deny"]))
+    binding.add_dependency(policy)
+    return policy, binding
 
 
 class L2Janitor(agent.LineAgent):
@@ -217,4 +262,12 @@ class L2Janitor(agent.LineAgent):
             volumes=[self.volume,
                      k8s.Volume(name=names.L2_VOLUME_NAME, persistent_volume_claim=k8s.PersistentVolumeClaimVolumeSource(
                          claim_name=names.pvc_name(line)))])
+        # The chunk-key Secret (docs/security.md, "Chunk keys"): create, which RBAC cannot narrow to
+        # one name, and get of that one Secret; no list, watch, update, patch or delete.
+        self.role.add_json_patch(cdk8s.JsonPatch.add("/rules/-", {
+            "apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]}))
+        self.role.add_json_patch(cdk8s.JsonPatch.add("/rules/-", {
+            "apiGroups": [""], "resources": ["secrets"], "verbs": ["get"],
+            "resourceNames": [names.chunk_key_secret_name(line)]}))
+        # ... and an admission policy in the L2 chart narrows the create to that Secret (key_secret_limits).
         self.deploy(pod_spec)

@@ -20,7 +20,8 @@ import json
 from dataclasses import dataclass
 from typing import Final
 
-from k8s.vllm_plugins import L2_GATE_ENV, PLUGIN_DIR, PYTHONPATH_ENV, l2_gate_env
+from k8s.vllm_plugins import CHUNK_KEY_ENV, L2_GATE_ENV, PLUGIN_DIR, PYTHONPATH_ENV, l2_gate_env
+from k8s.names import chunk_key_secret_name
 from platform_config import BusinessLineConfig, PlatformConfig, vllm_args
 from platform_config.fields import LMCACHE_VERSION
 
@@ -165,10 +166,13 @@ PINNED_SETTINGS: Final[tuple[PinnedSetting, ...]] = (
         "set so an image with the old default cannot bring it back",
         "lmcache/v1/config.py; lmcache/v1/token_database.py ChunkedTokenDatabase._chunk_tokens"),
     PinnedSetting(
-        "pre_caching_hash_algorithm", "builtin", '"builtin"',
-        "the chunk-key hash is part of every file name; pinned so a default change in another "
-        "release cannot silently re-key (orphan) the whole L2",
-        "lmcache/v1/token_database.py TokenDatabase._get_vllm_hash_func"),
+        "pre_caching_hash_algorithm", "sha256_cbor", '"builtin"',
+        "the chunk-key hash is part of every file name: SHA-256 of the chain's CBOR (vLLM's sha256_cbor), "
+        "started from the line's secret (KVCACHE_L2_KEY, applied by the L2 gate), so no one without the "
+        "Secret can compute a prompt's chunk name or craft a colliding one; builtin (Python's hash from "
+        "hash(PYTHONHASHSEED)) made every name computable (issue 25, GHSA-rm76-4mrf-v9r8)",
+        "lmcache/v1/token_database.py TokenDatabase._get_vllm_hash_func, _normalize_hash_to_int; "
+        "vllm/utils/hashing.py sha256_cbor; docs/sources.md §28"),
     PinnedSetting(
         "extra_config.save_chunk_meta", "true", "True (when extra_config lacks the key)",
         "each file starts with a header holding the chunk's shapes; with it a truncated file "
@@ -327,7 +331,7 @@ def owned_env_names(line: BusinessLineConfig) -> tuple[str, ...]:
     names = (env_name("remote_url"), env_name("chunk_size"),
              *(env_name(s.key) for s in PINNED_SETTINGS if not s.key.startswith("extra_config.")),
              env_name("extra_config"), *(env_name(k) for k in L2_FAULT_TIMEOUT_KEYS), PYTHONHASHSEED_ENV, TRACK_USAGE_ENV, DO_NOT_TRACK_ENV,
-             PROMETHEUS_MULTIPROC_DIR_ENV, PYTHONPATH_ENV, *L2_GATE_ENV, POD_NAME_ENV)
+             PROMETHEUS_MULTIPROC_DIR_ENV, PYTHONPATH_ENV, *L2_GATE_ENV, POD_NAME_ENV, CHUNK_KEY_ENV)
     if line.cache.l1_cpu_gib is not None:
         names += (env_name("max_local_cpu_size"),)
     return names
@@ -373,7 +377,10 @@ def l2_cache_dir(platform: PlatformConfig, line: BusinessLineConfig) -> str:
         model path, ``--kv-cache-dtype``, ``--quantization``, ...); the tensor-parallel size;
         the chunk size; the image and its LMCache release; the values of
         :data:`PINNED_SETTINGS` (serde, ``save_unfull_chunk``, hash algorithm, file header); and
-        ``python_hash_seed`` (a new seed re-keys every chunk, so the old directory is garbage).
+        ``python_hash_seed`` (a new seed re-keys every chunk, so the old directory is garbage); and
+        the chunk-key Secret's name (:func:`k8s.names.chunk_key_secret_name`: a new key generation
+        re-keys every chunk too; the key itself is not known at synthesis, and never changes under
+        one name).
         Replicas, resources, routing, L1 size and KV-neutral flags do not enter it.
 
     Contract: the L2 janitor treats this directory as the line's live one and everything else
@@ -396,6 +403,7 @@ def l2_cache_dir(platform: PlatformConfig, line: BusinessLineConfig) -> str:
         "lmcache_version": line.vllm.lmcache_release,
         "settings": {s.key: s.value for s in PINNED_SETTINGS},
         "python_hash_seed": line.python_hash_seed,
+        "chunk_key_secret": chunk_key_secret_name(line),
     }
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:12]
     return f"{line.model.name.lower()}-{digest}"

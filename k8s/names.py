@@ -52,6 +52,16 @@ def pvc_name(line: BusinessLineConfig) -> str:
     return f"{line.name}-l2-cache"
 
 
+#: Prefix of a line's chunk-key Secret (docs/security.md, "Chunk keys"); the generation follows.
+CHUNK_KEY_SECRET_PREFIX: Final = "kvcache-l2-key-"
+
+
+def chunk_key_secret_name(line: BusinessLineConfig) -> str:
+    """The line's chunk-key Secret: ``kvcache-l2-key-<cache.chunk_key_generation>`` in its namespace,
+    created by its L2 janitor (:class:`cluster_agents.l2_janitor.ChunkKey`), never by a template."""
+    return f"{CHUNK_KEY_SECRET_PREFIX}{line.cache.chunk_key_generation}"
+
+
 def policy_name(line: BusinessLineConfig) -> str:
     """The line's Kyverno Policy."""
     return f"{line.name}-l2-cache"

@@ -31,7 +31,9 @@ import sys
 from pathlib import Path
 from typing import Any, Final
 
+from cluster_agents import l2_janitor
 from k8s import kv_transfer, names, vllm_plugins
+from k8s.vllm_plugins import CHUNK_KEY_ENV
 from k8s.lmcache import METRICS_DIR, POD_NAME_ENV, l2_cache_dir, lmcache_env, owned_env_names
 from platform_config import BusinessLineConfig, ConfigError, PlatformConfig, load_project
 from platform_config.loader import default_config_dir
@@ -114,13 +116,24 @@ def pod_env_entries(platform: PlatformConfig, line: BusinessLineConfig, *,
     """The env entries to append to the vLLM container, in order (Kubernetes ``EnvVar`` dicts).
 
     With the default token the downward-API entry ``KVCACHE_POD_NAME`` comes first, because the
-    kubelet expands ``$(VAR)`` only from variables defined earlier in the list.
+    kubelet expands ``$(VAR)`` only from variables defined earlier in the list; the chunk key's
+    ``secretKeyRef`` (:func:`chunk_key_env_entry`) comes last.
     """
     entries: list[dict[str, Any]] = []
     if POD_NAME_ENV in tmp_dir_token:
         entries.append({"name": POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
     entries += [{"name": k, "value": v} for k, v in line_cache_env(platform, line, tmp_dir_token=tmp_dir_token).items()]
+    entries.append(chunk_key_env_entry(line))
     return entries
+
+
+def chunk_key_env_entry(line: BusinessLineConfig) -> dict[str, Any]:
+    """``KVCACHE_L2_KEY`` from the line's chunk-key Secret (:func:`k8s.names.chunk_key_secret_name`, data
+    key :data:`cluster_agents.l2_janitor.KEY_SECRET_DATA_KEY`): a reference, never the value. Not
+    optional: a Pod created before the janitor made the Secret waits (``CreateContainerConfigError``,
+    retried by the kubelet) instead of writing L2 under unkeyed names (docs/security.md, "Chunk keys")."""
+    return {"name": CHUNK_KEY_ENV, "valueFrom": {"secretKeyRef": {
+        "name": names.chunk_key_secret_name(line), "key": l2_janitor.KEY_SECRET_DATA_KEY}}}
 
 
 def l2_volume(line: BusinessLineConfig) -> dict[str, Any]:

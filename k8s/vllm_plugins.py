@@ -34,6 +34,9 @@ GATE_MODULE: Final = "kvcache_l2_gate"
 GATE_CONNECTOR: Final = l2_gate.CONNECTOR_CLASS_NAME
 #: What the gate adds to the vLLM pods' ``--kv-transfer-config``.
 KV_TRANSFER_SETTINGS: Final[dict[str, str]] = {"kv_connector": GATE_CONNECTOR, "kv_connector_module_path": GATE_MODULE}
+#: The gate's variable holding the line's chunk key (:func:`vllm_plugins.l2_gate.apply_chunk_key`),
+#: set from the line's Secret by a ``secretKeyRef`` (:func:`k8s.patch.pod_env_entries`).
+CHUNK_KEY_ENV: Final = l2_gate.CHUNK_KEY_ENV
 #: Environment variable that puts :data:`PLUGIN_DIR` on the vLLM container's import path.
 PYTHONPATH_ENV: Final = "PYTHONPATH"
 #: The gate's settings the pods get from ``lmcache.l2_gate`` (:func:`l2_gate_env`), read by

@@ -258,7 +258,7 @@ def line_alerts(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...])
                 "of two models, or a reader too busy to measure export no ratio and never fire it.",
         action=f"kubectl -n <namespace> logs deploy/{names.KV_CANARY} --tail=3 (writer, reader, "
                "writer_chunks_written, reader_l2_tokens); writer_chunks_written 0: see KvCacheL2StoreFailing; "
-               "written but not read: compare the two pods' LMCACHE_REMOTE_URL and PYTHONHASHSEED and their "
+               "written but not read: compare the two pods' LMCACHE_REMOTE_URL, L2KEYS key fingerprint and their "
                "mounts (scripts/verify.py, docs/l2-cache.md 'Checking after deploy that two pods share the cache')."))
     hot_lines = [l for l in l2_lines if l.hot_prefixes.active]
 
@@ -288,10 +288,12 @@ def line_alerts(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...])
         meaning="The warmer's self-check found that a warm-up made replicas write chunk files, none of them "
                 "under the names it computed for the prefix: the janitor pins names that do not exist, so it "
                 "evicts the prefixes' real chunks by age and size like any other.",
-        action="Compare the janitor's PYTHONHASHSEED with the vLLM pods' (both from the line's L2 policy), the "
-               "vLLM image's Python (64-bit CPython 3.11 or later) and LMCache's pre_caching_hash_algorithm "
-               "(builtin); kubectl -n <namespace> logs deploy/" + names.L2_JANITOR + " | grep names_mismatch "
-               "(docs/l2-cache.md, 'Hot prefixes')."))
+        action="Compare the key fingerprint the vLLM pods log (kubectl -n <namespace> logs <pod> | grep L2KEYS: "
+               "'keyed' and the same fingerprint in every pod) and their LMCACHE_PRE_CACHING_HASH_ALGORITHM "
+               "(sha256_cbor) with the janitor's chunk-key Secret (kvcache-l2-key-<generation>; a Secret deleted "
+               "and recreated while pods ran leaves them on the old key: restart them); kubectl -n <namespace> logs "
+               "deploy/" + names.L2_JANITOR + " | grep -e names_mismatch -e kvcache_l2_chunk_key "
+               "(docs/l2-cache.md, 'The chunk key' and 'Hot prefixes')."))
     for line in l2_lines:
         current = queries.l2_hit_share(line, "15m")
         baseline = queries.l2_hit_share(line, "6h", offset="15m")

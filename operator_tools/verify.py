@@ -23,8 +23,10 @@ business line (L2 enabled)
     ``LMCACHE_EXTRA_CONFIG`` compared as JSON, ...) with the value that function gives, read from
     it, never retyped here; the only entry not compared by value is the per-pod temp directory
     inside ``LMCACHE_EXTRA_CONFIG``, which must be ``.tmp-<token>`` (one path component) and
-    differ between pods; and none of the names the patch owns but does not set for this line
-    (e.g. the telemetry opt-outs when ``lmcache.usage_telemetry`` is on);
+    differ between pods; exactly one ``KVCACHE_L2_KEY``, the ``secretKeyRef`` to the line's chunk-key
+    Secret and never a value (:func:`chunk_key_problems`; the Secret itself is not read); and none of
+    the names the patch owns but does not set for this line (e.g. the telemetry opt-outs when
+    ``lmcache.usage_telemetry`` is on);
   * every volume the patch owns (:func:`k8s.patch.owned_volumes`: the L2 mount backed by the
     line's PVC, the ``emptyDir`` of ``PROMETHEUS_MULTIPROC_DIR``), mounted once, writable, and the
     same ``PYTHONHASHSEED`` as its siblings (and as configured): with different seeds cross-pod
@@ -63,7 +65,8 @@ from typing import Any, Iterable, Protocol
 
 from k8s import kv_transfer, names
 from k8s.lmcache import POD_NAME_ENV, PYTHONHASHSEED_ENV, TMP_DIR_PREFIX, env_name, owned_env_names
-from k8s.patch import DEPLOYMENT_TMP_TOKEN, find_vllm_container, line_cache_env, owned_volumes
+from k8s.patch import DEPLOYMENT_TMP_TOKEN, chunk_key_env_entry, find_vllm_container, line_cache_env, owned_volumes
+from k8s.vllm_plugins import CHUNK_KEY_ENV
 from cluster_agents import l2_mount_watchdog
 from cluster_agents.l2_directories import TMP_DIR_KEY  # the LMCACHE_EXTRA_CONFIG key of the temp dir (tested equal)
 from observability.alerts import HOT_SPOT_FACTOR
@@ -268,6 +271,19 @@ def cache_env_problems(pod: dict[str, Any], container: dict[str, Any], expected:
     return problems, tmp
 
 
+def chunk_key_problems(container: dict[str, Any], line: BusinessLineConfig) -> list[str]:
+    """What is wrong with the container's ``KVCACHE_L2_KEY`` (empty: nothing): it must be exactly one
+    entry, the ``secretKeyRef`` to the line's chunk-key Secret (:func:`k8s.patch.chunk_key_env_entry`),
+    never a value (docs/security.md, "Chunk keys"). The Secret's content is not read."""
+    entries = [e for e in container.get("env") or [] if e.get("name") == CHUNK_KEY_ENV]
+    want = chunk_key_env_entry(line)
+    if entries == [want]:
+        return []
+    if any("value" in e for e in entries):
+        return [f"{CHUNK_KEY_ENV} is set to a value, not read from the Secret {want['valueFrom']['secretKeyRef']['name']}"]
+    return [f"{CHUNK_KEY_ENV}: {json.dumps(entries, sort_keys=True)}, expected exactly {json.dumps(want, sort_keys=True)}"]
+
+
 def kv_transfer_problems(container: dict[str, Any]) -> list[str]:
     """What is wrong with the ``KVTransferConfig`` the vLLM container runs with (empty: nothing):
     no ``--kv-transfer-config``, an unreadable value, or a key of
@@ -322,7 +338,7 @@ def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]], *
     prefix = f"{line.name}: "
     expected_env = line_cache_env(platform, line)
     expected_url = expected_env[REMOTE_URL_ENV]
-    unset = [n for n in owned_env_names(line) if n not in expected_env and n != POD_NAME_ENV]
+    unset = [n for n in owned_env_names(line) if n not in expected_env and n not in (POD_NAME_ENV, CHUNK_KEY_ENV)]
     if not pods:
         return [_fail(prefix + "inference pods", f"no pod labelled {names.OPERATOR_POD_LABEL}="
                                                  f"{names.endpoint_name(line)} in {line.namespace}")]
@@ -354,6 +370,7 @@ def check_inference_pods(line: BusinessLineConfig, pods: list[dict[str, Any]], *
         elif urls[0] != expected_url:
             url_problems.append(f"{pname}: {urls[0]!r}")
         problems, tmp = cache_env_problems(pod, container, expected_env, unset)
+        problems += chunk_key_problems(container, line)
         env_problems += [f"{pname}: {p}" for p in problems]
         if tmp is not None:
             tmp_dirs.setdefault(tmp, []).append(pname)

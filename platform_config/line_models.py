@@ -134,6 +134,12 @@ class VllmConfig(StrictModel):
                                 if any(a.replace("_", "-").startswith(flag) for a in owned))
             raise ValueError(f"vllm.args sets {', '.join(repr(a) for a in owned)}, which the platform owns ({reasons}); "
                              f"allowed: any vLLM flag but {', '.join(refused)}; remove it")
+        algo = vllm_flags.prefix_caching_hash_algo(args)
+        if algo in vllm_flags.REFUSED_PREFIX_CACHING_HASHES:
+            raise ValueError(f"vllm.args sets {vllm_flags.PREFIX_CACHING_HASH_FLAG} {algo}, a hash that is not collision "
+                             "resistant, started from a NONE_HASH that the line's PYTHONHASHSEED makes predictable: crafted "
+                             "prompts could collide with another user's in vLLM's prefix cache (GHSA-rm76-4mrf-v9r8; "
+                             "docs/security.md, \"Chunk keys\"); allowed: sha256 (vLLM's default) or sha256_cbor")
         vllm_flags.max_model_len(args)  # ValueError: a length vLLM would refuse at pod start
         problems = vllm_cli.serve_args_problems(args, vllm_cli.CHECKED_ELSEWHERE)
         if problems:
@@ -215,6 +221,12 @@ class CacheConfig(StrictModel):
     #: mutation sets, so the line would run without Curvine (docs/l2-cache.md, "LMCache's
     #: MultiProcess mode"). Not rendered while the CRD bindings (operator v3.2) lack the field.
     lmcache_mode: Literal["InProcess"] = "InProcess"
+    #: Generation of the line's chunk key, the secret every vLLM pod and the L2 janitor start LMCache's
+    #: chunk names from (docs/security.md, "Chunk keys"): Secret `kvcache-l2-key-<generation>` in the
+    #: line's namespace, created by the line's L2 janitor with 256 random bits on its first start, never
+    #: changed, never in a template. Raise it to rotate the key: a new Secret, a new L2 directory (the
+    #: janitor deletes the old one) and a cold cache; delete the old Secret by hand afterwards.
+    chunk_key_generation: Annotated[int, Field(ge=1, le=999999, strict=True)] = 1
 
     @field_validator("lmcache_mode", mode="before")
     @classmethod

@@ -211,6 +211,25 @@ def flag_values(args: Iterable[str]) -> dict[str, list[str]]:
     return {g[0]: g[1:] for g in group_vllm_args(args) if is_flag(g[0])}
 
 
+#: vLLM's prefix-cache (L0) hash flag and the algorithms of it the platform refuses: not collision
+#: resistant (vLLM 0.29.0 ``vllm/v1/core/kv_cache_utils.py`` ``_NON_CRYPTO_HASH_FUNCTIONS``), and
+#: keyed only by ``NONE_HASH``, which the platform's ``PYTHONHASHSEED`` makes predictable
+#: (``resolve_none_hash_seed``: the variable wins over vLLM's random seed), so crafted prompts could
+#: collide in L0 (GHSA-rm76-4mrf-v9r8). vLLM's default, ``sha256``, and ``sha256_cbor`` are allowed.
+PREFIX_CACHING_HASH_FLAG: Final = "--prefix-caching-hash-algo"
+REFUSED_PREFIX_CACHING_HASHES: Final = ("xxhash", "xxhash_cbor")
+
+
+def prefix_caching_hash_algo(args: Iterable[str]) -> str | None:
+    """The value of the last ``--prefix-caching-hash-algo`` of ``args`` (``--flag value``,
+    ``--flag=value``, underscores for dashes), or None when it is not set (vLLM's default, ``sha256``)."""
+    value = None
+    for group in group_vllm_args(args):
+        if is_flag(group[0]) and "--" + group[0][2:].replace("_", "-") == PREFIX_CACHING_HASH_FLAG:
+            value = " ".join(group[1:])
+    return value
+
+
 def parallel_sizes(args: Iterable[str]) -> dict[str, int]:
     """The parallel sizes ``args`` set: flag (:data:`PARALLEL_FLAGS`, long name) -> size; a flag
     that is not set is absent (vLLM's default for it is 1).

@@ -175,15 +175,19 @@ class Tier:
         return served
 
     def start_replica(self, line: str, name: str, *, pod: int = 0, env: dict[str, str] | None = None,
-                      geometry: dict[str, int] = SMALL, vllm_none_hash: bool = False) -> ReplicaProcess:
+                      geometry: dict[str, int] = SMALL, vllm_none_hash: bool = False,
+                      chunk_key: str | None = None) -> ReplicaProcess:
         """Start a stand-in replica (:mod:`tests_lmcache.replica`) of ``line`` with the env of
         admitted Pod ``pod`` (or ``env``); return once it listens. ``vllm_none_hash``: LMCache chains
-        its keys from vLLM's ``NONE_HASH`` (:mod:`tests_lmcache.vllm_none_hash`), as in a vLLM Pod."""
+        its keys from vLLM's ``NONE_HASH`` (:mod:`tests_lmcache.vllm_none_hash`), as in a vLLM Pod;
+        ``chunk_key``: the value the Pod's ``KVCACHE_L2_KEY`` ``secretKeyRef`` would give, applied as the
+        L2 gate applies it."""
         self._n[0] += 1
         n = self._n[0]
         port_file = self.work / f"replica{n}.port"
         spec = {"geometry": geometry, "engine": self.doc["lines"][line]["engine"], "port_file": str(port_file),
-                "served_model_name": self.doc["lines"][line]["model"], "vllm_none_hash": vllm_none_hash}
+                "served_model_name": self.doc["lines"][line]["model"], "vllm_none_hash": vllm_none_hash,
+                "chunk_key": chunk_key}
         spec_path = self.work / f"replica{n}.spec.json"
         spec_path.write_text(json.dumps(spec), encoding="utf-8")
         pod_env = env if env is not None else self.pod_env(line, pod)

@@ -32,7 +32,9 @@ every request, once the request's L2 writes finished (:func:`tests_lmcache.pod.f
 Spec (JSON): ``geometry``, ``engine`` (as :mod:`tests_lmcache.pod`), ``port_file`` (written with
 the port once the server listens), ``served_model_name``; ``max_model_len`` (what ``/tokenize``
 reports, default 8192); ``vllm_none_hash`` true: LMCache starts its chunk keys from vLLM's
-``NONE_HASH``, as in a vLLM Pod (:mod:`tests_lmcache.vllm_none_hash`), instead of 0.
+``NONE_HASH``, as in a vLLM Pod (:mod:`tests_lmcache.vllm_none_hash`), instead of 0; ``chunk_key``:
+then the line's chunk key starts the chain, set as the L2 gate sets it in a vLLM process
+(:func:`vllm_plugins.l2_gate.apply_chunk_key`, after the engine built its token database).
 """
 
 from __future__ import annotations
@@ -184,6 +186,11 @@ def main(argv: list[str]) -> int:
 
         vllm_none_hash.install()
     replica = Replica(spec)
+    if spec.get("chunk_key"):
+        from vllm_plugins import l2_gate
+
+        l2_gate.apply_chunk_key({l2_gate.CHUNK_KEY_ENV: spec["chunk_key"]},
+                                algorithm=replica.config.pre_caching_hash_algorithm)
     server = make_server(replica)
     threading.Thread(target=server.serve_forever, name="http", daemon=True).start()
     stop = threading.Event()

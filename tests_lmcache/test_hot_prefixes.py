@@ -38,6 +38,15 @@ def _post(url: str, path: str, body: dict) -> dict:
         return json.load(response)
 
 
+#: What the Pods' ``KVCACHE_L2_KEY`` ``secretKeyRef`` gives in this tier (the janitor's Secret in a cluster).
+CHUNK_KEY = "tier-chunk-key-" + "ab" * 24
+
+
+def config_is_keyed(config: HotPrefixConfig) -> bool:
+    """The rendered hot_prefixes.json names keyed sha256_cbor chunks (the platform's pinned algorithm)."""
+    return config.hash_algorithm == hot_prefixes.SHA256_CBOR and bool(config.key_secret)
+
+
 def _pod(replica, uid: str) -> dict:
     pod = replica.pod_object(RAG)
     pod["metadata"]["uid"] = uid
@@ -59,7 +68,7 @@ def hot(exported, tmp_path_factory):
     started = []
     try:
         def start(pod: int, name: str):
-            replica = tier.start_replica(RAG, name, pod=pod, vllm_none_hash=True)
+            replica = tier.start_replica(RAG, name, pod=pod, vllm_none_hash=True, chunk_key=CHUNK_KEY)
             started.append(replica)
             return replica
 
@@ -67,7 +76,7 @@ def hot(exported, tmp_path_factory):
         pods = [_pod(a, "uid-a")]
         logs: list[dict] = []
         warmer = HotPrefixWarmer(config, tier.root, list_pods=lambda: list(pods),
-                                 log=lambda line: logs.append(json.loads(line)))
+                                 log=lambda line: logs.append(json.loads(line)), chunk_key=lambda: CHUNK_KEY)
         yield SimpleNamespace(tier=tier, config=config, a=a, b=b, pods=pods, warmer=warmer, logs=logs,
                               start=start, janitor=exported["lines"][RAG]["janitor_config"],
                               system=config.prefixes[0].messages[0][1])
@@ -99,9 +108,12 @@ def test_1_the_warm_up_stores_the_prefix_under_the_names_it_computed(hot):
     assert sorted(name.split("@")[3] for name in files) == sorted(hot.warmer.pinned())
     assert len(files) == full // 256 and hot.warmer.names_ok is True
     assert "Initialized NONE_HASH=" in hot.a.log_path.read_text()  # LMCache's vLLM branch chained them
-    # Control: a chain from 0 (LMCache without vLLM) names other files: the seed-derived start matters.
-    from_zero = {hot_prefixes.hash_hex(h) for h in hot_prefixes.chunk_hashes(tokens, 256, 0)}
-    assert not from_zero & hot.warmer.pinned()
+    # Control: a chain from 0 (LMCache without vLLM) or from the seed alone (no key) names other files.
+    assert config_is_keyed(hot.config)
+    from_zero = {hot_prefixes.hash_hex(h) for h in hot_prefixes.keyed_chunk_hashes(tokens, 256, 0)}
+    from_seed = {hot_prefixes.hash_hex(h) for h in hot_prefixes.keyed_chunk_hashes(
+        tokens, 256, hot_prefixes.keyed_none_hash("0"))}
+    assert not (from_zero | from_seed) & hot.warmer.pinned()
     text = hot.warmer.metrics()
     labels = f'line="{RAG}",namespace="{RAG}",prefix="system-prompt"'
     assert f"{hot_prefixes.L2_TOKENS_METRIC}{{{labels}}} {full}" in text
@@ -190,13 +202,12 @@ def test_4_a_wiped_chunk_is_back_after_the_next_warm_up(hot):
 
 
 def test_5_a_warmer_whose_names_are_wrong_says_so(hot, tmp_path):
-    """Another seed than the Pods' (PYTHONHASHSEED 0): the replica stores the prefix under LMCache's
-    names, none of which the warmer computed: ``names_mismatch``, ``names_ok`` 0, nothing pinned silently."""
+    """Another chunk key than the Pods': the replica stores the prefix under LMCache's names, none of
+    which the warmer computed: ``names_mismatch``, ``names_ok`` 0, nothing pinned silently."""
     text = " ".join(f"tool-{i}" for i in range(600))
-    config = HotPrefixConfig(**{**hot.config.__dict__, "python_hash_seed": 1,
-                                "prefixes": (Prefix("tools", text=text),)})
+    config = HotPrefixConfig(**{**hot.config.__dict__, "prefixes": (Prefix("tools", text=text),)})
     warmer = HotPrefixWarmer(config, tmp_path / "other-root", list_pods=lambda: [_pod(hot.b, "uid-b")],
-                             log=lambda _: None)
+                             log=lambda _: None, chunk_key=lambda: "not-the-lines-key")
     warmer.root = hot.tier.root  # same directory, no state file of the module's warmer
     (report,) = warmer.tick()["prefixes"]
     assert report["result"] == "names_mismatch" and warmer.names_ok is False

@@ -15,6 +15,9 @@ env ``PROMETHEUS_MULTIPROC_DIR`` (emptyDir)    a temporary directory per server 
 (no such variable)                             ``VLLM_CPU_KVCACHE_SPACE``                       CPU stand-in of the GPU's KV cache memory
 (no such variable)                             ``VLLM_CPU_OMP_THREADS_BIND`` one core each     two servers on 2 cores, no shared core
 (no such variable)                             ``KVCACHE_TEST_CONNECTOR_BASE``                 the class the rendered args name
+env ``KVCACHE_L2_KEY`` (``secretKeyRef`` of     :data:`TEST_CHUNK_KEY`                          the line's chunk-key Secret, which the janitor
+the line's chunk-key Secret; the export keeps                                                  creates in the cluster; here a fixed test key,
+only plain values)                                                                             so the keyed chunk names are the ones tested
 env ``PYTHONPATH`` (the plugin ConfigMap's     a temporary directory holding the rendered      the Pod's read-only ConfigMap volume; the
 mount, /opt/kvcache/vllm-plugins)              ConfigMap's files (:func:`write_plugins`), then  repository makes the test connector module
                                                the repository                                  importable
@@ -86,6 +89,10 @@ KV_TRANSFER_FLAG = "--kv-transfer-config"
 VLLM_CONNECTOR_MODULE = cpu_connector.DEFAULT_BASE.split(":")[0]
 START_TIMEOUT_S = 900
 REQUEST_TIMEOUT_S = 300
+#: The line's chunk key as the kubelet would give it from the janitor's Secret (``KVCACHE_L2_KEY``,
+#: ``k8s.patch``): any secret string; 43 characters as the janitor's 256 random bits in base64url.
+TEST_CHUNK_KEY = "serving-tier-test-key-not-a-secret-000000000"
+CHUNK_KEY_ENV = "KVCACHE_L2_KEY"
 #: Tokens generated per request (greedy): enough to compare completions and time the decode.
 MAX_TOKENS = 16
 #: The gate's series in ``/metrics`` (``prometheus_client`` appends ``_total`` to a counter).
@@ -421,6 +428,7 @@ def serving_env(rendered: dict[str, str], *, root_url: str, mount: Path, metrics
     env["LMCACHE_REMOTE_URL"] = l2_url(rendered["LMCACHE_REMOTE_URL"], root_url, mount)
     env["LMCACHE_MAX_LOCAL_CPU_SIZE"] = TEST_L1_GIB
     env["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)
+    env[CHUNK_KEY_ENV] = TEST_CHUNK_KEY
     env.update({"VLLM_CPU_KVCACHE_SPACE": KV_CACHE_GIB, "VLLM_CPU_OMP_THREADS_BIND": str(core),
                 cpu_connector.BASE_ENV: base, "PATH": os.environ["PATH"], "HOME": str(home),
                 "PYTHONPATH": ":".join([*rendered_path, str(REPO)])})
@@ -439,7 +447,7 @@ GATE_TEST_ENV = ("KVCACHE_L2_GATE_OPEN_AFTER_MS", "KVCACHE_L2_GATE_LOOKUP_SLOW_M
 ENV_REPLACED = ("LMCACHE_REMOTE_URL", "LMCACHE_MAX_LOCAL_CPU_SIZE", "PROMETHEUS_MULTIPROC_DIR", "PYTHONPATH",
                 *GATE_TEST_ENV)
 ENV_ADDED = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", cpu_connector.BASE_ENV, "PATH", "HOME", "PYTHONPATH",
-             *GATE_TEST_ENV)
+             CHUNK_KEY_ENV, *GATE_TEST_ENV)
 
 
 def start_server(name: str, *, rendered_env: dict[str, str], rendered: list[str], root_url: str, mount: Path,

@@ -4,8 +4,8 @@ each with its rendered configuration, talking to the servers' real ``/v1/complet
 ``/tokenize`` and ``/metrics`` (tests_lmcache/ tests them against stand-in replicas).
 
 Proven here: the canary's ratio comes out of the real vLLM/LMCache counters and agrees with
-vLLM's own external-hit count; the warmer's chunk names, computed from vLLM's NONE_HASH seed and
-the real tokenizer's ``/tokenize``, are exactly the files the real server wrote, and the warmed
+vLLM's own external-hit count; the warmer's chunk names, computed from the server's chunk key (or
+its NONE_HASH seed when it runs unkeyed) and the real tokenizer's ``/tokenize``, are exactly the files the real server wrote, and the warmed
 prefix is a full L2 hit on the other server.
 """
 
@@ -29,6 +29,14 @@ def pod_object(server: Server, endpoint: str = LINE, uid: str | None = None) -> 
                                      "env": [{"name": k, "value": v} for k, v in server.rendered_env.items()]}]},
             "status": {"phase": "Running", "podIP": "127.0.0.1",
                        "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+def chunk_key(server: Server) -> str:
+    """What the janitor's Secret gives the warmer for ``server``: its ``KVCACHE_L2_KEY`` when the harness
+    sets one (the kubelet's ``secretKeyRef``); else the server runs unkeyed (``L2KEYS unkeyed``) and
+    LMCache starts its ``sha256_cbor`` chain from the string ``PYTHONHASHSEED``, which the warmer's
+    ``keyed_none_hash`` then takes as the key (docs/security.md, "Chunk keys")."""
+    return server.env.get("KVCACHE_L2_KEY") or server.env["PYTHONHASHSEED"]
 
 
 def test_the_canary_measures_a_full_cross_pod_hit_from_the_real_counters(rig):
@@ -59,7 +67,7 @@ def test_the_warmer_names_the_chunk_files_the_real_server_wrote(rig, tmp_path):
     before = rig.chunk_files()
     rig.a.wait_gate_closed()  # an open gate saves nothing (an earlier test's fault)
     warmer = HotPrefixWarmer(config, rig.mount.mount, list_pods=lambda: [pod_object(rig.a)],
-                             log=lambda line: logs.append(json.loads(line)))
+                             log=lambda line: logs.append(json.loads(line)), chunk_key=lambda: chunk_key(rig.a))
     round_ = warmer.tick()
     assert round_ is not None and round_["reason"] == "start", logs
     (report,) = round_["prefixes"]

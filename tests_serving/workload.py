@@ -83,17 +83,19 @@ def quiet_counters(server: Server, quiet_s: float = LMCACHE_LOG_INTERVAL_S + 1, 
 
 
 @functools.lru_cache(maxsize=None)
-def _none_hash(seed: str) -> int:
-    return hot_prefixes.none_hash(seed)
+def _chain_start(algorithm: str, seed: str, key: str | None) -> int:
+    return hot_prefixes.chain_start(algorithm, seed, key)
 
 
 def chunk_hashes_of(server: Server, text: str) -> list[str]:
     """The chunk hashes (``%x``, as in the file names) under which ``server``'s LMCache stores the full
     chunks of ``text``, in prompt order: the hot-prefix warmer's computation
-    (:func:`cluster_agents.hot_prefixes.chunk_hashes`, tested against this server's own files in
-    ``test_agents.py``) over the server's tokens, its ``PYTHONHASHSEED`` and :data:`CHUNK`."""
-    first = _none_hash(server.env["PYTHONHASHSEED"])
-    return [hot_prefixes.hash_hex(h) for h in hot_prefixes.chunk_hashes(server.tokenize(text), CHUNK, first)]
+    (:func:`cluster_agents.hot_prefixes.chain_hashes`, tested against this server's own files in
+    ``test_agents.py``) over the server's tokens, its hash algorithm, ``PYTHONHASHSEED`` and chunk key
+    (``KVCACHE_L2_KEY``), and :data:`CHUNK`."""
+    algorithm = server.env["LMCACHE_PRE_CACHING_HASH_ALGORITHM"]
+    first = _chain_start(algorithm, server.env["PYTHONHASHSEED"], server.env.get("KVCACHE_L2_KEY"))
+    return [hot_prefixes.hash_hex(h) for h in hot_prefixes.chain_hashes(server.tokenize(text), CHUNK, algorithm, first)]
 
 
 def _files_by_hash(names: set[str]) -> dict[str, str]:

@@ -54,6 +54,11 @@ and loaded by vLLM with ``--kv-transfer-config
 only when vLLM asks this module for :data:`CONNECTOR_CLASS_NAME` (module ``__getattr__``), and
 ``prometheus_client`` only in the scheduler process, so the project's venv can test the rest.
 
+The chunk key (issue 25 item 3; docs/security.md, "Chunk keys"). The same connector, in every
+process vLLM builds it in (scheduler and workers), starts LMCache's chain of chunk keys from the
+line's secret ``KVCACHE_L2_KEY`` (:func:`apply_chunk_key`), so no one without the Secret can compute
+the name of a prompt's chunk file. This does not depend on ``KVCACHE_L2_GATE_ENABLED``.
+
 Settings (environment, read once per process by :meth:`GateSettings.from_env`; defaults and why in
 :class:`GateSettings`): ``KVCACHE_L2_GATE_ENABLED``, ``KVCACHE_L2_GATE_PATH``,
 ``KVCACHE_L2_GATE_PROBE_INTERVAL_MS``, ``KVCACHE_L2_GATE_OPEN_AFTER_MS``,
@@ -66,6 +71,7 @@ handler and format).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import logging
 import os
@@ -77,7 +83,9 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "CHUNK_KEY_ENV",
     "CONNECTOR_CLASS_NAME",
+    "apply_chunk_key",
     "GateProber",
     "GateSettings",
     "L2Gate",
@@ -564,6 +572,70 @@ def start_gate(settings: GateSettings, *, probe: Callable[[], None] | None = Non
     return GateRuntime(settings, gate, prober, registry)
 
 
+#: The line's chunk-key secret (``secretKeyRef`` to the line's Secret, docs/security.md "Chunk keys").
+CHUNK_KEY_ENV = "KVCACHE_L2_KEY"
+#: The only ``pre_caching_hash_algorithm`` a key is applied with: a cryptographic hash of a CBOR
+#: encoding (vLLM 0.29.0 ``vllm/utils/hashing.py`` ``sha256_cbor``). With ``builtin`` the chain is
+#: Python's tuple hash, whose collisions do not depend on where the chain starts, so a key would
+#: hide nothing: the connector refuses to start.
+KEYED_HASH_ALGORITHM = "sha256_cbor"
+
+
+def apply_chunk_key(env: Mapping[str, str] | None = None, *, algorithm: str | None = None,
+                    token_database: Any = None, hash_fn: Callable[[Any], bytes] | None = None) -> str | None:
+    """Start LMCache's chunk-key chain of this process from the line's secret; the secret's fingerprint,
+    or None when ``KVCACHE_L2_KEY`` is unset or empty (names stay LMCache's stock ones, from
+    ``PYTHONHASHSEED``).
+
+    Why here. LMCache 0.5.5 starts every chain from its module global ``NONE_HASH``
+    (``lmcache/v1/token_database.py``: ``ChunkedTokenDatabase._get_init_hash``), which each
+    ``TokenDatabase.__init__`` sets from vLLM's ``init_none_hash(hash_fn)``, i.e. ``hash_fn`` of the
+    string ``PYTHONHASHSEED`` (vLLM 0.29.0 ``vllm/v1/core/kv_cache_utils.py``
+    ``resolve_none_hash_seed``). That string could carry a secret only if CPython accepted it, and
+    CPython refuses to start unless it is ``random`` or an integer up to 4294967295 (32 bits:
+    ``Python/initconfig.c`` ``config_init_hash_seed``). No other setting of either enters the key:
+    LMCache's ``extra_keys`` are always empty for a chunk chain, and vLLM's per-request
+    ``cache_salt`` reaches vLLM's own block hashes only. So the connector, built by vLLM in every
+    process that keys chunks (scheduler and workers), sets ``NONE_HASH`` to
+    ``_normalize_hash_to_int(sha256_cbor(secret))`` after LMCache's connector has built its token
+    databases: what ``init_none_hash`` would give with ``PYTHONHASHSEED`` set to the secret. The
+    hot-prefix warmer computes the same start (``cluster_agents.hot_prefixes.keyed_none_hash``).
+
+    ``algorithm``, ``token_database`` and ``hash_fn`` default to LMCache's configured
+    ``pre_caching_hash_algorithm``, ``lmcache.v1.token_database`` and vLLM's ``sha256_cbor`` (tests
+    pass their own).
+
+    Raises:
+        RuntimeError: a key is set but LMCache hashes chunks with another algorithm than
+            :data:`KEYED_HASH_ALGORITHM` (the key would protect nothing; the pod fails to start).
+    """
+    env = os.environ if env is None else env
+    secret = env.get(CHUNK_KEY_ENV) or ""
+    if not secret.strip():
+        logger.warning("L2KEYS unkeyed: %s is not set, so chunk names follow from PYTHONHASHSEED alone", CHUNK_KEY_ENV)
+        return None
+    if algorithm is None:
+        from lmcache.integration.vllm.utils import lmcache_get_or_create_config
+
+        algorithm = lmcache_get_or_create_config().pre_caching_hash_algorithm
+    if algorithm != KEYED_HASH_ALGORITHM:
+        raise RuntimeError(f"{CHUNK_KEY_ENV} is set but LMCache's pre_caching_hash_algorithm is {algorithm!r}: a "
+                           f"chunk key needs {KEYED_HASH_ALGORITHM!r}")
+    if token_database is None:
+        from lmcache.v1 import token_database as lmcache_token_database
+
+        token_database = lmcache_token_database
+    if hash_fn is None:
+        from vllm.utils.hashing import sha256_cbor
+
+        hash_fn = sha256_cbor
+    token_database.NONE_HASH = token_database._normalize_hash_to_int(hash_fn(secret))
+    fingerprint = hashlib.sha256(secret.encode("utf-8")).hexdigest()[:8]
+    logger.info("L2KEYS keyed: chunk names start from %s (%s, key fingerprint %s)", CHUNK_KEY_ENV,
+                algorithm, fingerprint)
+    return fingerprint
+
+
 def _skip_saves(metadata: Any) -> int:
     """Mark every request of an LMCache connector metadata as not to be saved; returns how many were.
 
@@ -585,12 +657,13 @@ def _skip_saves(metadata: Any) -> int:
 
 
 def _build_connector_class() -> type:
-    """``GatedLMCacheConnectorV1``: vLLM's ``LMCacheConnectorV1`` with the gate in its scheduler-side calls.
+    """``GatedLMCacheConnectorV1``: vLLM's ``LMCacheConnectorV1`` with the gate in its scheduler-side calls
+    and the line's chunk key in every process (:func:`apply_chunk_key`).
 
     vLLM 0.29.0 (``vllm/distributed/kv_transfer/kv_connector/v1/lmcache_connector.py``) builds the
     connector twice: with ``KVConnectorRole.SCHEDULER`` in the engine core's scheduler and with
-    ``KVConnectorRole.WORKER`` in each worker. Only the scheduler's instance starts a gate; the
-    worker's is the stock connector.
+    ``KVConnectorRole.WORKER`` in each worker. Only the scheduler's instance starts a gate; every
+    instance applies the line's chunk key (:func:`apply_chunk_key`).
     """
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
     from vllm.distributed.kv_transfer.kv_connector.v1.lmcache_connector import LMCacheConnectorV1
@@ -605,6 +678,8 @@ def _build_connector_class() -> type:
         # refuses an external connector whose constructor lacks ``kv_cache_config`` (supports_kw).
         def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
             super().__init__(vllm_config, role, kv_cache_config)
+            # After LMCache built its token databases (each one resets NONE_HASH): apply_chunk_key.
+            apply_chunk_key()
             if role == KVConnectorRole.SCHEDULER:
                 settings = GateSettings.from_env()
                 self._l2_gate = start_gate(settings)

@@ -55,6 +55,7 @@ class FakeReplicas:
         self.calls: list[tuple[str, str]] = []
         self.stores: set[str] = set()
         self.fails: set[str] = set()
+        self.chain = chunk_hashes  # the Pods' hash (hot_prefixes.keyed_chunk_hashes for a keyed line)
 
     def tokenize(self, url: str, prefix: Prefix) -> tuple[list[int], int]:
         self.calls.append(("tokenize", url))
@@ -67,7 +68,7 @@ class FakeReplicas:
         if url in self.stores:
             d = self.root / LIVE
             d.mkdir(parents=True, exist_ok=True)
-            for h in chunk_hashes(tokens, self.chunk, self.none_hash):
+            for h in self.chain(tokens, self.chunk, self.none_hash):
                 for w in range(self.world):
                     (d / f"{FRAME}@{self.world}@{w}@{hash_hex(h)}@bfloat16.data").write_bytes(b"kv")
         return {}
@@ -102,6 +103,92 @@ def test_none_hash_is_the_seeded_str_hash_not_this_processes() -> None:
     assert hot_prefixes.none_hash(0) == seeded_none_hash(0)
     assert hot_prefixes.none_hash(0) != hot_prefixes.none_hash(1)
     hot_prefixes.check_hash_family()  # this machine's CPython 3.11 hashes str as the vLLM image's 3.12
+
+
+# Known answers, computed by LMCache 0.5.5's own ChunkedTokenDatabase (pre_caching_hash_algorithm
+# sha256_cbor, chunk_size 4, save_unfull_chunk false) with vLLM 0.29.0's sha256_cbor, NONE_HASH set as the
+# L2 gate sets it (l2_gate.apply_chunk_key), in .venv-serving; tests_serving/test_chunk_keys.py compares the
+# two for random tokens and keys on every run of the serving tier.
+KAT_TOKENS = [151644, 8948, 198, 2610, 525, 264, 10950, 17847, 13, 0, 1]
+KAT = {"0": (5625442194607170974, ["101c74900f888c0c", "7a845f55fad0cd3c"]),
+       "kvcache-test-key": (16749282841941532325, ["ac926ab2d255f6be", "c73af05e4a6375c3"])}
+
+
+@pytest.mark.parametrize("secret", sorted(KAT))
+def test_keyed_names_are_lmcaches_sha256_cbor_names(secret: str) -> None:
+    start, names = KAT[secret]
+    assert hot_prefixes.keyed_none_hash(secret) == start
+    assert [hash_hex(h) for h in hot_prefixes.keyed_chunk_hashes(KAT_TOKENS, 4, start)] == names
+    assert hot_prefixes.chain_hashes(KAT_TOKENS, 4, "sha256_cbor", start) == hot_prefixes.keyed_chunk_hashes(
+        KAT_TOKENS, 4, start)
+
+
+def test_the_keyed_chain_depends_on_the_key_and_on_everything_before() -> None:
+    a = hot_prefixes.keyed_chunk_hashes(list(range(10)), 4, hot_prefixes.keyed_none_hash("k1"))
+    b = hot_prefixes.keyed_chunk_hashes(list(range(10)), 4, hot_prefixes.keyed_none_hash("k2"))
+    c = hot_prefixes.keyed_chunk_hashes([99, *range(1, 10)], 4, hot_prefixes.keyed_none_hash("k1"))
+    assert len(a) == 2 and not set(a) & set(b) and a[0] != c[0] and a[1] != c[1]
+    assert all(0 <= h < 2**64 for h in a)  # the first 8 bytes, unsigned: no "-" in a keyed name
+    with pytest.raises(ValueError):
+        hot_prefixes.keyed_none_hash("")
+    with pytest.raises(ValueError):
+        hot_prefixes.chain_hashes([1, 2, 3, 4], 4, "xxhash", 0)
+
+
+@pytest.mark.parametrize("value,encoded", [
+    # RFC 8949 Appendix A (the examples of the shapes the chain holds).
+    (0, "00"), (1, "01"), (10, "0a"), (23, "17"), (24, "1818"), (25, "1819"), (100, "1864"), (1000, "1903e8"),
+    (1000000, "1a000f4240"), (1000000000000, "1b000000e8d4a51000"), (18446744073709551615, "1bffffffffffffffff"),
+    ("", "60"), ("a", "6161"), ("IETF", "6449455446"), ("\u00fc", "62c3bc"), ("\u6c34", "63e6b0b4"),
+    ([], "80"), ([1, 2, 3], "83010203"), ([1, [2, 3], [4, 5]], "8301820203820405"),
+    (list(range(1, 26)), "98190102030405060708090a0b0c0d0e0f101112131415161718181819"),
+    ((7, (1, 2), ()), "83078201028" + "0"),
+])
+def test_the_cbor_encoder_writes_rfc_8949s_encodings(value, encoded: str) -> None:
+    assert hot_prefixes.cbor(value).hex() == encoded
+
+
+@pytest.mark.parametrize("value", [True, -1, 2**64, 1.5, {"a": 1}, b"x", None])
+def test_the_cbor_encoder_refuses_what_the_chain_never_holds(value) -> None:
+    with pytest.raises(ValueError):
+        hot_prefixes.cbor(value)
+
+
+def test_a_keyed_line_needs_the_secrets_name_and_the_warmer_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="key_secret"):
+        config(hash_algorithm="sha256_cbor")
+    with pytest.raises(ValueError, match="key_secret"):
+        config(key_secret="kvcache-l2-key-1")  # builtin names take no key
+    with pytest.raises(ValueError, match="hash_algorithm"):
+        config(hash_algorithm="xxhash", key_secret="kvcache-l2-key-1")
+    keyed = config(hash_algorithm="sha256_cbor", key_secret="kvcache-l2-key-1")
+    assert hot_prefixes.config_fingerprint(keyed) != hot_prefixes.config_fingerprint(
+        config(hash_algorithm="sha256_cbor", key_secret="kvcache-l2-key-2"))
+    fake = FakeReplicas(tmp_path, list(range(10)), hot_prefixes.keyed_none_hash("line-secret"))
+    fake.chain = hot_prefixes.keyed_chunk_hashes
+    fake.stores.add("http://10.0.0.1:8000")
+    logs: list[dict] = []
+    # Without the key the prefix is an error (tried again next round), never builtin names.
+    w = HotPrefixWarmer(keyed, tmp_path, list_pods=lambda: [pod("a")], client=fake, log=lambda l: logs.append(json.loads(l)),
+                        now=lambda: 1000.0, sleep=lambda s: None)
+    report = w.tick()["prefixes"][0]
+    assert report["result"] == "error" and "kvcache-l2-key-1" in report["errors"][0] and w.pinned() == frozenset()
+    # With it, the warmer names exactly the files the (keyed) replicas write, and pins them.
+    w = HotPrefixWarmer(keyed, tmp_path, list_pods=lambda: [pod("a")], client=fake, log=lambda l: logs.append(json.loads(l)),
+                        now=lambda: 1000.0, sleep=lambda s: None, chunk_key=lambda: "line-secret")
+    report = w.tick()["prefixes"][0]
+    assert report["result"] == "stored" and w.names_ok is True
+    assert w.pinned() == {hash_hex(h) for h in hot_prefixes.keyed_chunk_hashes(
+        list(range(10)), 4, hot_prefixes.keyed_none_hash("line-secret"))}
+    # Another key: the files are there, but not under the names computed: the self-check says so.
+    other = tmp_path / "other"
+    other.mkdir()
+    fake2 = FakeReplicas(other, list(range(10)), hot_prefixes.keyed_none_hash("line-secret"))
+    fake2.chain = hot_prefixes.keyed_chunk_hashes
+    fake2.stores.add("http://10.0.0.1:8000")
+    w = HotPrefixWarmer(keyed, other, list_pods=lambda: [pod("a")], client=fake2, log=lambda l: logs.append(json.loads(l)),
+                        now=lambda: 1000.0, sleep=lambda s: None, chunk_key=lambda: "another-secret")
+    assert w.tick()["prefixes"][0]["result"] == "names_mismatch" and w.names_ok is False
 
 
 def test_chunk_names_are_parsed_as_lmcache_splits_them() -> None:
@@ -238,8 +325,12 @@ def test_the_janitor_configmap_carries_the_prefixes_and_the_warmer(manifests) ->
     assert data[janitor_chart.HOT_PREFIX_SCRIPT_FILE] == Path(hot_prefixes.__file__).read_text(encoding="utf-8")
     (container,) = _janitor(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
     assert container["command"][-2:] == ["--hot-prefixes", f"{janitor_chart.CONFIG_DIR}/hot_prefixes.json"]
-    # No new object and no new right: the janitor's Role still lists Pods, nothing else.
-    assert _janitor(objects, "Role")["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    # No new right for the warm-up: the janitor's Role lists Pods and, for the chunk key, creates Secrets and
+    # reads the line's one (docs/security.md, "Chunk keys"), nothing else.
+    assert _janitor(objects, "Role")["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["kvcache-l2-key-1"]}]
     # research-reasoning declares none: no warmer there.
     research = next(v for k, v in rendered.items() if k.endswith("research-reasoning"))
     assert janitor_chart.HOT_PREFIX_CONFIG_FILE not in _janitor(research, "ConfigMap")["data"]
@@ -254,7 +345,9 @@ def test_the_switch_turns_the_warm_up_and_the_pins_off(tmp_path: Path) -> None:
 
 def test_the_largest_prefix_text_of_the_worst_kind_keeps_the_line_under_the_template_limit(tmp_path: Path) -> None:
     """128 KiB of quotes and backslashes (4 bytes each once the manifest is a JSON string inside the
-    template's JSON) on top of the line's manifests: still below CloudFormation's 1,000,000 bytes."""
+    template's JSON) on top of the line's manifests: still below CloudFormation's 1,000,000 bytes.
+    Everything of the line's template but its manifest is about 9 KB (make synth, 2026-12-02: 251,143
+    bytes in all, the manifest 242,603), so 100 KB are kept for that and for growth."""
     from platform_config.line_models import MAX_HOT_PREFIX_BYTES
     from stacks.synthesis_checks import TEMPLATE_BODY_LIMIT_BYTES
 
@@ -265,4 +358,39 @@ def test_the_largest_prefix_text_of_the_worst_kind_keeps_the_line_under_the_temp
     rendered = render_manifests(project, volume_id="vol-0a1b2c3d4e5f60718", availability_zone="us-west-2a", scaling=project_scaling(project))
     objects = next(v for k, v in rendered.items() if k.endswith("rag-assistant"))
     as_in_template = json.dumps(json.dumps(objects))  # the manifest, a string property of the template
-    assert 4 * MAX_HOT_PREFIX_BYTES < len(as_in_template) < TEMPLATE_BODY_LIMIT_BYTES - 250_000
+    assert 4 * MAX_HOT_PREFIX_BYTES < len(as_in_template) < TEMPLATE_BODY_LIMIT_BYTES - 100_000
+
+
+def test_a_key_recreated_under_the_same_secret_re_keys_the_saved_names_at_the_next_round(tmp_path: Path) -> None:
+    """The state file pins its names from the start (before the key is read); the first round of a new
+    process recomputes them with the key it read, so a Secret deleted and recreated does not leave the
+    janitor pinning the old key's names."""
+    keyed = config(hash_algorithm="sha256_cbor", key_secret="kvcache-l2-key-1")
+    tokens = list(range(10))
+
+    def run(key: str) -> HotPrefixWarmer:
+        fake = FakeReplicas(tmp_path, tokens, hot_prefixes.keyed_none_hash(key))
+        fake.chain = hot_prefixes.keyed_chunk_hashes
+        fake.stores.add("http://10.0.0.1:8000")
+        return HotPrefixWarmer(keyed, tmp_path, list_pods=lambda: [pod("a")], client=fake, log=lambda _: None,
+                               now=lambda: 1000.0, sleep=lambda s: None, chunk_key=lambda: key)
+
+    def names(key: str) -> set[str]:
+        return {hash_hex(h) for h in hot_prefixes.keyed_chunk_hashes(tokens, 4, hot_prefixes.keyed_none_hash(key))}
+
+    first = run("old-key")
+    first.tick()
+    assert first.pinned() == names("old-key")
+    second = run("new-key")
+    assert second.pinned() == names("old-key")  # loaded from the state file: pinned before any round
+    assert second.tick()["prefixes"][0]["result"] == "stored"
+    assert second.pinned() == names("new-key") and second.names_ok is True
+    assert run("new-key").pinned() == names("new-key")  # and saved
+
+
+def test_chain_start_is_what_a_pod_with_that_env_starts_from() -> None:
+    assert hot_prefixes.chain_start("sha256_cbor", 0, "k") == hot_prefixes.keyed_none_hash("k")
+    assert hot_prefixes.chain_start("sha256_cbor", 0) == hot_prefixes.keyed_none_hash("0") == KAT["0"][0]
+    assert hot_prefixes.chain_start("builtin", 0, "ignored") == seeded_none_hash(0)
+    with pytest.raises(ValueError):
+        hot_prefixes.chain_start("sha256", 0)

@@ -615,7 +615,13 @@ def test_janitor_chart_objects(manifests):
         assert conf.min_delete_age_s == 600 and conf.mount_path == MOUNT and conf.dir_grace_s == 24 * 3600
         assert cm["data"]["l2_janitor.py"] == Path(l2_janitor.__file__).read_text()
         role = _one(objs, "Role")
-        assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+        # List Pods; for the chunk key (docs/security.md, "Chunk keys") create Secrets and get the line's one only.
+        secret = f"kvcache-l2-key-{line.cache.chunk_key_generation}"
+        assert role["rules"] == [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": [secret]}]
+        assert conf.key_secret == secret
         deployment = _one(objs, "Deployment")["spec"]
         assert deployment["replicas"] == 1 and deployment["strategy"] == {"type": "Recreate"}
         template = deployment["template"]
@@ -856,3 +862,107 @@ def test_on_a_full_pool_evictions_are_deleted_at_once(tmp_path, monkeypatch):
     assert s.evicted_chunks_deleted == 30 and s.bytes_freed == 30 * MIB and s.retiring_bytes == 0
     assert sorted(p.name for p in (tmp_path / LIVE).iterdir()) == sorted(chunk_name(i) for i in range(30, 90))
     assert s.exit_code == 2 and "30 evicted chunk files deleted at once" in s.errors[0]
+# --- the chunk-key Secret ------------------------------------------------------------------------
+
+
+class FakeSecrets:
+    """The API server's Secrets of one namespace, as the janitor's Role sees them: ``create`` anything
+    (409 when the name exists), ``get`` the one named Secret; every call recorded."""
+
+    def __init__(self, allowed: str, existing: dict[str, dict] | None = None, fail: int = 0) -> None:
+        self.allowed, self.objects, self.fail = allowed, dict(existing or {}), fail
+        self.calls: list[tuple[str, str]] = []
+
+    def call(self, method: str, path: str, body: dict | None = None) -> dict:
+        self.calls.append((method, path))
+        if self.fail:
+            self.fail -= 1
+            raise l2_janitor.core.ApiError(0, f"{method} {path}: connection refused")
+        base = "/api/v1/namespaces/rag-assistant/secrets"
+        if method == "POST" and path == base:
+            name = body["metadata"]["name"]
+            if name in self.objects:
+                raise l2_janitor.core.ApiError(409, "AlreadyExists")
+            self.objects[name] = json.loads(json.dumps(body))
+            return body
+        if method == "GET" and path.startswith(base + "/"):
+            name = path.rsplit("/", 1)[1]
+            if name != self.allowed:
+                raise l2_janitor.core.ApiError(403, "Forbidden")
+            if name not in self.objects:
+                raise l2_janitor.core.ApiError(404, "NotFound")
+            return self.objects[name]
+        raise l2_janitor.core.ApiError(403, f"Forbidden: {method} {path}")
+
+
+def _secret_value(obj: dict) -> str:
+    import base64
+
+    return base64.b64decode(obj["data"]["key"]).decode()
+
+
+def test_the_janitor_creates_the_chunk_key_once_and_never_overwrites_it() -> None:
+    api = FakeSecrets("kvcache-l2-key-1")
+    key = l2_janitor.ChunkKey("rag-assistant", "kvcache-l2-key-1", api)
+    value = key()
+    created = api.objects["kvcache-l2-key-1"]
+    assert key.created and value == _secret_value(created) and key() == value
+    assert len(value) == 64 and int(value, 16) >= 0  # 256 random bits, hex
+    assert created["type"] == "Opaque" and created["immutable"] is True  # the API server refuses any change
+    assert [m for m, _ in api.calls] == ["GET", "POST", "GET"]  # read, create when missing, read back
+    # A second janitor (a restart, a new Pod) reads the same key and creates nothing.
+    api2 = FakeSecrets("kvcache-l2-key-1", existing=api.objects)
+    again = l2_janitor.ChunkKey("rag-assistant", "kvcache-l2-key-1", api2)
+    assert again() == value and not again.created and [m for m, _ in api2.calls] == ["GET"]
+    # Two janitors racing: the loser's create is refused (409) and it reads the winner's key.
+    class Racing(FakeSecrets):
+        def call(self, method, path, body=None):
+            if method == "GET" and not any(m == "POST" for m, _ in self.calls):
+                self.calls.append((method, path))
+                raise l2_janitor.core.ApiError(404, "NotFound")
+            return super().call(method, path, body)
+    racing = Racing("kvcache-l2-key-1", existing=api.objects)
+    loser = l2_janitor.ChunkKey("rag-assistant", "kvcache-l2-key-1", racing)
+    assert loser() == value and not loser.created and racing.objects == api.objects
+
+
+def test_two_lines_or_generations_get_different_keys() -> None:
+    a = l2_janitor.ChunkKey("rag-assistant", "kvcache-l2-key-1", FakeSecrets("kvcache-l2-key-1"))()
+    b = l2_janitor.ChunkKey("rag-assistant", "kvcache-l2-key-2", FakeSecrets("kvcache-l2-key-2"))()
+    assert a != b
+
+
+def test_the_janitor_keeps_trying_while_the_api_does_not_answer_and_logs_no_key() -> None:
+    api = FakeSecrets("kvcache-l2-key-1", fail=2)
+    key = l2_janitor.ChunkKey("rag-assistant", "kvcache-l2-key-1", api)
+    logs: list[str] = []
+    stop = threading.Event()
+    original = l2_janitor.KEY_RETRY_S
+    l2_janitor.KEY_RETRY_S = 0.01
+    try:
+        key.keep_trying(stop, logs.append)
+    finally:
+        l2_janitor.KEY_RETRY_S = original
+    events = [json.loads(line) for line in logs]
+    assert [bool(e.get("errors")) for e in events] == [True, True, False] and events[-1]["created"] is True
+    assert not any(key() in line for line in logs)  # the key itself is never logged
+    # A Secret of another name, or a Secret without the key, is an error, not an empty key.
+    with pytest.raises(l2_janitor.core.ApiError):
+        l2_janitor.ChunkKey("rag-assistant", "kvcache-l2-key-1", FakeSecrets(
+            "kvcache-l2-key-1", existing={"kvcache-l2-key-1": {"data": {}}}))()
+
+
+def test_the_warmer_of_a_keyed_line_must_name_the_janitors_secret(tmp_path: Path) -> None:
+    hot = {"line": "rag-assistant", "namespace": "rag-assistant", "live_dir": "m-0123456789ab", "mount_path": MOUNT,
+           "pod_label": ["app", "rag-assistant"], "port": 8000, "port_name": "http", "chunk_size": 4, "world_size": 1,
+           "python_hash_seed": 0, "warm_period_s": 60, "hash_algorithm": "sha256_cbor",
+           "key_secret": "kvcache-l2-key-2", "prefixes": []}
+    (tmp_path / "hot.json").write_text(json.dumps(hot))
+    janitor = JanitorConfig(line="rag-assistant", namespace="rag-assistant", live_dir="m-0123456789ab",
+                            capacity_bytes=1 << 30, high_watermark=0.9, low_watermark=0.8, max_age_s=None,
+                            min_delete_age_s=600, mount_path=MOUNT, key_secret="kvcache-l2-key-1")
+    with pytest.raises(ValueError, match="kvcache-l2-key-2"):
+        l2_janitor.hot_prefix_warmer(tmp_path / "hot.json", tmp_path, janitor)
+    (tmp_path / "hot.json").write_text(json.dumps({**hot, "key_secret": "kvcache-l2-key-1"}))
+    warmer = l2_janitor.hot_prefix_warmer(tmp_path / "hot.json", tmp_path, janitor, chunk_key=lambda: "k")
+    assert warmer.chunk_key() == "k"

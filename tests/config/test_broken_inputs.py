@@ -413,5 +413,5 @@ def test_an_unknown_key_lists_the_keys_of_its_section(config_dir: Path, tmp_path
     path = config_dir / RAG
     edit_yaml(path, lambda d: d["cache"].update(l2_sise="100Gi"))
     assert refused(config_dir, tmp_path) == (
-        f"{path}: cache.l2_sise: unknown key (typo?); allowed: the keys of this section, chunk_size_tokens, l1_cpu_gib, "
+        f"{path}: cache.l2_sise: unknown key (typo?); allowed: the keys of this section, chunk_key_generation, chunk_size_tokens, l1_cpu_gib, "
         "l1_enabled, l2_enabled, l2_size, lmcache_mode (the config reference, docs/configuration.md) (got '100Gi')")

@@ -161,7 +161,8 @@ def test_owned_env_is_exactly_what_the_patch_sets(k8s_project, config_copy):
             assert "PROMETHEUS_MULTIPROC_DIR" in emitted
             owned = set(owned_env_names(line))
             # The telemetry opt-outs stay owned when telemetry is on, so turning it on removes them.
-            assert owned - emitted <= {POD_NAME_ENV, "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK"}
+            # The chunk key is a secretKeyRef entry of the patch (pod_env_entries), not a value of the cache env.
+            assert owned - emitted <= {POD_NAME_ENV, "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK", "KVCACHE_L2_KEY"}
             assert emitted <= owned
     # Not an LMCache setting: outside the LMCACHE_* allow-list.
     assert not is_lmcache_env("PROMETHEUS_MULTIPROC_DIR")
@@ -176,7 +177,7 @@ def test_cache_env_values(k8s_project):
         "LMCACHE_CHUNK_SIZE": "256",
         "LMCACHE_REMOTE_SERDE": "naive",
         "LMCACHE_SAVE_UNFULL_CHUNK": "false",  # LMCache #2206 / PR #2207
-        "LMCACHE_PRE_CACHING_HASH_ALGORITHM": "builtin",
+        "LMCACHE_PRE_CACHING_HASH_ALGORITHM": "sha256_cbor",  # keyed by KVCACHE_L2_KEY (issue 25)
         "LMCACHE_EXTRA_CONFIG": '{"fs_connector_relative_tmp_dir": ".tmp-$(KVCACHE_POD_NAME)", "save_chunk_meta": true}',
         # What an unhealthy L2 may add to a request (platform.lmcache, docs/l2-cache.md): 200 ms to
         # its lookup, 1 s to each chunk read of its retrieve (LMCache's defaults: 3,000 ms, 10 s).
@@ -207,7 +208,10 @@ def _kubelet_env(env: list[dict], pod_name: str) -> dict[str, str]:
     """Resolve env like the kubelet: later duplicates win, $(VAR) expands from earlier vars."""
     out: dict[str, str] = {}
     for e in env:
-        if "valueFrom" in e:
+        if "secretKeyRef" in e.get("valueFrom", {}):
+            ref = e["valueFrom"]["secretKeyRef"]
+            value = f"<secret {ref['name']}/{ref['key']}>"
+        elif "valueFrom" in e:
             field = e["valueFrom"]["fieldRef"]["fieldPath"]
             value = {"metadata.name": pod_name, "status.hostIP": "10.1.2.3"}[field]
         else:
@@ -279,7 +283,7 @@ def test_static_patch_matches_the_reference_layout(k8s_project):
         "LMCACHE_LOOKUP_TIMEOUT_MS", "LMCACHE_BLOCKING_TIMEOUT_SECS", "PYTHONHASHSEED",
         "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK", "PROMETHEUS_MULTIPROC_DIR", "PYTHONPATH", "KVCACHE_L2_GATE_ENABLED",
         "KVCACHE_L2_GATE_OPEN_AFTER_MS", "KVCACHE_L2_GATE_LOOKUP_SLOW_MS", "KVCACHE_L2_GATE_CLOSE_AFTER_MS",
-        "LMCACHE_MAX_LOCAL_CPU_SIZE"]
+        "LMCACHE_MAX_LOCAL_CPU_SIZE", "KVCACHE_L2_KEY"]
     patched = jsonpatch.apply_patch(deployment(line), ops)
     env_list = patched["spec"]["template"]["spec"]["containers"][0]["env"]
     env = _kubelet_env(env_list, "p-1")

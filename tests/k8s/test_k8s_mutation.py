@@ -47,6 +47,10 @@ def _check_end_state(p, line, k8s_project):
     assert env["LMCACHE_TRACK_USAGE"] == "false" and env["DO_NOT_TRACK"] == "1"
     assert env["LMCACHE_CHUNK_SIZE"] == str(line.cache.chunk_size_tokens) == expected["LMCACHE_CHUNK_SIZE"]
     assert env["PYTHONHASHSEED"] == str(line.python_hash_seed)
+    # The chunk key: a reference to the line's Secret, never a value (docs/security.md, "Chunk keys").
+    assert env["LMCACHE_PRE_CACHING_HASH_ALGORITHM"] == "sha256_cbor"
+    assert [e for e in c["env"] if e["name"] == "KVCACHE_L2_KEY"] == [{"name": "KVCACHE_L2_KEY", "valueFrom": {
+        "secretKeyRef": {"name": f"kvcache-l2-key-{line.cache.chunk_key_generation}", "key": "key"}}}]
     extra = json.loads(env["LMCACHE_EXTRA_CONFIG"])
     assert set(extra) == {"fs_connector_relative_tmp_dir", "save_chunk_meta"} and extra["save_chunk_meta"] is True
     assert re.fullmatch(re.escape(TMP_DIR_PREFIX) + r"[a-z0-9]{12}", extra["fs_connector_relative_tmp_dir"])
@@ -111,7 +115,7 @@ def test_container_without_env_or_mounts(policy, line, k8s_project):
                    "LMCACHE_PRE_CACHING_HASH_ALGORITHM", "LMCACHE_TRACK_USAGE", "DO_NOT_TRACK",
                    "PROMETHEUS_MULTIPROC_DIR", "LMCACHE_LOOKUP_TIMEOUT_MS", "LMCACHE_BLOCKING_TIMEOUT_SECS",
                    "PYTHONPATH", "KVCACHE_L2_GATE_ENABLED", "KVCACHE_L2_GATE_OPEN_AFTER_MS",
-                   "KVCACHE_L2_GATE_LOOKUP_SLOW_MS", "KVCACHE_L2_GATE_CLOSE_AFTER_MS"}
+                   "KVCACHE_L2_GATE_LOOKUP_SLOW_MS", "KVCACHE_L2_GATE_CLOSE_AFTER_MS", "KVCACHE_L2_KEY"}
     assert _vllm(after, line)["volumeMounts"] == [{"name": names.L2_VOLUME_NAME, "mountPath": L2_MOUNT_PATH},
                                                   {"name": names.METRICS_VOLUME_NAME, "mountPath": METRICS_DIR},
                                                   {"name": names.VLLM_PLUGINS, "mountPath": PLUGIN_DIR, "readOnly": True}]

@@ -252,7 +252,7 @@ def test_a_gate_that_keeps_reopening_holds_longer_and_resets_after_a_quiet_spell
 
 
 def test_the_shipped_file_imports_only_the_standard_library_at_module_level() -> None:
-    """The ConfigMap ships this one file: nothing of the project, and vLLM / prometheus_client only
+    """The ConfigMap ships this one file: nothing of the project, and vLLM / LMCache / prometheus_client only
     inside the functions that run in vLLM's process (the image has them; this venv has no vLLM)."""
     import ast
 
@@ -265,7 +265,7 @@ def test_the_shipped_file_imports_only_the_standard_library_at_module_level() ->
             top.add(node.module.split(".")[0])
     assert top - {"__future__"} <= set(sys.stdlib_module_names), top
     nested = {node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-    assert nested - set(sys.stdlib_module_names) == {"vllm", "prometheus_client"}
+    assert nested - set(sys.stdlib_module_names) == {"vllm", "prometheus_client", "lmcache"}
 
 
 def test_start_gate_probes_a_real_directory_and_publishes_its_state(tmp_path: Path) -> None:
@@ -347,3 +347,47 @@ def test_the_watcher_is_off_without_an_fs_l2_or_when_turned_off(tmp_path: Path) 
         assert watcher is not None and watcher.path == str(tmp_path / l2_gate.RETIRING_FILE)
     finally:
         watcher.stop()
+# --- the chunk key ---------------------------------------------------------------------------------
+
+
+class _TokenDatabase:
+    """The two names of ``lmcache.v1.token_database`` that ``apply_chunk_key`` uses (LMCache 0.5.5)."""
+
+    NONE_HASH = 12345
+
+    @staticmethod
+    def _normalize_hash_to_int(value):
+        return int.from_bytes(value[:8], "big") if isinstance(value, bytes) else value
+
+
+def _sha256_cbor(value):  # vLLM 0.29.0's sha256_cbor, for a string (the standard-library encoder)
+    import hashlib as _hashlib
+
+    from cluster_agents import hot_prefixes
+
+    return _hashlib.sha256(hot_prefixes.cbor(value)).digest()
+
+
+def test_the_chunk_key_starts_lmcaches_chain_from_the_secret_in_every_process() -> None:
+    db = type("TokenDatabase", (_TokenDatabase,), {})
+    fingerprint = l2_gate.apply_chunk_key({l2_gate.CHUNK_KEY_ENV: "line-secret"}, algorithm="sha256_cbor",
+                                          token_database=db, hash_fn=_sha256_cbor)
+    from cluster_agents import hot_prefixes
+
+    assert db.NONE_HASH == hot_prefixes.keyed_none_hash("line-secret")  # the warmer's start, by construction
+    assert fingerprint and "line-secret" not in fingerprint and len(fingerprint) == 8
+
+
+@pytest.mark.parametrize("env", [{}, {l2_gate.CHUNK_KEY_ENV: ""}, {l2_gate.CHUNK_KEY_ENV: "  "}])
+def test_without_a_chunk_key_lmcaches_names_are_left_alone(env) -> None:
+    db = type("TokenDatabase", (_TokenDatabase,), {})
+    assert l2_gate.apply_chunk_key(env, algorithm="sha256_cbor", token_database=db, hash_fn=_sha256_cbor) is None
+    assert db.NONE_HASH == 12345
+
+
+@pytest.mark.parametrize("algorithm", ["builtin", "sha256", "xxhash"])
+def test_a_chunk_key_with_a_weak_or_other_hash_stops_the_pod(algorithm: str) -> None:
+    db = type("TokenDatabase", (_TokenDatabase,), {})
+    with pytest.raises(RuntimeError, match="sha256_cbor"):
+        l2_gate.apply_chunk_key({l2_gate.CHUNK_KEY_ENV: "k"}, algorithm=algorithm, token_database=db, hash_fn=_sha256_cbor)
+    assert db.NONE_HASH == 12345
