@@ -75,6 +75,8 @@ class L2CacheStack(Stack):
                                                         manifest=namespaces, overwrite=True)
         self.curvine = eks.KubernetesManifest(self, "Curvine", cluster=cluster, manifest=rest, overwrite=True)
         self.curvine.node.add_dependency(self.curvine_namespace)
+        # The chart holds a Kyverno ClusterPolicy and a NetworkPolicy in Kyverno's namespace.
+        self.curvine.node.add_dependency(self.kyverno)
 
         # The volume's ID and zone are outputs of the hyperpod stack that creates it (re-exporting
         # an imported value here would only add a second source; cfn-lint W6001).

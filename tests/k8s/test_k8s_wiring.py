@@ -100,7 +100,7 @@ def test_line_objects_in_dependency_order(templates, project, name):
     # Janitor and canary: a ConfigMap, Deployment, Role, RoleBinding and ServiceAccount each; a Role
     # and RoleBinding more: the L2 mount watchdog's (k8s/mount_watchdog.py); a ConfigMap more: the
     # vLLM plugins (the L2 gate, k8s/vllm_plugins.py), before the endpoint whose pods mount it.
-    assert sorted(_kinds(manifests[storage])) == sorted(["NetworkPolicy", "PodDisruptionBudget", "PersistentVolumeClaim", "Policy"] + 2 * [
+    assert sorted(_kinds(manifests[storage])) == sorted(2 * ["NetworkPolicy"] + ["PodDisruptionBudget", "PersistentVolumeClaim", "Policy"] + 2 * [
         "ConfigMap", "Deployment", "Role", "RoleBinding", "ServiceAccount"] + ["Role", "RoleBinding", "ConfigMap"])
     assert _kinds(manifests[endpoint]) == ["InferenceEndpointConfig"]
     # Objects dropped from a manifest are deleted on update (kubectl apply --prune with this label;
