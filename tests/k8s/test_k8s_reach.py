@@ -27,7 +27,7 @@ from k8s.curvine_config import (FUSE_WEB_PORT, JOURNAL_PORT, MASTER_RPC_PORT, MA
                                 WORKER_WEB_PORT)
 from k8s.kyverno import KYVERNO_NAMESPACE
 from k8s.network_policies import (BLOCK_CURVINE_PORTS, EGRESS_GENERATOR, EGRESS_REQUIRED, KUBE_SYSTEM,
-                                  NAMESPACE_NAME_LABEL)
+                                  NAMESPACE_NAME_LABEL, block_curvine_ports_manifest)
 from k8s.node_firewall import RPC_PORTS, WEB_PORTS
 from tests.k8s.conftest import find
 from tests.k8s.netpol_eval import Endpoint, connection_allowed, expand_generate
@@ -61,11 +61,18 @@ def world(manifests, k8s_project):
                                                      **o["metadata"].get("labels", {})}
     for ns in (KYVERNO_NAMESPACE, platform.observability.namespace, KUBE_SYSTEM, *ADDON_NAMESPACES, NEW_NAMESPACE):
         namespaces.setdefault(ns, {NAMESPACE_NAME_LABEL: ns})
-    objects = [o for chart in manifests.values() for o in chart]
+    # The monitoring namespace's copy comes with its Namespace from the observability stack
+    # (stacks/observability_stack.py; tests/observability/test_dcgm_exporter.py checks it is there).
+    objects = [o for chart in manifests.values() for o in chart] + [
+        block_curvine_ports_manifest(platform.observability.namespace)]
     generator = find(manifests["curvine"], "ClusterPolicy", EGRESS_GENERATOR)
-    # Kyverno leaves its own namespace out of its processing (the chart's resource filters): no copy
-    # is generated there; the Curvine chart renders one.
-    generated = expand_generate(generator, {n: l for n, l in namespaces.items() if n != KYVERNO_NAMESPACE})
+    # Kyverno leaves its own namespace out of its processing (the chart's resource filters), and its
+    # webhooks may not see a namespace created after it (the monitoring namespace): no copy is
+    # generated there; the Curvine chart and the observability stack render theirs.
+    rendered = {o["metadata"]["namespace"] for o in objects
+                if o["kind"] == "NetworkPolicy" and o["metadata"]["name"] == BLOCK_CURVINE_PORTS}
+    generated = expand_generate(generator, {n: l for n, l in namespaces.items() if n not in rendered})
+    assert {KYVERNO_NAMESPACE, platform.observability.namespace} <= rendered
     return {"platform": platform, "curvine_ns": curvine_ns, "namespaces": namespaces, "objects": objects,
             "generated": generated, "lines": k8s_project.business_lines}
 
