@@ -79,6 +79,31 @@ def test_curvine_objects_after_their_namespace(l2):
     assert ns in manifests[curvine].get("DependsOn", [])
 
 
+def test_the_egress_admission_policy_is_bound_after_kyverno_generated_the_copies(l2):
+    """The binding of kvcache-curvine-egress-required is its own manifest, applied only once the
+    generated block-curvine-ports exists in `default` (a KubernetesObjectValue read after the chart)."""
+    manifests = _manifests(l2)
+    curvine = _by_kind(manifests, "StatefulSet")
+
+    def objects(lid: str) -> list[dict]:
+        manifest = manifests[lid]["Properties"]["Manifest"]
+        if isinstance(manifest, dict):
+            manifest = "".join(p if isinstance(p, str) else "vol-0123456789abcdef0" for p in manifest["Fn::Join"][1])
+        return json.loads(manifest)
+
+    holders = [lid for lid in manifests if any(
+        (o["kind"], o["metadata"]["name"]) == ("ValidatingAdmissionPolicyBinding", "kvcache-curvine-egress-required")
+        for o in objects(lid))]
+    assert len(holders) == 1 and holders[0] != curvine
+    (binding,) = holders
+    assert len(objects(binding)) == 1 and "ClusterPolicy" in _kinds(manifests[curvine])
+    values = l2.find_resources("Custom::AWSCDK-EKS-KubernetesObjectValue")
+    ((value_id, value),) = [(k, v) for k, v in values.items()
+                            if v["Properties"]["ObjectType"] == "networkpolicies.networking.k8s.io"]
+    assert (value["Properties"]["ObjectName"], value["Properties"]["ObjectNamespace"]) == ("block-curvine-ports", "default")
+    assert curvine in value["DependsOn"] and value_id in manifests[binding]["DependsOn"]
+
+
 def test_make_manifests_reads_the_volume_outputs_the_hyperpod_stack_writes(templates, project):
     """`scripts/manifests.py --outputs-file` looks up keys that a deploy really writes."""
     from tests.tools.script_loader import load_script
