@@ -1,4 +1,4 @@
-"""One chart per business line: namespace, egress guard, RWX PVC, Kyverno Policy, endpoint.
+"""One chart per business line: namespace, egress guard, endpoint ingress, RWX PVC, Kyverno Policy, endpoint.
 
 Objects, in apply order (cdk8s orders them by the dependencies declared here):
 
@@ -7,9 +7,11 @@ Objects, in apply order (cdk8s orders them by the dependencies declared here):
    so drains, updates and the L2 mount watchdog take one replica at a time and never block a
    one-replica line's drain. ``NetworkPolicy`` ``block-curvine-ports``: the line's pods may open connections anywhere
    except on Curvine's ports. They never need them: the L2 PVC is served by the CSI driver's
-   FUSE pod on the node, and the vLLM container only does file I/O on the mount. Egress only:
-   ingress stays open, so the AMP collector (outside the cluster) scrapes the vLLM pods and the
-   janitor's ``metrics`` port, and the janitor reaches the API server on 443.
+   FUSE pod on the node, and the vLLM container only does file I/O on the mount (the same policy
+   every other namespace gets: :mod:`k8s.network_policies`). ``NetworkPolicy`` ``endpoint-ingress``:
+   the model pods admit the line's namespace on any port and the VPC on the model port only (the
+   ALB, the AMP collector); the janitor's and canary's ingress stays open, so the collector scrapes
+   their ``metrics`` ports.
 3. ``PersistentVolumeClaim`` (RWX, on the Curvine StorageClass): the line's own L2 directory
    (``<fs_path>/<pv-name>`` in Curvine), so lines never read each other's KV chunks. It requests
    the nominal :data:`L2_PVC_REQUEST` and carries ``l2_size`` as an annotation: the janitor

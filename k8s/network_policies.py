@@ -37,6 +37,9 @@ from constructs import Construct
 
 from platform_config import PlatformConfig
 from platform_config.platform_models import ExistingVpcConfig
+# The label the line charts put on their namespaces: those render block-curvine-ports themselves,
+# so the generator leaves them alone (no two owners of one object).
+from k8s.kyverno import BUSINESS_LINE_NAMESPACE_LABEL
 from k8s.curvine_config import CURVINE_PORTS, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT
 
 #: Name of the egress NetworkPolicy in every namespace but Curvine's and kube-system.
@@ -50,9 +53,6 @@ ENDPOINT_INGRESS: Final = "endpoint-ingress"
 #: kube-system (the CNI, kube-proxy, CoreDNS: cluster-admin territory; Kyverno filters it out anyway).
 KUBE_SYSTEM: Final = "kube-system"
 NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
-#: Label the line charts put on their namespaces (:data:`k8s.kyverno.BUSINESS_LINE_NAMESPACE_LABEL`):
-#: those render the policy themselves, so the generator leaves them alone (no two owners).
-BUSINESS_LINE_NAMESPACE_LABEL: Final = "kvcache.io/business-line"
 #: Primary ports by who needs them: the journal (Raft) only between masters, RPC from every client
 #: (Workers, FUSE pods, the CSI controller), the web port also from the AMP scraper.
 PRIMARY_JOURNAL_PORTS: Final = (JOURNAL_PORT,)
