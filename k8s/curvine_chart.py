@@ -53,7 +53,6 @@ from k8s.nodes import (HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, hyperpod_node_r
                        system_node_requirements)
 from platform_config import PlatformConfig
 from platform_config.fields import AZ_NAME_PATTERN
-from platform_config.platform_models import ExistingVpcConfig
 
 #: Well-known node label of the zone (set by the kubelet on every node, managed node group and
 #: HyperPod alike). Chosen over ``topology.ebs.csi.aws.com/zone`` because the scheduler matches

@@ -58,8 +58,8 @@ from constructs import Construct
 
 from imports.com.amazon.aws.sagemaker import inference as iec
 from k8s import names, vllm_plugins
-from k8s.network_policies import (ENDPOINT_INGRESS, api_object, block_curvine_ports_manifest, vpc_cidr,  # noqa: F401
-                                  endpoint_ingress_spec, tcp_ranges_excluding)
+from k8s.network_policies import (ENDPOINT_INGRESS, api_object, block_curvine_ports_manifest, endpoint_ingress_spec,
+                                  vpc_cidr)
 from k8s import canary
 from k8s.canary import KvCanary
 from k8s.janitor import L2Janitor

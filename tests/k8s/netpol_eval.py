@@ -19,6 +19,9 @@ where the API leaves it to the implementation (docs/security.md cites each):
 5. hostNetwork endpoints are the node: no policy selects them and no policy's egress constrains
    them; as peers they are their node's IP (only an ``ipBlock`` matches them).
 
+The node filter's verdict (:func:`nft_input_verdict`) is read from the rendered nftables ruleset;
+test_node_firewall_netns.py checks it against the real nft on every probe it makes.
+
 Kyverno ``generate`` (:func:`expand_generate`) is expanded into the NetworkPolicies it would create;
 only the constructs :func:`k8s.network_policies.curvine_egress_generator` uses are implemented, and
 any other raises :class:`Unsupported`.
@@ -27,6 +30,7 @@ any other raises :class:`Unsupported`.
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -155,3 +159,25 @@ def expand_generate(cluster_policy: dict, namespaces: dict[str, dict[str, str]])
                 out.append({"apiVersion": gen["apiVersion"], "kind": gen["kind"],
                             "metadata": {"name": gen["name"], "namespace": ns}, **gen["data"]})
     return out
+
+
+def nft_input_verdict(ruleset: str, *, saddr: str, iifname: str, dport: int) -> str:
+    """The verdict of the rendered ruleset's input chain on one new TCP connection, read from the
+    ruleset text (the few rule forms :func:`k8s.node_firewall.render_ruleset` writes; anything else
+    fails): ``accept`` or ``reject``. The real nft answers the same: test_node_firewall_netns.py."""
+    sets: dict[str, list] = {}
+    for name, body in re.findall(r"set (\w+) \{(.*?)\n\t\}", ruleset, re.S):
+        elements = re.search(r"elements = \{ (.*) \}", body)
+        sets[name] = [ipaddress.ip_network(e.strip()) for e in elements.group(1).split(",")] if elements else []
+    (chain,) = re.findall(r"chain input \{\n(.*?)\n\t\}", ruleset, re.S)
+    for rule in (line.strip() for line in chain.splitlines()[1:]):
+        if rule == 'iifname "lo" accept':
+            if iifname == "lo":
+                return "accept"
+            continue
+        m = re.fullmatch(r"tcp dport \{ ([\d, ]+) \}(?: ip saddr @(\w+))?(?: counter)? (accept|reject with tcp reset)", rule)
+        assert m, f"rule form not modelled: {rule}"
+        ports, set_name, verdict = {int(p) for p in m.group(1).split(",")}, m.group(2), m.group(3)
+        if dport in ports and (set_name is None or any(ipaddress.ip_address(saddr) in n for n in sets[set_name])):
+            return verdict.split()[0]
+    return "accept"  # policy accept

@@ -11,12 +11,12 @@ fails here and the list (and docs/security.md) is updated with it.
 
 The cluster: a system node, two GPU nodes; node and pod IPs in the same VPC subnets (VPC CNI). The
 probe pod of each namespace runs on the GPU node of the Worker and FUSE pod it probes, the hardest
-case: the VPC CNI always lets a pod reach its own node's IP.
+case: the VPC CNI always lets a pod reach its own node's IP. The node filter's answer is read from
+the rendered ruleset itself (:func:`tests.k8s.netpol_eval.nft_input_verdict`).
 """
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import replace
 from typing import Final
 
@@ -28,13 +28,15 @@ from k8s.curvine_config import (FUSE_WEB_PORT, JOURNAL_PORT, MASTER_RPC_PORT, MA
 from k8s.kyverno import KYVERNO_NAMESPACE
 from k8s.network_policies import (BLOCK_CURVINE_PORTS, EGRESS_GENERATOR, EGRESS_REQUIRED, KUBE_SYSTEM,
                                   NAMESPACE_NAME_LABEL, block_curvine_ports_manifest)
-from k8s.node_firewall import RPC_PORTS, WEB_PORTS
+from k8s.node_firewall import WEB_PORTS, render_ruleset
 from tests.k8s.conftest import find
-from tests.k8s.netpol_eval import Endpoint, connection_allowed, expand_generate
+from tests.k8s.netpol_eval import Endpoint, connection_allowed, expand_generate, nft_input_verdict
 from tests.k8s import vap_eval
 
 SYSTEM_NODE, GPU_NODE_1, GPU_NODE_2 = "10.192.10.10", "10.192.20.10", "10.192.20.11"
 NODE_IPS: Final = (SYSTEM_NODE, GPU_NODE_1, GPU_NODE_2)
+#: The Primary's and the CSI controller's pod IPs (Curvine's pod-network pods, peers of the node filter).
+CURVINE_POD_IPS: Final = ("10.192.10.50", "10.192.10.51")
 #: Namespaces other installs create: the inference add-on, cert-manager, HyperPod's ai-toolkit
 #: (Tiered Storage), the monitoring namespace (DCGM exporter's release; observability.namespace).
 ADDON_NAMESPACES: Final = ("cert-manager", "hyperpod-inference-system", "aws-hyperpod", "default")
@@ -114,17 +116,12 @@ def _destinations(world) -> list[tuple[str, Endpoint, int]]:
 
 
 def _node_filter_allows(world, src: Endpoint, dst: Endpoint, port: int) -> bool:
-    """The rendered ruleset's behaviour (proved in test_node_firewall_netns.py): loopback, then peers
-    (node IPs and Curvine's pod-network pods), then scrapers (the VPC) on the web ports, else reset."""
-    if port not in (*RPC_PORTS, *WEB_PORTS):
-        return True
-    if src.host_network and src.node_ip == dst.node_ip:
-        return True  # the node's own processes, through lo
-    curvine_pods = {"10.192.10.50", "10.192.10.51"}  # the Primary and the CSI controller
-    if src.ip in NODE_IPS or src.ip in curvine_pods:
-        return True
-    vpc = ipaddress.ip_network(world["platform"].network.cidr)
-    return port in WEB_PORTS and ipaddress.ip_address(src.ip) in vpc
+    """The rendered ruleset, with the peers the design gives it (the Nodes' InternalIPs and Curvine's
+    pod-network pods: the Primary and the CSI controller) and the VPC as scrapers, on the connection:
+    a host-network process of the same node comes through lo."""
+    ruleset = render_ruleset(peers=[*NODE_IPS, *CURVINE_POD_IPS], scrapers=[world["platform"].network.cidr])
+    local = src.host_network and src.node_ip == dst.node_ip
+    return nft_input_verdict(ruleset, saddr=src.ip, iifname="lo" if local else "eth0", dport=port) == "accept"
 
 
 def reach(world, policies: list[dict], src: Endpoint, dst: Endpoint, port: int) -> bool:

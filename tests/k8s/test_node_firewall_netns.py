@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from k8s.node_firewall import RPC_PORTS, TABLE, WEB_PORTS, render_ruleset
+from tests.k8s.netpol_eval import nft_input_verdict
 
 SUBNET = "10.77.0.0/24"
 NODE_IP, PEER_IP, POD_IP = "10.77.0.1", "10.77.0.2", "10.77.0.3"
@@ -96,12 +97,25 @@ def netns(tmp_path: Path):
             out = in_ns(ns[role], sys.executable, "-c", PROBE, host, *map(str, PORTS)).stdout
             return {int(p): state for p, state in (line.split() for line in out.splitlines())}
 
+        loaded: list[str] = []
+
         def load(ruleset: str) -> None:
             path = tmp_path / "ruleset.nft"
             path.write_text(ruleset)
             in_ns(node, "nft", "-f", str(path))
+            loaded.append(ruleset)
 
-        yield probe, load, lambda: in_ns(node, "nft", "list", "table", "inet", TABLE).stdout
+        def checked_probe(role: str, host: str = NODE_IP) -> dict[int, str]:
+            """probe(), and the reach tests' reading of the loaded ruleset must give the same answer."""
+            got = probe(role, host)
+            if loaded:
+                saddr = {"peer": PEER_IP, "pod": POD_IP}.get(role, host)
+                modelled = {p: nft_input_verdict(loaded[-1], saddr=saddr, iifname="lo" if role == "node" else "br0",
+                                                 dport=p) for p in PORTS}
+                assert {p: "open" if v == "accept" else "refused" for p, v in modelled.items()} == got, (role, host)
+            return got
+
+        yield checked_probe, load, lambda: in_ns(node, "nft", "list", "table", "inet", TABLE).stdout
     finally:
         if listener is not None:
             listener.kill()
