@@ -135,13 +135,14 @@ def curvine_egress_generator(curvine_namespace: str) -> dict[str, Any]:
 
 #: Label by which Kyverno's background controller's ClusterRole aggregates extra rights.
 KYVERNO_BACKGROUND_AGGREGATE_LABEL: Final = "rbac.kyverno.io/aggregate-to-background-controller"
+KYVERNO_GENERATE_RIGHTS: Final = "kvcache-kyverno-generate-networkpolicies"
 
 
 def kyverno_generate_rights() -> dict[str, Any]:
     """ClusterRole aggregated into Kyverno's background controller: it may manage NetworkPolicies
     (the ``generate`` rule creates, synchronizes and, with the policy, deletes them) and nothing else."""
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-            "metadata": {"name": "kvcache-kyverno-generate-networkpolicies",
+            "metadata": {"name": KYVERNO_GENERATE_RIGHTS,
                          "labels": {KYVERNO_BACKGROUND_AGGREGATE_LABEL: "true"}},
             "rules": [{"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
                        "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]}

@@ -20,7 +20,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from k8s.kyverno import KYVERNO_NAMESPACE, kyverno_helm_values
-from k8s.network_policies import BLOCK_CURVINE_PORTS, EGRESS_REQUIRED
+from k8s.network_policies import BLOCK_CURVINE_PORTS, EGRESS_REQUIRED, KYVERNO_GENERATE_RIGHTS
 from k8s.render import build_curvine_chart
 from platform_config import PlatformConfig
 from stacks.cluster_stack import HELM_TIMEOUT
@@ -79,11 +79,19 @@ class L2CacheStack(Stack):
         namespaces = [o for o in objects if o["kind"] == "Namespace"]
         is_binding = lambda o: (o["kind"], o["metadata"]["name"]) == (  # noqa: E731
             "ValidatingAdmissionPolicyBinding", EGRESS_REQUIRED)
-        rest = [o for o in objects if o["kind"] != "Namespace" and not is_binding(o)]
+        is_rights = lambda o: (o["kind"], o["metadata"]["name"]) == ("ClusterRole", KYVERNO_GENERATE_RIGHTS)  # noqa: E731
+        rest = [o for o in objects if o["kind"] != "Namespace" and not is_binding(o) and not is_rights(o)]
         self.curvine_namespace = eks.KubernetesManifest(self, "CurvineNamespace", cluster=cluster,
                                                         manifest=namespaces, overwrite=True)
+        # Kyverno refuses a generate policy whose background controller may not create the kind; the
+        # rights reach it through ClusterRole aggregation, which the controller-manager does
+        # asynchronously: so the aggregated ClusterRole is applied first, on its own.
+        self.kyverno_generate_rights = eks.KubernetesManifest(
+            self, "KyvernoGenerateRights", cluster=cluster, manifest=[o for o in objects if is_rights(o)],
+            overwrite=True)
+        self.kyverno_generate_rights.node.add_dependency(self.kyverno)
         self.curvine = eks.KubernetesManifest(self, "Curvine", cluster=cluster, manifest=rest, overwrite=True)
-        self.curvine.node.add_dependency(self.curvine_namespace)
+        self.curvine.node.add_dependency(self.curvine_namespace, self.kyverno_generate_rights)
         # The chart holds a Kyverno ClusterPolicy and a NetworkPolicy in Kyverno's namespace.
         self.curvine.node.add_dependency(self.kyverno)
         # The admission policy that refuses pods where block-curvine-ports is missing is bound only
