@@ -15,7 +15,10 @@ Objects (namespace ``curvine.namespace``, default ``curvine``):
   resources (Guaranteed QoS) are, through the node plugin's ``STANDALONE_*`` variables.
 * Mount lifetime: a ValidatingAdmissionPolicy and its binding that refuse the node plugin's delete
   of a healthy FUSE pod (:mod:`k8s.fuse_pod_guard`).
-* NetworkPolicy on the Primary (the business-line side is in :mod:`k8s.line_chart`).
+* NetworkPolicy on the Primary; the egress side in every other namespace: a Kyverno ClusterPolicy
+  that generates ``block-curvine-ports``, Kyverno's own namespace's copy, and the admission policy
+  that refuses pod-network Pods where it is missing (:mod:`k8s.network_policies`; the business
+  lines render theirs, :mod:`k8s.line_chart`).
 * The L2 mount watchdog DaemonSet and its ConfigMap and RBAC (:mod:`k8s.mount_watchdog`).
 
 Plain cdk8s (the Kubernetes L1 classes of :mod:`k8s.kube`); no aws_cdk import, so the same chart renders in
@@ -42,12 +45,15 @@ from k8s.curvine_config import (
 from k8s.fuse_pod_guard import fuse_pod_guard
 from k8s.csi_node_limits import FUSE_SERVICE_ACCOUNT, csi_node_limits
 from k8s.janitor import key_secret_limits
+from k8s.kyverno import KYVERNO_NAMESPACE
 from k8s.mount_watchdog import L2MountWatchdog
+from k8s.network_policies import (PRIMARY_CLIENT_PORTS, PRIMARY_JOURNAL_PORTS, api_object,
+                                  block_curvine_ports_manifest, curvine_egress_generator, curvine_egress_required,
+                                  kyverno_generate_rights, vpc_cidr)
 from k8s.nodes import (HYPERPOD_NODE_LABEL, HYPERPOD_NODE_VALUE, hyperpod_node_requirements, instance_group_tolerations,
                        system_node_requirements)
 from platform_config import PlatformConfig
 from platform_config.fields import AZ_NAME_PATTERN
-from platform_config.platform_models import ExistingVpcConfig
 
 #: Well-known node label of the zone (set by the kubelet on every node, managed node group and
 #: HyperPod alike). Chosen over ``topology.ebs.csi.aws.com/zone`` because the scheduler matches
@@ -159,12 +165,6 @@ def _restricted() -> k8s.SecurityContext:
     return k8s.SecurityContext(allow_privilege_escalation=False, privileged=False,
                                capabilities=k8s.Capabilities(drop=["ALL"]),
                                seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault"))
-
-
-def vpc_cidr(platform: PlatformConfig) -> str:
-    """CIDR of the cluster VPC (node IPs of the host-network Workers and FUSE pods are in it)."""
-    net = platform.network
-    return net.vpc_cidr if isinstance(net, ExistingVpcConfig) else net.cidr
 
 
 #: Start states of the Primary's volume (below :data:`PRIMARY_ROOT`) and what Curvine
@@ -739,20 +739,34 @@ class CurvineChart(cdk8s.Chart):
 
     def _network_policy(self) -> None:
         labels = {"app.kubernetes.io/name": "curvine", "app.kubernetes.io/component": "master"}
-        ports = [k8s.NetworkPolicyPort(protocol="TCP", port=k8s.IntOrString.from_number(p))
-                 for p in (MASTER_RPC_PORT, JOURNAL_PORT, MASTER_WEB_PORT)]
-        self.master_policy = self._add(k8s.KubeNetworkPolicy(
-            self, "MasterIngress", metadata=self._meta("curvine-master-ingress"),
-            spec=k8s.NetworkPolicySpec(
-                pod_selector=k8s.LabelSelector(match_labels=labels), policy_types=["Ingress"],
-                ingress=[k8s.NetworkPolicyIngressRule(ports=ports, from_=[
-                    # Curvine's own pods (CSI controller, any pod-network component).
-                    k8s.NetworkPolicyPeer(namespace_selector=k8s.LabelSelector(
-                        match_labels={"kubernetes.io/metadata.name": self.ns})),
-                    # Workers and the CSI's FUSE pods use the host network: their source is a
-                    # node IP inside the VPC. With the VPC CNI, pod IPs are in the VPC too, so
-                    # this rule limits ports and sources outside the VPC; keeping business-line
-                    # pods out is done by the egress policy of each line's namespace.
-                    k8s.NetworkPolicyPeer(ip_block=k8s.IpBlock(cidr=vpc_cidr(self.platform))),
-                ])])))
+        own = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": self.ns}}}
+        tcp = lambda ports: [{"protocol": "TCP", "port": p} for p in ports]  # noqa: E731
+        self.master_policy = self._add(api_object(self, "MasterIngress", {
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": "curvine-master-ingress", "namespace": self.ns},
+            "spec": {"podSelector": {"matchLabels": labels}, "policyTypes": ["Ingress"], "ingress": [
+                # The journal (Raft) only between masters, all in this namespace.
+                {"ports": tcp(PRIMARY_JOURNAL_PORTS), "from": [own]},
+                # RPC and web: Curvine's own pods (CSI controller), and the VPC: the host-network
+                # Workers and FUSE pods come from node IPs, the AMP scraper (web port) from its ENIs.
+                # With the VPC CNI every pod IP is in the VPC too, so this ipBlock cannot keep pods
+                # out: the egress policy block-curvine-ports in every other namespace does
+                # (k8s.network_policies).
+                {"ports": tcp(PRIMARY_CLIENT_PORTS), "from": [own, {"ipBlock": {"cidr": vpc_cidr(self.platform)}}]},
+            ]}}))
+        # Every other namespace: generated by Kyverno, required at Pod admission; Kyverno's own
+        # namespace (which Kyverno leaves out of its own processing) gets its copy here.
+        rights = kyverno_generate_rights()
+        self.kyverno_generate_rights = self._add(cdk8s.ApiObject(
+            self, "KyvernoGenerateRights", api_version=rights["apiVersion"], kind=rights["kind"],
+            metadata=rights["metadata"]))
+        self.kyverno_generate_rights.add_json_patch(cdk8s.JsonPatch.add("/rules", rights["rules"]))
+        self.egress_generator = self._add(api_object(self, "EgressGenerator", curvine_egress_generator(self.ns)))
+        self.egress_generator.add_dependency(self.kyverno_generate_rights)
+        self.kyverno_egress = self._add(api_object(self, "KyvernoEgress", block_curvine_ports_manifest(KYVERNO_NAMESPACE)))
+        policy, binding = curvine_egress_required(self.ns)
+        self.egress_required = self._add(api_object(self, "EgressRequired", policy))
+        self.egress_required_binding = self._add(api_object(self, "EgressRequiredBinding", binding))
+        # The binding last: first the policies it requires exist where the chart can put them.
+        self.egress_required_binding.add_dependency(self.egress_required, self.egress_generator, self.kyverno_egress)
 

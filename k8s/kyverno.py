@@ -338,8 +338,9 @@ def kyverno_helm_values() -> dict[str, Any]:
       kind/namespace (Events, ReplicaSets, objects in kube-system...), not by requester, and
       holds no entry matching Pods in a business-line namespace.
     * 3 admission-controller replicas: the policy fails closed, so the webhook must survive a
-      node loss. Background, cleanup and reports controllers are off (unused by a mutate-at-
-      admission policy; fewer privileged controllers).
+      node loss. Cleanup and reports controllers are off (unused; fewer privileged controllers). The
+      background controller is on: it runs the ``generate`` rule that keeps ``block-curvine-ports``
+      in every namespace (:func:`k8s.network_policies.curvine_egress_generator`, issue 25 item 1).
     * ``features.admissionReports.enabled: false``: with it on (the chart's default) the admission
       controller writes one ``EphemeralReport`` per mutated vLLM Pod, and only the reports
       controller, off here, ever deletes them: they would pile up in the business-line namespaces
@@ -352,7 +353,10 @@ def kyverno_helm_values() -> dict[str, Any]:
             "replicas": 3,
             "podDisruptionBudget": {"enabled": True, "minAvailable": 1},
         },
-        "backgroundController": {"enabled": False},
+        # On for one policy: the ClusterPolicy that generates block-curvine-ports in every namespace
+        # (k8s.network_policies); its rights on NetworkPolicies come from an aggregated ClusterRole
+        # the Curvine chart renders (label rbac.kyverno.io/aggregate-to-background-controller).
+        "backgroundController": {"enabled": True},
         "cleanupController": {"enabled": False},
         "reportsController": {"enabled": False},
         "features": {"admissionReports": {"enabled": False}},

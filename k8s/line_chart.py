@@ -1,4 +1,4 @@
-"""One chart per business line: namespace, egress guard, RWX PVC, Kyverno Policy, endpoint.
+"""One chart per business line: namespace, egress guard, endpoint ingress, RWX PVC, Kyverno Policy, endpoint.
 
 Objects, in apply order (cdk8s orders them by the dependencies declared here):
 
@@ -7,9 +7,11 @@ Objects, in apply order (cdk8s orders them by the dependencies declared here):
    so drains, updates and the L2 mount watchdog take one replica at a time and never block a
    one-replica line's drain. ``NetworkPolicy`` ``block-curvine-ports``: the line's pods may open connections anywhere
    except on Curvine's ports. They never need them: the L2 PVC is served by the CSI driver's
-   FUSE pod on the node, and the vLLM container only does file I/O on the mount. Egress only:
-   ingress stays open, so the AMP collector (outside the cluster) scrapes the vLLM pods and the
-   janitor's ``metrics`` port, and the janitor reaches the API server on 443.
+   FUSE pod on the node, and the vLLM container only does file I/O on the mount (the same policy
+   every other namespace gets: :mod:`k8s.network_policies`). ``NetworkPolicy`` ``endpoint-ingress``:
+   the model pods admit the line's namespace on any port and the VPC on the model port only (the
+   ALB, the AMP collector); the janitor's and canary's ingress stays open, so the collector scrapes
+   their ``metrics`` ports.
 3. ``PersistentVolumeClaim`` (RWX, on the Curvine StorageClass): the line's own L2 directory
    (``<fs_path>/<pv-name>`` in Curvine), so lines never read each other's KV chunks. It requests
    the nominal :data:`L2_PVC_REQUEST` and carries ``l2_size`` as an annotation: the janitor
@@ -56,7 +58,8 @@ from constructs import Construct
 
 from imports.com.amazon.aws.sagemaker import inference as iec
 from k8s import names, vllm_plugins
-from k8s.curvine_config import CURVINE_PORTS
+from k8s.network_policies import (ENDPOINT_INGRESS, api_object, block_curvine_ports_manifest, endpoint_ingress_spec,
+                                  vpc_cidr)
 from k8s import canary
 from k8s.canary import KvCanary
 from k8s.janitor import L2Janitor
@@ -183,18 +186,6 @@ def namespace_labels(platform: PlatformConfig, line: BusinessLineConfig) -> dict
     }
 
 
-def tcp_ranges_excluding(ports: tuple[int, ...]) -> list[tuple[int, int]]:
-    """Inclusive port ranges covering 1-65535 except ``ports`` (for an allow-list egress rule)."""
-    ranges, start = [], 1
-    for p in sorted(set(ports)):
-        if p > start:
-            ranges.append((start, p - 1))
-        start = p + 1
-    if start <= 65535:
-        ranges.append((start, 65535))
-    return ranges
-
-
 def _model_source(line: BusinessLineConfig) -> iec.InferenceEndpointConfigSpecModelSourceConfig:
     src = line.model.source
     types = iec.InferenceEndpointConfigSpecModelSourceConfigModelSourceType
@@ -310,16 +301,7 @@ class BusinessLineChart(cdk8s.Chart):
         ns = line.namespace
         self.namespace_obj = k8s.KubeNamespace(self, "Namespace", metadata=k8s.ObjectMeta(
             name=ns, labels=namespace_labels(platform, line)))
-        self.network_policy = k8s.KubeNetworkPolicy(
-            self, "BlockCurvinePorts", metadata=k8s.ObjectMeta(name="block-curvine-ports", namespace=ns),
-            spec=k8s.NetworkPolicySpec(
-                pod_selector=k8s.LabelSelector(), policy_types=["Egress"],
-                egress=[k8s.NetworkPolicyEgressRule(ports=[
-                    *[k8s.NetworkPolicyPort(protocol="TCP", port=k8s.IntOrString.from_number(lo),
-                                            end_port=hi if hi > lo else None)
-                      for lo, hi in tcp_ranges_excluding(CURVINE_PORTS)],
-                    k8s.NetworkPolicyPort(protocol="UDP"),
-                ])]))
+        self.network_policy = api_object(self, "BlockCurvinePorts", block_curvine_ports_manifest(ns))
         self.network_policy.add_dependency(self.namespace_obj)
         # Planned disruptions (drains, node-group and HyperPod updates, the L2 mount watchdog's
         # evictions through the Eviction API) take one replica of the line at a time, across the
@@ -374,6 +356,15 @@ class BusinessLineChart(cdk8s.Chart):
                 self.canary = KvCanary(self, "KvCanary", platform=platform, line=line)
                 for obj in self.canary.objects:
                     obj.add_dependency(self.namespace_obj)
+        # Who may open the model pods (issue 25 item 4): the line's own namespace, and the VPC on the
+        # model port (ALB ip targets, the AMP scraper); k8s.network_policies.endpoint_ingress_spec.
+        self.endpoint_ingress = api_object(self, "EndpointIngress", {
+            "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": ENDPOINT_INGRESS, "namespace": ns},
+            "spec": endpoint_ingress_spec(
+                namespace=ns, pod_labels={names.OPERATOR_POD_LABEL: names.endpoint_name(line)},
+                model_port=line.vllm.port, vpc_cidr=vpc_cidr(platform))})
+        self.endpoint_ingress.add_dependency(self.namespace_obj)
         self.endpoint = iec.InferenceEndpointConfig(
             self, "Endpoint", metadata=cdk8s.ApiObjectMetadata(name=names.endpoint_name(line), namespace=ns),
             spec=endpoint_spec(platform, line, scaling))

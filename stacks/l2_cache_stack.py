@@ -15,14 +15,21 @@ from __future__ import annotations
 from typing import Any
 
 import cdk8s
-from aws_cdk import CfnOutput, Stack
+from aws_cdk import CfnOutput, Duration, Stack
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from k8s.kyverno import KYVERNO_NAMESPACE, kyverno_helm_values, kyverno_namespace
+from k8s.network_policies import BLOCK_CURVINE_PORTS, EGRESS_REQUIRED, KYVERNO_GENERATE_RIGHTS
 from k8s.render import build_curvine_chart
 from platform_config import PlatformConfig
 from stacks.cluster_stack import HELM_TIMEOUT
+
+#: A namespace every cluster has, whose generated block-curvine-ports shows that Kyverno's
+#: background controller has run the generator over the existing namespaces.
+EGRESS_WITNESS_NAMESPACE = "default"
+#: How long the deploy waits for it (the background controller's first pass takes seconds).
+EGRESS_GENERATED_TIMEOUT_MIN = 10
 
 
 class L2CacheStack(Stack):
@@ -77,11 +84,35 @@ class L2CacheStack(Stack):
                                          availability_zone=curvine_volume.availability_zone)
         objects = list(self.chart.to_json())
         namespaces = [o for o in objects if o["kind"] == "Namespace"]
-        rest = [o for o in objects if o["kind"] != "Namespace"]
+        is_binding = lambda o: (o["kind"], o["metadata"]["name"]) == (  # noqa: E731
+            "ValidatingAdmissionPolicyBinding", EGRESS_REQUIRED)
+        is_rights = lambda o: (o["kind"], o["metadata"]["name"]) == ("ClusterRole", KYVERNO_GENERATE_RIGHTS)  # noqa: E731
+        rest = [o for o in objects if o["kind"] != "Namespace" and not is_binding(o) and not is_rights(o)]
         self.curvine_namespace = eks.KubernetesManifest(self, "CurvineNamespace", cluster=cluster,
                                                         manifest=namespaces, overwrite=True)
+        # Kyverno refuses a generate policy whose background controller may not create the kind; the
+        # rights reach it through ClusterRole aggregation, which the controller-manager does
+        # asynchronously: so the aggregated ClusterRole is applied first, on its own.
+        self.kyverno_generate_rights = eks.KubernetesManifest(
+            self, "KyvernoGenerateRights", cluster=cluster, manifest=[o for o in objects if is_rights(o)],
+            overwrite=True)
+        self.kyverno_generate_rights.node.add_dependency(self.kyverno)
         self.curvine = eks.KubernetesManifest(self, "Curvine", cluster=cluster, manifest=rest, overwrite=True)
-        self.curvine.node.add_dependency(self.curvine_namespace)
+        self.curvine.node.add_dependency(self.curvine_namespace, self.kyverno_generate_rights)
+        # The chart holds a Kyverno ClusterPolicy and a NetworkPolicy in Kyverno's namespace.
+        self.curvine.node.add_dependency(self.kyverno)
+        # The admission policy that refuses pods where block-curvine-ports is missing is bound only
+        # once Kyverno's background controller has generated the copies of the namespaces that exist
+        # (seen in `default`): bound earlier, a restart in cert-manager or the operator's namespace
+        # would be refused until the copy arrives (k8s.network_policies).
+        self.egress_generated = eks.KubernetesObjectValue(
+            self, "EgressGenerated", cluster=cluster, object_type="networkpolicies.networking.k8s.io",
+            object_name=BLOCK_CURVINE_PORTS, object_namespace=EGRESS_WITNESS_NAMESPACE,
+            json_path=".metadata.name", timeout=Duration.minutes(EGRESS_GENERATED_TIMEOUT_MIN))
+        self.egress_generated.node.add_dependency(self.curvine)
+        self.egress_required = eks.KubernetesManifest(
+            self, "EgressRequired", cluster=cluster, manifest=[o for o in objects if is_binding(o)], overwrite=True)
+        self.egress_required.node.add_dependency(self.egress_generated)
 
         # The volume's ID and zone are outputs of the hyperpod stack that creates it (re-exporting
         # an imported value here would only add a second source; cfn-lint W6001).

@@ -51,6 +51,7 @@ from constructs import Construct
 
 from kv_constructs.grafana_provisioning import GrafanaProvisioning
 from observability import alerts, dashboards, targets
+from k8s.network_policies import block_curvine_ports_manifest
 from observability.cluster_objects import DCGM_RELEASE, dcgm_exporter_values, monitoring_namespace
 from platform_config import BusinessLineConfig, PlatformConfig
 
@@ -157,9 +158,13 @@ class ObservabilityStack(Stack):
         self.monitoring_namespace: eks.KubernetesManifest | None = None
         if obs.dcgm_exporter.install:
             pin = obs.dcgm_exporter.chart
-            # Our Namespace (Pod Security labels), not Helm's unlabelled one.
+            # Our Namespace (Pod Security labels), not Helm's unlabelled one; with Curvine, its
+            # block-curvine-ports too: the admission policy kvcache-curvine-egress-required refuses
+            # the exporter's pods without it, and Kyverno's generator may not see a namespace created
+            # after it (k8s.network_policies).
+            extra = [block_curvine_ports_manifest(obs.namespace)] if platform.curvine.enabled else []
             self.monitoring_namespace = eks.KubernetesManifest(
-                self, "MonitoringNamespace", cluster=cluster, manifest=[monitoring_namespace(platform)])
+                self, "MonitoringNamespace", cluster=cluster, manifest=[monitoring_namespace(platform), *extra])
             self.dcgm_exporter = eks.HelmChart(
                 self, "DcgmExporter", cluster=cluster, chart=pin.chart, repository=pin.repository,
                 version=pin.version, release=DCGM_RELEASE, namespace=obs.namespace, create_namespace=False,

@@ -30,7 +30,7 @@ def test_each_line_gets_its_own_namespace_pvc_and_endpoint(manifests, k8s_projec
         kinds = [o["kind"] for o in objs]
         if line.cache.l2_enabled:
             assert kinds[0] == "Namespace" and kinds[-1] == "InferenceEndpointConfig"
-            assert sorted(kinds[1:-1]) == sorted(["NetworkPolicy", "PodDisruptionBudget", "PersistentVolumeClaim", "Policy"] + 2 * [
+            assert sorted(kinds[1:-1]) == sorted(2 * ["NetworkPolicy"] + ["PodDisruptionBudget", "PersistentVolumeClaim", "Policy"] + 2 * [
                 "ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Deployment"]  # janitor and canary
                 + ["Role", "RoleBinding"]  # the mount watchdog's rights
                 + ["ConfigMap"])  # the vLLM plugins (the L2 gate)
@@ -39,7 +39,7 @@ def test_each_line_gets_its_own_namespace_pvc_and_endpoint(manifests, k8s_projec
             assert kinds.index("Policy") < kinds.index("InferenceEndpointConfig") and plugins < len(objs) - 1
             assert kinds.index("PersistentVolumeClaim") < kinds.index("Deployment")
         else:  # no L2: no PVC, no mutation, no janitor
-            assert kinds == ["Namespace", "NetworkPolicy", "PodDisruptionBudget", "InferenceEndpointConfig"]
+            assert kinds == ["Namespace", "NetworkPolicy", "PodDisruptionBudget", "NetworkPolicy", "InferenceEndpointConfig"]
         # One replica at a time, across the cluster, without ever blocking a drain (k8s/line_chart.py).
         (pdb,) = [o for o in objs if o["kind"] == "PodDisruptionBudget"]
         assert pdb["spec"] == {"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow",
@@ -113,12 +113,13 @@ def test_egress_policy_blocks_exactly_the_curvine_ports(manifests):
 
 def test_network_policies_let_the_janitor_reach_the_api_server_and_be_scraped(manifests, k8s_project):
     """The janitor lists Pods through the API server (TCP 443) and is scraped on its ``metrics``
-    port by the AMP collector, which runs outside the cluster: no policy of a line namespace may
-    restrict ingress, and its egress allows 443."""
+    port by the AMP collector, which runs outside the cluster: the one ingress policy of a line
+    namespace selects only the model pods (``app=<endpoint>``), and every egress policy allows 443."""
     for line in k8s_project.business_lines:
         policies = [o["spec"] for o in manifests[names.line_chart_name(line)] if o["kind"] == "NetworkPolicy"]
-        assert policies and all("Ingress" not in p["policyTypes"] for p in policies)
-        for p in policies:
+        ingress = [p for p in policies if "Ingress" in p["policyTypes"]]
+        assert [p["podSelector"] for p in ingress] == [{"matchLabels": {"app": names.endpoint_name(line)}}]
+        for p in (p for p in policies if "Egress" in p["policyTypes"]):
             tcp = [(q["port"], q.get("endPort", q["port"])) for rule in p["egress"] for q in rule["ports"]
                    if q["protocol"] == "TCP"]
             assert any(lo <= 443 <= hi for lo, hi in tcp)
@@ -313,7 +314,8 @@ def test_line_without_l2(config_copy):
     edit_yaml(cfg / "business-lines" / "rag-assistant.yaml", lambda d: d["cache"].update(l2_enabled=False))
     project = load_project(cfg)
     objs = render_manifests(project, volume_id="vol-0123456789abcdef0", availability_zone="us-west-2a", scaling=project_scaling(project))["line-rag-assistant"]
-    assert [o["kind"] for o in objs] == ["Namespace", "NetworkPolicy", "PodDisruptionBudget", "InferenceEndpointConfig"]
+    assert [o["kind"] for o in objs] == ["Namespace", "NetworkPolicy", "PodDisruptionBudget", "NetworkPolicy",
+                                         "InferenceEndpointConfig"]
     spec = objs[-1]["spec"]["kvCacheSpec"]
     assert spec == {"enableL1Cache": True, "enableL2Cache": False}
 

@@ -23,7 +23,7 @@ from tests.example_config import FIXTURE_CONFIG
 #: The schemas of the cluster's Kubernetes version (``eks.version`` of the scenario config), which
 #: is also the version of the charts' API classes (``k8s.kube``).
 K8S_VERSION = load_platform(FIXTURE_CONFIG / "platform.yaml").eks.version
-CUSTOM_KINDS = {"InferenceEndpointConfig", "Policy"}
+CUSTOM_KINDS = {"InferenceEndpointConfig", "Policy", "ClusterPolicy"}
 
 
 def _builtin_objects(manifests) -> Iterator[tuple[str, dict]]:
@@ -128,6 +128,24 @@ def test_policy_objects_are_the_generated_ones(manifests, k8s_project):
         assert rendered["spec"] == expected["spec"]
         assert rendered["metadata"]["annotations"] == expected["metadata"]["annotations"]
         assert rendered["metadata"]["namespace"] == line.namespace
+
+
+def test_the_generated_network_policy_validates_strictly(manifests, k8s_project):
+    """The Kyverno ClusterPolicy is curvine_egress_generator() and what it generates is a valid,
+    strict NetworkPolicy, the same as the line charts render (k8s.network_policies)."""
+    from k8s.network_policies import EGRESS_GENERATOR, block_curvine_ports_manifest, curvine_egress_generator
+
+    rendered = find(manifests["curvine"], "ClusterPolicy", EGRESS_GENERATOR)
+    expected = curvine_egress_generator(k8s_project.platform.curvine.namespace)
+    assert rendered["apiVersion"] == "kyverno.io/v1" and rendered["spec"] == expected["spec"]
+    (rule,) = rendered["spec"]["rules"]
+    generated = {"apiVersion": rule["generate"]["apiVersion"], "kind": rule["generate"]["kind"],
+                 "metadata": {"name": rule["generate"]["name"], "namespace": "tomorrow"}, **rule["generate"]["data"]}
+    kubernetes_validate.validate(generated, K8S_VERSION, strict=True)
+    assert generated == block_curvine_ports_manifest("tomorrow")
+    for line in k8s_project.business_lines:
+        line_copy = find(manifests[names.line_chart_name(line)], "NetworkPolicy", "block-curvine-ports")
+        assert line_copy["spec"] == generated["spec"]
 
 
 def _declared_paths(node: Any, path: str = "") -> Iterator[str]:

@@ -1006,7 +1006,7 @@ DEVIATION_HOLDS: dict[str, Callable[[list[dict], Any], bool]] = {
     "server-ports": lambda cv, p: (_toml(cv)["master"]["web_port"], _toml(cv)["worker"]["web_port"],
                                    _toml(cv)["fuse"]["web_port"]) == (9001, 9002, 9003),
     "kyverno-controllers-off": lambda cv, p: (lambda v: not any(
-        v[c]["enabled"] for c in ("backgroundController", "cleanupController", "reportsController"))
+        v[c]["enabled"] for c in ("cleanupController", "reportsController")) and v["backgroundController"]["enabled"]
         and v["features"]["admissionReports"]["enabled"] is False)(kyverno_helm_values()),
     "kyverno-webhook-scope": lambda cv, p: (lambda v: {"key": "kvcache.io/business-line", "operator": "Exists"} in
                                             v["config"]["webhooks"]["namespaceSelector"]["matchExpressions"]

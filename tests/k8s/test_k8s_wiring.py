@@ -100,6 +100,33 @@ def test_the_kyverno_namespace_is_ours_restricted_and_before_the_chart(l2, proje
                       for suffix, value in (("", "restricted"), ("-version", version))}
     l2.has_resource(HELM, {"Properties": Match.object_like({"Namespace": "kyverno"}),
                            "DependsOn": Match.array_with([ns_id])})
+def test_the_egress_admission_policy_is_bound_after_kyverno_generated_the_copies(l2):
+    """The binding of kvcache-curvine-egress-required is its own manifest, applied only once the
+    generated block-curvine-ports exists in `default` (a KubernetesObjectValue read after the chart)."""
+    manifests = _manifests(l2)
+    curvine = _by_kind(manifests, "StatefulSet")
+
+    def objects(lid: str) -> list[dict]:
+        manifest = manifests[lid]["Properties"]["Manifest"]
+        if isinstance(manifest, dict):
+            manifest = "".join(p if isinstance(p, str) else "vol-0123456789abcdef0" for p in manifest["Fn::Join"][1])
+        return json.loads(manifest)
+
+    holders = [lid for lid in manifests if any(
+        (o["kind"], o["metadata"]["name"]) == ("ValidatingAdmissionPolicyBinding", "kvcache-curvine-egress-required")
+        for o in objects(lid))]
+    assert len(holders) == 1 and holders[0] != curvine
+    (binding,) = holders
+    assert len(objects(binding)) == 1 and "ClusterPolicy" in _kinds(manifests[curvine])
+    values = l2.find_resources("Custom::AWSCDK-EKS-KubernetesObjectValue")
+    ((value_id, value),) = [(k, v) for k, v in values.items()
+                            if v["Properties"]["ObjectType"] == "networkpolicies.networking.k8s.io"]
+    assert (value["Properties"]["ObjectName"], value["Properties"]["ObjectNamespace"]) == ("block-curvine-ports", "default")
+    assert curvine in value["DependsOn"] and value_id in manifests[binding]["DependsOn"]
+    # The aggregated rights of Kyverno's background controller come first, on their own.
+    (rights,) = [lid for lid in manifests if [(o["kind"], o["metadata"]["name"]) for o in objects(lid)] == [
+        ("ClusterRole", "kvcache-kyverno-generate-networkpolicies")]]
+    assert rights in manifests[curvine]["DependsOn"]
 
 
 def test_make_manifests_reads_the_volume_outputs_the_hyperpod_stack_writes(templates, project):
@@ -123,7 +150,7 @@ def test_line_objects_in_dependency_order(templates, project, name):
     # Janitor and canary: a ConfigMap, Deployment, Role, RoleBinding and ServiceAccount each; a Role
     # and RoleBinding more: the L2 mount watchdog's (k8s/mount_watchdog.py); a ConfigMap more: the
     # vLLM plugins (the L2 gate, k8s/vllm_plugins.py), before the endpoint whose pods mount it.
-    assert sorted(_kinds(manifests[storage])) == sorted(["NetworkPolicy", "PodDisruptionBudget", "PersistentVolumeClaim", "Policy"] + 2 * [
+    assert sorted(_kinds(manifests[storage])) == sorted(2 * ["NetworkPolicy"] + ["PodDisruptionBudget", "PersistentVolumeClaim", "Policy"] + 2 * [
         "ConfigMap", "Deployment", "Role", "RoleBinding", "ServiceAccount"] + ["Role", "RoleBinding", "ConfigMap"])
     assert _kinds(manifests[endpoint]) == ["InferenceEndpointConfig"]
     # Objects dropped from a manifest are deleted on update (kubectl apply --prune with this label;

@@ -617,9 +617,10 @@ DEVIATIONS: Final = (
     Deviation("server-ports", "Primary, Workers", "web ports 9001 (master), 9002 (worker), 9003 (FUSE) written out",
               "defaults 9000 / 9001 / 9002", "the Worker and the FUSE pods share the host network; no default collides",
               CURVINE.at("curvine-common/src/conf/cluster_conf.rs", "65-71")),
-    Deviation("kyverno-controllers-off", "Kyverno", "background, cleanup and reports controllers off; admission "
-              "reports off", "all on", "a mutate-at-admission policy needs none of them; with the reports controller "
-              "off nothing would delete admission reports", KYVERNO_ADMISSION_REPORTS_CITE),
+    Deviation("kyverno-controllers-off", "Kyverno", "cleanup and reports controllers off; admission "
+              "reports off; background controller on", "all on", "the mutate-at-admission policies need none of "
+              "them, the generate rule of block-curvine-ports needs the background controller; with the reports "
+              "controller off nothing would delete admission reports", KYVERNO_ADMISSION_REPORTS_CITE),
     Deviation("kyverno-webhook-scope", "Kyverno", "webhooks only for namespaces labelled `kvcache.io/business-line`, "
               "3 replicas and a PDB", "every namespace but kube-system, one replica",
               "a fail-closed policy must not block other namespaces' Pods when Kyverno is down",

@@ -23,10 +23,17 @@ Kubernetes documentation ("Validating Admission Policy") and the ``Validation`` 
    a false validation, enforced by the same ``validationActions`` (the API reference of
    ``ValidatingAdmissionPolicyBinding.validationActions``).
 
-Only the constructs :mod:`k8s.fuse_pod_guard` emits are implemented; any other field raises
+Parameters (for :func:`k8s.network_policies.curvine_egress_required`): the policy's ``paramKind``
+and a binding's ``paramRef`` by ``name`` without ``namespace``, looked up in the request's namespace
+(for a namespaced request, as the API reference of ``ParamRef.namespace`` says); none found:
+``parameterNotFoundAction`` ``Deny`` is a failed validation (enforced by ``validationActions``),
+``Allow`` admits; ``params`` in CEL is the object found. A binding's ``matchResources`` is matched
+like the policy's constraints (both must match).
+
+Only the constructs :mod:`k8s.fuse_pod_guard` and :mod:`k8s.network_policies` emit are implemented; any other field raises
 :class:`UnsupportedPolicy`, so a policy that grows a construct this file does not know fails the
 tests instead of being half-simulated. Left out: ``matchPolicy`` (``Equivalent``; the rule names
-the one version of pods), ``paramKind``, ``auditAnnotations``, CEL cost limits and type checking
+the one version of pods), ``paramRef`` selectors, ``auditAnnotations``, CEL cost limits and type checking
 (cel-python is dynamically typed; it also answers ``has(a.b.c)`` with false where ``a.b`` is
 absent, where the API server's CEL errs, so the policy guards every level explicitly).
 """
@@ -39,12 +46,13 @@ from typing import Any
 
 import celpy
 
-SUPPORTED_POLICY_SPEC = {"failurePolicy", "matchConstraints", "matchConditions", "variables", "validations"}
+SUPPORTED_POLICY_SPEC = {"failurePolicy", "matchConstraints", "matchConditions", "variables", "validations", "paramKind"}
 SUPPORTED_MATCH = {"resourceRules", "namespaceSelector", "objectSelector"}
 SUPPORTED_RULE = {"apiGroups", "apiVersions", "operations", "resources"}
-SUPPORTED_SELECTOR = {"matchLabels"}
+SUPPORTED_SELECTOR = {"matchLabels", "matchExpressions"}
 SUPPORTED_VALIDATION = {"expression", "message", "messageExpression", "reason"}
-SUPPORTED_BINDING_SPEC = {"policyName", "validationActions"}
+SUPPORTED_BINDING_SPEC = {"policyName", "validationActions", "paramRef", "matchResources"}
+SUPPORTED_PARAM_REF = {"name", "parameterNotFoundAction"}
 
 
 class UnsupportedPolicy(ValueError):
@@ -92,7 +100,12 @@ def _selector_matches(selector: dict | None, labels: dict[str, str], where: str)
     if selector is None:
         return True
     _only(selector, SUPPORTED_SELECTOR, where)
-    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+    operators = {"In": lambda key, values: labels.get(key) in values,
+                 "NotIn": lambda key, values: labels.get(key) not in values,
+                 "Exists": lambda key, values: key in labels,
+                 "DoesNotExist": lambda key, values: key not in labels}
+    return (all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+            and all(operators[e["operator"]](e["key"], e.get("values", [])) for e in selector.get("matchExpressions", [])))
 
 
 def _rule_matches(rule: dict, request: dict) -> bool:
@@ -109,7 +122,8 @@ def _rule_matches(rule: dict, request: dict) -> bool:
 
 
 def evaluate(policy: dict, bindings: list[dict], *, request: dict, old_object: dict | None,
-             obj: dict | None, namespace_labels: dict[str, str]) -> Decision:
+             obj: dict | None, namespace_labels: dict[str, str],
+             params: dict[tuple[str, str], dict] | None = None) -> Decision:
     """The decision of ``policy`` (with those of ``bindings`` that name it) on ``request``.
 
     Args:
@@ -120,6 +134,7 @@ def evaluate(policy: dict, bindings: list[dict], *, request: dict, old_object: d
             ``subResource``.
         old_object / obj: the stored and the incoming object (a DELETE has no ``obj``).
         namespace_labels: the labels of the request's namespace.
+        params: the objects of the policy's ``paramKind`` that exist, by (namespace, name).
 
     Raises:
         UnsupportedPolicy: a construct this evaluator does not implement.
@@ -137,6 +152,12 @@ def evaluate(policy: dict, bindings: list[dict], *, request: dict, old_object: d
     if not (any(_rule_matches(r, request) for r in match["resourceRules"])
             and _selector_matches(match.get("namespaceSelector"), namespace_labels, "namespaceSelector")
             and any(_selector_matches(match.get("objectSelector"), labels, "objectSelector") for labels in labels_of)):
+        return Decision(allowed=True, applied=False)
+    for b in mine:
+        _only(b["spec"].get("matchResources", {}), {"namespaceSelector"}, "binding matchResources")
+    mine = [b for b in mine if _selector_matches(b["spec"].get("matchResources", {}).get("namespaceSelector"),
+                                                 namespace_labels, "binding namespaceSelector")]
+    if not mine:
         return Decision(allowed=True, applied=False)
 
     fail_closed = spec.get("failurePolicy", "Fail") == "Fail"
@@ -157,6 +178,19 @@ def evaluate(policy: dict, bindings: list[dict], *, request: dict, old_object: d
                 return Decision(allowed=True, applied=False)
         except celpy.CELEvalError as error:
             return failed(f"matchCondition {condition['name']}", error)
+    refs = [b["spec"]["paramRef"] for b in mine if "paramRef" in b["spec"]]
+    if refs:
+        if "paramKind" not in spec:
+            raise UnsupportedPolicy("a binding's paramRef needs the policy's paramKind")
+        (ref,) = refs
+        _only(ref, SUPPORTED_PARAM_REF, "paramRef")
+        found = (params or {}).get((request["namespace"], ref["name"]))
+        if found is None:
+            if ref.get("parameterNotFoundAction", "Deny") == "Allow":
+                return Decision(allowed=True, applied=True)
+            message = f"no {spec['paramKind']['kind']} {ref['name']} in namespace {request['namespace']}"
+            return Decision(allowed=not deny, applied=True, message=message, reason="ParamNotFound")
+        activation["params"] = found
     variables: dict[str, Any] = {}
     for variable in spec.get("variables", []):
         try:

@@ -27,6 +27,7 @@ from observability.cluster_objects import (
     dcgm_exporter_values,
     monitoring_namespace,
 )
+from k8s.network_policies import block_curvine_ports_manifest
 from tests.k8s.pod_security import KUBERNETES_VERSION, baseline_violations
 from tests.observability.conftest import panel_targets, selectors
 
@@ -138,7 +139,12 @@ def test_stack_creates_the_labelled_namespace_before_the_chart(templates, obs_pr
     template = templates[f"{obs_project.platform.project}-observability"]
     namespaces = template.find_resources("Custom::AWSCDK-EKS-KubernetesResource")
     ((ns_id, ns),) = namespaces.items()
-    (manifest,) = json.loads(ns["Properties"]["Manifest"])
+    manifest, *rest = json.loads(ns["Properties"]["Manifest"])
+    # And the namespace's block-curvine-ports (k8s.network_policies; the reach tests).
+    expected_policy = block_curvine_ports_manifest(obs_project.platform.observability.namespace)
+    assert [(o["kind"], o["metadata"]["name"], o["metadata"]["namespace"], o["spec"]) for o in rest] == (
+        [("NetworkPolicy", "block-curvine-ports", expected_policy["metadata"]["namespace"], expected_policy["spec"])]
+        if obs_project.platform.curvine.enabled else [])
     expected = monitoring_namespace(obs_project.platform)
     assert manifest["kind"] == "Namespace" and manifest["metadata"]["name"] == expected["metadata"]["name"]
     assert expected["metadata"]["labels"].items() <= manifest["metadata"]["labels"].items()

@@ -98,11 +98,12 @@ def test_scraper_sends_to_the_workspace_from_the_private_subnets(template) -> No
 
 def test_no_access_entry_or_rbac_of_our_own_for_the_scraper(template) -> None:
     """AMP creates the scraper's access entry on an API_AND_CONFIG_MAP cluster; a second would fail.
-    The only Kubernetes object of the stack itself is the DCGM exporter's Namespace."""
+    The only Kubernetes objects of the stack itself are the DCGM exporter's Namespace and, with
+    Curvine, its block-curvine-ports (k8s.network_policies)."""
     assert template.find_resources("AWS::EKS::AccessEntry") == {}
     kinds = [obj["kind"] for r in template.find_resources("Custom::AWSCDK-EKS-KubernetesResource").values()
              for obj in json.loads(r["Properties"]["Manifest"])]
-    assert kinds == ["Namespace"]
+    assert kinds == ["Namespace", "NetworkPolicy"]
 
 
 def test_cluster_lets_amp_create_the_scrapers_access_entry(templates, obs_project) -> None:
