@@ -19,11 +19,11 @@ from k8s.kube import KUBERNETES_VERSION
 from k8s.kyverno import policy_manifest
 from platform_config import load_platform
 from tests.example_config import FIXTURE_CONFIG
+from tests.k8s.custom_kinds import CUSTOM_KINDS
 
 #: The schemas of the cluster's Kubernetes version (``eks.version`` of the scenario config), which
 #: is also the version of the charts' API classes (``k8s.kube``).
 K8S_VERSION = load_platform(FIXTURE_CONFIG / "platform.yaml").eks.version
-CUSTOM_KINDS = {"InferenceEndpointConfig", "Policy", "ClusterPolicy"}
 
 
 def _builtin_objects(manifests) -> Iterator[tuple[str, dict]]:

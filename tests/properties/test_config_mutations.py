@@ -44,6 +44,7 @@ from platform_config import ConfigError, ProjectConfig
 from platform_config.stack_names import stack_ids
 from tests.example_config import FIXTURE_CONFIG, run_app
 from tests.k8s.conftest import CRD_SCHEMA_FILE
+from tests.k8s.custom_kinds import CUSTOM_KINDS
 from tests.k8s.test_k8s_schemas import pruned_fields
 from tests.properties.mutations import Mutation, mutations
 
@@ -151,7 +152,7 @@ def object_problems(obj: dict, version: str) -> list[str]:
                                CRD_SCHEMA)
         if pruned:
             bad.append(f"{ident}: pruned by the API server: {pruned}")
-    elif obj["kind"] != "Policy":
+    elif obj["kind"] not in CUSTOM_KINDS:
         key = json.dumps(obj, sort_keys=True)
         if key not in _VALID:
             try:

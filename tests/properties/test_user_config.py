@@ -38,6 +38,7 @@ from platform_config import ProjectConfig, load_project
 from platform_config.stack_names import stack_ids
 from tests.example_config import USER_CONFIG, run_app
 from tests.k8s.conftest import CRD_SCHEMA_FILE
+from tests.k8s.custom_kinds import CUSTOM_KINDS
 from tests.k8s.test_k8s_schemas import K8S_VERSION, pruned_fields
 from tests.stacks.cfn_lint import lint_findings
 from tests.stacks.test_addons_stack import assert_s3_csi_role_reads_only_model_prefixes
@@ -143,7 +144,7 @@ def test_every_built_in_object_validates_strictly(user_manifests) -> None:
     failures = []
     for chart, objects in user_manifests.items():
         for obj in objects:
-            if obj["kind"] in ("InferenceEndpointConfig", "Policy"):
+            if obj["kind"] in CUSTOM_KINDS:
                 continue
             try:
                 kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
