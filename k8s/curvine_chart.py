@@ -43,7 +43,7 @@ from k8s.curvine_config import (
     render_cluster_toml,
 )
 from k8s.fuse_pod_guard import fuse_pod_guard
-from k8s.csi_node_limits import FUSE_SERVICE_ACCOUNT, csi_node_limits
+from k8s.csi_node_limits import FUSE_SERVICE_ACCOUNT, csi_node_limits, node_name_claim_available
 from k8s.janitor import key_secret_limits
 from k8s.kyverno import KYVERNO_NAMESPACE
 from k8s.mount_watchdog import L2MountWatchdog
@@ -729,7 +729,8 @@ class CurvineChart(cdk8s.Chart):
         # And what the plugin's identity may create, delete and write (k8s/csi_node_limits.py).
         self.csi_node_limits, self.csi_node_limits_binding = (
             self._add(obj) for obj in csi_node_limits(self, namespace=self.ns, node_service_account=names.CSI_NODE,
-                                                      csi_image=img.curvine_csi))
+                                                      csi_image=img.curvine_csi,
+                                                      require_node_name=node_name_claim_available(self.platform.eks.version)))
         self.csi_node.add_dependency(self.csi_node_limits_binding)
         # What the lines' L2 janitors may create: their chunk-key Secret only (k8s/janitor.py).
         self.janitor_secret_limits, self.janitor_secret_limits_binding = (
