@@ -43,6 +43,8 @@ from k8s.curvine_config import (
     render_cluster_toml,
 )
 from k8s.fuse_pod_guard import fuse_pod_guard
+from k8s.image_digests import curvine_images, image_digests
+from k8s.image_digests import enforced as image_digests_enforced
 from k8s.csi_node_limits import FUSE_SERVICE_ACCOUNT, csi_node_limits, node_name_claim_available
 from k8s.janitor import key_secret_limits
 from k8s.kyverno import KYVERNO_NAMESPACE
@@ -732,6 +734,13 @@ class CurvineChart(cdk8s.Chart):
                                                       csi_image=img.curvine_csi,
                                                       require_node_name=node_name_claim_available(self.platform.eks.version)))
         self.csi_node.add_dependency(self.csi_node_limits_binding)
+        # Only the platform's images, by digest, in this privileged namespace, once config pins
+        # every one of them by digest (k8s/image_digests.py).
+        self.image_digests = self.image_digests_binding = None
+        if image_digests_enforced(self.platform):
+            self.image_digests, self.image_digests_binding = (
+                self._add(obj) for obj in image_digests(self, namespace=self.ns,
+                                                        images=list(curvine_images(self.platform).values())))
         # What the lines' L2 janitors may create: their chunk-key Secret only (k8s/janitor.py).
         self.janitor_secret_limits, self.janitor_secret_limits_binding = (
             self._add(obj) for obj in key_secret_limits(self))
