@@ -17,7 +17,7 @@ identity in the Curvine namespace except what the driver does:
   (:data:`FUSE_SERVICE_ACCOUNT`: no RBAC, no token; curvine-fuse never calls the API server) and
   not asking for a token (``automountServiceAccountToken`` absent or false), every container and
   init container on the pinned CSI image (``STANDALONE_IMAGE`` is exactly the node plugin's image),
-  no ephemeral container, only the two ``hostPath`` volumes ``buildStandalone`` makes (l.539-559:
+  no ephemeral container, only the two ``hostPath`` volumes ``buildStandalone`` makes (l.539-558:
   ``/dev/fuse`` and a directory under :data:`HOST_MOUNT_BASE_DIR`, no ``..``), and bound to the
   requesting pod's node: ``authentication.kubernetes.io/node-name`` in the bound token's user info
   (feature gate ``ServiceAccountTokenPodNodeInfo``, beta and on by default from Kubernetes 1.30,
@@ -59,7 +59,7 @@ NODE_NAME_EXTRA_SINCE: Final = (1, 30)
 #: The FUSE pods' host directories: ``HostMountBaseDir`` (standalone_manager.go l.48); each pod's
 #: ``fuse-mount`` is ``<base>/<mount key>/fuse-mount`` (``GetHostMountPath`` l.233-235).
 HOST_MOUNT_BASE_DIR: Final = "/var/lib/kubelet/plugins/curvine"
-#: The FUSE device, the pods' other ``hostPath`` (``fuse-device``, l.550-557).
+#: The FUSE device, the pods' other ``hostPath`` (``fuse-device``, l.549-557).
 FUSE_DEVICE: Final = "/dev/fuse"
 
 

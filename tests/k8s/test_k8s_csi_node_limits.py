@@ -64,7 +64,7 @@ def fuse_pod(env: dict[str, str], node: str = NODE) -> dict:
                      "serviceAccountName": env["STANDALONE_SERVICE_ACCOUNT"],
                      "containers": [{"name": "curvine-fuse", "image": env["STANDALONE_IMAGE"],
                                      "imagePullPolicy": "Never", "securityContext": {"privileged": True}}],
-                     # standalone_manager.go l.539-559 (GetHostMountPath l.233-235: <base>/<key>/fuse-mount)
+                     # standalone_manager.go l.539-558 (GetHostMountPath l.233-235: <base>/<key>/fuse-mount)
                      "volumes": [{"name": "fuse-mount", "hostPath": {
                                      "path": "/var/lib/kubelet/plugins/curvine/3f2a9c1d/fuse-mount",
                                      "type": "DirectoryOrCreate"}},
