@@ -571,14 +571,17 @@ class CurvineChart(cdk8s.Chart):
         # standalone FUSE pods and their state ConfigMaps) stays in its own namespace, so those
         # rights are a namespaced Role, not cluster-wide as in the upstream chart. No Secrets:
         # the standalone manager (curvine-csi/pkg/csi/standalone_manager.go, node_standalone.go)
-        # only gets/lists/creates/deletes Pods and gets/creates/updates its state ConfigMap.
+        # only gets/lists/creates/deletes Pods and gets/creates/updates its state ConfigMap: those
+        # verbs and no others (no watch, no ConfigMap list or delete). RBAC cannot name the state
+        # ConfigMaps (one per node: curvine-standalone-state-<node>), so k8s/csi_node_limits.py
+        # keeps the writes off every other ConfigMap (the mount watchdog's code among them).
         node_cluster_rules = [
             rule(api_groups=[""], resources=["persistentvolumes"], verbs=["get", "list", "watch"]),
             rule(api_groups=[""], resources=["events"], verbs=["create", "patch"]),
         ]
         node_ns_rules = [
-            rule(api_groups=[""], resources=["pods"], verbs=["create", "delete", "get", "list", "watch"]),
-            rule(api_groups=[""], resources=["configmaps"], verbs=["create", "delete", "get", "list", "update", "watch"]),
+            rule(api_groups=[""], resources=["pods"], verbs=["create", "delete", "get", "list"]),
+            rule(api_groups=[""], resources=["configmaps"], verbs=["create", "get", "update"]),
         ]
         for sa, rules in ((names.CSI_CONTROLLER, ctrl_rules), (names.CSI_NODE, node_cluster_rules)):
             role = k8s.KubeClusterRole(self, f"ClusterRole-{sa}", metadata=k8s.ObjectMeta(name=sa), rules=rules)

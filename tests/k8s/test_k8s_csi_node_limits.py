@@ -18,7 +18,7 @@ import cdk8s
 
 from k8s.csi_node_limits import (CSI_NODE_LIMITS, FUSE_SERVICE_ACCOUNT, NODE_NAME_EXTRA, csi_node_limits,
                                  node_name_claim_available)
-from tests.k8s import vap_eval
+from tests.k8s import upstream_facts, vap_eval
 from tests.k8s.conftest import find
 from tests.k8s.test_k8s_mount_lifetime import _namespace_labels, _plugin_env, _plugin_user
 
@@ -196,6 +196,18 @@ def test_it_writes_its_state_config_maps_only(decide, curvine, operation):
     watchdog_code = find(curvine, "ConfigMap", names.L2_MOUNT_WATCHDOG)
     decision = decide(operation, "configmaps", obj=watchdog_code, old=watchdog_code, name=names.L2_MOUNT_WATCHDOG)
     assert not decision.allowed and "state ConfigMaps" in decision.message
+
+
+def test_its_role_grants_the_drivers_calls_and_nothing_more(curvine):
+    """The namespaced rights are exactly the calls curvine-csi's standalone manager makes
+    (tests/k8s/upstream_facts.py, cited line by line): no ConfigMap delete, list or watch, so RBAC
+    alone already keeps it from deleting the watchdog's ConfigMap; the policy narrows the rest."""
+    role = find(curvine, "Role", names.CSI_NODE)
+    granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    needed = {(call.resource, v) for call in upstream_facts.CSI_STANDALONE_CALLS if not call.cluster_scope
+              for v in call.verbs}
+    assert granted == needed
+    assert ("configmaps", "delete") not in granted and ("configmaps", "list") not in granted
 
 
 def test_no_config_map_the_chart_ships_is_writable_by_it(decide, curvine):
