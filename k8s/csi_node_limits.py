@@ -14,19 +14,24 @@ This ValidatingAdmissionPolicy (``admissionregistration.k8s.io/v1``) refuses eve
 identity in the Curvine namespace except what the driver does:
 
 * **create a Pod**: labelled ``app=curvine-standalone``, under the FUSE pods' own service account
-  (:data:`FUSE_SERVICE_ACCOUNT`: no RBAC, no token; curvine-fuse never calls the API server), every
-  container and init container on the pinned CSI image (``STANDALONE_IMAGE`` is exactly the node
-  plugin's image), and, where the API server tells the requesting pod's node
-  (``authentication.kubernetes.io/node-name`` in the bound token's user info, Kubernetes 1.30+ with
-  ``ServiceAccountTokenPodNodeInfo``), bound to that node: a node's plugin can place FUSE pods on
-  its own node only;
+  (:data:`FUSE_SERVICE_ACCOUNT`: no RBAC, no token; curvine-fuse never calls the API server) and
+  not asking for a token (``automountServiceAccountToken`` absent or false), every container and
+  init container on the pinned CSI image (``STANDALONE_IMAGE`` is exactly the node plugin's image),
+  no ephemeral container, only the two ``hostPath`` volumes ``buildStandalone`` makes (l.539-558:
+  ``/dev/fuse`` and a directory under :data:`HOST_MOUNT_BASE_DIR`, no ``..``), and bound to the
+  requesting pod's node: ``authentication.kubernetes.io/node-name`` in the bound token's user info
+  (feature gate ``ServiceAccountTokenPodNodeInfo``, beta and on by default from Kubernetes 1.30,
+  docs/sources.md §30). With ``require_node_name`` (``eks.version`` 1.30 or later) a request
+  without that claim is refused: a node's plugin can place FUSE pods on its own node only. On
+  1.28 and 1.29 the claim is absent and the node is not checked (docs/security.md, residual);
 * **delete a Pod**: only a FUSE pod (``app=curvine-standalone``; which of those it may delete is
   :mod:`k8s.fuse_pod_guard`'s decision);
 * **ConfigMaps**: only the driver's state ConfigMaps, ``curvine-standalone-state-<node>``.
 
-Not restricted (the driver's ``buildStandalone`` is read, not run here): the FUSE pods' volumes,
-security context and host namespaces, which are the driver's own and which a compromised identity
-could still ask for on its own node with the pinned image; docs/security.md states the residue.
+Not restricted (the driver's ``buildStandalone`` is read, not run here): the FUSE pods' security
+context, host namespaces and command, which are the driver's own and which a compromised identity
+could still ask for on its own node with the pinned image (a privileged container of the CSI image
+on a node it already owns); docs/security.md states the residue.
 """
 
 from __future__ import annotations
@@ -48,20 +53,43 @@ FUSE_SERVICE_ACCOUNT: Final = "curvine-fuse"
 STATE_CONFIG_MAP_PREFIX: Final = "curvine-standalone-state-"
 #: User-info extra of a bound service-account token: the node of the pod the token belongs to.
 NODE_NAME_EXTRA: Final = "authentication.kubernetes.io/node-name"
+#: Kubernetes release from which the API server puts :data:`NODE_NAME_EXTRA` in a pod-bound token's
+#: user info by default (``ServiceAccountTokenPodNodeInfo`` beta, default on; docs/sources.md §30).
+NODE_NAME_EXTRA_SINCE: Final = (1, 30)
+#: The FUSE pods' host directories: ``HostMountBaseDir`` (standalone_manager.go l.48); each pod's
+#: ``fuse-mount`` is ``<base>/<mount key>/fuse-mount`` (``GetHostMountPath`` l.233-235).
+HOST_MOUNT_BASE_DIR: Final = "/var/lib/kubelet/plugins/curvine"
+#: The FUSE device, the pods' other ``hostPath`` (``fuse-device``, l.549-557).
+FUSE_DEVICE: Final = "/dev/fuse"
 
 
-def _fuse_pod_create(image: str) -> str:
+def node_name_claim_available(eks_version: str) -> bool:
+    """Whether the API server of ``eks_version`` (``"1.34"``) names the requesting pod's node in a
+    bound token's user info (:data:`NODE_NAME_EXTRA_SINCE`)."""
+    major, minor = (int(part) for part in eks_version.split(".")[:2])
+    return (major, minor) >= NODE_NAME_EXTRA_SINCE
+
+
+def _fuse_pod_create(image: str, *, require_node_name: bool) -> str:
     label, value = STANDALONE_LABEL
     images = f"c.image == '{image}'"
+    claimed = (f"has(request.userInfo.extra) && '{NODE_NAME_EXTRA}' in request.userInfo.extra"
+               f" && size(request.userInfo.extra['{NODE_NAME_EXTRA}']) == 1")
+    own_node = f"has(object.spec.nodeName) && object.spec.nodeName == request.userInfo.extra['{NODE_NAME_EXTRA}'][0]"
+    node = f"({claimed} && {own_node})" if require_node_name else f"(!({claimed}) || ({own_node}))"
+    volume = (f"has(v.hostPath) && (v.hostPath.path == '{FUSE_DEVICE}'"
+              f" || (v.hostPath.path.startsWith('{HOST_MOUNT_BASE_DIR}/') && !v.hostPath.path.contains('..')))")
     return (
         "request.resource.resource != 'pods' || request.operation != 'CREATE' || ("
         f"has(object.metadata.labels) && '{label}' in object.metadata.labels"
         f" && object.metadata.labels['{label}'] == '{value}'"
         f" && has(object.spec.serviceAccountName) && object.spec.serviceAccountName == '{FUSE_SERVICE_ACCOUNT}'"
+        " && (!has(object.spec.automountServiceAccountToken) || object.spec.automountServiceAccountToken == false)"
         f" && object.spec.containers.all(c, {images})"
         f" && (!has(object.spec.initContainers) || object.spec.initContainers.all(c, {images}))"
-        f" && (!has(request.userInfo.extra) || !('{NODE_NAME_EXTRA}' in request.userInfo.extra)"
-        f" || (has(object.spec.nodeName) && object.spec.nodeName == request.userInfo.extra['{NODE_NAME_EXTRA}'][0])))")
+        " && !has(object.spec.ephemeralContainers)"
+        f" && (!has(object.spec.volumes) || object.spec.volumes.all(v, {volume}))"
+        f" && {node})")
 
 
 def _fuse_pod_delete() -> str:
@@ -76,7 +104,7 @@ def _state_config_maps() -> str:
 
 
 def csi_node_limits(scope: Construct, *, namespace: str, node_service_account: str, csi_image: str,
-                    labels: dict[str, str] | None = None
+                    require_node_name: bool, labels: dict[str, str] | None = None
                     ) -> tuple[k8s.KubeValidatingAdmissionPolicy, k8s.KubeValidatingAdmissionPolicyBinding]:
     """The policy that confines the node plugin's identity, and its binding (``validationActions: [Deny]``).
 
@@ -85,6 +113,8 @@ def csi_node_limits(scope: Construct, *, namespace: str, node_service_account: s
         namespace: the Curvine namespace (where the node plugin's Role grants its rights).
         node_service_account: the node plugin's service account (``names.CSI_NODE``).
         csi_image: the pinned CSI image (``versions.images.curvine_csi``), the FUSE pods' only image.
+        require_node_name: refuse a pod CREATE whose token does not name the requesting pod's node
+            (:func:`node_name_claim_available` of ``eks.version``).
         labels: labels for both objects.
 
     Returns:
@@ -109,9 +139,10 @@ def csi_node_limits(scope: Construct, *, namespace: str, node_service_account: s
                 name="curvine-csi-node-plugin",
                 expression=f"request.userInfo.username == '{node_plugin_username(namespace, node_service_account)}'")],
             validations=[
-                k8s.Validation(expression=_fuse_pod_create(csi_image), reason="Forbidden", message=(
+                k8s.Validation(expression=_fuse_pod_create(csi_image, require_node_name=require_node_name), reason="Forbidden", message=(
                     f"the Curvine CSI node plugin may create only FUSE pods: label {'='.join(STANDALONE_LABEL)}, "
-                    f"service account {FUSE_SERVICE_ACCOUNT}, image {csi_image}, on its own node")),
+                    f"service account {FUSE_SERVICE_ACCOUNT} without a token, image {csi_image}, volumes {FUSE_DEVICE} "
+                    f"and {HOST_MOUNT_BASE_DIR}/..., on its own node")),
                 k8s.Validation(expression=_fuse_pod_delete(), reason="Forbidden", message=(
                     f"the Curvine CSI node plugin may delete only FUSE pods ({'='.join(STANDALONE_LABEL)})")),
                 k8s.Validation(expression=_state_config_maps(), reason="Forbidden", message=(

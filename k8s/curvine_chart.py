@@ -43,7 +43,9 @@ from k8s.curvine_config import (
     render_cluster_toml,
 )
 from k8s.fuse_pod_guard import fuse_pod_guard
-from k8s.csi_node_limits import FUSE_SERVICE_ACCOUNT, csi_node_limits
+from k8s.image_digests import curvine_images, image_digests
+from k8s.image_digests import enforced as image_digests_enforced
+from k8s.csi_node_limits import FUSE_SERVICE_ACCOUNT, csi_node_limits, node_name_claim_available
 from k8s.janitor import key_secret_limits
 from k8s.kyverno import KYVERNO_NAMESPACE
 from k8s.mount_watchdog import L2MountWatchdog
@@ -569,14 +571,17 @@ class CurvineChart(cdk8s.Chart):
         # standalone FUSE pods and their state ConfigMaps) stays in its own namespace, so those
         # rights are a namespaced Role, not cluster-wide as in the upstream chart. No Secrets:
         # the standalone manager (curvine-csi/pkg/csi/standalone_manager.go, node_standalone.go)
-        # only gets/lists/creates/deletes Pods and gets/creates/updates its state ConfigMap.
+        # only gets/lists/creates/deletes Pods and gets/creates/updates its state ConfigMap: those
+        # verbs and no others (no watch, no ConfigMap list or delete). RBAC cannot name the state
+        # ConfigMaps (one per node: curvine-standalone-state-<node>), so k8s/csi_node_limits.py
+        # keeps the writes off every other ConfigMap (the mount watchdog's code among them).
         node_cluster_rules = [
             rule(api_groups=[""], resources=["persistentvolumes"], verbs=["get", "list", "watch"]),
             rule(api_groups=[""], resources=["events"], verbs=["create", "patch"]),
         ]
         node_ns_rules = [
-            rule(api_groups=[""], resources=["pods"], verbs=["create", "delete", "get", "list", "watch"]),
-            rule(api_groups=[""], resources=["configmaps"], verbs=["create", "delete", "get", "list", "update", "watch"]),
+            rule(api_groups=[""], resources=["pods"], verbs=["create", "delete", "get", "list"]),
+            rule(api_groups=[""], resources=["configmaps"], verbs=["create", "get", "update"]),
         ]
         for sa, rules in ((names.CSI_CONTROLLER, ctrl_rules), (names.CSI_NODE, node_cluster_rules)):
             role = k8s.KubeClusterRole(self, f"ClusterRole-{sa}", metadata=k8s.ObjectMeta(name=sa), rules=rules)
@@ -729,8 +734,16 @@ class CurvineChart(cdk8s.Chart):
         # And what the plugin's identity may create, delete and write (k8s/csi_node_limits.py).
         self.csi_node_limits, self.csi_node_limits_binding = (
             self._add(obj) for obj in csi_node_limits(self, namespace=self.ns, node_service_account=names.CSI_NODE,
-                                                      csi_image=img.curvine_csi))
+                                                      csi_image=img.curvine_csi,
+                                                      require_node_name=node_name_claim_available(self.platform.eks.version)))
         self.csi_node.add_dependency(self.csi_node_limits_binding)
+        # Only the platform's images, by digest, in this privileged namespace, once config pins
+        # every one of them by digest (k8s/image_digests.py).
+        self.image_digests = self.image_digests_binding = None
+        if image_digests_enforced(self.platform):
+            self.image_digests, self.image_digests_binding = (
+                self._add(obj) for obj in image_digests(self, namespace=self.ns,
+                                                        images=list(curvine_images(self.platform).values())))
         # What the lines' L2 janitors may create: their chunk-key Secret only (k8s/janitor.py).
         self.janitor_secret_limits, self.janitor_secret_limits_binding = (
             self._add(obj) for obj in key_secret_limits(self))

@@ -51,7 +51,7 @@ import cdk8s
 from constructs import Construct
 
 from k8s import agent, names
-from k8s.csi_node_limits import NODE_NAME_EXTRA
+from k8s.csi_node_limits import NODE_NAME_EXTRA, node_name_claim_available
 from k8s.fuse_pod_guard import NAMESPACE_NAME_LABEL, STANDALONE_LABEL
 from k8s.kube import k8s
 from k8s.nodes import hyperpod_node_requirements
@@ -127,9 +127,9 @@ WATCHDOG_LIMITS: Final = "kvcache-l2-mount-watchdog-limits"
 
 def watchdog_limits(scope: Construct, *, platform: PlatformConfig) -> list[cdk8s.ApiObject]:
     """ValidatingAdmissionPolicy and binding (``Deny``, fail closed) for the watchdog's service account
-    in the Curvine namespace: a pod DELETE only of a FUSE pod (``app=curvine-standalone``) and, where
-    the bound token names the requesting pod's node (``authentication.kubernetes.io/node-name``,
-    Kubernetes 1.30+), only one on that node; a Lease CREATE or UPDATE only of the replacement slots.
+    in the Curvine namespace: a pod DELETE only of a FUSE pod (``app=curvine-standalone``) on the
+    node the bound token names (``authentication.kubernetes.io/node-name``; from Kubernetes 1.30, a
+    token without it is refused; on 1.28 and 1.29 the node is not checked); a Lease CREATE or UPDATE only of the replacement slots.
     So a stolen watchdog token cannot delete the Curvine Primary, a Worker or the CSI pods, nor
     another node's FUSE pod. Empty when the watchdog replaces no session."""
     if not replaces_sessions(platform):
@@ -137,11 +137,16 @@ def watchdog_limits(scope: Construct, *, platform: PlatformConfig) -> list[cdk8s
     ns = platform.curvine.namespace
     label, value = STANDALONE_LABEL
     slots = ", ".join(f"'{n}'" for n in slot_names(platform))
+    claimed = (f"has(request.userInfo.extra) && '{NODE_NAME_EXTRA}' in request.userInfo.extra"
+               f" && size(request.userInfo.extra['{NODE_NAME_EXTRA}']) == 1")
+    own_node = f"has(oldObject.spec.nodeName) && oldObject.spec.nodeName == request.userInfo.extra['{NODE_NAME_EXTRA}'][0]"
+    # From Kubernetes 1.30 every pod-bound token names its node: a token without it is refused.
+    node = (f"({claimed} && {own_node})" if node_name_claim_available(platform.eks.version)
+            else f"(!({claimed}) || ({own_node}))")
     delete = ("request.resource.resource != 'pods' || ("
               f"has(oldObject.metadata.labels) && '{label}' in oldObject.metadata.labels"
               f" && oldObject.metadata.labels['{label}'] == '{value}'"
-              f" && (!has(request.userInfo.extra) || !('{NODE_NAME_EXTRA}' in request.userInfo.extra)"
-              f" || (has(oldObject.spec.nodeName) && oldObject.spec.nodeName == request.userInfo.extra['{NODE_NAME_EXTRA}'][0])))")
+              f" && {node})")
     leases = ("request.resource.resource != 'leases' || "
               f"(request.operation == 'CREATE' ? object.metadata.name : request.name) in [{slots}]")
     rule = k8s.NamedRuleWithOperations

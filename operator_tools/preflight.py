@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from k8s.image_digests import IMAGE_DIGESTS, curvine_images
 from platform_config import PlatformConfig
 from platform_config.addon_configuration import (
     INFERENCE_ADDON,
@@ -26,6 +27,7 @@ from platform_config.addon_configuration import (
     OMITTED_KEYS_WITH_REQUIRED_DEFAULT,
     configured_addons,
 )
+from platform_config.fields import is_digest_pinned
 from platform_config.kubernetes_versions import HYPERPOD_KUBERNETES_VERSIONS, release
 from platform_config.stack_names import platform_stack_name
 
@@ -689,6 +691,32 @@ def check_support_calendar(platform: PlatformConfig, today: dt.date) -> CheckRes
         + ("extended support (its price) until " + str(last) if kind == "EXTENDED" else "EKS upgrades it")))
 
 
+#: Name of the check of the images of the Curvine namespace (:func:`check_image_digests`).
+IMAGE_DIGESTS_CHECK = "image digests"
+
+
+def check_image_digests(platform: PlatformConfig) -> CheckResult:
+    """Which images of the privileged Curvine namespace are still pinned by tag, and the command that
+    resolves each (digests need registry access, which synth does not have: docs/security.md,
+    "Threat model: privileged Curvine pods").
+
+    Passes either way (the example config keeps tags); the detail says whether the admission
+    policy ``curvine-image-digests`` is rendered. With ``versions.images.require_digests`` a tag
+    never gets this far: the config refuses it.
+    """
+    images = curvine_images(platform)
+    tags = {field: image for field, image in images.items() if not is_digest_pinned(image)}
+    if not tags:
+        return CheckResult(IMAGE_DIGESTS_CHECK, True, (
+            f"every image of namespace {platform.curvine.namespace} is pinned by digest: "
+            f"{IMAGE_DIGESTS} admits only those"))
+    resolve = "; ".join(f"versions.images.{field}: crane digest {image}" for field, image in tags.items())
+    return CheckResult(IMAGE_DIGESTS_CHECK, True, (
+        f"{len(tags)} of {len(images)} images of namespace {platform.curvine.namespace} pinned by tag, so "
+        f"{IMAGE_DIGESTS} is not rendered; resolve each and write <image>@sha256:<digest> back, then set "
+        f"versions.images.require_digests: true ({resolve})"))
+
+
 def run_preflight(platform: PlatformConfig, session_factory: Callable[..., Any] | None = None, *,
                   hyperpod_template: dict[str, Any] | None = None, only: str | None = None) -> list[CheckResult]:
     """Run every check against AWS with standard credential resolution; read-only calls.
@@ -740,6 +768,8 @@ def run_preflight(platform: PlatformConfig, session_factory: Callable[..., Any] 
         cluster = None
     results.append(check_cluster_version(platform, cluster))
     results.append(check_support_calendar(platform, dt.date.today()))
+    if platform.curvine.enabled:
+        results.append(check_image_digests(platform))
 
     cloudformation = session.client("cloudformation")
     try:

@@ -168,6 +168,15 @@ def _check_image_pinned(image: str) -> str:
 
 PinnedImage = Annotated[str, AfterValidator(_check_image_pinned)]
 
+#: An image pinned by digest: ``<repository>[:<tag>]@sha256:<64 lowercase hex>`` (the tag, when
+#: kept, is for readers; the container runtime pulls the digest).
+DIGEST_PINNED_IMAGE_PATTERN = r"^[^@\s]+@sha256:[0-9a-f]{64}$"
+
+
+def is_digest_pinned(image: str) -> bool:
+    """Whether ``image`` names its content by digest (:data:`DIGEST_PINNED_IMAGE_PATTERN`)."""
+    return re.fullmatch(DIGEST_PINNED_IMAGE_PATTERN, image) is not None
+
 #: The one LMCache release this platform is built and checked against: the env allow-list and
 #: the table of unsafe defaults in ``k8s/lmcache.py`` are read from its source, and
 #: ``make test-lmcache`` installs exactly this version from PyPI and runs it. A business line's

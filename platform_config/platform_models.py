@@ -39,6 +39,7 @@ from platform_config.fields import (
     PinnedVersion,
     StrictModel,
     ipv4_network,
+    is_digest_pinned,
 )
 from platform_config.instances import INSTANCE_TYPES
 from platform_config.problems import FieldError
@@ -603,9 +604,34 @@ class ImageVersions(StrictModel):
     csi_provisioner: PinnedImage
     livenessprobe: PinnedImage
     #: Runs each line's L2 janitor (cluster_agents/l2_janitor.py) and cross-pod hit canary
-    #: (cluster_agents/kv_canary.py), both standard library only, shipped in ConfigMaps: any pinned
-    #: Python >= 3.10 image.
+    #: (cluster_agents/kv_canary.py), both standard library only, shipped in ConfigMaps, and the
+    #: privileged L2 mount watchdog in the Curvine namespace: any pinned Python >= 3.10 image.
     l2_janitor: PinnedImage = "python:3.12.8-slim-bookworm"
+    #: Every image of this section must be pinned by digest (``<repository>[:<tag>]@sha256:<64 hex>``;
+    #: resolve a tag once with ``crane digest <image>`` or ``docker buildx imagetools inspect
+    #: <image>``, docs/security.md "Image digests"). Whether or not this is set, when every image
+    #: that runs in the Curvine namespace is pinned by digest, an admission policy there admits
+    #: only those images (k8s/image_digests.py); this makes a tag an error instead of a policy
+    #: silently left out.
+    require_digests: bool = False
+
+    @model_validator(mode="after")
+    def _digests_when_required(self) -> "ImageVersions":
+        if self.require_digests:
+            for field in IMAGE_FIELDS:
+                image = getattr(self, field)
+                if not is_digest_pinned(image):
+                    raise FieldError(field, (
+                        f"versions.images.require_digests is true, but {field} {image!r} is not pinned by digest; "
+                        f"allowed: <repository>[:<tag>]@sha256:<64 lowercase hex digits> (resolve it with "
+                        f"`crane digest {image}` or `docker buildx imagetools inspect {image}`), or "
+                        f"require_digests: false"))
+        return self
+
+
+#: The image fields of :class:`ImageVersions`, in declaration order.
+IMAGE_FIELDS: tuple[str, ...] = ("curvine", "curvine_csi", "csi_node_driver_registrar", "csi_provisioner",
+                                 "livenessprobe", "l2_janitor")
 
 
 class VersionsConfig(StrictModel):

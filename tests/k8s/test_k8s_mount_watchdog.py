@@ -235,8 +235,9 @@ def test_a_stolen_watchdog_token_deletes_only_its_nodes_fuse_pods_and_writes_onl
                       (_pod("curvine-csi-standalone-aa-2", fuse, node="hyperpod-i-0def"), NODE)):
         decision = limits("DELETE", "pods", old=old, node=node)
         assert decision.applied and not decision.allowed and decision.reason != "failed", old["metadata"]["name"]
-    # A token without the node claim (older clusters): any FUSE pod, still never another pod.
-    assert limits("DELETE", "pods", old=_pod("curvine-csi-standalone-aa-2", fuse, node="x"), node=None).allowed
+    # A token without the node claim (not bound to a pod; eks.version >= 1.30 always names it): refused.
+    decision = limits("DELETE", "pods", old=_pod("curvine-csi-standalone-aa-1", fuse), node=None)
+    assert decision.applied and not decision.allowed
     lease = {"metadata": {"name": "l2-fuse-replacement-0"}}
     assert limits("CREATE", "leases", obj=lease).allowed
     assert limits("UPDATE", "leases", obj=lease, old=lease, name="l2-fuse-replacement-0").allowed

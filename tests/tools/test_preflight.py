@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from operator_tools.preflight import (
+    check_image_digests,
     CheckResult,
     check_addon_configuration,
     check_addon_versions,
@@ -328,6 +329,20 @@ def test_run_preflight_reports_every_check() -> None:
     assert by_name["cdk bootstrap"] == CheckResult(
         "cdk bootstrap", False, "stack CDKToolkit not found; run `cdk bootstrap`")
     assert by_name["EKS support"].detail.startswith(f"Kubernetes {PLATFORM.eks.version}: ")
+    assert by_name["image digests"].ok
+
+
+def test_image_digests_names_each_tag_and_how_to_resolve_it() -> None:
+    result = check_image_digests(PLATFORM)
+    assert result.ok and "curvine-image-digests is not rendered" in result.detail
+    assert f"versions.images.curvine_csi: crane digest {PLATFORM.versions.images.curvine_csi}" in result.detail
+    digests = {f: f"{getattr(PLATFORM.versions.images, f).partition('@')[0]}@sha256:{'0' * 64}"
+               for f in ("curvine", "curvine_csi", "csi_node_driver_registrar", "csi_provisioner", "livenessprobe",
+                         "l2_janitor")}
+    pinned = PLATFORM.model_copy(update={"versions": PLATFORM.versions.model_copy(
+        update={"images": PLATFORM.versions.images.model_copy(update=digests)})})
+    result = check_image_digests(pinned)
+    assert result.ok and "pinned by digest: curvine-image-digests admits only those" in result.detail
 
 
 @pytest.mark.parametrize("support_type, today, ok, says", [
