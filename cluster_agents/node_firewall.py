@@ -69,6 +69,8 @@ LIVENESS_PATH: Final = "/healthz"
 STALE_PERIODS: Final = 3
 #: Seconds a watch request stays open (the API server ends it then; the agent opens the next).
 WATCH_TIMEOUT_S: Final = 300
+#: Seconds before a failed watch is opened again (the periodic pass runs meanwhile).
+WATCH_RETRY_S: Final = 5.0
 #: Events that come close together (a node joining: Node, then its pods) load once.
 SETTLE_S: Final = 1.0
 
@@ -321,12 +323,12 @@ class NodeFirewall:
             raise core.ApiError(0, f"watch {kind}: {exc}") from None
 
     def watch(self, kind: str, stop: threading.Event) -> None:
-        """:meth:`watch_once` until ``stop``; after a failure, wait 5 s (the periodic pass still runs)."""
+        """:meth:`watch_once` until ``stop``; after a failure, wait :data:`WATCH_RETRY_S`."""
         while not stop.is_set():
             try:
                 self.watch_once(kind, stop)
             except core.ApiError:
-                stop.wait(5)
+                stop.wait(WATCH_RETRY_S)
 
     def run(self, stop: threading.Event) -> None:
         """Passes until ``stop``: at once, then on a watch event (after :data:`SETTLE_S`) or every ``period_s``."""
@@ -344,25 +346,29 @@ class NodeFirewall:
     # --- metrics and health -----------------------------------------------------------------
 
     def metrics(self) -> str:
+        """Prometheus text: whether a ruleset is loaded, the peer count, API state, counters."""
         with self.lock:
             c, loaded, last = dict(self.counts), self.loaded is not None, self.last_load
         peers = len(self.peers) if self.peers is not None else 0
+
+        def one(name: str, kind: str, help_text: str, value: str) -> list[str]:
+            return [*core.family(name, kind, help_text), f"{name} {value}"]
+
         lines = [
-            *core.family("kvcache_node_firewall_loaded", "gauge",
-                         "1 once this agent loaded the node filter of Curvine's ports, 0 while it waits for a complete listing",
-                         [({}, "1" if loaded else "0")]),
-            *core.family("kvcache_node_firewall_peers", "gauge", "Addresses in the filter's peer set",
-                         [({}, str(peers))]),
-            *core.family("kvcache_node_firewall_api_up", "gauge", "1 if the last listing of Nodes and Curvine's pods answered",
-                         [({}, "1" if self.api_up else "0")]),
-            *core.family("kvcache_node_firewall_last_load_timestamp_seconds", "gauge",
-                         "When nft last accepted the ruleset (Unix time, 0: never)", [({}, f"{last:.3f}")]),
+            *one("kvcache_node_firewall_loaded", "gauge",
+                 "1 once this agent loaded the node filter of Curvine's ports, 0 while it waits for a complete listing",
+                 "1" if loaded else "0"),
+            *one("kvcache_node_firewall_peers", "gauge", "Addresses in the filter's peer set", str(peers)),
+            *one("kvcache_node_firewall_api_up", "gauge", "1 if the last listing of Nodes and Curvine's pods answered",
+                 "1" if self.api_up else "0"),
+            *one("kvcache_node_firewall_last_load_timestamp_seconds", "gauge",
+                 "When nft last accepted the ruleset (Unix time, 0: never)", f"{last:.3f}"),
         ]
         for key, help_text in (("loads", "Rulesets nft accepted"), ("load_failures", "Rulesets nft refused"),
                                ("api_failures", "Listings the API did not answer"),
                                ("refused_listings", "Listings not believed (no Node, or not this node)"),
                                ("watch_events", "Watch events of Nodes and Curvine's pods")):
-            lines += core.family(f"kvcache_node_firewall_{key}_total", "counter", help_text, [({}, str(c[key]))])
+            lines += one(f"kvcache_node_firewall_{key}_total", "counter", help_text, str(c[key]))
         return "\n".join(lines) + "\n"
 
     def healthy(self) -> tuple[bool, str]:
