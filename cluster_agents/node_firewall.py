@@ -18,7 +18,7 @@ no other table (kube-proxy's, the VPC CNI's). Hook ``input`` at priority ``filte
 ``filter``-priority chain of other owners that might accept first; traffic to pod IPs (forwarded) is
 not touched.
 
-The agent (``--serve``; DaemonSet ``kvcache-node-firewall``, :mod:`k8s.node_firewall`) lists the Nodes
+The agent (``--serve``; DaemonSet ``node-firewall`` in Curvine's namespace, :mod:`k8s.node_firewall`) lists the Nodes
 and the Pods of Curvine's namespace, watches both (any event: list again), renders the ruleset and
 loads it with ``nft -f -`` on every change of the peer set and every ``period_s`` seconds (a table
 someone deleted or edited comes back). Fail-safe:
