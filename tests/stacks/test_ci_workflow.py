@@ -111,6 +111,15 @@ def test_only_deploy_jobs_may_ask_for_an_oidc_token() -> None:
     assert "allow `main` only" in header
 
 
+def test_every_action_is_pinned_by_commit_sha_with_its_tag_beside_it() -> None:
+    """A tag can be moved to other code; a commit cannot (issue 25, low). The comment keeps the
+    version readable for updates (Dependabot reads it too)."""
+    uses = [line.strip() for line in WORKFLOW.read_text().splitlines() if re.match(r"\s*(- )?uses:", line)]
+    assert uses
+    for line in uses:
+        assert re.fullmatch(r"(- )?uses: [\w.-]+/[\w./-]+@[0-9a-f]{40}  # v\d+(\.\d+)*", line), line
+
+
 def _assembly(path: Path, stacks: dict[str, dict]) -> Path:
     """A minimal cloud assembly: manifest.json and one template per stack."""
     path.mkdir(parents=True)
@@ -224,11 +233,13 @@ def test_orphan_listing_step_maps_exit_codes(tmp_path, rc, found, step_ok) -> No
 
 
 def test_actions_are_pinned_to_exact_versions() -> None:
-    for job in jobs().values():
-        for step in job["steps"]:
-            if "uses" in step:
-                ref = step["uses"].split("@", 1)[1]
-                assert ref.count(".") == 2, step["uses"]  # vX.Y.Z, never a moving major tag
+    """By commit, and the tag in the comment names an exact release (vX.Y.Z), never a moving major."""
+    tags = re.findall(r"uses: \S+@[0-9a-f]{40}  # (\S+)", WORKFLOW.read_text())
+    steps = [step for job in jobs().values() for step in job["steps"] if "uses" in step]
+    assert len(tags) == len(steps)
+    for step, tag in zip(steps, tags):
+        assert re.fullmatch(r"[0-9a-f]{40}", step["uses"].split("@", 1)[1]), step["uses"]
+        assert tag.count(".") == 2, step["uses"]
 
 
 def test_ci_uses_the_documented_node_version() -> None:
