@@ -765,8 +765,6 @@ def test_lmcache_mode_is_in_process_and_multi_process_is_refused(config_dir: Pat
 def test_no_document_puts_the_hf_token_on_a_command_line() -> None:
     """Issue 25 (low): ``--from-literal=token=hf_...`` shows the token in ``ps`` and the shell history;
     every instruction creates the Secret from stdin."""
-    from tests.example_config import REPO
-
     texts = [p.read_text(encoding="utf-8") for pattern in ("docs/*.md", "README.md", "platform_config/*.py", "scripts/*")
              for p in REPO.glob(pattern) if p.is_file()]
     assert not [t for t in texts if "--from-literal=token" in t]
