@@ -10,7 +10,6 @@ which the chart and the reach tests use too; the netns test loads it into a real
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
