@@ -13,6 +13,9 @@ Modules:
                        restores the line's shared prefixes through its replicas.
     l2_mount_watchdog  per HyperPod node: classifies every Pod's L2 mount and restarts Pods whose mount
                        died (:mod:`k8s.mount_watchdog`).
+    node_firewall      per HyperPod node: the nftables ruleset of Curvine's host-network ports (the one
+                       renderer) and the agent that keeps it loaded from the Nodes and Curvine's pods
+                       (:mod:`k8s.node_firewall`).
     kv_canary          per L2 line: proves cross-pod hits with a request to one replica and then another
                        (:mod:`k8s.canary`).
 """

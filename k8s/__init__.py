@@ -10,7 +10,8 @@ Modules:
     line_chart     one chart per business line (namespace, RWX PVC, policy, endpoint, endpoint ingress).
     network_policies  who reaches Curvine's ports and the endpoints: block-curvine-ports, its Kyverno
                    generator and the admission policy that requires it, the endpoints' ingress.
-    node_firewall  the nftables filter of Curvine's host-network ports on each node.
+    node_firewall  the DaemonSet, ConfigMap and RBAC of the node filter of Curvine's host-network ports
+                   (its ruleset and agent: cluster_agents/node_firewall.py).
     agent          what the three in-cluster agents' objects share (ConfigMap with script and
                    cluster_agents/agent_core.py, hash annotation, probes, RBAC to list a line's Pods).
     janitor        the per-line L2 janitor Deployment (its logic: cluster_agents/l2_janitor.py).

@@ -20,6 +20,7 @@ Objects (namespace ``curvine.namespace``, default ``curvine``):
   that refuses pod-network Pods where it is missing (:mod:`k8s.network_policies`; the business
   lines render theirs, :mod:`k8s.line_chart`).
 * The L2 mount watchdog DaemonSet and its ConfigMap and RBAC (:mod:`k8s.mount_watchdog`).
+* The node filter of the host-network ports: DaemonSet, ConfigMap and RBAC (:mod:`k8s.node_firewall`).
 
 Plain cdk8s (the Kubernetes L1 classes of :mod:`k8s.kube`); no aws_cdk import, so the same chart renders in
 the CDK app (with CDK tokens for the volume ID and zone) and in ``make manifests``.
@@ -49,6 +50,7 @@ from k8s.csi_node_limits import FUSE_SERVICE_ACCOUNT, csi_node_limits, node_name
 from k8s.janitor import key_secret_limits
 from k8s.kyverno import KYVERNO_NAMESPACE
 from k8s.mount_watchdog import L2MountWatchdog
+from k8s.node_firewall import NodeFirewall
 from k8s.network_policies import (PRIMARY_CLIENT_PORTS, PRIMARY_JOURNAL_PORTS, api_object,
                                   block_curvine_ports_manifest, curvine_egress_generator, curvine_egress_required,
                                   kyverno_generate_rights, vpc_cidr)
@@ -357,6 +359,11 @@ class CurvineChart(cdk8s.Chart):
         if c.mount_watchdog.enabled:
             self.mount_watchdog = L2MountWatchdog(self, "MountWatchdog", platform=platform)
             self._objects += self.mount_watchdog.objects
+        # Closes the host-network Workers' and FUSE pods' ports to all but Curvine's peers (k8s/node_firewall.py).
+        self.node_firewall: NodeFirewall | None = None
+        if c.node_firewall.enabled:
+            self.node_firewall = NodeFirewall(self, "NodeFirewall", platform=platform)
+            self._objects += self.node_firewall.objects
         for obj in self._objects:
             obj.add_dependency(self.namespace_obj)
 

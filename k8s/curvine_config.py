@@ -34,6 +34,7 @@ from typing import Any, Final, Mapping
 
 import tomli_w
 
+from cluster_agents.node_firewall import METRICS_PORT as NODE_FIREWALL_METRICS_PORT
 from k8s import names
 from platform_config import PlatformConfig
 
@@ -276,8 +277,8 @@ def node_host_listeners(platform: PlatformConfig) -> list[HostListener]:
 
     Ours: the Curvine Worker (``worker.rpc_port``, ``worker.web_port``: ``worker_server.rs``
     starts exactly an RPC and a web server) and the CSI's standalone FUSE pod (only its web
-    server, ``mount_run.rs``; one pod per node and mount key, so one port per StorageClass).
-    Theirs: :data:`NODE_LISTENERS`, and :data:`AI_TOOLKIT_LISTENER` when Tiered Storage is on.
+    server, ``mount_run.rs``; one pod per node and mount key, so one port per StorageClass) and the
+    node filter's agent (its metrics, when ``curvine.node_firewall.enabled``). Theirs: :data:`NODE_LISTENERS`, and :data:`AI_TOOLKIT_LISTENER` when Tiered Storage is on.
     The Curvine Primary and the CSI pods use the pod network and are not listed.
     """
     listeners = [
@@ -288,6 +289,9 @@ def node_host_listeners(platform: PlatformConfig) -> list[HostListener]:
                      f"StorageClass parameter {FUSE_WEB_PORT_PARAMETER}"),
         *NODE_LISTENERS,
     ]
+    if platform.curvine.node_firewall.enabled:
+        listeners.append(HostListener(names.NODE_FIREWALL, "metrics", NODE_FIREWALL_METRICS_PORT,
+                                      "cluster_agents/node_firewall.py METRICS_PORT"))
     if platform.hyperpod.tiered_storage.enabled:
         listeners.append(AI_TOOLKIT_LISTENER)
     return listeners

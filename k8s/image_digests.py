@@ -39,13 +39,15 @@ IMAGE_DIGESTS: Final = "curvine-image-digests"
 def curvine_images(platform: PlatformConfig) -> dict[str, str]:
     """The images that run in the Curvine namespace, by their ``versions.images`` field: Curvine
     (Primary, Workers), the CSI driver (controller, node plugin, FUSE pods), the CSI sidecars, and
-    the mount watchdog's Python image when the watchdog is on."""
+    the mount watchdog's Python image when the watchdog is on, the node filter's when it is on."""
     images = platform.versions.images
     found = {"curvine": images.curvine, "curvine_csi": images.curvine_csi,
              "csi_node_driver_registrar": images.csi_node_driver_registrar,
              "csi_provisioner": images.csi_provisioner, "livenessprobe": images.livenessprobe}
     if platform.curvine.mount_watchdog.enabled:
         found["l2_janitor"] = images.l2_janitor
+    if platform.curvine.node_firewall.enabled:
+        found["node_firewall"] = images.node_firewall
     return found
 
 

@@ -98,6 +98,12 @@ L2_JANITOR_METRICS_PORT_NAME: Final = "metrics"
 L2_MOUNT_WATCHDOG: Final = "l2-mount-watchdog"
 L2_MOUNT_WATCHDOG_COMPONENT_LABEL: Final = ("app.kubernetes.io/component", L2_MOUNT_WATCHDOG)
 L2_MOUNT_WATCHDOG_METRICS_PORT_NAME: Final = "metrics"
+#: The node filter of Curvine's host-network ports (k8s/node_firewall.py, a DaemonSet in Curvine's
+#: namespace): object name, pod label, metrics port name (the number is
+#: :data:`cluster_agents.node_firewall.METRICS_PORT`, on the host network).
+NODE_FIREWALL: Final = "node-firewall"
+NODE_FIREWALL_COMPONENT_LABEL: Final = ("app.kubernetes.io/component", NODE_FIREWALL)
+NODE_FIREWALL_METRICS_PORT_NAME: Final = "metrics"
 #: The per-line cross-pod hit canary (k8s/canary.py): object name, the pod label the observability
 #: stack's scrape job selects on (observability/targets.py) and its metrics port's name (its number
 #: is :data:`cluster_agents.kv_canary.METRICS_PORT`, the janitor's 9100: one scraper port for both).

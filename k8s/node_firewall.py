@@ -1,104 +1,154 @@
-"""The node-level filter of Curvine's host-network ports (issue 25, item 1, node side).
+"""The node filter of Curvine's host-network ports, deployed (issue 25, item 1, node side).
 
-Why. The Workers (RPC 8997, web 9002) and the CSI driver's FUSE pods (web 9003) run on the host
-network. No NetworkPolicy selects a host-network listener, and the VPC CNI's network policy agent
-always allows a pod's traffic to and from its own node's IP (aws-network-policy-agent PR #65), so a
-pod's egress policy cannot keep it off its own node's Worker. With the VPC CNI, pod IPs come from the
-same subnets as node IPs: no CIDR tells them apart. What does: the node list. This filter admits
-Curvine's ports only from loopback (the node's own processes: the FUSE client to its local Worker,
-the kubelet's probes), from a set of *peers* (the InternalIPs of the cluster's Nodes, and the pod IPs
-of Curvine's own pod-network pods, the Primary and the CSI controller), and the web (metrics) ports
-also from the *scrapers* (the AMP collector's ENIs: the VPC CIDR, since their addresses are not known
-in advance); every other source gets a TCP reset: pods of any namespace, on this node or another.
+The ruleset and the agent that keeps it loaded are :mod:`cluster_agents.node_firewall` (why the filter
+exists, what it admits, how it fails safe); this module re-exports the renderer (one source of truth:
+the chart, the reach tests and the agent render with the same function) and builds the objects, in
+Curvine's namespace, rendered by :class:`k8s.curvine_chart.CurvineChart` when
+``curvine.node_firewall.enabled``:
 
-The ruleset is one ``nft -f`` transaction that replaces the table ``inet kvcache_curvine`` whole
-(create-if-missing, delete, create), so a reload never leaves the ports open in between and touches
-no other table (kube-proxy's, the VPC CNI's). Hook ``input`` at priority ``filter - 10``: before any
-``filter``-priority chain of other owners that might accept first; traffic to pod IPs (forwarded) is
-not touched.
+* ConfigMap ``node-firewall``: ``firewall.json`` (namespace, the VPC CIDR as scrapers, period),
+  ``node_firewall.py`` and ``agent_core.py``, run by the pinned ``versions.images.node_firewall``
+  (an image with ``python3`` and ``nft``: nothing is installed at start; :class:`k8s.agent.ScriptAgent`);
+* ServiceAccount ``node-firewall``; ClusterRole and ClusterRoleBinding ``kvcache-node-firewall``:
+  ``list``/``watch`` nodes (their InternalIPs); Role and RoleBinding ``node-firewall`` in Curvine's
+  namespace: ``list``/``watch`` pods (their IPs). Nothing else: no ``get`` of any object, no write;
+* DaemonSet ``node-firewall`` on every HyperPod node (where the Workers and the FUSE pods listen),
+  tolerating every taint, ``system-node-critical``, on the **host network** (the table must be in the
+  node's network namespace), with capability **NET_ADMIN only** (every other one dropped, no
+  privilege escalation, read-only root file system, RuntimeDefault seccomp): ``nft`` needs
+  CAP_NET_ADMIN in the host's network namespace and nothing else; not privileged, no host path, no
+  host PID. It runs as uid 0 because a capability added to a non-root container is not effective
+  (no ambient capabilities in the runtime's default). Metrics and ``/healthz`` on
+  :data:`cluster_agents.node_firewall.METRICS_PORT` of the node (host network).
 
-Rendered here, tested for real in network namespaces (tests/k8s/test_node_firewall_netns.py): a node
-with a listener, a peer node, a pod. Applying it on every GPU node (a hostNetwork DaemonSet with
-``NET_ADMIN`` that re-renders on every Node change) is not built yet: docs/security.md.
+``python -m k8s.node_firewall --peer 10.0.1.5 --scraper 10.192.0.0/16`` prints a ruleset.
 """
 
 from __future__ import annotations
 
-import argparse
-import ipaddress
 import sys
-from typing import Final, Iterable, Sequence
+from typing import Any, Final, Sequence
 
-from k8s.curvine_config import (FUSE_WEB_PORT, JOURNAL_PORT, MASTER_RPC_PORT, MASTER_WEB_PORT, WORKER_RPC_PORT,
-                                WORKER_WEB_PORT)
+import cdk8s
+from constructs import Construct
 
-TABLE: Final = "kvcache_curvine"
-#: Ports only peers may open (the master's too, in case a Primary ever runs on the host network).
-RPC_PORTS: Final = (MASTER_RPC_PORT, JOURNAL_PORT, WORKER_RPC_PORT)
-#: Web ports: Prometheus text at ``/metrics`` (and ``/healthz`` on FUSE): peers and scrapers.
-WEB_PORTS: Final = (MASTER_WEB_PORT, WORKER_WEB_PORT, FUSE_WEB_PORT)
+from cluster_agents import node_firewall as agent_module
+from cluster_agents.node_firewall import RPC_PORTS, TABLE, WEB_PORTS, render_ruleset
+from k8s import agent, curvine_config, names
+from k8s.kube import k8s
+from k8s.network_policies import vpc_cidr
+from k8s.nodes import hyperpod_node_requirements
+from platform_config import PlatformConfig, pod_resources
+
+__all__ = ["RPC_PORTS", "TABLE", "WEB_PORTS", "render_ruleset", "NodeFirewall", "firewall_config", "main"]
+
+# The agent cannot import k8s/: its port list must be Curvine's (checked at import, so a port change in
+# curvine_config fails every synthesis until the agent follows).
+_CURVINE_PORTS = {"rpc": (curvine_config.MASTER_RPC_PORT, curvine_config.JOURNAL_PORT, curvine_config.WORKER_RPC_PORT),
+                  "web": (curvine_config.MASTER_WEB_PORT, curvine_config.WORKER_WEB_PORT, curvine_config.FUSE_WEB_PORT)}
+if _CURVINE_PORTS != {"rpc": RPC_PORTS, "web": WEB_PORTS}:  # pragma: no cover - guards a future edit
+    raise ImportError(f"cluster_agents/node_firewall.py ports {RPC_PORTS}, {WEB_PORTS} differ from "
+                      f"k8s/curvine_config.py's {_CURVINE_PORTS}")
+
+NAME: Final = names.NODE_FIREWALL
+CLUSTER_ROLE: Final = "kvcache-node-firewall"
+CONFIG_FILE: Final = "firewall.json"
+SCRIPT_FILE: Final = "node_firewall.py"
+CONFIG_DIR: Final = "/opt/kvcache-node-firewall"
+CONFIG_HASH_ANNOTATION: Final = "kvcache.io/node-firewall-config-sha256"
+LIVENESS_PERIOD_S: Final = 30
+LIVENESS_FAILURES: Final = 3
+RESOURCES: Final = pod_resources.NODE_FIREWALL_RESOURCES
+LABELS: Final = {"app.kubernetes.io/name": NAME,
+                 names.NODE_FIREWALL_COMPONENT_LABEL[0]: names.NODE_FIREWALL_COMPONENT_LABEL[1]}
 
 
-def _elements(addresses: Iterable[str], what: str) -> str:
-    nets = sorted({ipaddress.ip_network(a, strict=False) for a in addresses},
-                  key=lambda n: (n.network_address, n.prefixlen))
-    if any(n.version != 4 for n in nets):
-        raise ValueError(f"{what}: IPv4 addresses or CIDRs only (the cluster is IPv4)")
-    # An interval set refuses overlapping elements: keep only the outermost networks.
-    kept = [n for n in nets if not any(o != n and n.subnet_of(o) for o in nets)]
-    return ", ".join(str(n.network_address) if n.prefixlen == 32 else str(n) for n in kept)
+def firewall_config(platform: PlatformConfig) -> dict[str, Any]:
+    """``firewall.json`` (the fields of :class:`cluster_agents.node_firewall.FirewallConfig`), validated
+    by the agent's own loader: Curvine's namespace, the VPC CIDR as the web ports' scrapers (the AMP
+    collector's ENIs), the period."""
+    config = {"namespace": platform.curvine.namespace, "scrapers": [vpc_cidr(platform)],
+              "period_s": platform.curvine.node_firewall.period_seconds}
+    agent_module.config_from_dict(config)
+    return config
 
 
-def _set(name: str, addresses: Sequence[str]) -> list[str]:
-    lines = [f"\tset {name} {{", "\t\ttype ipv4_addr", "\t\tflags interval"]
-    if addresses:
-        lines.append(f"\t\telements = {{ {_elements(addresses, name)} }}")
-    return lines + ["\t}"]
+def rules() -> tuple[list[k8s.PolicyRule], list[k8s.PolicyRule]]:
+    """(cluster rules, rules in Curvine's namespace): ``list``/``watch`` nodes; ``list``/``watch`` pods."""
+    return ([k8s.PolicyRule(api_groups=[""], resources=["nodes"], verbs=["list", "watch"])],
+            [k8s.PolicyRule(api_groups=[""], resources=["pods"], verbs=["list", "watch"])])
 
 
-def _ports(ports: Iterable[int]) -> str:
-    return "{ " + ", ".join(str(p) for p in sorted(ports)) + " }"
+class NodeFirewall(agent.ScriptAgent):
+    """The filter's ConfigMap, ServiceAccount, RBAC and DaemonSet (module docstring).
 
-
-def render_ruleset(*, peers: Sequence[str], scrapers: Sequence[str] = ()) -> str:
-    """The complete ``nft -f`` input: replaces table ``inet kvcache_curvine``.
-
-    Args:
-        peers: node InternalIPs and Curvine's own pod IPs (addresses or CIDRs); may be empty (then
-            only loopback reaches the RPC ports).
-        scrapers: sources that may also open the web ports (the VPC CIDR for the AMP collector).
+    Attributes:
+        objects: every namespaced ApiObject (the chart makes them depend on the namespace);
+        daemon_set: the DaemonSet.
     """
-    all_ports = _ports((*RPC_PORTS, *WEB_PORTS))
-    return "\n".join([
-        f"table inet {TABLE}",
-        f"delete table inet {TABLE}",
-        f"table inet {TABLE} {{",
-        *_set("peers", peers),
-        *_set("scrapers", scrapers),
-        "\tchain input {",
-        "\t\ttype filter hook input priority filter - 10; policy accept;",
-        '\t\tiifname "lo" accept',
-        f"\t\ttcp dport {all_ports} ip saddr @peers accept",
-        f"\t\ttcp dport {_ports(WEB_PORTS)} ip saddr @scrapers accept",
-        f"\t\ttcp dport {all_ports} counter reject with tcp reset",
-        "\t}",
-        "}",
-        "",
-    ])
+
+    def __init__(self, scope: Construct, construct_id: str, *, platform: PlatformConfig) -> None:
+        ns = platform.curvine.namespace
+        super().__init__(scope, construct_id, name=NAME, namespace=ns, labels=LABELS, script=SCRIPT_FILE,
+                         config_file=CONFIG_FILE, config=firewall_config(platform), config_dir=CONFIG_DIR,
+                         hash_annotation=CONFIG_HASH_ANNOTATION)
+        cluster_rules, ns_rules = rules()
+        rbac = "rbac.authorization.k8s.io"
+        self.cluster_role = k8s.KubeClusterRole(
+            self, "ClusterRole", metadata=k8s.ObjectMeta(name=CLUSTER_ROLE, labels=LABELS), rules=cluster_rules)
+        cluster_binding = k8s.KubeClusterRoleBinding(
+            self, "ClusterRoleBinding", metadata=k8s.ObjectMeta(name=CLUSTER_ROLE, labels=LABELS),
+            role_ref=k8s.RoleRef(api_group=rbac, kind="ClusterRole", name=CLUSTER_ROLE),
+            subjects=[k8s.Subject(kind="ServiceAccount", name=NAME, namespace=ns)])
+        cluster_binding.add_dependency(self.cluster_role, self.service_account)
+        self.role = k8s.KubeRole(self, "Role", metadata=self.metadata, rules=ns_rules)
+        self.role_binding = k8s.KubeRoleBinding(
+            self, "RoleBinding", metadata=self.metadata, role_ref=k8s.RoleRef(api_group=rbac, kind="Role", name=NAME),
+            subjects=[k8s.Subject(kind="ServiceAccount", name=NAME, namespace=ns)])
+        self.role_binding.add_dependency(self.role, self.service_account)
+        port = names.NODE_FIREWALL_METRICS_PORT_NAME
+        container = k8s.Container(
+            name="firewall", image=platform.versions.images.node_firewall,
+            command=[*self.command, "--node", "$(NODE_NAME)", "--serve", "--port", str(agent_module.METRICS_PORT)],
+            env=[k8s.EnvVar(name="NODE_NAME", value_from=k8s.EnvVarSource(
+                     field_ref=k8s.ObjectFieldSelector(field_path="spec.nodeName"))), *agent.python_env()],
+            ports=[k8s.ContainerPort(name=port, container_port=agent_module.METRICS_PORT, protocol="TCP")],
+            liveness_probe=agent.http_probe(agent_module.LIVENESS_PATH, port, period_s=LIVENESS_PERIOD_S,
+                                            failures=LIVENESS_FAILURES),
+            resources=agent.resources(RESOURCES),
+            volume_mounts=[self.volume_mount],
+            # nft talks netlink to the kernel's nf_tables in the node's network namespace: CAP_NET_ADMIN,
+            # nothing more. uid 0: an added capability is effective only for root without ambient caps.
+            security_context=k8s.SecurityContext(
+                privileged=False, allow_privilege_escalation=False, run_as_user=0, run_as_non_root=False,
+                read_only_root_filesystem=True, capabilities=k8s.Capabilities(drop=["ALL"], add=["NET_ADMIN"]),
+                seccomp_profile=k8s.SeccompProfile(type="RuntimeDefault")))
+        self.daemon_set = k8s.KubeDaemonSet(self, "DaemonSet", metadata=self.metadata, spec=k8s.DaemonSetSpec(
+            selector=k8s.LabelSelector(match_labels=LABELS),
+            update_strategy=k8s.DaemonSetUpdateStrategy(type="RollingUpdate", rolling_update=k8s.RollingUpdateDaemonSet(
+                max_unavailable=k8s.IntOrString.from_number(1))),
+            template=self.pod_template(k8s.PodSpec(
+                service_account_name=NAME,
+                # The table lives in the node's network namespace.
+                host_network=True,
+                priority_class_name="system-node-critical",
+                # Every HyperPod node may run a Worker or a FUSE pod (as the CSI node plugin).
+                affinity=k8s.Affinity(node_affinity=k8s.NodeAffinity(
+                    required_during_scheduling_ignored_during_execution=k8s.NodeSelector(node_selector_terms=[
+                        k8s.NodeSelectorTerm(match_expressions=[
+                            k8s.NodeSelectorRequirement(**r) for r in hyperpod_node_requirements(())])]))),
+                tolerations=[k8s.Toleration(operator="Exists")],
+                termination_grace_period_seconds=10,
+                containers=[container],
+                volumes=[self.volume]))))
+        self.daemon_set.add_dependency(self.config_map, cluster_binding, self.role_binding)
+        self.objects: list[cdk8s.ApiObject] = [self.config_map, self.service_account, self.role, self.role_binding,
+                                               self.daemon_set]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m k8s.node_firewall --peer 10.0.1.5 --peer 10.0.2.0/28 --scraper 10.192.0.0/16``."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--peer", action="append", default=[], help="node InternalIP or Curvine pod IP (repeat)")
-    parser.add_argument("--scraper", action="append", default=[], help="source allowed on the web ports (repeat)")
-    args = parser.parse_args(argv)
-    try:
-        sys.stdout.write(render_ruleset(peers=args.peer, scrapers=args.scraper))
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return agent_module.main(["--print", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

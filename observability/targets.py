@@ -17,6 +17,8 @@ job                       pods                        port
 ``kvcache-l2-mount-       the L2 mount watchdog on    container port ``metrics`` (9101,
 watchdog``                every HyperPod node         k8s/mount_watchdog.py)
 ``kvcache-kv-canary``     each line's hit canary      container port ``metrics`` (9100, k8s/canary.py)
+``kvcache-node-firewall`` the node filter on every    container port ``metrics`` (9420, on the host
+                          HyperPod node               network: k8s/node_firewall.py)
 ========================  ==========================  ===========================================
 
 And one job that is not a pod: ``kvcache-apiserver`` scrapes the API server's own ``/metrics``
@@ -28,7 +30,7 @@ the ValidatingAdmissionPolicy check counts of the FUSE pod guard's two policies
 guard"). Its port is the API server's 443, already admitted for discovery.
 
 Target labels added by relabelling: ``business_line`` (vLLM, from the namespace), ``namespace``
-and ``pod`` (vLLM, Curvine, Kyverno), ``l2_cache`` (vLLM: the value of the pod label
+and ``pod`` (vLLM, Curvine, Kyverno, the node filter), ``l2_cache`` (vLLM: the value of the pod label
 :data:`k8s.names.L2_MUTATED_LABEL` the Kyverno policy sets; absent on a pod it did not mutate),
 ``node`` (all but the mount watchdog). The DCGM exporter, the janitor, the canary and the mount
 watchdog expose their own ``namespace``/``pod``/``line`` labels (the pod *using* a GPU; the line
@@ -53,7 +55,7 @@ from k8s import names
 from k8s.curvine_config import MASTER_WEB_PORT, WORKER_WEB_PORT
 from k8s.fuse_pod_guard import FUSE_POD_DELETES_ADMITTED, FUSE_POD_GUARD
 from k8s.kyverno import KYVERNO_NAMESPACE
-from cluster_agents import kv_canary, l2_janitor, l2_mount_watchdog
+from cluster_agents import kv_canary, l2_janitor, l2_mount_watchdog, node_firewall
 from platform_config import BusinessLineConfig, PlatformConfig
 
 JOB_VLLM: Final = "kvcache-vllm"
@@ -64,6 +66,7 @@ JOB_DCGM: Final = "kvcache-dcgm"
 JOB_L2_JANITOR: Final = "kvcache-l2-janitor"
 JOB_L2_MOUNT_WATCHDOG: Final = "kvcache-l2-mount-watchdog"
 JOB_KV_CANARY: Final = "kvcache-kv-canary"
+JOB_NODE_FIREWALL: Final = "kvcache-node-firewall"
 JOB_APISERVER: Final = "kvcache-apiserver"
 #: The API server's series the apiserver job keeps (observability/metrics.py), and only for these
 #: policies: the FUSE pod guard and the policy that counts what it admits (k8s/fuse_pod_guard.py).
@@ -103,6 +106,11 @@ L2_JANITOR_METRICS_PORT: Final = l2_janitor.METRICS_PORT
 L2_MOUNT_WATCHDOG_COMPONENT: Final = names.L2_MOUNT_WATCHDOG_COMPONENT_LABEL
 L2_MOUNT_WATCHDOG_METRICS_PORT_NAME: Final = names.L2_MOUNT_WATCHDOG_METRICS_PORT_NAME
 L2_MOUNT_WATCHDOG_METRICS_PORT: Final = l2_mount_watchdog.METRICS_PORT
+#: The node filter's pods and port (k8s/names.py, k8s/node_firewall.py, cluster_agents/node_firewall.py):
+#: on the host network, so the target is the node's IP.
+NODE_FIREWALL_COMPONENT: Final = names.NODE_FIREWALL_COMPONENT_LABEL
+NODE_FIREWALL_METRICS_PORT_NAME: Final = names.NODE_FIREWALL_METRICS_PORT_NAME
+NODE_FIREWALL_METRICS_PORT: Final = node_firewall.METRICS_PORT
 #: The cross-pod hit canary's pods and port (k8s/names.py, k8s/canary.py, cluster_agents/kv_canary.py);
 #: the same port number as the janitor's, so the scraper needs no other security-group rule.
 KV_CANARY_COMPONENT: Final = names.KV_CANARY_COMPONENT_LABEL
@@ -219,6 +227,10 @@ def _jobs(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...]) -> li
             out.append((Job(name=JOB_L2_MOUNT_WATCHDOG, namespaces=ns, pod_label=L2_MOUNT_WATCHDOG_COMPONENT,
                             port_name=L2_MOUNT_WATCHDOG_METRICS_PORT_NAME, port_numbers=(L2_MOUNT_WATCHDOG_METRICS_PORT,),
                             pod_target_labels=False, node_target_label=False), []))
+        if platform.curvine.node_firewall.enabled:
+            out.append((Job(name=JOB_NODE_FIREWALL, namespaces=ns, pod_label=NODE_FIREWALL_COMPONENT,
+                            port_name=NODE_FIREWALL_METRICS_PORT_NAME, port_numbers=(NODE_FIREWALL_METRICS_PORT,)),
+                        []))
         out.append((Job(name=JOB_KYVERNO, namespaces=(KYVERNO_NAMESPACE,), pod_label=KYVERNO_COMPONENT,
                         port_name=KYVERNO_METRICS_PORT_NAME, port_numbers=(KYVERNO_METRICS_PORT,)), []))
     # An exporter installed by someone else (install: false): any namespace (empty = all).

@@ -66,8 +66,10 @@ class HuggingFaceModelSource(StrictModel):
     #: Commit to pin; recommended so every replica loads identical weights (cache keys match).
     commit_sha: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}$")] | None = None
     #: Kubernetes Secret holding an HF token (under key `token`) for gated models. The line's
-    #: stack creates the namespace: deploy it, then `kubectl -n <namespace> create secret
-    #: generic <name> --from-literal=token=hf_...` before the endpoint's pods can load the model.
+    #: stack creates the namespace: deploy it, then create the Secret from stdin, so the token is
+    #: in no command line or shell history: `read -rs HF_TOKEN; printf %s "$HF_TOKEN" | kubectl -n
+    #: <namespace> create secret generic <name> --from-file=token=/dev/stdin; unset HF_TOKEN`
+    #: (docs/deploy.md), before the endpoint's pods can load the model.
     token_secret_name: DnsLabel | None = None
 
 

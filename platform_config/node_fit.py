@@ -22,7 +22,8 @@ planner (``scripts/plan.py --business-line``, which prints the node budget and t
   read from the constants the charts render (:mod:`platform_config.pod_resources`): the Curvine Worker (nodes
   of ``curvine.worker_instance_groups``), the Curvine CSI node plugin and one standalone FUSE pod
   (one per node and StorageClass; only when a line uses L2), the L2 mount watchdog (one per node,
-  ``curvine.mount_watchdog.enabled``), the DCGM exporter (its values, else
+  ``curvine.mount_watchdog.enabled``), the node filter of Curvine's ports (one per node,
+  ``curvine.node_firewall.enabled``), the DCGM exporter (its values, else
   its chart's defaults), and every L2 line's janitor (a Deployment the scheduler may put on any
   HyperPod node, so every node keeps room for all of them: the worst case).
 
@@ -119,6 +120,8 @@ def platform_pods(platform: PlatformConfig, group: InstanceGroupConfig,
             pods.append((pr.FUSE_POD, 1))
         if c.mount_watchdog.enabled:
             pods.append((pr.MOUNT_WATCHDOG_POD, 1))
+        if c.node_firewall.enabled:
+            pods.append((pr.NODE_FIREWALL_POD, 1))
     obs = platform.observability
     if obs.enabled and obs.dcgm_exporter.install:
         pods.append((pr.dcgm_exporter_pod(), 1))

@@ -505,6 +505,24 @@ class MountWatchdogConfig(StrictModel):
         return self
 
 
+class NodeFirewallConfig(StrictModel):
+    """The node filter of Curvine's host-network ports (``k8s/node_firewall.py``,
+    ``cluster_agents/node_firewall.py``): a pod per HyperPod node that keeps an nftables table
+    admitting the Workers' and FUSE pods' ports only from loopback, the cluster's Nodes and Curvine's
+    own pods (docs/security.md, docs/l2-cache.md "The node filter").
+
+    Loaded on every change of the Nodes or Curvine's pods (watched) and every ``period_seconds``.
+    Nothing is loaded until the agent first lists both; after that, an unreachable API keeps the last
+    peer set.
+    """
+
+    #: Deploy the DaemonSet (and its RBAC). false: the host-network ports stay open to every pod of
+    #: the same node (docs/security.md).
+    enabled: bool = True
+    #: Seconds between two loads when nothing changes (a table someone removed comes back).
+    period_seconds: Annotated[int, Field(ge=5, le=3600)] = 60
+
+
 #: ``curvine.worker_data_dir``: a directory below /opt/dlami/nvme or /opt/sagemaker
 #: (``hyperpod_rules.INSTANCE_STORE_MOUNTS``, where ``lifecycle/on_create.sh`` looks for instance
 #: storage; docs/sources.md §10).
@@ -546,6 +564,9 @@ class CurvineConfig(StrictModel):
     l2_pool_reserve_fraction: Annotated[float, Field(ge=0, lt=1)] = 0.1
     #: Detects and heals dead L2 mounts on every HyperPod node (:class:`MountWatchdogConfig`).
     mount_watchdog: MountWatchdogConfig = MountWatchdogConfig()
+    #: Closes the Workers' and FUSE pods' host-network ports to everything but Curvine's own peers, on
+    #: every HyperPod node (:class:`NodeFirewallConfig`).
+    node_firewall: NodeFirewallConfig = NodeFirewallConfig()
 
 
 class AddonVersions(StrictModel):
@@ -607,6 +628,12 @@ class ImageVersions(StrictModel):
     #: (cluster_agents/kv_canary.py), both standard library only, shipped in ConfigMaps, and the
     #: privileged L2 mount watchdog in the Curvine namespace: any pinned Python >= 3.10 image.
     l2_janitor: PinnedImage = "python:3.12.8-slim-bookworm"
+    #: Runs the node filter's agent (cluster_agents/node_firewall.py): needs ``python3`` (3.10 or later)
+    #: and ``nft`` (nftables) in the image, nothing installed at start. nicolaka/netshoot v0.16 has
+    #: both (its Dockerfile at that tag: alpine 3.24.1 with ``nftables`` and ``py3-pip``); it is a
+    #: large toolbox, so pin a smaller image of your own (python slim + nftables) by digest where
+    #: you can (docs/security.md, "The node filter").
+    node_firewall: PinnedImage = "nicolaka/netshoot:v0.16"
     #: Every image of this section must be pinned by digest (``<repository>[:<tag>]@sha256:<64 hex>``;
     #: resolve a tag once with ``crane digest <image>`` or ``docker buildx imagetools inspect
     #: <image>``, docs/security.md "Image digests"). Whether or not this is set, when every image
@@ -631,7 +658,7 @@ class ImageVersions(StrictModel):
 
 #: The image fields of :class:`ImageVersions`, in declaration order.
 IMAGE_FIELDS: tuple[str, ...] = ("curvine", "curvine_csi", "csi_node_driver_registrar", "csi_provisioner",
-                                 "livenessprobe", "l2_janitor")
+                                 "livenessprobe", "l2_janitor", "node_firewall")
 
 
 class VersionsConfig(StrictModel):

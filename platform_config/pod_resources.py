@@ -60,6 +60,10 @@ JANITOR_RESOURCES: Final[Resources] = {"requests": {"cpu": "50m", "memory": "128
 #: mountinfo and a few JSON files and makes one statvfs per L2 mount; 64 MiB of Python is ample.
 MOUNT_WATCHDOG_RESOURCES: Final[Resources] = {"requests": {"cpu": "20m", "memory": "64Mi"},
                                               "limits": {"memory": "256Mi"}}
+#: The node filter (k8s/node_firewall.py), one per HyperPod node: one listing and one ``nft -f`` a
+#: minute and on changes, two watch connections; Python plus a short-lived nft.
+NODE_FIREWALL_RESOURCES: Final[Resources] = {"requests": {"cpu": "10m", "memory": "48Mi"},
+                                             "limits": {"memory": "192Mi"}}
 #: The DCGM exporter's requests when its Helm values set none: chart ``dcgm-exporter`` 4.8.2,
 #: ``deployment/values.yaml`` ``resources`` (NVIDIA/dcgm-exporter tag 4.5.3-4.8.2; docs/sources.md
 #: §13).
@@ -97,6 +101,7 @@ FUSE_POD: Final = PodResources(
                                      "memory": FUSE_POD_RESOURCES["memory_limit"]}},))
 JANITOR_POD: Final = PodResources("L2 janitor", (JANITOR_RESOURCES,))
 MOUNT_WATCHDOG_POD: Final = PodResources("L2 mount watchdog", (MOUNT_WATCHDOG_RESOURCES,))
+NODE_FIREWALL_POD: Final = PodResources("Curvine node filter", (NODE_FIREWALL_RESOURCES,))
 
 
 def dcgm_exporter_pod(values_resources: Resources | None = None) -> PodResources:

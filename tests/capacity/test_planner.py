@@ -553,9 +553,9 @@ def test_cli_business_line_report_shows_the_node_budget_and_the_l2_sizes(capsys)
     assert "      5,400 GiB Curvine pool, 3 Workers        101,112,685 shared by the L2 lines" in out
     assert "nodes         ml.g6e.12xlarge: 2 node(s) of g6e-inference, each 4 GPU, 24 CPU, 384.00 GiB" in out
     assert "  - Tiered Storage 20%                -    76.80 GiB  of host memory, reserved for HyperPod's" in out
-    assert "  = for the lines             20.53 CPU   298.97 GiB  per node" in out
+    assert "  = for the lines             20.52 CPU   298.92 GiB  per node" in out
     # Packed with the config's other lines on the type, by the config check's own function.
-    assert "  node 2: rag-assistant x2; free 2 GPU, 0.53 CPU, 138.97 GiB" in out
+    assert "  node 2: rag-assistant x2; free 2 GPU, 0.52 CPU, 138.92 GiB" in out
     assert "placed by first-fit decreasing with legal-search, ticket-triage: every replica fits" in out
 
 
@@ -572,4 +572,4 @@ def test_cli_business_line_that_does_not_fit_its_nodes_answers_no(tmp_path, caps
     nodes = json.loads(capsys.readouterr().out)["nodes"]
     assert rc == cli.EXIT_NO and nodes["fits"] is False
     assert nodes["problems"] == [str(p) for p in refused.value.problems]
-    assert nodes["budgets"][0]["free_cpu_millicores"] == 20_530 and nodes["budgets"][0]["free_memory_gib"] == 298.97
+    assert nodes["budgets"][0]["free_cpu_millicores"] == 20_520 and nodes["budgets"][0]["free_memory_gib"] == 298.92

@@ -3,7 +3,7 @@ config check's own packing, every other line at its maximum) and the cost at ``m
 ``max_replicas``.
 
 Scenario: ``rag-assistant`` autoscales 1..2 (starts at 2) on two g6e.12xlarge nodes it shares with
-legal-search and ticket-triage: 20.53 CPU per node for the lines, so its 10-CPU replicas fit twice.
+legal-search and ticket-triage: 20.52 CPU per node for the lines, so its 10-CPU replicas fit twice.
 Prices: the scenario's table, $13.12 per g6e.12xlarge-hour (4 GPUs).
 """
 
@@ -34,7 +34,7 @@ def test_the_node_budget_bounds_max_replicas() -> None:
 
 def test_other_lines_count_at_their_maximum(tmp_path) -> None:
     """With a third node rag-assistant may grow to 4; once ticket-triage may grow to 5 replicas
-    (4 CPU each), they take room rag-assistant then cannot have: 3 x 20.53 CPU less legal-search's 16
+    (4 CPU each), they take room rag-assistant then cannot have: 3 x 20.52 CPU less legal-search's 16
     and ticket-triage's 5 x 4 leave room for two 10-CPU replicas."""
     config = copy_example_config(tmp_path / "config")
     edit_yaml(config / "platform.yaml", lambda d: d["hyperpod"]["instance_groups"][0].update(instance_count=3))

@@ -236,8 +236,8 @@ def test_all_lines_must_fit_on_their_instance_groups(config_dir: Path) -> None:
     assert ("replicas: the lines on ml.g6e.12xlarge (rag-assistant 9 x (1 GPU, 4 CPU, 40.00 GiB)) do not fit on "
             "its 2 node(s)") in message
     assert "first that does not fit: rag-assistant replica 9 of 9" in message
-    # 20.58 CPU and 299.09 GiB per node for the lines (tests/config/test_node_fit.py), less 4 x (4 CPU, 40 GiB).
-    assert "when the nodes had free node 1: 0 GPU, 4.58 CPU, 139.09 GiB; node 2: 0 GPU, 4.58 CPU, 139.09 GiB" in message
+    # 20.57 CPU and 299.04 GiB per node for the lines (tests/config/test_node_fit.py), less 4 x (4 CPU, 40 GiB).
+    assert "when the nodes had free node 1: 0 GPU, 4.57 CPU, 139.04 GiB; node 2: 0 GPU, 4.57 CPU, 139.04 GiB" in message
 
 
 def test_lines_sharing_an_instance_type_share_its_gpus(config_dir: Path) -> None:
@@ -760,3 +760,12 @@ def test_lmcache_mode_is_in_process_and_multi_process_is_refused(config_dir: Pat
     edit_yaml(path, lambda d: d["cache"].update(lmcache_mode="inprocess"))
     assert only_problem(config_dir) == (
         f"{path}: cache.lmcache_mode: not allowed; allowed: 'InProcess' (got 'inprocess')")
+
+
+def test_no_document_puts_the_hf_token_on_a_command_line() -> None:
+    """Issue 25 (low): ``--from-literal=token=hf_...`` shows the token in ``ps`` and the shell history;
+    every instruction creates the Secret from stdin."""
+    texts = [p.read_text(encoding="utf-8") for pattern in ("docs/*.md", "README.md", "platform_config/*.py", "scripts/*")
+             for p in REPO.glob(pattern) if p.is_file()]
+    assert not [t for t in texts if "--from-literal=token" in t]
+    assert any("--from-file=token=/dev/stdin" in t for t in texts)

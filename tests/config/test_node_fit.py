@@ -73,12 +73,13 @@ def test_a_g6e_node_budget_of_the_scenario() -> None:
         "Curvine CSI node plugin": (70, 192 * MIB),
         "Curvine FUSE pod": (2000, 2048 * MIB),
         "L2 mount watchdog": (20, 64 * MIB),
+        "Curvine node filter": (10, 48 * MIB),
         "DCGM exporter": (100, 128 * MIB),
         "3 x L2 janitor": (150, 384 * MIB),  # rag-assistant, research-reasoning, ticket-triage
     }
-    assert budget.free_cpu_millicores == 24_000 - 3470 == 20_530
-    assert budget.free_memory_bytes == 384 * GIB - round(384 * GIB * 0.2) - (3567 + 2048 + 192 + 2048 + 64 + 128 + 384) * MIB
-    assert f"{budget.free_memory_bytes / GIB:.2f}" == "298.97"
+    assert budget.free_cpu_millicores == 24_000 - 3480 == 20_520
+    assert budget.free_memory_bytes == 384 * GIB - round(384 * GIB * 0.2) - (3567 + 2048 + 192 + 2048 + 64 + 48 + 128 + 384) * MIB
+    assert f"{budget.free_memory_bytes / GIB:.2f}" == "298.92"
 
 
 def test_threads_per_core_2_doubles_the_cpus_and_a_group_without_worker_has_none() -> None:
@@ -112,9 +113,9 @@ def test_four_80gi_pods_on_a_g6e_12xlarge_at_20_percent_tiered_storage_do_not_fi
         f"80.00 GiB)) do not fit on its 1 node(s) in {config_dir / 'platform.yaml'}: a node has 4 GPU(s), 24 CPU, "
         "384.00 GiB less Tiered Storage 20% 76.80 GiB; kubelet/system 0.13 CPU, 3.48 GiB; Curvine Worker 1 CPU, "
         "2.00 GiB; Curvine CSI node plugin 0.07 CPU, 0.19 GiB; Curvine FUSE pod 2 CPU, 2.00 GiB; L2 mount watchdog "
-        "0.02 CPU, 0.06 GiB; DCGM exporter 0.1 CPU, 0.12 GiB; 2 x L2 janitor 0.1 CPU, 0.25 GiB = 20.58 CPU, 299.09 GiB; first that does not fit: "
-        "rag-assistant replica 4 of 4 (1 GPU, 4 CPU, 80.00 GiB), when the nodes had free node 1: 1 GPU, 8.58 CPU, "
-        "59.09 GiB; lines left out: rag-assistant; allowed: raise instance_count, or lower replicas, resources.cpu "
+        "0.02 CPU, 0.06 GiB; Curvine node filter 0.01 CPU, 0.05 GiB; DCGM exporter 0.1 CPU, 0.12 GiB; 2 x L2 janitor 0.1 CPU, 0.25 GiB = 20.57 CPU, 299.04 GiB; first that does not fit: "
+        "rag-assistant replica 4 of 4 (1 GPU, 4 CPU, 80.00 GiB), when the nodes had free node 1: 1 GPU, 8.57 CPU, "
+        "59.04 GiB; lines left out: rag-assistant; allowed: raise instance_count, or lower replicas, resources.cpu "
         "or resources.memory")
     # Without Tiered Storage the same four pods fit: its share is what was missing.
     edit_yaml(config_dir / "platform.yaml", lambda d: d["hyperpod"]["tiered_storage"].update(enabled=False))
@@ -126,10 +127,10 @@ def test_a_memory_request_larger_than_a_node_is_refused_on_its_field(config_dir:
     message = _only_problem(config_dir)
     assert message.startswith(
         f"{path}: resources.memory: 4000Gi (4,000.00 GiB) per replica is more than a whole ml.g6e.12xlarge node has "
-        f"for the lines' pods: 299.09 GiB (a node in {config_dir / 'platform.yaml'}: 4 GPU(s), 24 CPU, 384.00 GiB "
+        f"for the lines' pods: 299.04 GiB (a node in {config_dir / 'platform.yaml'}: 4 GPU(s), 24 CPU, 384.00 GiB "
         "less Tiered Storage 20% 76.80 GiB;")
     assert message.endswith(
-        "= 20.58 CPU, 299.09 GiB); allowed: at most 299.09 GiB per replica, a larger instance type, or a smaller "
+        "= 20.57 CPU, 299.04 GiB); allowed: at most 299.04 GiB per replica, a larger instance type, or a smaller "
         "hyperpod.tiered_storage.memory_allocation_percentage (got '4000Gi')")
 
 
@@ -137,8 +138,8 @@ def test_a_cpu_request_larger_than_a_node_is_refused_on_its_field(config_dir: Pa
     path = _only_rag_on_one_g6e_node(config_dir, cpu="500")
     message = _only_problem(config_dir)
     assert message.startswith(f"{path}: resources.cpu: 500 CPU per replica is more than a whole ml.g6e.12xlarge node "
-                              "has for the lines' pods: 20.58 CPU (a node in")
-    assert message.endswith("allowed: at most 20.58 CPU per replica, a larger instance type, or threads_per_core 2 on "
+                              "has for the lines' pods: 20.57 CPU (a node in")
+    assert message.endswith("allowed: at most 20.57 CPU per replica, a larger instance type, or threads_per_core 2 on "
                             "the instance group (twice the CPUs) (got '500')")
 
 
@@ -149,7 +150,7 @@ def test_six_380gi_pods_on_two_nodes_are_refused(config_dir: Path) -> None:
     edit_yaml(path, lambda d: (set_fixed(d, replicas=6), d["resources"].update(memory="380Gi", cpu="2")))
     assert _only_problem(config_dir).startswith(
         f"{path}: resources.memory: 380Gi (380.00 GiB) per replica is more than a whole ml.g6e.12xlarge node has for "
-        "the lines' pods: 299.09 GiB")
+        "the lines' pods: 299.04 GiB")
 
 
 def test_cpu_only_packing_leaves_a_replica_out(config_dir: Path) -> None:
@@ -158,7 +159,7 @@ def test_cpu_only_packing_leaves_a_replica_out(config_dir: Path) -> None:
     edit_yaml(path, lambda d: set_fixed(d, replicas=3))
     message = _only_problem(config_dir)
     assert "first that does not fit: rag-assistant replica 3 of 3 (1 GPU, 10 CPU, 80.00 GiB)" in message
-    assert "when the nodes had free node 1: 2 GPU, 0.58 CPU, 139.09 GiB" in message
+    assert "when the nodes had free node 1: 2 GPU, 0.57 CPU, 139.04 GiB" in message
 
 
 @pytest.mark.parametrize("field, value, expected", [

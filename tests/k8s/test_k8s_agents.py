@@ -16,6 +16,7 @@ from tests.k8s.conftest import find
 #: (chart, ConfigMap, script, the other modules it ships) of each agent in the example config; the
 #: janitor of a line with hot prefixes (rag-assistant) also ships its warmer.
 AGENTS = [("curvine", names.L2_MOUNT_WATCHDOG, "l2_mount_watchdog.py", {"agent_core"}),
+          ("curvine", names.NODE_FIREWALL, "node_firewall.py", {"agent_core"}),
           ("line-rag-assistant", names.L2_JANITOR, "l2_janitor.py", {"agent_core", "l2_directories", "hot_prefixes"}),
           ("line-research-reasoning", names.L2_JANITOR, "l2_janitor.py", {"agent_core", "l2_directories"}),
           ("line-rag-assistant", names.KV_CANARY, "kv_canary.py", {"agent_core"})]

@@ -193,9 +193,11 @@ def test_it_deletes_fuse_pods_only(decide, curvine, env):
 def test_it_writes_its_state_config_maps_only(decide, curvine, operation):
     state = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"curvine-standalone-state-{NODE}"}}
     assert decide(operation, "configmaps", obj=state, old=state, name=state["metadata"]["name"]).allowed
-    watchdog_code = find(curvine, "ConfigMap", names.L2_MOUNT_WATCHDOG)
-    decision = decide(operation, "configmaps", obj=watchdog_code, old=watchdog_code, name=names.L2_MOUNT_WATCHDOG)
-    assert not decision.allowed and "state ConfigMaps" in decision.message
+    # Neither the watchdog's code (privileged) nor the node filter's (NET_ADMIN on every GPU node).
+    for name in (names.L2_MOUNT_WATCHDOG, names.NODE_FIREWALL):
+        code = find(curvine, "ConfigMap", name)
+        decision = decide(operation, "configmaps", obj=code, old=code, name=name)
+        assert not decision.allowed and "state ConfigMaps" in decision.message, name
 
 
 def test_its_role_grants_the_drivers_calls_and_nothing_more(curvine):

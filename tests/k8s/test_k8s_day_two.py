@@ -111,7 +111,7 @@ def test_every_host_network_listener_on_a_gpu_node_is_unique(manifests, toml_con
     per_node = host_listeners_from_manifests(manifests, toml_conf)
     ours = per_node["gpu"]
     theirs = [(l.owner, l.listener, l.port) for l in node_host_listeners(k8s_project.platform)
-              if l.owner not in (names.CURVINE_WORKER,) and not l.owner.startswith("curvine-fuse")]
+              if l.owner not in (names.CURVINE_WORKER, names.NODE_FIREWALL) and not l.owner.startswith("curvine-fuse")]
     everything = ours + theirs
     ports = [p for _, _, p in everything]
     assert len(ports) == len(set(ports)), sorted(everything, key=lambda x: x[2])
@@ -119,7 +119,7 @@ def test_every_host_network_listener_on_a_gpu_node_is_unique(manifests, toml_con
     # The inventory of the code matches what the manifests render.
     assert sorted(p for _, _, p in ours) == sorted(
         l.port for l in node_host_listeners(k8s_project.platform)
-        if l.owner == names.CURVINE_WORKER or l.owner.startswith("curvine-fuse"))
+        if l.owner in (names.CURVINE_WORKER, names.NODE_FIREWALL) or l.owner.startswith("curvine-fuse"))
     # The FUSE pods get the port explicitly: without it they bind 9002, the Worker's web port.
     assert toml_conf["worker"]["web_port"] == V032_DEFAULT_FUSE_WEB_PORT
     assert find(manifests["curvine"], "StorageClass", "curvine-sc")["parameters"]["web-port"] == "9003"

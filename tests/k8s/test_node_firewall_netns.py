@@ -4,7 +4,9 @@ Three network namespaces on one bridge, all in one /24 as node and pod IPs are w
 CIDR tells them apart): ``node`` (the bridge's address, a listener on every Curvine port: the
 host-network Worker and FUSE pod), ``peer`` (another node: its IP is in the ``peers`` set) and ``pod``
 (a pod of any namespace). The test loads exactly :func:`k8s.node_firewall.render_ruleset`'s output
-with ``nft -f`` in ``node`` and connects from each. Runs in about a second; needs root, ``ip`` and
+with ``nft -f`` in ``node`` and connects from each; the last test has the deployed agent
+(:class:`cluster_agents.node_firewall.NodeFirewall`) list a stand-in API and load its own ruleset with
+its own ``nft -f -``. Runs in about a second; needs root, ``ip`` and
 ``nft`` (Debian's iproute2 and nftables, debian-packages.txt), and skips with the reason otherwise.
 """
 
@@ -21,7 +23,10 @@ from pathlib import Path
 
 import pytest
 
+from cluster_agents import agent_core
+from cluster_agents.node_firewall import FirewallConfig, NodeFirewall
 from k8s.node_firewall import RPC_PORTS, TABLE, WEB_PORTS, render_ruleset
+from tests.fake_http import JsonServer
 from tests.k8s.netpol_eval import nft_input_verdict
 
 SUBNET = "10.77.0.0/24"
@@ -115,7 +120,19 @@ def netns(tmp_path: Path):
                 assert {p: "open" if v == "accept" else "refused" for p, v in modelled.items()} == got, (role, host)
             return got
 
-        yield checked_probe, load, lambda: in_ns(node, "nft", "list", "table", "inet", TABLE).stdout
+        def agent_nft() -> str:
+            """An ``nft`` command for the agent's :func:`run_nft` that runs the real nft in ``node`` and
+            records what it was given (the reach model then reads the same ruleset)."""
+            script = tmp_path / "nft-in-node"
+            script.write_text(f"#!/bin/sh\nset -e\ntee {tmp_path}/agent-ruleset.nft | ip netns exec {node} nft \"$@\"\n")
+            script.chmod(0o755)
+            return str(script)
+
+        def agent_loaded() -> None:
+            loaded.append((tmp_path / "agent-ruleset.nft").read_text())
+
+        yield (checked_probe, load, lambda: in_ns(node, "nft", "list", "table", "inet", TABLE).stdout,
+               agent_nft, agent_loaded)
     finally:
         if listener is not None:
             listener.kill()
@@ -125,7 +142,7 @@ def netns(tmp_path: Path):
 
 
 def test_only_peers_and_loopback_reach_the_rpc_ports(netns):
-    probe, load, listing = netns
+    probe, load, listing, *_ = netns
     start = time.monotonic()
     # Without the filter the pod opens every port: the check below can fail.
     assert probe("pod") == {p: "open" for p in PORTS}
@@ -146,7 +163,7 @@ def test_scrapers_reach_only_the_web_ports(netns):
     """The AMP collector's ENIs are somewhere in the VPC: with the scrapers set at the subnet, any
     address of it (a pod's too: the residue docs/security.md states) opens the metrics ports, and
     still none of the RPC ports."""
-    probe, load, _ = netns
+    probe, load, *_ = netns
     load(render_ruleset(peers=[PEER_IP], scrapers=[SUBNET]))
     assert probe("pod") == {**{p: "refused" for p in RPC_PORTS}, **{p: "open" for p in WEB_PORTS}}
     assert probe("peer") == {p: "open" for p in PORTS}
@@ -160,3 +177,35 @@ def test_the_ruleset_touches_only_its_own_table():
     assert "set scrapers" in rules and rules.count("elements") == 1
     with pytest.raises(ValueError, match="IPv4"):
         render_ruleset(peers=["fd00::1"])
+
+
+def test_the_agent_loads_its_ruleset_from_the_api_and_follows_a_change(netns):
+    """The deployed path: the agent (cluster_agents/node_firewall.py) lists a stand-in API's Nodes and
+    Curvine's pods, renders, and loads with its own ``nft -f -`` into the node's namespace; a pod that
+    becomes one of Curvine's is admitted at the next pass, and the peer that left is reset."""
+    probe, _, listing, agent_nft, agent_loaded = netns
+    state = {"nodes": [{"metadata": {"name": "node"}, "status": {"addresses": [{"type": "InternalIP", "address": NODE_IP}]}},
+                       {"metadata": {"name": "peer"}, "status": {"addresses": [{"type": "InternalIP", "address": PEER_IP}]}}],
+             "pods": []}
+
+    def answer(method, path, body, headers):
+        route = path.split("?", 1)[0]
+        items = {"/api/v1/nodes": state["nodes"], "/api/v1/namespaces/curvine/pods": state["pods"]}.get(route)
+        return (200, {"metadata": {"resourceVersion": "1"}, "items": items}) if items is not None else (404, {})
+
+    with JsonServer(answer) as server:
+        agent = NodeFirewall(agent_core.KubeApi(server.url, timeout_s=5),
+                             FirewallConfig(namespace="curvine", nft=agent_nft()), "node")
+        agent.step()
+        assert agent.loaded is not None and agent.counts["load_failures"] == 0
+        agent_loaded()
+        assert probe("peer") == {p: "open" for p in PORTS}
+        assert probe("pod") == {p: "refused" for p in PORTS}
+        assert probe("node", "127.0.0.1") == {p: "open" for p in PORTS}
+        assert f"elements = {{ {NODE_IP}, {PEER_IP} }}" in listing()
+        state["nodes"] = state["nodes"][:1]
+        state["pods"] = [{"metadata": {"name": "curvine-master-0"}, "status": {"phase": "Running", "podIP": POD_IP}}]
+        agent.step()
+        agent_loaded()
+        assert probe("pod") == {p: "open" for p in PORTS}
+        assert probe("peer") == {p: "refused" for p in PORTS}

@@ -145,8 +145,9 @@ def test_the_model_finds_both_node_groups_and_every_job_port(raw, ports, obs_pro
     assert sorted(name.split(":")[0] for name in groups) == ["hyperpod", "system"]
     jobs = {j for names in ports.values() for j in names}
     assert jobs == {targets.JOB_VLLM, targets.JOB_L2_JANITOR, targets.JOB_CURVINE_MASTER, targets.JOB_CURVINE_WORKER,
-                    targets.JOB_KYVERNO, targets.JOB_DCGM, targets.JOB_L2_MOUNT_WATCHDOG, targets.JOB_KV_CANARY}
-    assert {obs_project.business_lines[0].vllm.port, 9001, 9002, 8000, 9100, 9101, 9400} <= set(ports)
+                    targets.JOB_KYVERNO, targets.JOB_DCGM, targets.JOB_L2_MOUNT_WATCHDOG, targets.JOB_KV_CANARY,
+                    targets.JOB_NODE_FIREWALL}
+    assert {obs_project.business_lines[0].vllm.port, 9001, 9002, 8000, 9100, 9101, 9400, 9420} <= set(ports)
 
 
 def test_scraper_reaches_every_scrape_port_on_every_node_group(raw, ports) -> None:

@@ -18,7 +18,7 @@ from platform_config.stack_names import stack_ids
 from tests.example_config import FIXTURE_CONFIG, REPO
 
 WORKFLOW = REPO / ".github" / "workflows" / "platform.yml"
-AWS_JOBS = ("diff", "deploy-platform", "deploy-line", "remove-orphans")
+AWS_JOBS = ("deploy-platform", "deploy-line", "remove-orphans")
 DEPLOY_JOBS = ("deploy-platform", "deploy-line", "remove-orphans")
 
 
@@ -80,16 +80,83 @@ def test_pip_and_npm_are_cached() -> None:
     assert (REPO / "package-lock.json").is_file()  # what the npm cache is keyed on
 
 
-def test_pull_requests_get_cdk_diff_as_job_summary() -> None:
+def test_pull_requests_get_cdk_diff_as_job_summary_without_any_aws_role() -> None:
+    """Issue 25 item 8: a pull request's author edits the workflow file its jobs run, so a role a pull
+    request may assume is theirs. The diff job gets no OIDC token and no AWS credentials; it compares
+    the tested assembly with the base branch's, synthesized offline."""
     diff = jobs()["diff"]
     assert needs(diff) == ["test"] and "environment" not in diff  # a diff changes nothing: no approval
-    assert "github.event_name == 'pull_request'" in diff["if"] and "vars.AWS_DIFF_ROLE_ARN != ''" in diff["if"]
-    (assume,) = steps_using(diff, "aws-actions/configure-aws-credentials")
-    assert assume["with"]["role-to-assume"] == "${{ vars.AWS_DIFF_ROLE_ARN }}"
-    (run,) = [s["run"] for s in diff["steps"] if "cdk diff" in s.get("run", "")]
-    assert "cdk diff --app cdk.out --method template" in run  # the tested assembly, read-only lookup role
+    assert diff["if"] == "github.event_name == 'pull_request'"
+    assert diff["permissions"] == {"contents": "read"}  # no id-token: no OIDC federation possible
+    assert not steps_using(diff, "aws-actions/configure-aws-credentials")
+    text = WORKFLOW.read_text()
+    assert "AWS_DIFF_ROLE_ARN }}" not in text and ":pull_request) that may assume" not in text
+    base = [s for s in steps_using(diff, "actions/checkout") if s.get("with", {}).get("path") == "base"]
+    assert [s["with"]["ref"] for s in base] == ["${{ github.event.pull_request.base.sha }}"]
+    (synth,) = [s for s in diff["steps"] if s.get("run") == "make synth"]
+    assert synth["working-directory"] == "base"
+    (run,) = [s["run"] for s in diff["steps"] if "diff_assemblies.py" in s.get("run", "")]
+    assert "python3 scripts/diff_assemblies.py --base base/cdk.out --head cdk.out" in run
     assert '>> "$GITHUB_STEP_SUMMARY"' in run
     assert any(s.get("with", {}).get("name") == "cdk-out" for s in steps_using(diff, "actions/download-artifact"))
+
+
+def test_only_deploy_jobs_may_ask_for_an_oidc_token() -> None:
+    """Every job that can get AWS credentials runs on main behind the production environment."""
+    for name, job in jobs().items():
+        if (job.get("permissions") or {}).get("id-token") == "write":
+            assert name in DEPLOY_JOBS and job["environment"] == "production", name
+    assert workflow()["permissions"] == {"contents": "read"}
+    header = WORKFLOW.read_text().split("\nname:", 1)[0]
+    assert "allow `main` only" in header
+
+
+def test_every_action_is_pinned_by_commit_sha_with_its_tag_beside_it() -> None:
+    """A tag can be moved to other code; a commit cannot (issue 25, low). The comment keeps the
+    version readable for updates (Dependabot reads it too)."""
+    uses = [line.strip() for line in WORKFLOW.read_text().splitlines() if re.match(r"\s*(- )?uses:", line)]
+    assert uses
+    for line in uses:
+        assert re.fullmatch(r"(- )?uses: [\w.-]+/[\w./-]+@[0-9a-f]{40}  # v\d+(\.\d+)*", line), line
+
+
+def _assembly(path: Path, stacks: dict[str, dict]) -> Path:
+    """A minimal cloud assembly: manifest.json and one template per stack."""
+    path.mkdir(parents=True)
+    artifacts = {}
+    for name, template in stacks.items():
+        (path / f"{name}.template.json").write_text(json.dumps(template))
+        artifacts[name] = {"type": "aws:cloudformation:stack", "environment": "aws://111122223333/us-west-2",
+                           "properties": {"templateFile": f"{name}.template.json"}, "displayName": name}
+    (path / "manifest.json").write_text(json.dumps({"version": "36.0.0", "artifacts": artifacts}))
+    return path
+
+
+def _topics(*names: str) -> dict:
+    return {"Resources": {n: {"Type": "AWS::SNS::Topic", "Properties": {"DisplayName": n}} for n in names}}
+
+
+def test_the_offline_diff_runs_the_pinned_cli_with_no_credentials(tmp_path) -> None:
+    """scripts/diff_assemblies.py with the real CDK CLI, every AWS variable removed and no config."""
+    cli = REPO / "node_modules" / ".bin" / "cdk"
+    if not cli.exists():
+        pytest.skip("node_modules/.bin/cdk is missing (make setup)")
+    base = _assembly(tmp_path / "base", {"kept": _topics("A"), "gone": _topics("B")})
+    head = _assembly(tmp_path / "head", {"kept": _topics("A", "C"), "added": _topics("D")})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(HOME=str(tmp_path), AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE=str(tmp_path / "none"),
+               AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"))
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "diff_assemblies.py"), "--base", str(base),
+                             "--head", str(head), "--cdk", str(cli)], capture_output=True, text=True, env=env,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "Stack kept" in out and "[+] AWS::SNS::Topic C" in out and "Topic A" not in out
+    assert "Stack added\n[+] new stack" in out and "Stack gone\n[-] removed" in out
+    missing = subprocess.run([sys.executable, str(REPO / "scripts" / "diff_assemblies.py"), "--base",
+                              str(tmp_path / "nothing"), "--head", str(head)], capture_output=True, text=True,
+                             timeout=60)
+    assert missing.returncode == 2 and missing.stderr.startswith("error:")
 
 
 def test_lines_deploy_after_the_platform_one_job_per_business_line() -> None:
@@ -166,11 +233,13 @@ def test_orphan_listing_step_maps_exit_codes(tmp_path, rc, found, step_ok) -> No
 
 
 def test_actions_are_pinned_to_exact_versions() -> None:
-    for job in jobs().values():
-        for step in job["steps"]:
-            if "uses" in step:
-                ref = step["uses"].split("@", 1)[1]
-                assert ref.count(".") == 2, step["uses"]  # vX.Y.Z, never a moving major tag
+    """By commit, and the tag in the comment names an exact release (vX.Y.Z), never a moving major."""
+    tags = re.findall(r"uses: \S+@[0-9a-f]{40}  # (\S+)", WORKFLOW.read_text())
+    steps = [step for job in jobs().values() for step in job["steps"] if "uses" in step]
+    assert len(tags) == len(steps)
+    for step, tag in zip(steps, tags):
+        assert re.fullmatch(r"[0-9a-f]{40}", step["uses"].split("@", 1)[1]), step["uses"]
+        assert tag.count(".") == 2, step["uses"]
 
 
 def test_ci_uses_the_documented_node_version() -> None:

@@ -25,6 +25,7 @@ from operator_tools.preflight import (
 )
 from platform_config.addon_configuration import INFERENCE_ADDON, configured_addons
 from platform_config import load_platform
+from platform_config.platform_models import IMAGE_FIELDS
 from tests.example_config import FIXTURE_CONFIG
 
 PLATFORM = load_platform(FIXTURE_CONFIG / "platform.yaml")
@@ -336,9 +337,7 @@ def test_image_digests_names_each_tag_and_how_to_resolve_it() -> None:
     result = check_image_digests(PLATFORM)
     assert result.ok and "curvine-image-digests is not rendered" in result.detail
     assert f"versions.images.curvine_csi: crane digest {PLATFORM.versions.images.curvine_csi}" in result.detail
-    digests = {f: f"{getattr(PLATFORM.versions.images, f).partition('@')[0]}@sha256:{'0' * 64}"
-               for f in ("curvine", "curvine_csi", "csi_node_driver_registrar", "csi_provisioner", "livenessprobe",
-                         "l2_janitor")}
+    digests = {f: f"{getattr(PLATFORM.versions.images, f).partition('@')[0]}@sha256:{'0' * 64}" for f in IMAGE_FIELDS}
     pinned = PLATFORM.model_copy(update={"versions": PLATFORM.versions.model_copy(
         update={"images": PLATFORM.versions.images.model_copy(update=digests)})})
     result = check_image_digests(pinned)
