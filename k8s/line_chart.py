@@ -301,7 +301,7 @@ class BusinessLineChart(cdk8s.Chart):
         ns = line.namespace
         self.namespace_obj = k8s.KubeNamespace(self, "Namespace", metadata=k8s.ObjectMeta(
             name=ns, labels=namespace_labels(platform, line)))
-        self.network_policy = api_object(self, "BlockCurvinePorts", block_curvine_ports_manifest(ns))
+        self.network_policy = api_object(self, "BlockCurvinePorts", block_curvine_ports_manifest(ns, deny_imds=True))
         self.network_policy.add_dependency(self.namespace_obj)
         # Planned disruptions (drains, node-group and HyperPod updates, the L2 mount watchdog's
         # evictions through the Eviction API) take one replica of the line at a time, across the

@@ -79,17 +79,33 @@ def tcp_ranges_excluding(ports: tuple[int, ...]) -> list[tuple[int, int]]:
     return ranges
 
 
-def block_curvine_ports_spec() -> dict[str, Any]:
+#: The EC2 instance metadata service (IPv4) as a pod reaches it through its node.
+IMDS_CIDR: Final = "169.254.169.254/32"
+
+
+def block_curvine_ports_spec(*, deny_imds: bool = False) -> dict[str, Any]:
     """``spec`` of ``block-curvine-ports``: every pod of the namespace may connect anywhere, on every
-    TCP port but Curvine's, and on UDP (DNS). Egress only: ingress is each workload's own business."""
+    TCP port but Curvine's, and on UDP (DNS). Egress only: ingress is each workload's own business.
+
+    ``deny_imds`` (a business line's namespace): anywhere but the instance metadata service
+    (:data:`IMDS_CIDR`), whose node role credentials a line's pods never need (the S3 CSI driver
+    and EKS Pod Identity, 169.254.170.23, are not it). Not for the generated copies: add-ons there
+    (the load balancer controller, for one) may read the VPC and region from it. IPv4 only, as the
+    cluster is.
+    """
     tcp = [{"protocol": "TCP", "port": lo, **({"endPort": hi} if hi > lo else {})}
            for lo, hi in tcp_ranges_excluding(CURVINE_PORTS)]
-    return {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{"ports": [*tcp, {"protocol": "UDP"}]}]}
+    rule: dict[str, Any] = {"ports": [*tcp, {"protocol": "UDP"}]}
+    if deny_imds:
+        rule = {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [IMDS_CIDR]}}], **rule}
+    return {"podSelector": {}, "policyTypes": ["Egress"], "egress": [rule]}
 
 
-def block_curvine_ports_manifest(namespace: str) -> dict[str, Any]:
+def block_curvine_ports_manifest(namespace: str, *, deny_imds: bool = False) -> dict[str, Any]:
+    """The ``block-curvine-ports`` NetworkPolicy of ``namespace`` (:func:`block_curvine_ports_spec`)."""
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": {"name": BLOCK_CURVINE_PORTS, "namespace": namespace}, "spec": block_curvine_ports_spec()}
+            "metadata": {"name": BLOCK_CURVINE_PORTS, "namespace": namespace},
+            "spec": block_curvine_ports_spec(deny_imds=deny_imds)}
 
 
 def curvine_egress_generator(curvine_namespace: str) -> dict[str, Any]:
@@ -153,11 +169,13 @@ def kyverno_generate_rights() -> dict[str, Any]:
 _PARAM_IS_THE_BLOCK: Final = (
     "params.spec.policyTypes == ['Egress']"
     " && !has(params.spec.podSelector.matchLabels) && !has(params.spec.podSelector.matchExpressions)"
-    " && params.spec.egress.all(r, !has(r.to) && has(r.ports) && r.ports.all(p, p.protocol != 'TCP' || ("
+    " && params.spec.egress.all(r, has(r.ports) && r.ports.all(p, p.protocol != 'TCP' || ("
     "has(p.port) && [" + ", ".join(map(str, CURVINE_PORTS)) + "].all(c, c < int(p.port)"
     " || c > (has(p.endPort) ? p.endPort : int(p.port))))))")
 
 
+#: The check reads ports only: a rule's ``to`` can only narrow what it allows (a line's copy leaves the
+#: instance metadata service out, :func:`block_curvine_ports_spec`), never open a Curvine port.
 def curvine_egress_required(curvine_namespace: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """A ValidatingAdmissionPolicy and its binding: a pod-network Pod is admitted only in a namespace
     whose NetworkPolicy ``block-curvine-ports`` exists (``paramRef`` by name in the Pod's namespace,

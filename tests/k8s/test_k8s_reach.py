@@ -262,3 +262,26 @@ def test_without_the_controls_everything_is_open(world):
     for _, dst, port in _destinations(world):
         assert connection_allowed([], src, dst, port)
     assert connection_allowed([], replace(src, namespace=NEW_NAMESPACE), _destinations(world)[0][1], MASTER_RPC_PORT)
+
+
+#: The instance metadata service as a pod reaches it (its node answers).
+IMDS: Final = "169.254.169.254"
+
+
+def test_line_pods_do_not_reach_the_instance_metadata_service_and_addons_still_do(world):
+    """Issue 25 (low): a business line's pods (vLLM, the janitor, the canary) never need the node
+    role's credentials, so their namespace's copy leaves IMDS out; the generated copies in other
+    namespaces do not (the load balancer controller may read its VPC and region there). EKS Pod
+    Identity's agent (169.254.170.23) stays reachable. The admission policy still admits line pods."""
+    policies = _policies(world)
+    imds = _pod("imds", "", IMDS, GPU_NODE_2, host=True)
+    pod_identity = _pod("eks-pod-identity-agent", "", "169.254.170.23", GPU_NODE_2, host=True)
+    for i, line in enumerate(world["lines"]):
+        vllm = _pod(f"model-{line.name}", line.namespace, f"10.192.20.{100 + i}", GPU_NODE_2,
+                    {names.OPERATOR_POD_LABEL: names.endpoint_name(line)}, world["namespaces"][line.namespace])
+        assert not connection_allowed(policies, vllm, imds, 80), line.name
+        assert connection_allowed(policies, vllm, pod_identity, 80), line.name
+        assert _admitted(world, policies, line.namespace).allowed, line.name
+    for ns in (*ADDON_NAMESPACES, NEW_NAMESPACE):
+        addon = _pod("addon", ns, "10.192.10.60", SYSTEM_NODE, ns_labels=world["namespaces"][ns])
+        assert connection_allowed(policies, addon, imds, 80), ns
