@@ -33,6 +33,10 @@ def config_hash(data: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode("utf-8")).hexdigest()
 
 
+#: API group of Roles, ClusterRoles and their bindings.
+RBAC_API_GROUP = "rbac.authorization.k8s.io"
+
+
 class ScriptAgent(Construct):
     """An agent's ConfigMap (construct ``Config``) and ServiceAccount (``ServiceAccount``), both
     named ``name`` in ``namespace`` with ``labels``; subclasses add the RBAC and the workload.
@@ -69,6 +73,33 @@ class ScriptAgent(Construct):
         self.volume_mount = k8s.VolumeMount(name=VOLUME, mount_path=config_dir, read_only=True)
         self._hash_annotation = hash_annotation
 
+    def own_role(self, rules: list[k8s.PolicyRule]) -> tuple[k8s.KubeRole, k8s.KubeRoleBinding]:
+        """A Role of ``rules`` in the agent's namespace, named as the agent (constructs ``Role``,
+        ``RoleBinding``), bound to its ServiceAccount; the binding depends on both."""
+        role = k8s.KubeRole(self, "Role", metadata=self.metadata, rules=rules)
+        binding = k8s.KubeRoleBinding(
+            self, "RoleBinding", metadata=self.metadata,
+            role_ref=k8s.RoleRef(api_group=RBAC_API_GROUP, kind="Role", name=self.metadata.name),
+            subjects=[self._subject()])
+        binding.add_dependency(role, self.service_account)
+        return role, binding
+
+    def own_cluster_role(self, name: str, rules: list[k8s.PolicyRule]) -> tuple[k8s.KubeClusterRole,
+                                                                              k8s.KubeClusterRoleBinding]:
+        """A ClusterRole ``name`` of ``rules`` (constructs ``ClusterRole``, ``ClusterRoleBinding``) bound
+        to the agent's ServiceAccount; the binding depends on both."""
+        meta = k8s.ObjectMeta(name=name, labels=self.labels)
+        role = k8s.KubeClusterRole(self, "ClusterRole", metadata=meta, rules=rules)
+        binding = k8s.KubeClusterRoleBinding(
+            self, "ClusterRoleBinding", metadata=k8s.ObjectMeta(name=name, labels=self.labels),
+            role_ref=k8s.RoleRef(api_group=RBAC_API_GROUP, kind="ClusterRole", name=name),
+            subjects=[self._subject()])
+        binding.add_dependency(role, self.service_account)
+        return role, binding
+
+    def _subject(self) -> k8s.Subject:
+        return k8s.Subject(kind="ServiceAccount", name=self.metadata.name, namespace=self.metadata.namespace)
+
     def pod_template(self, spec: k8s.PodSpec) -> k8s.PodTemplateSpec:
         """The pod template: :attr:`labels` and the hash annotation."""
         return k8s.PodTemplateSpec(spec=spec, metadata=k8s.ObjectMeta(
@@ -87,14 +118,7 @@ class LineAgent(ScriptAgent):
 
     def __init__(self, scope: Construct, construct_id: str, **kwargs: Any) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        name, namespace = self.metadata.name, self.metadata.namespace
-        self.role = k8s.KubeRole(self, "Role", metadata=self.metadata, rules=[
-            k8s.PolicyRule(api_groups=[""], resources=["pods"], verbs=["list"])])
-        self.role_binding = k8s.KubeRoleBinding(
-            self, "RoleBinding", metadata=self.metadata,
-            role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="Role", name=name),
-            subjects=[k8s.Subject(kind="ServiceAccount", name=name, namespace=namespace)])
-        self.role_binding.add_dependency(self.role, self.service_account)
+        self.role, self.role_binding = self.own_role([k8s.PolicyRule(api_groups=[""], resources=["pods"], verbs=["list"])])
 
     def deploy(self, spec: k8s.PodSpec) -> None:
         """The Deployment (construct ``Deployment``) of ``spec``: one replica, strategy ``Recreate``

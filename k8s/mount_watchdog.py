@@ -213,14 +213,8 @@ class L2MountWatchdog(agent.ScriptAgent):
         super().__init__(scope, construct_id, name=NAME, namespace=ns, labels=LABELS, script=SCRIPT_FILE,
                          config_file=CONFIG_FILE, config=watchdog_config(platform), config_dir=CONFIG_DIR,
                          hash_annotation=CONFIG_HASH_ANNOTATION)
-        self.cluster_role = k8s.KubeClusterRole(
-            self, "ClusterRole", metadata=k8s.ObjectMeta(name=CLUSTER_ROLE, labels=LABELS),
-            rules=[k8s.PolicyRule(api_groups=[""], resources=["persistentvolumes"], verbs=["get"])])
-        binding = k8s.KubeClusterRoleBinding(
-            self, "ClusterRoleBinding", metadata=k8s.ObjectMeta(name=CLUSTER_ROLE, labels=LABELS),
-            role_ref=k8s.RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=CLUSTER_ROLE),
-            subjects=[k8s.Subject(kind="ServiceAccount", name=NAME, namespace=ns)])
-        binding.add_dependency(self.cluster_role, self.service_account)
+        self.cluster_role, binding = self.own_cluster_role(
+            CLUSTER_ROLE, [k8s.PolicyRule(api_groups=[""], resources=["persistentvolumes"], verbs=["get"])])
         # Replacing hung FUSE sessions: rights in the Curvine namespace, fenced by a policy that is
         # in place before the Role (and the DaemonSet) exist.
         self.limits = watchdog_limits(self, platform=platform)

@@ -93,19 +93,8 @@ class NodeFirewall(agent.ScriptAgent):
                          config_file=CONFIG_FILE, config=firewall_config(platform), config_dir=CONFIG_DIR,
                          hash_annotation=CONFIG_HASH_ANNOTATION)
         cluster_rules, ns_rules = rules()
-        rbac = "rbac.authorization.k8s.io"
-        self.cluster_role = k8s.KubeClusterRole(
-            self, "ClusterRole", metadata=k8s.ObjectMeta(name=CLUSTER_ROLE, labels=LABELS), rules=cluster_rules)
-        cluster_binding = k8s.KubeClusterRoleBinding(
-            self, "ClusterRoleBinding", metadata=k8s.ObjectMeta(name=CLUSTER_ROLE, labels=LABELS),
-            role_ref=k8s.RoleRef(api_group=rbac, kind="ClusterRole", name=CLUSTER_ROLE),
-            subjects=[k8s.Subject(kind="ServiceAccount", name=NAME, namespace=ns)])
-        cluster_binding.add_dependency(self.cluster_role, self.service_account)
-        self.role = k8s.KubeRole(self, "Role", metadata=self.metadata, rules=ns_rules)
-        self.role_binding = k8s.KubeRoleBinding(
-            self, "RoleBinding", metadata=self.metadata, role_ref=k8s.RoleRef(api_group=rbac, kind="Role", name=NAME),
-            subjects=[k8s.Subject(kind="ServiceAccount", name=NAME, namespace=ns)])
-        self.role_binding.add_dependency(self.role, self.service_account)
+        self.cluster_role, cluster_binding = self.own_cluster_role(CLUSTER_ROLE, cluster_rules)
+        self.role, self.role_binding = self.own_role(ns_rules)
         port = names.NODE_FIREWALL_METRICS_PORT_NAME
         container = k8s.Container(
             name="firewall", image=platform.versions.images.node_firewall,

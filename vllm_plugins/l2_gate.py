@@ -303,7 +303,42 @@ def stat_fresh_name(directory: str) -> Callable[[], None]:
     return probe
 
 
-class GateProber:
+class _Periodic:
+    """Calls :meth:`_tick` every ``interval_s`` on a daemon thread of its own (named ``thread_name``)
+    from :meth:`start` until :meth:`stop`; an exception of one tick is logged (prefix ``log_prefix``)
+    and the loop goes on, so no bug of one tick stops the thread."""
+
+    def __init__(self, interval_s: float, *, thread_name: str, log_prefix: str) -> None:
+        self.interval_s = interval_s
+        self._thread_name, self._log_prefix = thread_name, log_prefix
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _tick(self) -> None:
+        raise NotImplementedError
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._tick()
+            except Exception:  # noqa: BLE001 - the loop must outlive any bug of one tick
+                logger.exception("%s %s failed", self._log_prefix, self._thread_name)
+            self._stop.wait(self.interval_s)
+
+    def start(self) -> None:
+        """Start the loop on a daemon thread (idempotent)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=self._thread_name, daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the loop (waits at most a second for a tick in progress)."""
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=1.0)
+
+
+class GateProber(_Periodic):
     """Runs ``probe`` every ``interval_s`` on a daemon thread of its own, at most one at a time, reporting to ``gate``.
 
     ``step()`` is one tick of the loop (public so tests can drive it): with no probe in flight it
@@ -314,14 +349,12 @@ class GateProber:
 
     def __init__(self, gate: L2Gate, probe: Callable[[], None], *, interval_s: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(interval_s, thread_name="l2-gate-prober", log_prefix="L2GATE")
         self.gate = gate
         self.probe = probe
-        self.interval_s = interval_s
         self._clock = clock
         self._lock = threading.Lock()
         self._started_at: float | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         #: Probes started (count).
         self.probes = 0
 
@@ -352,25 +385,8 @@ class GateProber:
             return
         threading.Thread(target=self._run_probe, args=(now,), name="l2-gate-probe", daemon=True).start()
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.step()
-            except Exception:  # noqa: BLE001 - the prober must outlive any bug of one tick
-                logger.exception("L2GATE prober step failed")
-            self._stop.wait(self.interval_s)
-
-    def start(self) -> None:
-        """Start the loop on a daemon thread (idempotent)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="l2-gate-prober", daemon=True)
-            self._thread.start()
-
-    def stop(self) -> None:
-        """Stop the loop (a probe in flight is left to its daemon thread)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=1.0)
+    def _tick(self) -> None:
+        self.step()  # a probe in flight is left to its own daemon thread when the loop stops
 
 
 def retiring_cap(chunks: Any, hit_end: int, retiring: frozenset[str]) -> int:
@@ -393,7 +409,7 @@ def retiring_cap(chunks: Any, hit_end: int, retiring: frozenset[str]) -> int:
     return hit_end
 
 
-class RetiringWatcher:
+class RetiringWatcher(_Periodic):
     """The hashes on the janitor's retiring list of ``directory``, kept current by a daemon thread.
 
     Every ``interval_s`` the thread ``stat``\ s :data:`RETIRING_FILE` and reads it only when its
@@ -404,13 +420,11 @@ class RetiringWatcher:
 
     def __init__(self, directory: str, *, interval_s: float = RETIRING_POLL_S,
                  on_change: Callable[[frozenset[str]], None] | None = None) -> None:
+        super().__init__(interval_s, thread_name="l2-retiring", log_prefix="L2RETIRING")
         self.path = os.path.join(directory, RETIRING_FILE)
-        self.interval_s = interval_s
         self.hashes: frozenset[str] = frozenset()
         self._stamp: tuple[int, int, int] | None = None
         self._on_change = on_change
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def refresh(self) -> None:
         """One look at the list (what the thread does every ``interval_s``)."""
@@ -444,22 +458,8 @@ class RetiringWatcher:
             if self._on_change is not None:
                 self._on_change(hashes)
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.refresh()
-            except Exception:  # noqa: BLE001 - the watcher must outlive any bug of one look
-                logger.exception("L2RETIRING refresh failed")
-            self._stop.wait(self.interval_s)
-
-    def start(self) -> None:
-        """Start the thread (idempotent)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="l2-retiring", daemon=True)
-            self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
+    def _tick(self) -> None:
+        self.refresh()
 
 
 def start_retiring(settings: GateSettings, env: Mapping[str, str] | None = None) -> RetiringWatcher | None:
