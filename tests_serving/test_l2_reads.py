@@ -121,21 +121,36 @@ def test_a_truncated_chunk_is_recomputed(rig):
     _row("truncated chunk (recompute)", rig.b, reply, cold, hits)
 
 
+#: What LMCache logs when its lookup RPC to the worker times out (``zmq_transport.py``).
+LOOKUP_TIMEOUT_LOG = "Timeout occurred for rank 0"
+
+
 def test_vllm_default_policy_fails_such_a_request(rig):
     """The control: the same fault on a server whose ``--kv-transfer-config`` lacks
     ``kv_load_failure_policy`` (vLLM 0.29's default ``fail``): the request ends FINISHED_ERROR,
-    HTTP 500 without streaming, HTTP 200 with an empty completion when streaming. This is why
-    the rendered args set ``recompute``."""
+    HTTP 500 without streaming. Then one of two things, both seen here: a streaming request of the
+    same kind ends HTTP 200 with an empty completion, or LMCache's lookup server in the worker no
+    longer answers after the failed load and every later lookup of that replica times out (its L2
+    is off until it restarts; seen in 1 run of 5 on 2026-12-02). Either is why the rendered args set ``recompute``
+    (under which neither happens: the cases above)."""
     c = rig.default_policy
     assert "kv_load_failure_policy" not in c.argv.args[c.argv.args.index("--kv-transfer-config") + 1]
-    outcomes = {}
-    for stream, seed in ((False, 204), (True, 205)):
-        reply, cold, hits = _attempts(rig, c, seed, lambda files: _vanish_one(rig, files[1:2]), stream)
-        outcomes[stream] = reply
-        _row("vanished chunk, default policy" + (", stream" if stream else ""), c, reply, cold, hits)
-    assert outcomes[False].status == 500, outcomes[False]
-    assert outcomes[True].status == 200 and outcomes[True].text == "" and outcomes[True].tokens == 0, outcomes[True]
-    # The server itself is fine afterwards: a healthy request succeeds.
+    vanish = lambda files: _vanish_one(rig, files[1:2])  # noqa: E731
+    reply, cold, hits = _attempts(rig, c, 204, vanish, stream=False)
+    _row("vanished chunk, default policy", c, reply, cold, hits)
+    assert reply.status == 500, reply
+    mark = len(c.log())
+    try:
+        reply, cold, hits = _attempts(rig, c, 205, vanish, stream=True)
+    except AssertionError:
+        after = c.log()[mark:]
+        assert LOOKUP_TIMEOUT_LOG in after, after[-3000:]
+        REPORT["default_policy"] = ("vLLM's default policy after a failed load",
+                                    "LMCache's lookup server stopped answering: every later lookup timed out")
+    else:
+        _row("vanished chunk, default policy, stream", c, reply, cold, hits)
+        assert reply.status == 200 and reply.text == "" and reply.tokens == 0, reply
+    # The server itself still serves: a healthy request succeeds.
     assert c.complete(chunk_prompt(206), max_tokens=2).ok
 
 
