@@ -174,8 +174,9 @@ def test_the_planner_notes_a_hot_spot_in_a_lines_config() -> None:
     line, fixture_rag = notes(FIXTURE_CONFIG, "rag-assistant")
     assert line.routing_strategy == "prefixaware" and line.hot_prefixes.active
     assert any("hot spot" in n for n in fixture_rag)
-    line, example_rag = notes(USER_CONFIG, "rag-assistant")
-    assert line.routing_strategy == "roundrobin" and example_rag == []
+    if (USER_CONFIG / "business-lines" / "rag-assistant.yaml").exists():  # a fork replaces the example lines
+        line, example_rag = notes(USER_CONFIG, "rag-assistant")
+        assert line.routing_strategy == "roundrobin" and example_rag == []
     _, fixture_rr = notes(FIXTURE_CONFIG, "research-reasoning")
     assert any("chat requests are not tokenized" in n for n in fixture_rr) and any("one replica" in n for n in fixture_rr)
 

@@ -46,9 +46,13 @@ def test_the_sentence_is_found_in_the_examples() -> None:
     assert BUDGET_SENTENCE.findall(comment_text(FIXTURE_CONFIG / "business-lines" / "rag-assistant.yaml"))
 
 
-@pytest.mark.parametrize("path", sorted((USER_CONFIG / "business-lines").glob("*.yaml")), ids=lambda p: p.name)
-def test_each_example_line_says_why_it_routes_as_it_does(path: Path) -> None:
-    """Issue 29: the comment above ``routing_strategy`` says why, and points at docs/routing.md."""
+@pytest.mark.parametrize("name", ["rag-assistant.yaml", "research-reasoning.yaml"])
+def test_each_example_line_says_why_it_routes_as_it_does(name: str) -> None:
+    """Issue 29: the comment above ``routing_strategy`` of each example line the repository ships says
+    why, and points at docs/routing.md (a fork's own lines are its own business)."""
+    path = USER_CONFIG / "business-lines" / name
+    if not path.exists():
+        pytest.skip(f"{name} is not in this checkout's config (a fork's own lines)")
     lines = path.read_text(encoding="utf-8").splitlines()
     (at,) = [i for i, line in enumerate(lines) if line.startswith("routing_strategy:")]
     comment = []
