@@ -188,6 +188,9 @@ def export(pods: int = 4) -> dict[str, Any]:
                     if o["kind"] == "ConfigMap" and mount_watchdog.CONFIG_FILE in (o.get("data") or {})]
     return {
         "lmcache_version": LMCACHE_VERSION,
+        # The hot-spot alert's factor (a replica above it x its fair share of the prompt tokens), for
+        # the serving tier's routing tests.
+        "hot_spot_factor": alerts.HOT_SPOT_FACTOR,
         # The longest a FUSE operation waits on an absent Curvine Primary with the StorageClass's
         # client settings: what the fault tier's ``hang`` models (tests_faults/faultfs.py).
         "fuse_master_op_bound_ms": fuse_master_op_bound_ms(),

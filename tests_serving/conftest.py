@@ -24,7 +24,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -68,7 +68,9 @@ class ServingMount(FaultMount):
 
 @dataclass
 class Rig:
-    """The session's mount and servers."""
+    """The session's mount and servers; ``work``: the servers' (and routers') logs; ``launch(name, pod,
+    core)``: start one more server of the line, from admitted Pod ``pod``, stopped with the others at
+    the end of the session (not waited for: :func:`tests_serving.servers.wait_ready`)."""
 
     exported: dict[str, Any]
     mount: ServingMount
@@ -76,6 +78,8 @@ class Rig:
     a: Server
     b: Server
     default_policy: Server
+    work: Path
+    launch: Callable[[str, int, int], Server]
 
     @property
     def servers(self) -> list[Server]:
@@ -131,7 +135,7 @@ def rig(exported, model_dir, tmp_path_factory):
         control = start("default_policy", 2, 0, kv_overrides={"kv_load_failure_policy": None})
         servers.wait_ready(started)
         TIMES["servers start (3, in parallel)"] = time.monotonic() - t0
-        yield Rig(exported, mount, model_dir, a, b, control)
+        yield Rig(exported, mount, model_dir, a, b, control, work, start)
     finally:
         mount.switch("ok")
         logs = work / "logs"

@@ -221,6 +221,57 @@ class Reply:
         return (self.tokens - 1) / (self.total_s - self.ttft_s)
 
 
+def complete(port: int, model: str, prompt: str | list[int], *, max_tokens: int = MAX_TOKENS, stream: bool = True,
+             logprobs: bool = False) -> Reply:
+    """Greedy completion (temperature 0, fixed seed) of ``model`` at ``127.0.0.1:port``: a server, or a
+    router in front of several. Streaming: TTFT is the arrival of the first chunk that carries text;
+    a stream that ends without text is an empty completion (how vLLM ends a failed streaming
+    request: HTTP 200, no tokens). ``logprobs`` (not streaming): the
+    reply carries each generated token's log-probability (OpenAI ``logprobs: 1``)."""
+    assert not (stream and logprobs), "logprobs are read from a whole (not streamed) reply"
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "seed": 0,
+            "stream": stream, "ignore_eos": True, **({"logprobs": 1} if logprobs else {})}
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=REQUEST_TIMEOUT_S)
+    t0 = time.perf_counter()
+    try:
+        conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        if not stream or resp.status != 200:
+            raw = resp.read()
+            t1 = time.perf_counter()
+            if resp.status != 200:
+                return Reply(resp.status, "", 0, t1 - t0, t1 - t0, raw.decode("utf-8", "replace")[:2000])
+            doc = json.loads(raw)
+            choice = doc["choices"][0]
+            return Reply(200, choice["text"], doc["usage"]["completion_tokens"], t1 - t0, t1 - t0,
+                         logprobs=choice["logprobs"]["token_logprobs"] if logprobs else None)
+        parts: list[str] = []
+        ttft = None
+        tokens = 0
+        raw_lines = []
+        for line in resp:
+            line = line.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            raw_lines.append(data[:300].decode("utf-8", "replace"))
+            if data == b"[DONE]":
+                break
+            doc = json.loads(data)
+            for choice in doc.get("choices") or []:
+                if choice.get("text"):
+                    if ttft is None:
+                        ttft = time.perf_counter() - t0
+                    parts.append(choice["text"])
+                    tokens += 1
+        t1 = time.perf_counter()
+        return Reply(200, "".join(parts), tokens, ttft if ttft is not None else t1 - t0, t1 - t0,
+                     "\n".join(raw_lines[-5:]))
+    finally:
+        conn.close()
+
+
+
 @dataclass
 class Server:
     """One running ``vllm serve`` (the API server process; its engine core and worker are children)."""
@@ -270,51 +321,8 @@ class Server:
 
     def complete(self, prompt: str | list[int], *, max_tokens: int = MAX_TOKENS, stream: bool = True,
                  logprobs: bool = False) -> Reply:
-        """Greedy completion (temperature 0, fixed seed). Streaming: TTFT is the arrival of the first
-        chunk that carries text; a stream that ends without text is an empty completion (how vLLM
-        ends a failed streaming request: HTTP 200, no tokens). ``logprobs`` (not streaming): the
-        reply carries each generated token's log-probability (OpenAI ``logprobs: 1``)."""
-        assert not (stream and logprobs), "logprobs are read from a whole (not streamed) reply"
-        body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "seed": 0,
-                "stream": stream, "ignore_eos": True, **({"logprobs": 1} if logprobs else {})}
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=REQUEST_TIMEOUT_S)
-        t0 = time.perf_counter()
-        try:
-            conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            if not stream or resp.status != 200:
-                raw = resp.read()
-                t1 = time.perf_counter()
-                if resp.status != 200:
-                    return Reply(resp.status, "", 0, t1 - t0, t1 - t0, raw.decode("utf-8", "replace")[:2000])
-                doc = json.loads(raw)
-                choice = doc["choices"][0]
-                return Reply(200, choice["text"], doc["usage"]["completion_tokens"], t1 - t0, t1 - t0,
-                             logprobs=choice["logprobs"]["token_logprobs"] if logprobs else None)
-            parts: list[str] = []
-            ttft = None
-            tokens = 0
-            raw_lines = []
-            for line in resp:
-                line = line.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                raw_lines.append(data[:300].decode("utf-8", "replace"))
-                if data == b"[DONE]":
-                    break
-                doc = json.loads(data)
-                for choice in doc.get("choices") or []:
-                    if choice.get("text"):
-                        if ttft is None:
-                            ttft = time.perf_counter() - t0
-                        parts.append(choice["text"])
-                        tokens += 1
-            t1 = time.perf_counter()
-            return Reply(200, "".join(parts), tokens, ttft if ttft is not None else t1 - t0, t1 - t0,
-                         "\n".join(raw_lines[-5:]))
-        finally:
-            conn.close()
+        """:func:`complete` against this server."""
+        return complete(self.port, self.model, prompt, max_tokens=max_tokens, stream=stream, logprobs=logprobs)
 
     def metrics_text(self) -> str:
         status, body = self._request("GET", "/metrics")
