@@ -19,14 +19,28 @@ ifneq ($(CONFIG),config)
 export KVCACHE_CONFIG_DIR := $(CONFIG)
 endif
 
-.PHONY: setup system-deps synth test test-lmcache test-faults test-serving manifests bench docs clean
+.PHONY: setup lock system-deps synth test test-lmcache test-faults test-serving manifests bench docs clean
 
 # Set-up output goes to stderr, so `make bench` (JSON) keeps a clean stdout on a fresh machine too.
-$(VENV)/.installed: requirements.txt requirements-dev.txt
-	@echo "creating $(VENV) from requirements-dev.txt" >&2
+# Installed from requirements-dev.lock: every package, transitive ones included, at one version and
+# with the SHA-256 of each of its PyPI files (--require-hashes: a file that differs is refused).
+$(VENV)/.installed: requirements-dev.lock
+	@echo "creating $(VENV) from requirements-dev.lock" >&2
 	@$(PYTHON) -m venv $(VENV) >&2
-	@$(VENV)/bin/pip install --quiet -r requirements-dev.txt >&2
+	@$(VENV)/bin/pip install --quiet --require-hashes -r requirements-dev.lock >&2
 	@touch $@
+
+## make lock: after editing requirements.txt or requirements-dev.txt, re-resolve the two lock files
+## (pip-tools' pip-compile, pinned, in a throw-away virtualenv; needs PyPI). A version already in a
+## lock stays unless its requirements line changed it; tests/test_locks.py fails until this ran.
+PIP_TOOLS := pip-tools==7.6.2
+LOCK_ARGS := --quiet --generate-hashes --allow-unsafe --strip-extras --no-emit-index-url --no-emit-find-links \
+	--index-url https://pypi.org/simple
+lock:
+	@set -eu; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(PYTHON) -m venv "$$tmp/venv" && "$$tmp/venv/bin/pip" install --quiet "$(PIP_TOOLS)" >&2; \
+	PIP_CONSTRAINT= PIP_FIND_LINKS= "$$tmp/venv/bin/pip-compile" $(LOCK_ARGS) -o requirements-dev.lock requirements-dev.txt; \
+	PIP_CONSTRAINT= PIP_FIND_LINKS= "$$tmp/venv/bin/pip-compile" $(LOCK_ARGS) -c requirements-dev.lock -o requirements.lock requirements.txt
 
 node_modules/.installed: package.json package-lock.json
 	@echo "installing the pinned Node CLIs (npm ci)" >&2

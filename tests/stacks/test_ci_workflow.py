@@ -74,7 +74,8 @@ def test_header_says_the_deploy_role_must_assume_the_bootstrap_roles() -> None:
 def test_pip_and_npm_are_cached() -> None:
     for name, job in jobs().items():
         for step in steps_using(job, "actions/setup-python"):
-            assert step["with"]["cache"] == "pip" and step["with"]["cache-dependency-path"] == "requirements*.txt", name
+            # requirements*: the .txt files and the hash-checked .lock files installed from them.
+            assert step["with"]["cache"] == "pip" and step["with"]["cache-dependency-path"] == "requirements*", name
         for step in steps_using(job, "actions/setup-node"):
             assert step["with"]["cache"] == "npm", name
     assert (REPO / "package-lock.json").is_file()  # what the npm cache is keyed on
@@ -271,7 +272,7 @@ def test_platform_deploy_runs_the_preflight_before_any_stack_changes() -> None:
     assert ".venv/bin/python scripts/preflight.py --config config --cloud-assembly cdk.out" in step["run"]
     assert "continue-on-error" not in step and "if" not in step
     assert _step_index(job, "aws sts get-caller-identity") < preflight < _first_deploy(job)
-    assert _step_index(job, "pip install --quiet -r requirements.txt") < preflight
+    assert _step_index(job, "pip install --quiet --require-hashes -r requirements.lock") < preflight
     # The line jobs and the orphan removal come after the platform job, so they are stopped too.
     assert "deploy-platform" in needs(jobs()["deploy-line"]) and "deploy-platform" in needs(jobs()["remove-orphans"])
 
@@ -399,7 +400,8 @@ def test_lmcache_tier_runs_on_pull_requests_that_touch_what_it_reads() -> None:
     closure = _first_party_closure(sorted((REPO / "tests_lmcache").glob("*.py")))
     assert {"k8s/render.py", "platform_config/line_models.py", "tests/k8s/kyverno_eval.py"} <= closure  # the walk works
     # scripts/jsii_node.sh: the Node.js command jsii runs for the charts (platform_config/runtime.py).
-    inputs = {"requirements-lmcache.txt", "constraints-lmcache.txt", "requirements.txt", "Makefile",
+    inputs = {"requirements-lmcache.txt", "constraints-lmcache.txt", "requirements.txt", "requirements-dev.lock",
+              "Makefile",
               "scripts/jsii_node.sh",
               "package-lock.json", "tests/fixtures/config/platform.yaml",
               "tests/fixtures/config/business-lines/rag-assistant.yaml"}
