@@ -26,6 +26,7 @@ from observability.autoscaling import project_scaling
 from platform_config import ProjectConfig, load_project
 from tests.example_config import copy_example_config, edit_yaml
 from tests.k8s.conftest import VOLUME_ID, ZONE, find
+from tests.k8s.immutable_fields import refused_updates
 from tests.k8s.test_k8s_schemas import pruned_fields
 
 LINE = "rag-assistant"
@@ -172,3 +173,13 @@ def test_the_planner_says_who_routes_a_gateway_line(gateway_project) -> None:
     assert simulated_strategy("roundrobin") == "roundrobin"
     with pytest.raises(KeyError):
         simulated_strategy("fastest")
+
+
+def test_moving_a_line_to_or_from_the_gateway_needs_a_re_created_endpoint(gateway_project, gateway_manifests,
+                                                                          control_manifests) -> None:
+    """The API server's rule (intelligentRoutingSpec cannot be changed after creation, nor added to an existing
+    endpoint) makes the switch a re-creation both ways, and nothing else in the render is refused."""
+    ns = gateway_project.business_line(LINE).namespace
+    expected = [f"InferenceEndpointConfig {ns}/{LINE}: spec.intelligentRoutingSpec.enabled"]
+    assert refused_updates(control_manifests, gateway_manifests) == expected
+    assert refused_updates(gateway_manifests, control_manifests) == expected
