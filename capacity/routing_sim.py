@@ -33,7 +33,8 @@ Issue 29 item 1. Deterministic (a seed fixes everything) and small enough for un
   (``src/vllm_router/routers/routing_logic.py`` and ``src/vllm_router/prefix/hashtrie.py`` at
   a6c01db05f65f556235413ba8dbcfb0c01132fff, docs/sources.md §27), which HyperPod's four strategies match
   by name and mechanism (inferred, issue 29), and one load-dominant blend that no router of the
-  operator offers (``leastwork``).
+  operator offers (``leastwork``), the model of a line routed by the HyperPod Inference Gateway
+  (``routing_strategy: gateway``: :func:`simulated_strategy`).
 
 Units: times in ms unless named ``_s``; tokens as counts; shares as fractions of the line's total.
 """
@@ -621,6 +622,23 @@ STRATEGIES: dict[str, Callable[[int], Strategy]] = {
 }
 
 
+#: A line's ``routing_strategy`` that is no strategy of :data:`STRATEGIES`, and the one that models it: the
+#: HyperPod Inference Gateway's Endpoint Picker scores replicas by queue depth, KV-cache utilisation and
+#: prefix-cache affinity (default weights 2, 2 and 3: docs/sources.md §31), a load term with affinity, which
+#: ``leastwork`` stands for. A model, not the gateway's code (AWS publishes none): docs/routing.md.
+MODELLED_BY: dict[str, str] = {"gateway": "leastwork"}
+
+
+def simulated_strategy(routing_strategy: str) -> str:
+    """The :data:`STRATEGIES` entry that simulates a line configured with ``routing_strategy``: itself for the
+    operator's four, ``leastwork`` for ``gateway`` (:data:`MODELLED_BY`). Raises KeyError for anything else."""
+    name = MODELLED_BY.get(routing_strategy, routing_strategy)
+    if name not in STRATEGIES:
+        raise KeyError(f"no simulated strategy for routing_strategy {routing_strategy!r}; known: "
+                       f"{', '.join([*STRATEGIES, *MODELLED_BY])}")
+    return name
+
+
 # --------------------------------------------------------------------------------------------------------
 # The simulation
 
@@ -769,6 +787,8 @@ def line_routing_notes(line: "BusinessLineConfig", p: Plan) -> list[str]:
       chat requests fall back (#1045, #1062); and it never sees the L2.
     * prompts (the plan's ``tokens``) below the L2 break-even with an affinity strategy: a local hit saves
       little prefill there; round robin.
+    * ``gateway``: what routes the line (the HyperPod Inference Gateway, its default scorer weights) and what
+      models it here (``leastwork``, :func:`simulated_strategy`).
     * one replica at most: routing changes nothing until the line scales.
     """
     notes = []
@@ -785,6 +805,11 @@ def line_routing_notes(line: "BusinessLineConfig", p: Plan) -> list[str]:
     if strategy in ("prefixaware", "kvaware", "session") and be is not None and p.inputs.tokens < be:
         notes.append(f"prompts of {p.inputs.tokens:,} tokens are below the L2 break-even (~{be:,.0f}): affinity "
                      "saves little prefill; roundrobin")
+    if strategy == "gateway":
+        notes.append("the HyperPod Inference Gateway routes the line (not intelligentRoutingSpec): its Endpoint Picker "
+                     "scores replicas by queue, KV-cache use and prefix (weights 2, 2, 3 unless set on the line's "
+                     f"scheduler entry); scripts/bench_routing.py models it as {simulated_strategy(strategy)}, the "
+                     "load-dominant blend (docs/routing.md)")
     if most <= 1:
         notes.append("one replica: routing changes nothing until the line scales")
     return notes

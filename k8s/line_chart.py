@@ -23,6 +23,9 @@ Objects, in apply order (cdk8s orders them by the dependencies declared here):
    CRD): model, instance type, replicas, worker, KV cache tiers, intelligent routing, metrics, and
    for an autoscaling line ``autoScalingSpec`` (:func:`autoscaling_spec`: its bounds and KEDA
    Prometheus triggers, built by :mod:`observability.autoscaling` and passed in as ``scaling``).
+   A line with ``routing_strategy: gateway`` has no ``intelligentRoutingSpec`` and instead
+   ``inferenceGateway: {enabled: true, name: <line>-gateway}`` (:func:`gateway_spec`): the HyperPod
+   Inference Gateway routes it, and the operator writes its scheduler entry into that gateway.
 
 6. The L2 janitor (:mod:`k8s.janitor`): ConfigMap, ServiceAccount, Role, RoleBinding and a
    single-replica Deployment that keep the line's L2 directory within ``l2_size`` and ``ttl_hours``
@@ -68,6 +71,7 @@ from k8s.kyverno import BUSINESS_LINE_NAMESPACE_LABEL, policy_manifest
 from k8s.lmcache import PYTHONHASHSEED_ENV, env_name
 from k8s.patch import line_cache_env
 from platform_config import BusinessLineConfig, PlatformConfig
+from platform_config.fields import GATEWAY_ROUTING
 from platform_config.line_models import FsxModelSource, HuggingFaceModelSource, S3ModelSource
 
 #: ``l2CacheBackend`` placeholder: the CRD admits only redis|tieredstorage, so no field can point
@@ -230,7 +234,12 @@ def endpoint_spec(platform: PlatformConfig, line: BusinessLineConfig,
         enable_l1_cache=line.cache.l1_enabled, enable_l2_cache=line.cache.l2_enabled,
         l2_cache_spec=(iec.InferenceEndpointConfigSpecKvCacheSpecL2CacheSpec(l2_cache_backend=L2_BACKEND_PLACEHOLDER)
                        if line.cache.l2_enabled else None))
-    strategy = iec.InferenceEndpointConfigSpecIntelligentRoutingSpecRoutingStrategy[line.routing_strategy.upper()]
+    # A gateway line leaves intelligentRoutingSpec out: the gateway and the operator's router are mutually
+    # exclusive per model (docs/sources.md §31); its opt-in, spec.inferenceGateway, is added by
+    # BusinessLineChart (gateway_spec), since the pinned CRD predates the field.
+    routing = (None if line.routing_strategy == GATEWAY_ROUTING else iec.InferenceEndpointConfigSpecIntelligentRoutingSpec(
+        enabled=True,
+        routing_strategy=iec.InferenceEndpointConfigSpecIntelligentRoutingSpecRoutingStrategy[line.routing_strategy.upper()]))
     if line.autoscaling is not None and scaling is None:
         raise ValueError(f"business line {line.name!r} autoscales: its chart needs the triggers and the Prometheus "
                          "server address (observability.autoscaling.line_scaling)")
@@ -258,13 +267,29 @@ def endpoint_spec(platform: PlatformConfig, line: BusinessLineConfig,
                 for name in CR_ENV_NAMES]),
         kv_cache_spec=kv,
         # Cannot be changed after creation (docs/sources.md §1): set at first apply.
-        intelligent_routing_spec=iec.InferenceEndpointConfigSpecIntelligentRoutingSpec(
-            enabled=True, routing_strategy=strategy),
+        intelligent_routing_spec=routing,
         metrics=iec.InferenceEndpointConfigSpecMetrics(
             enabled=line.metrics_enabled,
             model_metrics=iec.InferenceEndpointConfigSpecMetricsModelMetrics(path="/metrics", port=line.vllm.port)),
         load_balancer=iec.InferenceEndpointConfigSpecLoadBalancer(health_check_path=HEALTH_CHECK_PATH),
     )
+
+
+def gateway_spec(line: BusinessLineConfig) -> dict[str, object] | None:
+    """``spec.inferenceGateway`` of a line routed by the HyperPod Inference Gateway (``routing_strategy:
+    gateway``), None for any other line: attach the endpoint to the gateway :func:`k8s.names.gateway_name`.
+
+    Both fields are the AWS guide's (docs/sources.md §31): ``enabled`` (default false) and ``name`` (the
+    ``InferenceGatewayConfig`` to attach to; models sharing a name and namespace share one gateway). The
+    operator then creates that ``InferenceGatewayConfig`` in the line's namespace and merges the line's
+    scheduler entry into its ``spec.schedulers`` (name, modelName, targetPort, modelSelector; ``scheduler``
+    llm-d), keeping any ``weights`` set on the entry since. The pinned CRD (aws/sagemaker-hyperpod-cli
+    011ca927) predates the field, so it is added as a JSON patch, not through the generated classes; the
+    add-on pinned (v2.0.0-eksbuild.2) is the first with the gateway.
+    """
+    if line.routing_strategy != GATEWAY_ROUTING:
+        return None
+    return {"enabled": True, "name": names.gateway_name(line)}
 
 
 class BusinessLineChart(cdk8s.Chart):
@@ -365,9 +390,18 @@ class BusinessLineChart(cdk8s.Chart):
                 namespace=ns, pod_labels={names.OPERATOR_POD_LABEL: names.endpoint_name(line)},
                 model_port=line.vllm.port, vpc_cidr=vpc_cidr(platform))})
         self.endpoint_ingress.add_dependency(self.namespace_obj)
-        self.endpoint = iec.InferenceEndpointConfig(
-            self, "Endpoint", metadata=cdk8s.ApiObjectMetadata(name=names.endpoint_name(line), namespace=ns),
-            spec=endpoint_spec(platform, line, scaling))
+        metadata = cdk8s.ApiObjectMetadata(name=names.endpoint_name(line), namespace=ns)
+        gateway = gateway_spec(line)
+        if gateway is None:
+            self.endpoint: cdk8s.ApiObject = iec.InferenceEndpointConfig(
+                self, "Endpoint", metadata=metadata, spec=endpoint_spec(platform, line, scaling))
+        else:
+            # The generated class re-serializes its spec through the pinned CRD's fields, dropping any
+            # patch the CRD lacks: the manifest comes from the typed classes, the field is added to it.
+            manifest = iec.InferenceEndpointConfig.manifest(metadata=metadata,
+                                                            spec=endpoint_spec(platform, line, scaling))
+            self.endpoint = api_object(self, "Endpoint", {
+                **manifest, "spec": {**manifest["spec"], "inferenceGateway": gateway}})
         self.endpoint.add_dependency(self.namespace_obj, *(o for o in (self.pvc, self.policy, self.vllm_plugins)
                                                            if o is not None))
 

@@ -67,6 +67,14 @@ def policy_name(line: BusinessLineConfig) -> str:
     return f"{line.name}-l2-cache"
 
 
+def gateway_name(line: BusinessLineConfig) -> str:
+    """The ``InferenceGatewayConfig`` a gateway line's endpoint attaches to (``spec.inferenceGateway.name``),
+    in the line's namespace: the operator creates it and writes the line's scheduler entry into it
+    (docs/routing.md, "Routing a line by the HyperPod Inference Gateway"). Named, so an operator finds it;
+    left empty, the operator would generate ``inf-igw-<uuid>`` (docs/sources.md §31)."""
+    return f"{line.name}-gateway"
+
+
 def line_chart_name(line: BusinessLineConfig) -> str:
     """Key of the line's chart in :func:`k8s.render.render_manifests` and its dist/ file stem."""
     return f"line-{line.name}"

@@ -30,6 +30,7 @@ from k8s import names
 from cluster_agents import l2_janitor, l2_mount_watchdog
 from observability import queries, targets
 from platform_config import BusinessLineConfig, PlatformConfig
+from platform_config.fields import GATEWAY_ROUTING
 
 #: Namespace name of the rule groups in the workspace.
 RULES_NAMESPACE: Final = "kvcache-tiers"
@@ -167,12 +168,18 @@ def line_alerts(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...])
                 "prompt tokens",
         meaning=f"One replica received more than {HOT_SPOT_FACTOR:g}x its fair share (1 / the line's replicas) of "
                 f"the line's prompt tokens over {queries.SHARE_WINDOW}, for {HOT_SPOT_FOR}: the router sends it "
-                "most of the traffic (prefixaware with a prefix every request shares, kvaware or session with one "
-                "heavy user) while the others idle. Its queue, hence TTFT, grows; adding replicas does not help.",
-        action="On the line's dashboard row, 'Share of prompt tokens per replica' shows which; scripts/overlap.py "
-               "on a request log says which routing_strategy the traffic calls for (docs/routing.md). "
-               "routing_strategy is fixed after creation: change it in the line's file and re-create the "
-               "endpoint; meanwhile deleting the hot pod only moves the hot spot."))
+                + ("most of the traffic (the HyperPod Inference Gateway's prefix weight outweighing its queue and "
+                   "KV-cache weights on this line's scheduler)" if line.routing_strategy == GATEWAY_ROUTING else
+                   "most of the traffic (prefixaware with a prefix every request shares, kvaware or session with one "
+                   "heavy user)")
+                + " while the others idle. Its queue, hence TTFT, grows; adding replicas does not help.",
+        action="On the line's dashboard row, 'Share of prompt tokens per replica' shows which; "
+               + (f"raise weights.queue (or lower weights.prefix) on the line's scheduler entry in the "
+                  f"InferenceGatewayConfig {names.gateway_name(line)} of namespace {line.namespace} (the operator "
+                  "keeps weights set there; docs/routing.md)." if line.routing_strategy == GATEWAY_ROUTING else
+                  "scripts/overlap.py on a request log says which routing_strategy the traffic calls for "
+                  "(docs/routing.md). routing_strategy is fixed after creation: change it in the line's file and "
+                  "re-create the endpoint; meanwhile deleting the hot pod only moves the hot spot.")))
     out += _per_line(l2_lines, lambda line: Alert(
         name="KvCacheLineL2AboveHighWatermark",
         expr=(f"{queries.l2_used_bytes(line)} > "

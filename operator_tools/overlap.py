@@ -311,6 +311,9 @@ class OverlapReport:
     short_requests: int = 0
     #: Whether the line has the shared L2 (:func:`recommend_routing`).
     l2: bool = True
+    #: Whether the platform runs the HyperPod Inference Gateway (``inference_operator.gateway.enabled``), so
+    #: ``routing_strategy: gateway`` is open to the line (:func:`recommend_routing`).
+    gateway: bool = False
 
     @property
     def router_head_share(self) -> float:
@@ -405,8 +408,9 @@ class RoutingAdvice:
     """Which routing a line's request log calls for (:func:`recommend_routing`).
 
     Attributes:
-        strategy: among the strategies the InferenceEndpointConfig CRD allows (``intelligentRoutingSpec.
-            routingStrategy``: prefixaware, kvaware, session, roundrobin), the one to configure.
+        strategy: the line's ``routing_strategy`` to configure: one of the strategies the InferenceEndpointConfig
+            CRD allows (``intelligentRoutingSpec.routingStrategy``: prefixaware, kvaware, session, roundrobin),
+            or ``gateway`` (the HyperPod Inference Gateway) when the report says the platform runs it.
         ideal: what the traffic wants, whether or not the operator's router offers it: ``load only``,
             ``session affinity``, ``prefix affinity with a load bound``.
         hot_spot: ``prefixaware`` would send at least :data:`HOT_SPOT_SHARE` of the requests to one replica.
@@ -438,7 +442,8 @@ def recommend_routing(report: OverlapReport) -> RoutingAdvice:
        :data:`COMMON_CHUNK_SHARE` of the requests share): prefix affinity with a load bound, which no CRD
        strategy has (prefixaware and kvaware have no load term). With the L2 the affinity is worth only an
        L2 read (about 0.37x of a recompute at 2,500 tokens), so ``roundrobin``; without it, ``prefixaware``
-       unless rule 1 forbids it. The HyperPod Inference Gateway (prefix and load scorers) is the ideal.
+       unless rule 1 forbids it. The HyperPod Inference Gateway (prefix and load scorers) is the ideal: with
+       ``report.gateway`` (the platform runs it), ``gateway``, L2 or not.
     5. Otherwise the reuse is one prefix shared by all: every replica holds it after its first request (and
        the L2 as a hot prefix), so load only (``roundrobin``).
 
@@ -469,6 +474,11 @@ def recommend_routing(report: OverlapReport) -> RoutingAdvice:
             f"{same:.0%} of the reuse is within a session (field {report.session_key!r}): session keeps a "
             "conversation on the replica that holds its KV locally")))
     if documents >= 0.25:
+        if report.gateway:
+            return RoutingAdvice("gateway", "prefix affinity with a load bound", hot, (*reasons, (
+                f"{documents:.0%} of the reuse is per document, across sessions: it wants prefix affinity with a "
+                "load bound, which the HyperPod Inference Gateway's prefix and load scorers give (the platform "
+                "runs it: inference_operator.gateway.enabled); no CRD strategy has both")))
         if report.l2:
             return RoutingAdvice("roundrobin", "prefix affinity with a load bound", hot, (*reasons, (
                 f"{documents:.0%} of the reuse is per document, across sessions: it wants prefix affinity with a "
@@ -565,14 +575,15 @@ def analyse(lines: Iterable[str], *, tokenizer: HFTokenizer | ApproxTokenizer | 
             chunk_tokens: int = DEFAULT_CHUNK_TOKENS, max_cached_chunks: int = DEFAULT_MAX_CACHED_CHUNKS,
             max_groups: int = DEFAULT_MAX_GROUPS, template: str = "chatml", threshold: float = ADOPTION_THRESHOLD,
             batch_size: int = 256, max_malformed_lines: int = 10, session_key: str = "user",
-            break_even_tokens: float | None = None, l2: bool = True) -> OverlapReport:
+            break_even_tokens: float | None = None, l2: bool = True, gateway: bool = False) -> OverlapReport:
     """Simulate a perfect cross-pod prefix cache over ``lines`` (JSONL requests, in log order).
 
     For the routing advice (:func:`recommend_routing`) it also counts, per served chunk, whether the same
     session stored it first (the request's ``session_key`` field), how many requests it served (a prefix
     shared by all vs per-document reuse), the requests per first 128 characters of the router's text, and
     the requests shorter than ``break_even_tokens`` (default: :func:`reference_break_even_tokens`);
-    ``l2``: whether the line has the shared L2 (the advice differs).
+    ``l2``: whether the line has the shared L2 (the advice differs); ``gateway``: whether the platform runs the
+    HyperPod Inference Gateway (``gateway`` may then be advised).
 
     Memory is bounded by ``max_cached_chunks`` (LRU of 8-byte keys), ``max_groups`` and
     ``batch_size``, not by the log's length. Malformed lines are counted by reason (the
@@ -595,7 +606,7 @@ def analyse(lines: Iterable[str], *, tokenizer: HFTokenizer | ApproxTokenizer | 
     report = OverlapReport(tokenizer=tok.name, exact=tok.exact, chunk_tokens=chunk_tokens,
                            max_cached_chunks=max_cached_chunks, threshold=threshold, session_key=session_key,
                            break_even_tokens=(reference_break_even_tokens() if break_even_tokens is None
-                                              else break_even_tokens), l2=l2)
+                                              else break_even_tokens), l2=l2, gateway=gateway)
     # key -> [hash of the session that stored it (b"" for none), requests of other sessions it served]
     seen: OrderedDict[bytes, list[Any]] = OrderedDict()
     group_ids: dict[bytes, str] = {}

@@ -210,8 +210,14 @@ AWS_ACCOUNT_PATTERN = r"^[0-9]{12}$"
 AWS_REGION_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-[0-9]$"
 AZ_NAME_PATTERN = r"^[a-z]{2}(-gov)?-[a-z]+-[0-9][a-z]$"
 
-ROUTING_STRATEGIES = ("prefixaware", "kvaware", "session", "roundrobin")
-RoutingStrategy = Literal["prefixaware", "kvaware", "session", "roundrobin"]
+#: The operator's router strategies: the CRD's enum of ``intelligentRoutingSpec.routingStrategy``.
+CRD_ROUTING_STRATEGIES = ("prefixaware", "kvaware", "session", "roundrobin")
+#: ``routing_strategy: gateway``: the HyperPod Inference Gateway routes the line instead of the operator's
+#: router (``spec.inferenceGateway.enabled``; the two are mutually exclusive per model: docs/sources.md §31).
+GATEWAY_ROUTING = "gateway"
+#: What a line's ``routing_strategy`` accepts: one of the operator's strategies, or the gateway.
+ROUTING_STRATEGIES = (*CRD_ROUTING_STRATEGIES, GATEWAY_ROUTING)
+RoutingStrategy = Literal["prefixaware", "kvaware", "session", "roundrobin", "gateway"]
 
 
 class StrictModel(BaseModel):

@@ -524,7 +524,9 @@ class BusinessLineConfig(StrictModel):
     gpus_per_replica: Annotated[int, Field(ge=1, le=8)] = 1
     #: Router strategy (docs/routing.md): roundrobin when every request shares a prefix (prefixaware would
     #: send them all to one replica), for per-document reuse with the L2 and for short prompts; session for
-    #: per-session reuse. scripts/overlap.py advises it from a request log. Fixed after creation.
+    #: per-session reuse; gateway: the HyperPod Inference Gateway routes the line instead of the operator's
+    #: router (prefix affinity with a load bound; needs inference_operator.gateway.enabled in platform.yaml).
+    #: scripts/overlap.py advises it from a request log. Fixed after creation.
     routing_strategy: RoutingStrategy = "prefixaware"
     cache: CacheConfig = CacheConfig()
     vllm: VllmConfig

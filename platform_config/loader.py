@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from platform_config import fields, line_models, node_fit, platform_models
 from platform_config import hyperpod_rules as hp_rules
+from platform_config.fields import CRD_ROUTING_STRATEGIES, GATEWAY_ROUTING
 from platform_config.instances import INSTANCE_TYPES
 from platform_config.line_models import BusinessLineConfig
 from platform_config.platform_models import PlatformConfig
@@ -431,7 +432,8 @@ def cross_check(
     *, check_node_fit: bool = True,
 ) -> list[ConfigProblem]:
     """Rules spanning files: instance types, taints, namespaces, autoscaling's Prometheus workspace
-    (``observability.enabled``), L2 prerequisites (an L2 line's
+    (``observability.enabled``), a line on the gateway (``routing_strategy: gateway``) needs
+    ``inference_operator.gateway.enabled``, L2 prerequisites (an L2 line's
     TTFT SLO above ``lmcache.lookup_timeout_ms``, what an unhealthy L2 adds to each request), the L2 pool, and
     whether the lines' pods fit the nodes (GPUs, CPU and memory: :func:`node_fit_problems`).
 
@@ -475,6 +477,13 @@ def cross_check(
                 f"the autoscaling triggers read the line's metrics from the platform's Prometheus workspace, but "
                 f"observability.enabled is false in {platform_path}, so there is none; allowed: observability.enabled "
                 "true, or no autoscaling (a fixed replicas)"))
+        if line.routing_strategy == GATEWAY_ROUTING and not platform.inference_operator.gateway.enabled:
+            problems.append(ConfigProblem(
+                str(path), "routing_strategy",
+                f"the HyperPod Inference Gateway routes this line, but inference_operator.gateway.enabled is false "
+                f"in {platform_path}, so the add-on runs no gateway; allowed: inference_operator.gateway.enabled "
+                f"true in {platform_path}, or one of the operator's strategies ({', '.join(CRD_ROUTING_STRATEGIES)})",
+                line.routing_strategy))
         if line.cache.l2_enabled and not platform.curvine.enabled:
             problems.append(ConfigProblem(
                 str(path), "cache.l2_enabled",

@@ -678,9 +678,11 @@ class InferenceGatewayConfig(StrictModel):
     read for this project shows the ``inferenceGateway`` key in the add-on's configuration
     (docs/sources.md §11), so by default the platform sends no ``inferenceGateway`` key at all;
     ``scripts/preflight.py`` fails when the pinned version's schema has the key and does not
-    default ``enabled`` to false, naming ``set_in_addon``. The platform does not route through the
-    gateway (each business line's endpoint has the operator's own load balancer and intelligent
-    routing).
+    default ``enabled`` to false, naming ``set_in_addon``. A business line with ``routing_strategy:
+    gateway`` is routed by the gateway and needs ``enabled: true``; every other line keeps the
+    operator's own load balancer and intelligent routing (docs/routing.md). AWS's gateway guide
+    (docs/sources.md §31) shows the ``inferenceGateway.enabled`` and ``inferenceGateway.serviceAccount.roleArn``
+    keys and names the ServiceAccount ``inference-gateway-controller``.
     """
 
     #: false: no gateway. true: the platform creates the gateway's IRSA role and sends
@@ -691,8 +693,8 @@ class InferenceGatewayConfig(StrictModel):
     #: Set true when scripts/preflight.py reports that the pinned add-on version has the key.
     set_in_addon: bool = False
     #: Kubernetes ServiceAccount of the gateway in ``hyperpod-inference-system``, which the role
-    #: trusts. Required when enabled: take it from the add-on's documentation for the pinned
-    #: version (not defaulted, because no source read for this project names it).
+    #: trusts. Required when enabled: AWS's gateway guide names ``inference-gateway-controller``
+    #: (docs/sources.md §31); not defaulted, so a change of the add-on shows in the config.
     service_account: DnsLabel | None = None
 
     @model_validator(mode="after")

@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "for the line (default: the reference deployment's, about 783)")
     parser.add_argument("--l2", action=argparse.BooleanOptionalAction, default=True,
                         help="whether the line has the shared L2 (the routing advice differs)")
+    parser.add_argument("--gateway", action=argparse.BooleanOptionalAction, default=False,
+                        help="whether the platform runs the HyperPod Inference Gateway "
+                             "(inference_operator.gateway.enabled): routing_strategy gateway may then be advised")
     parser.add_argument("--plot", type=Path, metavar="FILE",
                         help="also draw the shared-prefix distribution against the threshold (.png, .svg, .pdf)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction,
@@ -88,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         report = analyse_file(args.log, tokenizer=tokenizer, chunk_tokens=args.chunk_size,
                               max_cached_chunks=args.max_chunks, max_groups=args.max_groups,
                               template=args.template, threshold=args.threshold, session_key=args.session_key,
-                              break_even_tokens=args.break_even_tokens, l2=args.l2,
+                              break_even_tokens=args.break_even_tokens, l2=args.l2, gateway=args.gateway,
                               progress=cli.progress_wanted(args.progress, args.json),
                               progress_delay_s=0.0 if args.progress else 1.0)
     except (OSError, ValueError) as exc:

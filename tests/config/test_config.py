@@ -112,6 +112,44 @@ def test_unknown_routing_strategy_lists_allowed(config_dir: Path) -> None:
         assert strategy in message
 
 
+def _enable_gateway(config_dir: Path) -> None:
+    edit_yaml(config_dir / "platform.yaml", lambda d: d["inference_operator"]["gateway"].update(
+        enabled=True, service_account="inference-gateway-controller"))
+
+
+def test_a_line_on_the_gateway_needs_the_gateway_in_the_platform(config_dir: Path) -> None:
+    """``routing_strategy: gateway`` with ``inference_operator.gateway.enabled: false``: one problem, naming the
+    line's file and field, the platform file and its field, and every value allowed instead."""
+    path = config_dir / "business-lines" / "rag-assistant.yaml"
+    edit_yaml(path, lambda d: d.update(routing_strategy="gateway"))
+    message = only_problem(config_dir)
+    assert message.startswith(f"{path}: routing_strategy: ")
+    assert f"inference_operator.gateway.enabled is false in {config_dir / 'platform.yaml'}" in message
+    allowed = message.split("allowed: ", 1)[1]
+    assert "inference_operator.gateway.enabled true" in allowed
+    for strategy in ("prefixaware", "kvaware", "session", "roundrobin"):
+        assert strategy in allowed
+    assert message.endswith("(got 'gateway')")
+
+
+def test_a_line_on_the_gateway_loads_when_the_platform_runs_it(config_dir: Path) -> None:
+    _enable_gateway(config_dir)
+    edit_yaml(config_dir / "business-lines" / "rag-assistant.yaml", lambda d: d.update(routing_strategy="gateway"))
+    project = load_checked_project(config_dir)
+    assert project.business_line("rag-assistant").routing_strategy == "gateway"
+    # The other lines keep the operator's router: the gateway is a per-line choice.
+    assert {l.routing_strategy for l in project.business_lines if l.name != "rag-assistant"} <= {
+        "prefixaware", "kvaware", "session", "roundrobin"}
+
+
+def test_the_gateway_alone_changes_no_line(config_dir: Path) -> None:
+    """Turning the platform's gateway on routes no line by it: each line opts in."""
+    before = {l.name: l.routing_strategy for l in load_checked_project(config_dir).business_lines}
+    _enable_gateway(config_dir)
+    assert {l.name: l.routing_strategy for l in load_checked_project(config_dir).business_lines} == before
+    assert "gateway" not in before.values()
+
+
 def test_pvc_size_must_be_a_quantity(config_dir: Path) -> None:
     path = config_dir / "business-lines" / "rag-assistant.yaml"
     edit_yaml(path, lambda d: d["cache"].update(l2_size="500 gigs"))

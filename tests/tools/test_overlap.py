@@ -399,3 +399,28 @@ def test_the_report_prints_the_routing_advice(tok: HFTokenizer) -> None:
     text = format_report(report)
     assert "routing       roundrobin (the traffic wants prefix affinity with a load bound" in text
     assert report.to_dict()["routing"]["strategy"] == "roundrobin"
+
+
+def test_per_document_reuse_is_routed_by_the_gateway_when_the_platform_runs_it() -> None:
+    """With the HyperPod Inference Gateway on (``--gateway``), per-document reuse gets ``gateway``: prefix
+    affinity with a load bound, which no CRD strategy has, L2 or not; the other rules keep their advice."""
+    for l2 in (True, False):
+        advice = advice_of(documents_log(SYSTEM), l2=l2, gateway=True)
+        assert advice.strategy == "gateway" and advice.ideal == "prefix affinity with a load bound", l2
+        assert advice.hot_spot  # still reported: prefixaware would hot-spot this log
+        assert "HyperPod Inference Gateway" in advice.reasons[-1]
+    assert advice_of(documents_log(SYSTEM)).strategy == "roundrobin"  # without the gateway: unchanged
+    assert advice_of(conversations(40, 5), gateway=True).strategy == "session"
+    short = [chat_line([{"role": "system", "content": words(0, 300)}, {"role": "user", "content": f"q{i}"}])
+             for i in range(100)]
+    assert advice_of(short, gateway=True).strategy == "roundrobin"
+
+
+def test_the_gateway_flag_reaches_the_advice(tmp_path: Path, capsys) -> None:
+    log = tmp_path / "requests.jsonl"
+    log.write_text("\n".join(documents_log(SYSTEM)) + "\n")
+    overlap = load_script("overlap")
+    overlap.main([str(log), "--json", "--gateway"])
+    assert json.loads(capsys.readouterr().out)["routing"]["strategy"] == "gateway"
+    overlap.main([str(log), "--json"])
+    assert json.loads(capsys.readouterr().out)["routing"]["strategy"] == "roundrobin"
