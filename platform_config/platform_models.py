@@ -747,6 +747,36 @@ class GrafanaWorkspaceConfig(StrictModel):
     authentication: Literal["AWS_SSO", "SAML"] = "AWS_SSO"
     #: Grafana version of the workspace (versions Amazon Managed Grafana offers).
     version: Literal["9.4", "10.4"] = "10.4"
+    #: Who can reach the workspace's URL (its network access control; Grafana sign-in is required
+    #: either way). private (default): only through an interface VPC endpoint
+    #: (`com.amazonaws.<region>.grafana-workspace`) the observability stack creates in the platform
+    #: VPC's private subnets, and from the public IPv4 ranges of `prefix_list_ids`; the provisioning
+    #: Lambda then runs in those subnets. public: from anywhere on the internet (Amazon Managed
+    #: Grafana's own default). docs/observability.md, "Reaching a private workspace".
+    network_access: Literal["private", "public"] = "private"
+    #: With private: IDs of customer-managed prefix lists (pl-...) of public IPv4 ranges that may
+    #: also reach the workspace over the internet (an office's egress addresses). Amazon Managed
+    #: Grafana accepts only public IPv4 addresses here; private ranges arrive through the endpoint.
+    prefix_list_ids: tuple[Annotated[str, StringConstraints(pattern=r"^pl-[0-9a-f]{8,17}$")], ...] = ()
+    #: With private: IPv4 networks besides the VPC's own CIDR whose HTTPS the endpoint admits (a/n,
+    #: /8 to /32): on-premises networks over VPN or Direct Connect, a peered VPC. Never the whole
+    #: internet: networks that together cover every IPv4 address are refused.
+    endpoint_client_cidrs: tuple[ipv4_network(8, 32), ...] = ()  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _allow_lists_only_when_private(self) -> "GrafanaWorkspaceConfig":
+        if self.network_access == "public":
+            for field in ("prefix_list_ids", "endpoint_client_cidrs"):
+                if getattr(self, field):
+                    raise FieldError(field, f"{field} is set but network_access is 'public' (the workspace is then "
+                                            "open to every address, and the list would narrow nothing); allowed: "
+                                            f"no {field}, or network_access private")
+        networks = [ipaddress.IPv4Network(c) for c in self.endpoint_client_cidrs]
+        if networks and list(ipaddress.collapse_addresses(networks)) == [ipaddress.IPv4Network("0.0.0.0/0")]:
+            raise FieldError("endpoint_client_cidrs",
+                             f"endpoint_client_cidrs {', '.join(self.endpoint_client_cidrs)} together cover every "
+                             "IPv4 address; allowed: the networks that reach the VPC privately, e.g. [10.0.0.0/8]")
+        return self
 
 
 class DcgmExporterConfig(StrictModel):

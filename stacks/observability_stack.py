@@ -15,6 +15,13 @@ are generated as JSON beside the templates (``cdk.out/dashboards/``, written by 
 when this stack creates the Grafana workspace, provisioned into it at deploy together with the
 Prometheus data source (:class:`kv_constructs.grafana_provisioning.GrafanaProvisioning`).
 
+The Grafana workspace is private by default (``observability.grafana.network_access``; issue 25,
+low item "Public Grafana workspace"): its network access control admits only an interface VPC
+endpoint (``com.amazonaws.<region>.grafana-workspace``) this stack creates in the private subnets,
+plus the configured prefix lists, and the provisioning handler runs in those subnets to reach it.
+With ``public`` there is no network access control (Amazon Managed Grafana's default: any address)
+and the handler runs outside the VPC. docs/sources.md §32.
+
 Autoscaling reads this workspace too: ``keda_role`` (the addons stack's IRSA role of the inference
 add-on's KEDA) gets ``aps:QueryMetrics`` on this workspace and nothing else (policy
 ``KedaQueriesWorkspace``, attached from here so the addons stack, deployed first, needs no reference to
@@ -54,6 +61,7 @@ from observability import alerts, dashboards, targets
 from k8s.network_policies import block_curvine_ports_manifest
 from observability.cluster_objects import DCGM_RELEASE, dcgm_exporter_values, monitoring_namespace
 from platform_config import BusinessLineConfig, PlatformConfig
+from platform_config.platform_models import CreateVpcConfig
 
 #: Uid and name of the Prometheus data source the stack provisions into its Grafana workspace.
 DATASOURCE_UID = "kvcache-amp"
@@ -65,6 +73,12 @@ GRAFANA_SERVICE_ACCOUNT = "kvcache-provisioning"
 #: "Set up Amazon Managed Grafana for use with Amazon Managed Service for Prometheus").
 GRAFANA_QUERY_ACTIONS = ("aps:QueryMetrics", "aps:GetSeries", "aps:GetLabels", "aps:GetMetricMetadata",
                          "aps:DescribeWorkspace")
+
+
+#: The interface VPC endpoint service of Amazon Managed Grafana *workspaces* (their URLs and HTTP
+#: API), as opposed to ``grafana`` (the AWS API that manages workspaces): the only kind a workspace's
+#: network access control accepts in ``VpceIds`` (docs/sources.md §32).
+GRAFANA_WORKSPACE_ENDPOINT_SERVICE = "grafana-workspace"
 
 
 #: What KEDA's Prometheus scaler needs on the workspace: ``/api/v1/query`` only (module docstring).
@@ -84,6 +98,10 @@ class ObservabilityStack(Stack):
         keda_policy: the ``iam.Policy`` letting KEDA query the workspace (None without ``keda_role``).
         grafana_workspace: ``grafana.CfnWorkspace`` or None; ``grafana_role``: its IAM role or None;
             ``grafana_provisioning``: :class:`GrafanaProvisioning` or None.
+        grafana_endpoint: with ``observability.grafana.network_access: private``, the workspace's
+            ``ec2.InterfaceVpcEndpoint`` (``grafana-workspace``, private DNS, the private subnets) and
+            ``grafana_endpoint_security_group`` its group (HTTPS from the VPC's CIDR and
+            ``endpoint_client_cidrs``); otherwise None.
         dcgm_exporter: ``eks.HelmChart`` or None; ``monitoring_namespace``: its ``eks.KubernetesManifest``.
         dashboards: the dashboard JSON models (dicts), for ``app.py`` to write after synthesis.
     """
@@ -175,6 +193,8 @@ class ObservabilityStack(Stack):
         self.grafana_role: iam.Role | None = None
         self.grafana_workspace: grafana.CfnWorkspace | None = None
         self.grafana_provisioning: GrafanaProvisioning | None = None
+        self.grafana_endpoint: ec2.InterfaceVpcEndpoint | None = None
+        self.grafana_endpoint_security_group: ec2.SecurityGroup | None = None
         if obs.grafana.create_workspace:
             self.grafana_role = iam.Role(
                 self, "GrafanaRole", description=f"{name}: Grafana reads this platform's Prometheus workspace",
@@ -183,16 +203,27 @@ class ObservabilityStack(Stack):
             self.grafana_role.add_to_policy(iam.PolicyStatement(
                 sid="QueryThisPrometheusWorkspace", actions=list(GRAFANA_QUERY_ACTIONS),
                 resources=[self.workspace.attr_arn]))
+            private = obs.grafana.network_access == "private"
+            access_control = None
+            if private:
+                self.grafana_endpoint, self.grafana_endpoint_security_group = self._grafana_endpoint(
+                    vpc, subnets, name, platform)
+                # Only this endpoint, and the prefix lists the config names, reach the workspace URL.
+                access_control = grafana.CfnWorkspace.NetworkAccessControlProperty(
+                    vpce_ids=[self.grafana_endpoint.vpc_endpoint_id],
+                    prefix_list_ids=list(obs.grafana.prefix_list_ids))
             self.grafana_workspace = grafana.CfnWorkspace(
                 self, "Grafana", name=name, description=f"Dashboards of {platform.project}'s tiered KV cache",
                 account_access_type="CURRENT_ACCOUNT", authentication_providers=[obs.grafana.authentication],
                 permission_type="CUSTOMER_MANAGED", role_arn=self.grafana_role.role_arn,
-                data_sources=["PROMETHEUS"], grafana_version=obs.grafana.version)
+                data_sources=["PROMETHEUS"], grafana_version=obs.grafana.version,
+                network_access_control=access_control)
             self.grafana_provisioning = GrafanaProvisioning(
                 self, "GrafanaProvisioning", workspace=self.grafana_workspace,
                 prometheus_url=self.workspace.attr_prometheus_endpoint, dashboards=self.dashboards,
                 datasource_uid=DATASOURCE_UID, datasource_name=DATASOURCE_NAME,
-                service_account_name=GRAFANA_SERVICE_ACCOUNT)
+                service_account_name=GRAFANA_SERVICE_ACCOUNT,
+                vpc=vpc if private else None, subnets=list(subnets) if private else None)
             CfnOutput(self, "GrafanaUrl", value=Fn.join("", ["https://", self.grafana_workspace.attr_endpoint]),
                       description="Amazon Managed Grafana workspace (data source and dashboards provisioned)")
             CfnOutput(self, "GrafanaWorkspaceId", value=self.grafana_workspace.attr_id)
@@ -207,6 +238,31 @@ class ObservabilityStack(Stack):
         CfnOutput(self, "AlertTopicArn", value=self.topic.topic_arn,
                   description="SNS topic every alert is published to; subscribe on-call here")
         CfnOutput(self, "ScraperId", value=self.scraper.attr_scraper_id)
+
+    def _grafana_endpoint(self, vpc: ec2.IVpc, subnets: list[ec2.ISubnet], name: str,
+                          platform: PlatformConfig) -> tuple[ec2.InterfaceVpcEndpoint, ec2.SecurityGroup]:
+        """The workspace's interface VPC endpoint in the private subnets, and its security group.
+
+        Private DNS on: inside the VPC (and from networks that use its resolver) the workspace's
+        own host name resolves to the endpoint, so neither users nor the provisioning handler need
+        another URL. The group admits HTTPS only, from the VPC's CIDR (a literal from the config,
+        reviewable in the template; the handler's and the operators' VPC addresses) and from
+        ``endpoint_client_cidrs`` (VPN, Direct Connect, peered VPCs); it opens no egress.
+        """
+        grafana_config = platform.observability.grafana
+        group = ec2.SecurityGroup(self, "GrafanaEndpointSecurityGroup", vpc=vpc, allow_all_outbound=False,
+                                  description=f"{name}: Grafana workspace VPC endpoint (HTTPS from the VPC only)")
+        group.add_ingress_rule(ec2.Peer.ipv4(vpc_cidr(platform)), ec2.Port.tcp(443),
+                               "HTTPS to the Grafana workspace from the VPC")
+        for cidr in grafana_config.endpoint_client_cidrs:
+            group.add_ingress_rule(ec2.Peer.ipv4(cidr), ec2.Port.tcp(443),
+                                   "HTTPS to the Grafana workspace (observability.grafana.endpoint_client_cidrs)")
+        endpoint = ec2.InterfaceVpcEndpoint(
+            self, "GrafanaEndpoint", vpc=vpc,
+            service=ec2.InterfaceVpcEndpointAwsService(GRAFANA_WORKSPACE_ENDPOINT_SERVICE),
+            subnets=ec2.SubnetSelection(subnets=list(subnets)), private_dns_enabled=True,
+            security_groups=[group], open=False)
+        return endpoint, group
 
     def _scraper_security_group(self, vpc: ec2.IVpc, cluster: eks.ICluster, name: str, platform: PlatformConfig,
                                 business_lines: tuple[BusinessLineConfig, ...]) -> ec2.SecurityGroup:
@@ -224,3 +280,9 @@ class ObservabilityStack(Stack):
         for port, jobs in targets.scrape_ports(platform, business_lines).items():
             cluster_group.add_ingress_rule(group, ec2.Port.tcp(port), f"AMP scraper: {', '.join(jobs)}"[:255])
         return group
+
+
+def vpc_cidr(platform: PlatformConfig) -> str:
+    """The platform VPC's IPv4 CIDR as the config gives it (``network.cidr`` or ``network.vpc_cidr``)."""
+    network = platform.network
+    return network.cidr if isinstance(network, CreateVpcConfig) else network.vpc_cidr

@@ -155,7 +155,10 @@ def wait_until_ready(base_url: str, deadline: float, *, clock: Callable[[], floa
         except (urllib.error.URLError, OSError) as exc:
             last = str(exc)
         if clock() + READY_POLL_SECONDS > deadline:
-            raise TimeoutError(f"Grafana at {base_url} not ready before the deadline (last: {last})")
+            raise TimeoutError(f"Grafana at {base_url} not ready before the deadline (last: {last}); a private "
+                               "workspace answers only through its VPC endpoint, so its host name must resolve to "
+                               "the endpoint in the handler's subnets (docs/observability.md, 'Reaching a private "
+                               "workspace')")
         sleep(READY_POLL_SECONDS)
 
 

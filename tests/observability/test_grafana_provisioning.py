@@ -229,9 +229,10 @@ def test_token_is_deleted_when_grafana_never_gets_ready(grafana_server, models) 
     grafana, stub, s3, s3_stub = _clients()
     with stub, s3_stub:
         _stub_run(stub, s3_stub, state, models, key="t")
-        with pytest.raises(TimeoutError, match="HTTP 503"):
+        with pytest.raises(TimeoutError, match="HTTP 503") as err:
             _provision(_request(url, ReadyTimeoutSeconds="60"), grafana, s3, clock=lambda: now[0],
                        sleep=lambda s: now.__setitem__(0, now[0] + s))
+        assert "resolve to the endpoint" in str(err.value)  # the private workspace's likeliest cause
         stub.assert_no_pending_responses()
     assert 60 - handler.READY_POLL_SECONDS <= now[0] <= 60  # waited its budget, not longer
     assert state.datasources == {}
