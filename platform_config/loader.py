@@ -63,6 +63,7 @@ PATTERN_DESCRIPTIONS = {
     r"^sg-[0-9a-f]{8,17}$": "a security group ID such as sg-0123456789abcdef0",
     r"^subnet-[0-9a-f]{8,17}$": "a subnet ID such as subnet-0123456789abcdef0",
     r"^vpc-[0-9a-f]{8,17}$": "a VPC ID such as vpc-0123456789abcdef0",
+    r"^pl-[0-9a-f]{8,17}$": "a managed prefix list ID such as pl-0123456789abcdef0",
 }
 BUSINESS_LINES_DIR = "business-lines"
 
