@@ -27,6 +27,13 @@ env ``KVCACHE_L2_GATE_OPEN_AFTER_MS`` /         both :data:`GATE_TEST_MS`       
 50 / 100 ms)                                                                                   (seen: 422 ms), and the gate then opens on a
                                                                                                healthy L2 and skips it; the faults'
                                                                                                probes still outlast the bound (hang: 3 s)
+env ``LMCACHE_LOOKUP_TIMEOUT_MS`` (200: twice  :data:`LOOKUP_TIMEOUT_TEST_MS`, twice the gate's  the scheduler's lookup RPC to the worker
+the gate's lookup bound)                       test bound                                      (a stat per chunk through the Python FUSE
+                                                                                               daemon) took over 200 ms on the healthy
+                                                                                               mount here, and LMCache then answers 0 hit
+                                                                                               tokens ("Timeout occurred for rank 0"): the
+                                                                                               request silently runs without L2 (seen on
+                                                                                               all three servers at once, 2026-12-03)
 args: positional model ``/opt/ml/model``       ``--model <tiny model dir>``                   no weights here (:mod:`tests_serving.tiny_model`);
                                                                                                ``python -m vllm.entrypoints.openai.api_server``
                                                                                                ignores the positional model ``vllm serve``
@@ -443,6 +450,8 @@ def serving_env(rendered: dict[str, str], *, root_url: str, mount: Path, metrics
     if base.startswith("kvcache_l2_gate:"):
         for name in GATE_TEST_ENV:  # the rendered lmcache.l2_gate bounds (50 / 100 ms) replaced
             env[name] = GATE_TEST_MS
+    if LOOKUP_TIMEOUT_ENV in rendered:  # the rendered lmcache.lookup_timeout_ms (200) replaced
+        env[LOOKUP_TIMEOUT_ENV] = LOOKUP_TIMEOUT_TEST_MS
     return env
 
 
@@ -450,10 +459,15 @@ def serving_env(rendered: dict[str, str], *, root_url: str, mount: Path, metrics
 #: (``KVCACHE_L2_GATE_OPEN_AFTER_MS`` / ``..._LOOKUP_SLOW_MS``, vllm_plugins/l2_gate.py ``GateSettings``).
 GATE_TEST_MS = "1000"
 GATE_TEST_ENV = ("KVCACHE_L2_GATE_OPEN_AFTER_MS", "KVCACHE_L2_GATE_LOOKUP_SLOW_MS")
+#: LMCache's lookup RPC bound here (ms; ``LMCACHE_LOOKUP_TIMEOUT_MS``, rendered 200): twice the gate's
+#: test bound, as the rendered 200 is twice the gate's 100 ms, so a slow lookup still opens the gate
+#: before LMCache gives up on it.
+LOOKUP_TIMEOUT_TEST_MS = str(2 * int(GATE_TEST_MS))
+LOOKUP_TIMEOUT_ENV = "LMCACHE_LOOKUP_TIMEOUT_MS"
 
 #: What :func:`serving_env` may change or add, and nothing else (test_only_substitution.py).
 ENV_REPLACED = ("LMCACHE_REMOTE_URL", "LMCACHE_MAX_LOCAL_CPU_SIZE", "PROMETHEUS_MULTIPROC_DIR", "PYTHONPATH",
-                *GATE_TEST_ENV)
+                LOOKUP_TIMEOUT_ENV, *GATE_TEST_ENV)
 ENV_ADDED = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", cpu_connector.BASE_ENV, "PATH", "HOME", "PYTHONPATH",
              CHUNK_KEY_ENV, *GATE_TEST_ENV)
 

@@ -128,12 +128,11 @@ LOOKUP_TIMEOUT_LOG = "Timeout occurred for rank 0"
 def test_vllm_default_policy_fails_such_a_request(rig):
     """The control: the same fault on a server whose ``--kv-transfer-config`` lacks
     ``kv_load_failure_policy`` (vLLM 0.29's default ``fail``): the request ends FINISHED_ERROR,
-    HTTP 500 without streaming. Then one of two things, both seen here: a streaming request of the
-    same kind ends HTTP 200 with an empty completion, or LMCache's lookup server in the worker does
-    not answer for a while after the failed load and the next lookups of that replica time out
-    (their requests run without L2; on 2026-12-02 in two runs of six: three lookups over 6 s in one,
-    two in the other, then it answered). Either is why the rendered args set ``recompute`` (under
-    which neither happens: the cases above)."""
+    HTTP 500 without streaming; a streaming request of the same kind ends HTTP 200 with an empty
+    completion. Why the rendered args set ``recompute`` (the cases above). Also accepted for the
+    streaming case: its lookup RPC timed out (``LMCACHE_LOOKUP_TIMEOUT_MS``, 2 s here) on an
+    overloaded machine, so the request ran without L2 (seen on 2026-12-02 with the rendered 200 ms,
+    then on every server at once, failed load or not: servers.py)."""
     c = rig.default_policy
     assert "kv_load_failure_policy" not in c.argv.args[c.argv.args.index("--kv-transfer-config") + 1]
     vanish = lambda files: _vanish_one(rig, files[1:2])  # noqa: E731
@@ -147,7 +146,7 @@ def test_vllm_default_policy_fails_such_a_request(rig):
         after = c.log()[mark:]
         assert LOOKUP_TIMEOUT_LOG in after, after[-3000:]
         REPORT["default_policy"] = ("vLLM's default policy after a failed load",
-                                    "LMCache's lookup server did not answer: the next lookups timed out")
+                                    "the streaming case's lookups timed out (an overloaded machine): not exercised")
     else:
         _row("vanished chunk, default policy, stream", c, reply, cold, hits)
         assert reply.status == 200 and reply.text == "" and reply.tokens == 0, reply
