@@ -22,6 +22,8 @@ offline:
   only with ``iam:PassedToService`` among the services the templates pass roles to (every
   ``Service`` principal that a role of the templates trusts, and the service of each resource that
   names a role, :data:`PASSED_TO_SERVICE`).
+* **Handler gaps**: an action a handler calls that its schema omits goes into
+  :data:`EXTRA_PERMISSIONS`, with where it was seen.
 * **Parameters** of type ``AWS::SSM::Parameter::Value<...>`` (the CDK's ``BootstrapVersion``) are
   resolved by CloudFormation: ``ssm:GetParameters`` on each one's default name.
 
@@ -69,6 +71,10 @@ SPECIAL_TYPES: dict[str, tuple[tuple[str, ...], str]] = {
                       "function then works with its own role"),
 }
 
+#: Actions a type's handler was seen to call that its schema does not list, with where that was seen
+#: (an ``AccessDenied`` in a stack's events names the action): added to the schema's. None yet.
+EXTRA_PERMISSIONS: dict[str, tuple[tuple[str, ...], str]] = {}
+
 #: Service prefixes whose actions get no ``aws:RequestedRegion`` condition, and why. IAM,
 #: CloudFront, Route 53, Support, Organizations: a single endpoint in us-east-1 (IAM User Guide,
 #: "Denies access to AWS based on the requested Region", docs/sources.md §31); STS: the global
@@ -100,6 +106,10 @@ PASSED_TO_SERVICE: dict[str, str] = {
 #: ``ServiceAccountRoleArn``, the flow log's ``DeliverLogsPermissionArn``, ...).
 _ROLE_KEY = re.compile(r"role|DeliverLogsPermissionArn", re.IGNORECASE)
 _SSM_PARAMETER_TYPE = "AWS::SSM::Parameter::Value<"
+#: An IAM action name: ``service:Action``. A schema's permission list holds the odd entry that is
+#: not one (the log group's lists ``s3:REST.PUT.OBJECT``, an S3 access-log operation name); such
+#: entries are left out and reported (:attr:`Collected.not_actions`), since no policy can grant them.
+IAM_ACTION = re.compile(r"[a-z0-9-]+:[A-Za-z0-9]+")
 
 
 class UncoveredTypeError(ToolError):
@@ -116,6 +126,7 @@ class Collected:
     custom_resource_actions: set[str] = field(default_factory=set)
     ssm_parameters: set[str] = field(default_factory=set)
     templates: list[str] = field(default_factory=list)
+    not_actions: dict[str, str] = field(default_factory=dict)  # schema entry that is no IAM action -> type
 
 
 @dataclass(frozen=True)
@@ -340,8 +351,13 @@ def collect(templates: dict[str, dict], region: str) -> Collected:
                         isinstance(token, str) and token.startswith("arn:") and ":sns:" in token)
                     out.custom_resource_actions.add("sns:Publish" if is_topic else "lambda:InvokeFunction")
                 continue
+            permissions = permissions | set(EXTRA_PERMISSIONS.get(rtype, ((), ""))[0])
             check_no_wildcards(permissions, f"the {rtype} schema's handlers")
-            out.actions |= {normalize_action(a) for a in permissions}
+            for action in map(normalize_action, permissions):
+                if IAM_ACTION.fullmatch(action):
+                    out.actions.add(action)
+                else:
+                    out.not_actions.setdefault(action, rtype)
             if "iam:passrole" in {a.lower() for a in permissions} and _names_role(props, roles):
                 service = passed_to_service(rtype)
                 if service is None:
@@ -414,7 +430,7 @@ def _split(statement: dict, limit: int) -> list[dict]:
         return [statement]
     actions, parts, current = statement["Action"], [], []
     for action in actions:
-        trial = {**statement, "Action": current + [action]}
+        trial = {**statement, "Sid": f"{statement['Sid']}99", "Action": current + [action]}  # room for the suffix
         if current and policy_chars(_document([trial])) > limit:
             parts.append(current)
             current = []
@@ -435,6 +451,8 @@ def pack(statement_list: list[dict], name_prefix: str, limit: int = MAX_POLICY_C
                 chosen.append(piece)
                 break
         else:
+            if policy_chars(_document([piece])) > limit:
+                raise ToolError(f"statement {piece['Sid']} alone exceeds {limit} characters")
             bins.append([piece])
     documents = []
     for index, chosen in enumerate(sorted(bins, key=lambda b: min(s["Sid"] for s in b)), 1):

@@ -74,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                  f"{result.action_count} actions, {len(result.documents)} documents "
                  f"(a role holds at most {MAX_POLICIES_PER_ROLE}); aws:RequestedRegion = {result.region} "
                  f"except {', '.join(exempt) or 'none'}")
+    lines += [f"left out {action} (listed by the {rtype} schema's handlers; not an IAM action name)"
+              for action, rtype in sorted(result.collected.not_actions.items())]
     create, update = commands(result, files)
     lines += ["", "# first time: create the policies, then bootstrap with them", *create,
               "", "# after a change: a new default version of each policy (a new document number needs "
