@@ -1,7 +1,7 @@
 """One command-line convention for the six operator tools (``scripts/plan.py``, ``overlap.py``,
 ``bench_ttft.py``, ``verify.py``, ``preflight.py``, ``orphans.py``), the manifest writer
-(``scripts/manifests.py``), the stateful-resource guard (``scripts/stateful_snapshot.py``) and the
-CRD schema generator (``scripts/update_crd_schema.py``);
+(``scripts/manifests.py``), the stateful-resource guard (``scripts/stateful_snapshot.py``), the bootstrap's execution
+policies (``scripts/bootstrap_policy.py``) and the CRD schema generator (``scripts/update_crd_schema.py``);
 the exit codes also hold for ``scripts/patch_endpoint.sh`` and the L2 janitor
 (``cluster_agents/l2_janitor.py``) run by hand.
 
@@ -71,6 +71,11 @@ EXIT_CODES: dict[str, ExitMeaning] = {
                                 "not used (the script asks no yes/no question)",
                                 "bad input: config, flags, volume ID or zone, or an unreadable outputs file; "
                                 "nothing written"),
+    "bootstrap_policy.py": ExitMeaning("the policy documents were written and the commands printed",
+                                       "not used (the script asks no yes/no question)",
+                                       "bad input: config, no or unreadable cloud assembly, one synthesized for "
+                                       "another account or region, a resource type no schema or special case "
+                                       "covers (named), or more documents than a role holds"),
     "update_crd_schema.py": ExitMeaning("the schema file was written, or with --check it is what the CRD gives",
                                         "with --check: the committed schema differs from the CRD's (rewrite it "
                                         "without --check)",
