@@ -94,16 +94,11 @@ def explain(by: dict[str, Served], opens: dict[str, float], *replicas: Server) -
     return (f"{by}" + "".join(f"\nthe L2 gate of {r.name} opened during the batch:\n{r.gate_log()}" for r in reopened))
 
 
-@pytest.fixture(scope="module")
-def replica_c(rig):
-    """Server ``c``, started when the module starts (ready when a test waits for it)."""
-    return rig.launch("c", POD_OF_C, 1)
-
-
 @pytest.fixture(scope="module", autouse=True)
-def _start_c_early(replica_c):
-    """``c`` starts while the first tests run (a vLLM start takes a minute or more here)."""
-    yield
+def replica_c(rig):
+    """Server ``c``, started when the module starts, so it starts while the first tests run (a vLLM
+    start takes a minute or more here); ready when a test waits for it."""
+    return rig.launch("c", POD_OF_C, 1)
 
 
 @pytest.mark.parametrize("strategy", ["prefixaware", "roundrobin"])
