@@ -1,7 +1,8 @@
 """One command-line convention for the six operator tools (``scripts/plan.py``, ``overlap.py``,
 ``bench_ttft.py``, ``verify.py``, ``preflight.py``, ``orphans.py``), the manifest writer
-(``scripts/manifests.py``), the stateful-resource guard (``scripts/stateful_snapshot.py``), the bootstrap's execution
-policies (``scripts/bootstrap_policy.py``) and the CRD schema generator (``scripts/update_crd_schema.py``);
+(``scripts/manifests.py``), the stateful-resource guard (``scripts/stateful_snapshot.py``), the bootstrap's
+execution policies (``scripts/bootstrap_policy.py``), the Helm chart vendoring (``scripts/vendor_chart.py``)
+and the CRD schema generator (``scripts/update_crd_schema.py``);
 the exit codes also hold for ``scripts/patch_endpoint.sh`` and the L2 janitor
 (``cluster_agents/l2_janitor.py``) run by hand.
 
@@ -76,6 +77,12 @@ EXIT_CODES: dict[str, ExitMeaning] = {
                                        "bad input: config, no or unreadable cloud assembly, one synthesized for "
                                        "another account or region, a resource type no schema or special case "
                                        "covers (named), or more documents than a role holds"),
+    "vendor_chart.py": ExitMeaning("every chart chosen was written, its SHA-256 the repository index's digest",
+                                   "a configured digest differs from the one the repository's index lists (that "
+                                   "chart not written)",
+                                   "bad input: config or --chart; or a repository unreachable, an OCI registry, "
+                                   "the version not in the index, or an archive whose SHA-256 is not the index's "
+                                   "(that chart not written; the ones before it were)"),
     "update_crd_schema.py": ExitMeaning("the schema file was written, or with --check it is what the CRD gives",
                                         "with --check: the committed schema differs from the CRD's (rewrite it "
                                         "without --check)",

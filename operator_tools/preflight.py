@@ -717,6 +717,30 @@ def check_image_digests(platform: PlatformConfig) -> CheckResult:
         f"versions.images.require_digests: true ({resolve})"))
 
 
+#: Name of the check of the Helm charts installed from a repository (:func:`check_chart_digests`).
+CHART_DIGESTS_CHECK = "chart digests"
+
+
+def check_chart_digests(platform: PlatformConfig) -> CheckResult:
+    """Which Helm charts the platform installs by version only (fetched from their repository at
+    deploy time), and the command that pins them (docs/security.md, "Helm charts by digest").
+
+    Passes either way (the example config pins by version: its repositories are not reachable where
+    it was written); with ``versions.charts.require_digests`` a chart without a digest never gets this
+    far: the config refuses it.
+    """
+    pins = platform.helm_chart_pins()
+    loose = [f"{field} ({pin.chart} {pin.version})" for field, pin in pins.items() if pin.digest is None]
+    if not loose:
+        return CheckResult(CHART_DIGESTS_CHECK, True, (
+            f"every chart installed from a repository ({len(pins)}) is pinned by digest and installed from its "
+            "committed archive"))
+    return CheckResult(CHART_DIGESTS_CHECK, True, (
+        f"{len(loose)} of {len(pins)} charts installed by version only, from their repository at deploy time: "
+        f"{'; '.join(loose)}; pin them with `scripts/vendor_chart.py`, commit the archives, set each printed "
+        "digest, then versions.charts.require_digests: true"))
+
+
 def run_preflight(platform: PlatformConfig, session_factory: Callable[..., Any] | None = None, *,
                   hyperpod_template: dict[str, Any] | None = None, only: str | None = None) -> list[CheckResult]:
     """Run every check against AWS with standard credential resolution; read-only calls.
@@ -770,6 +794,7 @@ def run_preflight(platform: PlatformConfig, session_factory: Callable[..., Any] 
     results.append(check_support_calendar(platform, dt.date.today()))
     if platform.curvine.enabled:
         results.append(check_image_digests(platform))
+    results.append(check_chart_digests(platform))
 
     cloudformation = session.client("cloudformation")
     try:

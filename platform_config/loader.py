@@ -42,6 +42,8 @@ PATTERN_DESCRIPTIONS = {
     hp_rules.TRAINING_PLAN_ARN_PATTERN: "a training plan ARN (arn:aws:sagemaker:<region>:<account>:training-plan/<name>)",
     platform_models.WORKER_DATA_DIR_PATTERN: "a directory below /opt/dlami/nvme or /opt/sagemaker",
     platform_models.EMAIL_PATTERN: "an email address such as oncall@example.com",
+    platform_models.CHART_DIGEST_PATTERN: ("a chart archive's SHA-256, sha256:<64 lowercase hex digits> (scripts/"
+                                           "vendor_chart.py prints it)"),
     line_models.HOT_PREFIX_FILE_PATTERN: ("a path relative to the line's file: letters, digits, '.', '_', '-' and '/' "
                                           "(e.g. rag-assistant.system-prompt.md)"),
     # The models' inline patterns (tests/config/test_config.py holds every pattern of the models to this table).

@@ -602,18 +602,48 @@ class AddonVersions(StrictModel):
 VERSION_COUPLED_ADDONS = {"vpc-cni": "vpc_cni", "coredns": "coredns", "kube-proxy": "kube_proxy"}
 
 
+#: A chart archive's SHA-256, as a classic Helm repository's ``index.yaml`` lists it (``digest``).
+CHART_DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+
+
 class HelmChartVersion(StrictModel):
-    """A Helm chart pinned by repository, chart name and exact version."""
+    """A Helm chart pinned by repository, chart name and exact version, and optionally by digest.
+
+    By version only, the kubectl handler fetches ``<chart>`` ``<version>`` from ``repository`` at
+    deploy time (``helm upgrade --install --version``): whoever controls the repository decides the
+    bytes installed, since ``eks.HelmChart`` has no option that checks a digest. With ``digest``, the
+    chart is installed from the archive committed at ``archive`` instead (an S3 asset, as the HyperPod
+    dependency chart is), and synthesis refuses an archive whose SHA-256 is not ``digest`` or whose
+    ``Chart.yaml`` is not this chart and version (kv_constructs/helm_charts.py). ``scripts/vendor_chart.py``
+    downloads the archive, checks it against the repository's ``index.yaml`` and prints the digest
+    (docs/security.md, "Helm charts by digest").
+    """
 
     repository: Annotated[str, StringConstraints(pattern=r"^(https|oci)://\S+$")]
     chart: Annotated[str, StringConstraints(min_length=1)]
     version: PinnedVersion
+    #: ``sha256:<64 lowercase hex>``: the SHA-256 of the chart archive (``.tgz``), the ``digest`` of
+    #: this version in the repository's ``index.yaml`` (Helm, "The Chart Repository Guide").
+    digest: Annotated[str, StringConstraints(pattern=CHART_DIGEST_PATTERN)] | None = None
+    #: Where the archive is, relative to the repository root (or absolute); default
+    #: ``charts/<chart>-<version>.tgz``, the name ``helm pull`` and ``scripts/vendor_chart.py`` write.
+    #: Read only with ``digest``.
+    archive: Annotated[str, StringConstraints(min_length=1)] | None = None
+
+    @property
+    def archive_path(self) -> str:
+        """``archive`` or its default, ``charts/<chart>-<version>.tgz`` (not resolved against any folder)."""
+        return self.archive or f"charts/{self.chart}-{self.version}.tgz"
 
 
 class ChartVersions(StrictModel):
     """Helm charts the CDK app installs."""
 
     kyverno: HelmChartVersion
+    #: Every Helm chart the platform installs from a repository (``versions.charts.kyverno`` with
+    #: Curvine, ``observability.dcgm_exporter.chart`` when installed) must have a ``digest``: a chart
+    #: pinned by version only is then a config error, not a deploy that trusts the repository.
+    require_digests: bool = False
 
 
 class ImageVersions(StrictModel):
@@ -970,6 +1000,28 @@ class PlatformConfig(StrictModel):
         if not kube_proxy.startswith(f"v{self.eks.version}."):
             raise FieldError("versions.addons.kube-proxy", f"versions.addons.kube-proxy {kube_proxy} does not match eks.version "
                              f"{self.eks.version}; allowed: v{self.eks.version}.<patch>-eksbuild.<n>")
+        return self
+
+    def helm_chart_pins(self) -> dict[str, HelmChartVersion]:
+        """The Helm charts this platform installs from a repository, by config field (dotted path):
+        ``versions.charts.kyverno`` with Curvine, ``observability.dcgm_exporter.chart`` when installed."""
+        pins: dict[str, HelmChartVersion] = {}
+        if self.curvine.enabled:
+            pins["versions.charts.kyverno"] = self.versions.charts.kyverno
+        if self.observability.enabled and self.observability.dcgm_exporter.install:
+            pins["observability.dcgm_exporter.chart"] = self.observability.dcgm_exporter.chart
+        return pins
+
+    @model_validator(mode="after")
+    def _charts_by_digest_when_required(self) -> "PlatformConfig":
+        if not self.versions.charts.require_digests:
+            return self
+        for field, pin in self.helm_chart_pins().items():
+            if pin.digest is None:
+                raise FieldError(f"{field}.digest", (
+                    f"versions.charts.require_digests is true, but {field} ({pin.chart} {pin.version}) has no "
+                    f"digest; allowed: sha256:<64 lowercase hex digits>, its archive committed at {pin.archive_path} "
+                    f"(scripts/vendor_chart.py writes both), or require_digests: false"))
         return self
 
     @model_validator(mode="after")

@@ -31,6 +31,7 @@ import aws_cdk as cdk  # noqa: E402
 from aws_cdk import Validations
 
 from kv_constructs import nag
+from kv_constructs.helm_charts import verified_chart_dir
 from platform_config import ConfigError, ConfigProblem, ProjectConfig
 from platform_config.loader import PLATFORM_FILE
 from platform_config.stack_names import PROJECT_TAG, stack_ids
@@ -115,7 +116,8 @@ def _preflight(project: ProjectConfig) -> None:
     """Checks that need construct-level knowledge, done before any construct exists.
 
     Raises:
-        ConfigError: naming ``platform.yaml`` and the field (e.g. EBS limits of the Curvine volume).
+        ConfigError: naming ``platform.yaml`` and the field (e.g. EBS limits of the Curvine volume, a
+            Helm chart archive that is missing or does not match its ``digest``).
     """
     platform_file = str(project.config_dir / PLATFORM_FILE)
     chart = project.platform.hyperpod.dependency_chart
@@ -124,6 +126,12 @@ def _preflight(project: ProjectConfig) -> None:
             dependency_chart_dir(chart)
         except ValueError as exc:
             raise ConfigError([ConfigProblem(platform_file, "hyperpod.dependency_chart.path", str(exc), chart.path)]) from None
+    for field, pin in project.platform.helm_chart_pins().items():
+        if pin.digest is not None:
+            try:
+                verified_chart_dir(pin)
+            except ValueError as exc:
+                raise ConfigError([ConfigProblem(platform_file, f"{field}.digest", str(exc), pin.digest)]) from None
     if project.platform.curvine.enabled:
         try:
             curvine_volume_props(project.platform)

@@ -22,6 +22,7 @@ from constructs import Construct
 from k8s.kyverno import KYVERNO_NAMESPACE, kyverno_helm_values, kyverno_namespace
 from k8s.network_policies import BLOCK_CURVINE_PORTS, EGRESS_REQUIRED, KYVERNO_GENERATE_RIGHTS
 from k8s.render import build_curvine_chart
+from kv_constructs.helm_charts import pinned_helm_chart
 from platform_config import PlatformConfig
 from stacks.cluster_stack import HELM_TIMEOUT
 
@@ -71,10 +72,9 @@ class L2CacheStack(Stack):
         self.kyverno_namespace = eks.KubernetesManifest(
             self, "KyvernoNamespace", cluster=cluster, manifest=[kyverno_namespace(platform.eks.version)],
             overwrite=True)
-        self.kyverno = eks.HelmChart(
-            self, "Kyverno", cluster=cluster, chart=pin.chart, repository=pin.repository, version=pin.version,
-            release="kyverno", namespace=KYVERNO_NAMESPACE, create_namespace=False,
-            values=kyverno_helm_values(),
+        self.kyverno = pinned_helm_chart(
+            self, "Kyverno", cluster=cluster, pin=pin, release="kyverno", namespace=KYVERNO_NAMESPACE,
+            create_namespace=False, values=kyverno_helm_values(),
             # wait: the CRDs and the admission webhook must be ready before any line's Policy.
             wait=True, timeout=HELM_TIMEOUT, atomic=True)
         self.kyverno.node.add_dependency(self.kyverno_namespace)

@@ -57,6 +57,7 @@ from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
 from kv_constructs.grafana_provisioning import GrafanaProvisioning
+from kv_constructs.helm_charts import pinned_helm_chart
 from observability import alerts, dashboards, targets
 from k8s.network_policies import block_curvine_ports_manifest
 from observability.cluster_objects import DCGM_RELEASE, dcgm_exporter_values, monitoring_namespace
@@ -183,10 +184,9 @@ class ObservabilityStack(Stack):
             extra = [block_curvine_ports_manifest(obs.namespace)] if platform.curvine.enabled else []
             self.monitoring_namespace = eks.KubernetesManifest(
                 self, "MonitoringNamespace", cluster=cluster, manifest=[monitoring_namespace(platform), *extra])
-            self.dcgm_exporter = eks.HelmChart(
-                self, "DcgmExporter", cluster=cluster, chart=pin.chart, repository=pin.repository,
-                version=pin.version, release=DCGM_RELEASE, namespace=obs.namespace, create_namespace=False,
-                values=dcgm_exporter_values(platform))
+            self.dcgm_exporter = pinned_helm_chart(
+                self, "DcgmExporter", cluster=cluster, pin=pin, release=DCGM_RELEASE, namespace=obs.namespace,
+                create_namespace=False, values=dcgm_exporter_values(platform))
             self.dcgm_exporter.node.add_dependency(self.monitoring_namespace)
 
         self.dashboards = [dashboards.build_dashboard(platform, business_lines)]

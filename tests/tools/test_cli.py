@@ -23,7 +23,7 @@ from tests.example_config import FIXTURE_CONFIG
 from tests.tools.script_loader import REPO, load_script
 
 TOOLS = ("plan", "overlap", "bench_ttft", "verify", "preflight", "orphans", "manifests", "stateful_snapshot",
-         "bootstrap_policy",
+         "bootstrap_policy", "vendor_chart",
          "update_crd_schema")
 README = (REPO / "README.md").read_text()
 OPERATOR_DOC = (REPO / "docs" / "operator-tools.md").read_text()

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from operator_tools.preflight import (
+    check_chart_digests,
     check_image_digests,
     CheckResult,
     check_addon_configuration,
@@ -331,6 +332,7 @@ def test_run_preflight_reports_every_check() -> None:
         "cdk bootstrap", False, "stack CDKToolkit not found; run `cdk bootstrap`")
     assert by_name["EKS support"].detail.startswith(f"Kubernetes {PLATFORM.eks.version}: ")
     assert by_name["image digests"].ok
+    assert by_name["chart digests"].ok
 
 
 def test_image_digests_names_each_tag_and_how_to_resolve_it() -> None:
@@ -342,6 +344,24 @@ def test_image_digests_names_each_tag_and_how_to_resolve_it() -> None:
         update={"images": PLATFORM.versions.images.model_copy(update=digests)})})
     result = check_image_digests(pinned)
     assert result.ok and "pinned by digest: curvine-image-digests admits only those" in result.detail
+
+
+def test_chart_digests_names_each_chart_installed_by_version_only() -> None:
+    result = check_chart_digests(PLATFORM)
+    assert result.ok and result.detail.startswith(
+        "2 of 2 charts installed by version only, from their repository at deploy time: versions.charts.kyverno "
+        "(kyverno 3.5.2); observability.dcgm_exporter.chart (dcgm-exporter 4.8.2); pin them with "
+        "`scripts/vendor_chart.py`")
+    digest = "sha256:" + "0" * 64
+    charts = PLATFORM.versions.charts.model_copy(update={"kyverno": PLATFORM.versions.charts.kyverno.model_copy(
+        update={"digest": digest})})
+    exporter = PLATFORM.observability.dcgm_exporter.model_copy(update={
+        "chart": PLATFORM.observability.dcgm_exporter.chart.model_copy(update={"digest": digest})})
+    pinned = PLATFORM.model_copy(update={
+        "versions": PLATFORM.versions.model_copy(update={"charts": charts}),
+        "observability": PLATFORM.observability.model_copy(update={"dcgm_exporter": exporter})})
+    assert check_chart_digests(pinned).detail == (
+        "every chart installed from a repository (2) is pinned by digest and installed from its committed archive")
 
 
 @pytest.mark.parametrize("support_type, today, ok, says", [
