@@ -377,8 +377,11 @@ def test_ctrl_c_during_synthesis_is_one_line_and_writes_nothing(config_dir: Path
     import time
 
     env = {**os.environ, "KVCACHE_CONFIG_DIR": str(config_dir), "CDK_OUTDIR": str(tmp_path / "cdk.out")}
+    # A shell without job control starts background commands with SIGINT ignored, and Python keeps an
+    # ignored SIGINT ignored: so the child gets the default back, as a terminal's Ctrl-C would find it.
     proc = subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(4)  # the config is checked; jsii and the stacks are under way
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
