@@ -29,8 +29,8 @@ from platform_config.platform_models import HelmChartVersion
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-#: Extracted charts of this process (digest -> chart folder): each archive is read and checked once.
-_EXTRACTED: dict[str, Path] = {}
+#: Extracted charts of this process ((digest, chart, version) -> chart folder): each is checked once.
+_EXTRACTED: dict[tuple[str, str, str], Path] = {}
 
 
 def archive_file(pin: HelmChartVersion) -> Path:
@@ -62,8 +62,9 @@ def verified_chart_dir(pin: HelmChartVersion) -> Path:
     """
     if pin.digest is None:
         raise ValueError(f"{pin.chart} {pin.version} has no digest, so it is installed from its repository")
-    if pin.digest in _EXTRACTED:
-        return _EXTRACTED[pin.digest]
+    key = (pin.digest, pin.chart, pin.version)
+    if key in _EXTRACTED:
+        return _EXTRACTED[key]
     path = archive_file(pin)
     if not path.is_file():
         raise ValueError(f"no chart archive at {path}; write it with scripts/vendor_chart.py (docs/security.md, "
@@ -91,7 +92,7 @@ def verified_chart_dir(pin: HelmChartVersion) -> Path:
     found = (str(meta.get("name")), str(meta.get("version")))
     if found != (pin.chart, pin.version):
         raise ValueError(f"{path}: its Chart.yaml is {found[0]} {found[1]}; allowed: {pin.chart} {pin.version}")
-    _EXTRACTED[pin.digest] = chart_dir
+    _EXTRACTED[key] = chart_dir
     return chart_dir
 
 
