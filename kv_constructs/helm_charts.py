@@ -29,8 +29,9 @@ from platform_config.platform_models import HelmChartVersion
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-#: Extracted charts of this process ((digest, chart, version) -> chart folder): each is checked once.
-_EXTRACTED: dict[tuple[str, str, str], Path] = {}
+#: Extracted charts of this process ((archive, digest, chart, version) -> chart folder): each archive
+#: is hashed on every call, extracted and checked once.
+_EXTRACTED: dict[tuple[Path, str, str, str], Path] = {}
 
 
 def archive_file(pin: HelmChartVersion) -> Path:
@@ -62,9 +63,6 @@ def verified_chart_dir(pin: HelmChartVersion) -> Path:
     """
     if pin.digest is None:
         raise ValueError(f"{pin.chart} {pin.version} has no digest, so it is installed from its repository")
-    key = (pin.digest, pin.chart, pin.version)
-    if key in _EXTRACTED:
-        return _EXTRACTED[key]
     path = archive_file(pin)
     if not path.is_file():
         raise ValueError(f"no chart archive at {path}; write it with scripts/vendor_chart.py (docs/security.md, "
@@ -74,6 +72,9 @@ def verified_chart_dir(pin: HelmChartVersion) -> Path:
     if actual != pin.digest:
         raise ValueError(f"{path} has SHA-256 {actual}, not the configured {pin.digest}; allowed: the archive "
                          f"of {pin.chart} {pin.version} whose digest the repository's index.yaml lists")
+    key = (path, pin.digest, pin.chart, pin.version)
+    if key in _EXTRACTED:
+        return _EXTRACTED[key]
     target = Path(tempfile.mkdtemp(prefix=f"chart-{pin.chart}-"))
     atexit.register(shutil.rmtree, target, ignore_errors=True)
     try:
