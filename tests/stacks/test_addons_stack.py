@@ -108,8 +108,17 @@ def configuration_values(addon: dict) -> dict:
 
 def test_inference_addon_configuration_values(templates, addons, project) -> None:
     config = configuration_values(addons["amazon-sagemaker-hyperpod-inference"])
-    # Only keys an AWS source shows in the add-on's configuration: no unverified key by default.
-    assert set(config) == {"executionRoleArn", "tlsCertificateS3Bucket", "hyperpodClusterArn", "alb", "keda"}
+    # Only keys an AWS source shows in the add-on's configuration: no unverified key by default, and
+    # the gateway turned off explicitly (AWS's gateway guide, docs/sources.md §31).
+    assert set(config) == {"executionRoleArn", "tlsCertificateS3Bucket", "hyperpodClusterArn", "alb", "keda",
+                           "inferenceGateway"}
+    assert config["inferenceGateway"] == {"enabled": False}
+    from aws_cdk.assertions import Match
+
+    templates[ADDONS].has_resource_properties("AWS::EKS::Addon", {
+        "AddonName": "amazon-sagemaker-hyperpod-inference",
+        "ConfigurationValues": {"Fn::Join": ["", Match.array_with([
+            Match.string_like_regexp(r'"inferenceGateway":\{"enabled":false\}\}$')])]}})
     execution_id, _ = role_by_subject(
         templates, "system:serviceaccount:hyperpod-inference-system:hyperpod-inference-controller-manager")
     alb_id, _ = role_by_subject(templates, "system:serviceaccount:hyperpod-inference-system:aws-load-balancer-controller")
