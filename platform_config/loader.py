@@ -42,6 +42,7 @@ PATTERN_DESCRIPTIONS = {
     hp_rules.TRAINING_PLAN_ARN_PATTERN: "a training plan ARN (arn:aws:sagemaker:<region>:<account>:training-plan/<name>)",
     platform_models.WORKER_DATA_DIR_PATTERN: "a directory below /opt/dlami/nvme or /opt/sagemaker",
     platform_models.EMAIL_PATTERN: "an email address such as oncall@example.com",
+    line_models.HTTPS_URL_PATTERN: "an https:// URL without spaces, such as https://idp.example.com/realms/rag",
     line_models.HOT_PREFIX_FILE_PATTERN: ("a path relative to the line's file: letters, digits, '.', '_', '-' and '/' "
                                           "(e.g. rag-assistant.system-prompt.md)"),
     # The models' inline patterns (tests/config/test_config.py holds every pattern of the models to this table).
