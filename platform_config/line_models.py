@@ -562,8 +562,9 @@ class GatewayJwtProvider(StrictModel):
 class GatewayWeights(StrictModel):
     """Scoring weights of the line's scheduler entry in its ``InferenceGatewayConfig`` (``weights`` of
     ``SchedulerSpec``, AWS's gateway guide, docs/sources.md §31): non-negative integers, relative to each
-    other. A weight left unset (null) is not written, so the Endpoint Picker keeps its own default
-    (``queue`` 2, ``kv_cache`` 2, ``prefix`` 3; the others have no documented default)."""
+    other. A weight left unset (null) is not written; the guide lists a default per field (``queue`` 2,
+    ``kv_cache`` 2, ``prefix`` 3; the others none), read here as applying to each field left out (not
+    verified: set all three to be sure of them)."""
 
     #: Pending request queue depth (``queue``; gateway default 2).
     queue: Annotated[int, Field(ge=0)] | None = None

@@ -20,6 +20,7 @@ from capacity.fit import inputs_from_line
 from capacity.planner import plan
 from capacity.routing_sim import line_routing_notes, simulated_strategy
 from k8s import names
+from k8s.gateway_policy import GATEWAY_CONFIG_API_VERSION, GATEWAY_CONFIG_KIND, gateway_policy_manifest
 from k8s.render import render_manifests
 from observability.alerts import line_alerts
 from observability.autoscaling import project_scaling
@@ -27,6 +28,7 @@ from platform_config import ProjectConfig, load_project
 from tests.example_config import copy_example_config, edit_yaml
 from tests.k8s.conftest import VOLUME_ID, ZONE, find
 from tests.k8s.immutable_fields import refused_updates
+from tests.k8s.kyverno_eval import apply_policy
 from tests.k8s.test_k8s_schemas import pruned_fields
 
 LINE = "rag-assistant"
@@ -187,9 +189,6 @@ def test_moving_a_line_to_or_from_the_gateway_needs_a_re_created_endpoint(gatewa
 
 # --- The line's gateway settings: request authentication and scorer weights (k8s/gateway_policy.py) -----
 
-from k8s.gateway_policy import gateway_policy_manifest  # noqa: E402
-from tests.k8s.kyverno_eval import apply_policy  # noqa: E402
-
 ISSUER = "https://idp.example.com/realms/rag"
 JWKS = "https://idp.example.com/realms/rag/protocol/openid-connect/certs"
 SETTINGS: dict[str, Any] = {
@@ -259,7 +258,9 @@ def _entry(name: str, **extra: Any) -> dict[str, Any]:
 
 
 def _gateway_config(namespace: str, name: str, *entries: dict[str, Any], **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1", "kind": "InferenceGatewayConfig",
+    assert (GATEWAY_CONFIG_API_VERSION, GATEWAY_CONFIG_KIND) == (  # the guide's CRD reference
+        "inference.sagemaker.aws.amazon.com/v1alpha1", "InferenceGatewayConfig")
+    return {"apiVersion": GATEWAY_CONFIG_API_VERSION, "kind": GATEWAY_CONFIG_KIND,
             "metadata": {"name": name, "namespace": namespace},
             "spec": {"bbr": {"enabled": len(entries) > 1}, "schedulers": list(entries), **spec}}
 
