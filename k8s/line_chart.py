@@ -25,7 +25,9 @@ Objects, in apply order (cdk8s orders them by the dependencies declared here):
    Prometheus triggers, built by :mod:`observability.autoscaling` and passed in as ``scaling``).
    A line with ``routing_strategy: gateway`` has no ``intelligentRoutingSpec`` and instead
    ``inferenceGateway: {enabled: true, name: <line>-gateway}`` (:func:`gateway_spec`): the HyperPod
-   Inference Gateway routes it, and the operator writes its scheduler entry into that gateway.
+   Inference Gateway routes it, and the operator writes its scheduler entry into that gateway. When the
+   line sets ``gateway.jwt`` or ``gateway.weights``, a second Kyverno ``Policy`` (:mod:`k8s.gateway_policy`),
+   applied before the endpoint, adds them to that ``InferenceGatewayConfig`` at admission.
 
 6. The L2 janitor (:mod:`k8s.janitor`): ConfigMap, ServiceAccount, Role, RoleBinding and a
    single-replica Deployment that keep the line's L2 directory within ``l2_size`` and ``ttl_hours``
@@ -67,6 +69,7 @@ from k8s import canary
 from k8s.canary import KvCanary
 from k8s.janitor import L2Janitor
 from k8s.mount_watchdog import line_rbac
+from k8s.gateway_policy import gateway_policy_manifest
 from k8s.kyverno import BUSINESS_LINE_NAMESPACE_LABEL, policy_manifest
 from k8s.lmcache import PYTHONHASHSEED_ENV, env_name
 from k8s.patch import line_cache_env
@@ -390,6 +393,13 @@ class BusinessLineChart(cdk8s.Chart):
                 namespace=ns, pod_labels={names.OPERATOR_POD_LABEL: names.endpoint_name(line)},
                 model_port=line.vllm.port, vpc_cidr=vpc_cidr(platform))})
         self.endpoint_ingress.add_dependency(self.namespace_obj)
+        # A gateway line's jwt and weights, added to the operator's InferenceGatewayConfig at admission
+        # (k8s.gateway_policy): before the endpoint, so the object's first version already has them.
+        self.gateway_policy: cdk8s.ApiObject | None = None
+        gateway_policy = gateway_policy_manifest(line) if line.routing_strategy == GATEWAY_ROUTING else None
+        if gateway_policy is not None:
+            self.gateway_policy = api_object(self, "GatewayPolicy", gateway_policy)
+            self.gateway_policy.add_dependency(self.namespace_obj)
         metadata = cdk8s.ApiObjectMetadata(name=names.endpoint_name(line), namespace=ns)
         gateway = gateway_spec(line)
         if gateway is None:
@@ -402,6 +412,6 @@ class BusinessLineChart(cdk8s.Chart):
                                                             spec=endpoint_spec(platform, line, scaling))
             self.endpoint = api_object(self, "Endpoint", {
                 **manifest, "spec": {**manifest["spec"], "inferenceGateway": gateway}})
-        self.endpoint.add_dependency(self.namespace_obj, *(o for o in (self.pvc, self.policy, self.vllm_plugins)
-                                                           if o is not None))
+        self.endpoint.add_dependency(self.namespace_obj, *(o for o in (self.pvc, self.policy, self.vllm_plugins,
+                                                                      self.gateway_policy) if o is not None))
 

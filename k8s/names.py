@@ -75,6 +75,12 @@ def gateway_name(line: BusinessLineConfig) -> str:
     return f"{line.name}-gateway"
 
 
+def gateway_policy_name(line: BusinessLineConfig) -> str:
+    """The line's Kyverno Policy that adds its ``gateway.jwt`` and ``gateway.weights`` to
+    :func:`gateway_name` (:mod:`k8s.gateway_policy`)."""
+    return f"{line.name}-gateway-settings"
+
+
 def line_chart_name(line: BusinessLineConfig) -> str:
     """Key of the line's chart in :func:`k8s.render.render_manifests` and its dist/ file stem."""
     return f"line-{line.name}"

@@ -175,8 +175,10 @@ def line_alerts(platform: PlatformConfig, lines: tuple[BusinessLineConfig, ...])
                 + " while the others idle. Its queue, hence TTFT, grows; adding replicas does not help.",
         action="On the line's dashboard row, 'Share of prompt tokens per replica' shows which; "
                + (f"raise weights.queue (or lower weights.prefix) on the line's scheduler entry in the "
-                  f"InferenceGatewayConfig {names.gateway_name(line)} of namespace {line.namespace} (the operator "
-                  "keeps weights set there; docs/routing.md)." if line.routing_strategy == GATEWAY_ROUTING else
+                  f"InferenceGatewayConfig {names.gateway_name(line)} of namespace {line.namespace}: set gateway.weights "
+                  "in the line's file and deploy, then remove the entry's weights so the line's gateway policy writes "
+                  "the new ones (the operator keeps weights set there; docs/routing.md)."
+                  if line.routing_strategy == GATEWAY_ROUTING else
                   "scripts/overlap.py on a request log says which routing_strategy the traffic calls for "
                   "(docs/routing.md). routing_strategy is fixed after creation: change it in the line's file and "
                   "re-create the endpoint; meanwhile deleting the hot pod only moves the hot spot.")))

@@ -245,7 +245,12 @@ def check_addon_configuration(name: str, version: str, configuration: dict[str, 
                            f"{', '.join(sorted(configuration))}")
     missing = keys_missing_from_schema(json.loads(raw), configuration)
     if missing:
-        return CheckResult(label, False, f"{version} schema lacks {', '.join(missing)}")
+        # A verified key the config can leave out (the explicit gateway "off" on an add-on version
+        # from before the gateway): name the switch.
+        fixes = sorted({key.left_out_by for key in INFERENCE_ADDON_KEYS if key.left_out_by and any(
+            key.path == path or key.path.startswith(f"{path}.") for path in missing)})
+        hint = f"; to leave it out set {', '.join(fixes)}" if fixes else ""
+        return CheckResult(label, False, f"{version} schema lacks {', '.join(missing)}{hint}")
     return CheckResult(label, True, f"{version} schema has every key set")
 
 
@@ -299,8 +304,9 @@ def check_left_out_keys(name: str, version: str, configuration: dict[str, Any],
 
     Fails when a key of :data:`~platform_config.addon_configuration.OMITTED_KEYS_WITH_REQUIRED_DEFAULT`
     is left out while the schema declares it without the default the platform needs (today:
-    ``inferenceGateway.enabled``, which issue 9 says v2.0.0 turns on); the detail names the config
-    switch that sends the key. Opt-in keys the schema does have are listed, so their switch can be
+    ``inferenceGateway.enabled``, sent by default and left out only with
+    ``inference_operator.gateway.set_in_addon: false``); the detail names the config switch that
+    sends the key. Opt-in keys the schema does have are listed, so their switch can be
     turned on with evidence.
 
     Args:

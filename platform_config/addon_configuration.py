@@ -39,6 +39,10 @@ class AddonKey:
         opt_in: the config field(s) that must be set for the key to be sent (Markdown), for keys
             no source read for this project shows in the add-on's configuration; ``None`` for
             verified keys.
+        when: for a verified key sent only in some configurations, when (Markdown, e.g. ``only
+            with `x```, ``unless `y: false```); ``None``: always.
+        left_out_by: the config switch (plain text, as in platform.yaml) that leaves a verified key
+            out, for an add-on version whose schema lacks it; preflight names it when the schema does.
         never_sent: a verified key the platform deliberately does not send.
     """
 
@@ -46,6 +50,8 @@ class AddonKey:
     value: str
     source: str
     opt_in: str | None = None
+    when: str | None = None
+    left_out_by: str | None = None
     never_sent: bool = False
 
     @property
@@ -55,21 +61,32 @@ class AddonKey:
 
     @property
     def sent(self) -> str:
-        """When the key is sent: ``always``, ``never`` or ``only with <switch>``."""
+        """When the key is sent: ``always``, ``never``, :attr:`when`, or ``only with <switch>``."""
         if self.never_sent:
             return "never"
-        return "always" if self.verified else f"only with {self.opt_in}"
+        if not self.verified:
+            return f"only with {self.opt_in}"
+        return self.when or "always"
 
 
 #: The AWS sources that name the verified keys (docs/sources.md §1, §11).
 _ADDON_SOURCES = "AWS's add-on guide, `helm_to_addon.sh`, awsome-distributed-ai (docs/sources.md §11)"
-#: The gateway keys: named only by issue 9.
-_ISSUE_ONLY = "unverified: issue 9 only, no AWS source found"
+#: The gateway keys: AWS's gateway guide, "Prerequisites and deployment" (add-on v2.0.0-eksbuild.2 or
+#: later, the version pinned; its ``create-addon`` example sends both keys).
+_GATEWAY_GUIDE = "AWS's gateway guide, Prerequisites (docs/sources.md §31)"
 
 #: Every key of the inference add-on's configuration: what is sent, why, and on whose word.
 #: Unverified keys are opt-in (default off) so that the default configuration holds only keys a
 #: source shows; ``scripts/preflight.py`` checks every key sent against the pinned version's
 #: schema and reports a schema key left out whose default matters (the gateway).
+#:
+#: ``inferenceGateway.enabled`` is sent by default, ``false`` when no line uses the gateway: AWS's
+#: gateway guide documents the key for the pinned add-on and says installing the add-on "makes the
+#: gateway available, so no separate installation is required" (and TLS auto-issue "is enabled by
+#: default"), so an add-on left to its own default may run a gateway no one configured, without
+#: its role. ``inference_operator.gateway.set_in_addon: false`` leaves the key out, for an add-on
+#: version whose schema lacks it (preflight names that switch, and fails if a schema that has the
+#: key does not default it off while it is left out).
 INFERENCE_ADDON_KEYS: Final[tuple[AddonKey, ...]] = (
     AddonKey("executionRoleArn", "the operator's execution role (IRSA of hyperpod-inference-controller-manager "
              "and sagemaker.amazonaws.com), named `SageMakerHyperPodInference-<project>-<region>`: installed as "
@@ -89,12 +106,15 @@ INFERENCE_ADDON_KEYS: Final[tuple[AddonKey, ...]] = (
     AddonKey("alb.ingressClassParams.spec.scheme", "`inference_operator.load_balancer_scheme`, forced on every "
              "Ingress of the controller's class", "unverified: only the bundled controller chart's values "
              "(1.13.2); the add-on's schema is its own", opt_in="`inference_operator.set_scheme_in_addon`"),
-    AddonKey("inferenceGateway.enabled", "`inference_operator.gateway.enabled`; `false` sent only on request "
-             "(v2.0.0 is said to turn the gateway on unless told otherwise)", _ISSUE_ONLY,
-             opt_in="`inference_operator.gateway.set_in_addon` or `gateway.enabled`"),
+    AddonKey("inferenceGateway.enabled", "`inference_operator.gateway.enabled`; `false` is sent explicitly "
+             "when the gateway is off (installing the add-on makes the gateway available unless told "
+             "otherwise)", _GATEWAY_GUIDE,
+             when="unless `inference_operator.gateway.set_in_addon: false` (gateway off)",
+             left_out_by="inference_operator.gateway.set_in_addon: false"),
     AddonKey("inferenceGateway.serviceAccount.roleArn", "an IRSA role with "
              "`AmazonSageMakerHyperPodInferenceGatewayAccess`, created before the add-on, trusted by "
-             "`gateway.service_account`", _ISSUE_ONLY, opt_in="`inference_operator.gateway.enabled`"),
+             "`gateway.service_account` (default `inference-gateway-controller`)", _GATEWAY_GUIDE,
+             when="only with `inference_operator.gateway.enabled`"),
     AddonKey("jumpstartGatedModelDownloadRoleArn", "lines deploy `InferenceEndpointConfig`, never "
              "gated JumpStart models, so no download role is created", _ADDON_SOURCES, never_sent=True),
 )
@@ -121,9 +141,9 @@ def inference_addon_configuration(
     """``configurationValues`` of ``amazon-sagemaker-hyperpod-inference`` (keys: :data:`INFERENCE_ADDON_KEYS`).
 
     By default only verified keys are sent. ``alb.ingressClassParams`` is added with
-    ``inference_operator.set_scheme_in_addon``; ``inferenceGateway`` with
-    ``inference_operator.gateway.set_in_addon`` (``enabled: false``) or ``gateway.enabled``
-    (``enabled: true`` and the gateway's role).
+    ``inference_operator.set_scheme_in_addon``. ``inferenceGateway`` is ``{enabled: true,
+    serviceAccount: {roleArn}}`` with ``gateway.enabled``, else ``{enabled: false}`` unless
+    ``gateway.set_in_addon`` is false (then the key is left out).
 
     Args:
         platform: validated platform config (``inference_operator.*``).
@@ -159,11 +179,11 @@ def inference_addon_configuration(
     return configuration
 
 
-#: Schema keys the platform leaves out by default whose absence is only safe when the add-on's
+#: Schema keys the platform can be told to leave out whose absence is only safe when the add-on's
 #: own default agrees: dotted path of the key -> (the value the platform needs, the config switch
 #: that sends it). Checked by ``scripts/preflight.py`` against the pinned version's schema.
 OMITTED_KEYS_WITH_REQUIRED_DEFAULT: Final[dict[str, tuple[Any, str]]] = {
-    "inferenceGateway.enabled": (False, "inference_operator.gateway.set_in_addon: true"),
+    "inferenceGateway.enabled": (False, "inference_operator.gateway.set_in_addon: true (the default)"),
 }
 
 

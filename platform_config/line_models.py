@@ -30,6 +30,7 @@ from platform_config import vllm_args as vllm_flags
 from platform_config import vllm_cli
 from platform_config.fields import (
     AWS_REGION_PATTERN,
+    GATEWAY_ROUTING,
     LMCACHE_IMAGE_REPOSITORY,
     LMCACHE_VERSION,
     BytesQuantity,
@@ -503,6 +504,116 @@ class AutoscalingConfig(StrictModel):
         return self
 
 
+#: An ``https://`` URL (the gateway's JWT issuer and JWKS endpoint: AWS's gateway guide, ``spec.auth``).
+HTTPS_URL_PATTERN = r"^https://[^\s/?#]+[^\s]*$"
+HttpsUrl = Annotated[str, StringConstraints(pattern=HTTPS_URL_PATTERN, max_length=2048)]
+
+
+class GatewayJwtClaim(StrictModel):
+    """One ``requiredClaims`` entry of the gateway's JWT provider (AWS's gateway guide, ``spec.auth``,
+    docs/sources.md §31): a token is admitted only if its claim ``name`` holds one of ``values``."""
+
+    #: The claim's name in the token (e.g. ``groups``, ``scope``).
+    name: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+    #: ``String`` (a single value) or ``StringArray`` (a list in the token), the guide's ``valueType``.
+    value_type: Literal["String", "StringArray"] = "String"
+    #: Accepted values: 1-128 entries of 1-1024 characters each (the guide's limits).
+    values: Annotated[list[Annotated[str, StringConstraints(min_length=1, max_length=1024)]],
+                      Field(min_length=1, max_length=128)]
+
+
+class GatewayJwtProvider(StrictModel):
+    """``spec.auth.jwt.provider`` of the line's ``InferenceGatewayConfig`` (AWS's gateway guide, "spec fields",
+    ``auth``; docs/sources.md §31). The gateway then refuses a request without a valid bearer token signed
+    by a key of ``remote_jwks_uri`` and issued by ``issuer``; load balancer health checks stay
+    unauthenticated. At least one of ``audiences`` or ``required_claims`` is required (the guide's rule)."""
+
+    #: Unique name of the provider (the guide's ``name``, required).
+    name: Annotated[str, StringConstraints(min_length=1, max_length=253)]
+    #: OIDC issuer URL, ``https://...``; the token's ``iss`` claim must equal it (``issuer``, required).
+    issuer: HttpsUrl
+    #: HTTPS JWKS endpoint publishing the issuer's signing keys (``remoteJWKS.uri``, required).
+    remote_jwks_uri: HttpsUrl
+    #: Accepted ``aud`` claim values, at most 8 (``audiences``); default: none.
+    audiences: Annotated[list[Annotated[str, StringConstraints(min_length=1)]], Field(max_length=8)] = []
+    #: Claim-based authorization, at most 16 entries (``requiredClaims``); default: none.
+    required_claims: Annotated[list[GatewayJwtClaim], Field(max_length=16)] = []
+
+    @model_validator(mode="after")
+    def _audience_or_claims(self) -> "GatewayJwtProvider":
+        if not self.audiences and not self.required_claims:
+            raise ValueError("the gateway's JWT provider needs audiences or required_claims (AWS's "
+                             "gateway guide: at least one of them); allowed: audiences: [<aud>, ...] (at most 8) "
+                             "and/or required_claims: [{name, value_type, values}] (at most 16)")
+        return self
+
+    def manifest(self) -> dict[str, object]:
+        """The provider as the CRD spells it (camelCase; empty lists left out)."""
+        provider: dict[str, object] = {"name": self.name, "issuer": self.issuer,
+                                       "remoteJWKS": {"uri": self.remote_jwks_uri}}
+        if self.audiences:
+            provider["audiences"] = list(self.audiences)
+        if self.required_claims:
+            provider["requiredClaims"] = [{"name": c.name, "valueType": c.value_type, "values": list(c.values)}
+                                          for c in self.required_claims]
+        return provider
+
+
+class GatewayWeights(StrictModel):
+    """Scoring weights of the line's scheduler entry in its ``InferenceGatewayConfig`` (``weights`` of
+    ``SchedulerSpec``, AWS's gateway guide, docs/sources.md §31): non-negative integers, relative to each
+    other. A weight left unset (null) is not written; the guide lists a default per field (``queue`` 2,
+    ``kv_cache`` 2, ``prefix`` 3; the others none), read here as applying to each field left out (not
+    verified: set all three to be sure of them)."""
+
+    #: Pending request queue depth (``queue``; gateway default 2).
+    queue: Annotated[int, Field(ge=0)] | None = None
+    #: KV cache utilization (``kvCache``; gateway default 2).
+    kv_cache: Annotated[int, Field(ge=0)] | None = None
+    #: Prefix-cache affinity (``prefix``; gateway default 3). 0 turns prefix scoring off.
+    prefix: Annotated[int, Field(ge=0)] | None = None
+    #: Least-recently-used scoring (``lru``); valid only for the ``llm-d`` scheduler, so it is added
+    #: only to an entry whose ``scheduler`` is ``llm-d`` (or unset: ``llm-d`` is the default).
+    lru: Annotated[int, Field(ge=0)] | None = None
+    #: LoRA adapter affinity (``loraAffinity``).
+    lora_affinity: Annotated[int, Field(ge=0)] | None = None
+    #: Running requests on a pod (``runningRequests``).
+    running_requests: Annotated[int, Field(ge=0)] | None = None
+    #: Predicted request latency (``predictedLatency``).
+    predicted_latency: Annotated[int, Field(ge=0)] | None = None
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> "GatewayWeights":
+        if not self.manifest():
+            raise ValueError("gateway.weights sets no weight; allowed: one or more of queue, kv_cache, prefix, "
+                             "lru, lora_affinity, running_requests, predicted_latency (non-negative integers), or "
+                             "no weights section")
+        return self
+
+    def manifest(self) -> dict[str, int]:
+        """The weights as the CRD spells them (camelCase), unset ones left out."""
+        crd = {"queue": "queue", "kv_cache": "kvCache", "prefix": "prefix", "lru": "lru",
+               "lora_affinity": "loraAffinity", "running_requests": "runningRequests",
+               "predicted_latency": "predictedLatency"}
+        return {crd[f]: getattr(self, f) for f in crd if getattr(self, f) is not None}
+
+
+class LineGatewayConfig(StrictModel):
+    """What the platform adds to the ``InferenceGatewayConfig`` the operator creates for a gateway line
+    (``routing_strategy: gateway``; docs/routing.md). The operator owns that object and its scheduler
+    entry, so the platform renders neither: a Kyverno ``Policy`` in the line's namespace adds these at
+    admission, each time the object is created or updated (k8s/gateway_policy.py)."""
+
+    #: Request authentication of the line's gateway (``spec.auth.jwt.provider``); null (default): none,
+    #: and the gateway accepts any request that reaches it (AWS strongly recommends setting it).
+    #: Set, the platform owns ``spec.auth``: it is rewritten to this on every update of the object.
+    jwt: GatewayJwtProvider | None = None
+    #: Scorer weights added to the line's scheduler entry where it has neither ``weights`` nor
+    #: ``configMapRef`` (the two are mutually exclusive); null (default): the gateway's defaults.
+    #: Weights already on the entry (e.g. set with kubectl edit) are kept.
+    weights: GatewayWeights | None = None
+
+
 class BusinessLineConfig(StrictModel):
     """``config/business-lines/<name>.yaml``: one team's endpoint; ``name`` is the file stem."""
 
@@ -528,6 +639,9 @@ class BusinessLineConfig(StrictModel):
     #: router (prefix affinity with a load bound; needs inference_operator.gateway.enabled in platform.yaml).
     #: scripts/overlap.py advises it from a request log. Fixed after creation.
     routing_strategy: RoutingStrategy = "prefixaware"
+    #: With ``routing_strategy: gateway`` only: request authentication and scorer weights of the line's
+    #: gateway (docs/routing.md). Default: none of either.
+    gateway: LineGatewayConfig = LineGatewayConfig()
     cache: CacheConfig = CacheConfig()
     vllm: VllmConfig
     resources: ResourcesConfig = ResourcesConfig()
@@ -546,6 +660,14 @@ class BusinessLineConfig(StrictModel):
     #: examples in a fork; it is still validated, synthesized and tested, and is not an orphan.
     #: A hand-run `cdk deploy --all` deploys every line: deploy by hand with --exclusively.
     deploy: bool = True
+
+    @model_validator(mode="after")
+    def _gateway_settings_need_the_gateway(self) -> "BusinessLineConfig":
+        if self.routing_strategy != GATEWAY_ROUTING and self.gateway != LineGatewayConfig():
+            raise FieldError("gateway", f"gateway settings apply only to a line routed by the HyperPod Inference "
+                             f"Gateway, and routing_strategy is {self.routing_strategy!r}; allowed: routing_strategy: "
+                             f"gateway, or no gateway section")
+        return self
 
     @model_validator(mode="before")
     @classmethod

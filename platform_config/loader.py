@@ -44,6 +44,7 @@ PATTERN_DESCRIPTIONS = {
     platform_models.EMAIL_PATTERN: "an email address such as oncall@example.com",
     platform_models.CHART_DIGEST_PATTERN: ("a chart archive's SHA-256, sha256:<64 lowercase hex digits> (scripts/"
                                            "vendor_chart.py prints it)"),
+    line_models.HTTPS_URL_PATTERN: "an https:// URL without spaces, such as https://idp.example.com/realms/rag",
     line_models.HOT_PREFIX_FILE_PATTERN: ("a path relative to the line's file: letters, digits, '.', '_', '-' and '/' "
                                           "(e.g. rag-assistant.system-prompt.md)"),
     # The models' inline patterns (tests/config/test_config.py holds every pattern of the models to this table).

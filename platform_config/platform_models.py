@@ -700,39 +700,33 @@ class VersionsConfig(StrictModel):
 
 
 class InferenceGatewayConfig(StrictModel):
-    """The inference gateway of the ``amazon-sagemaker-hyperpod-inference`` add-on (v2.0.0 and later).
+    """The inference gateway of the ``amazon-sagemaker-hyperpod-inference`` add-on (v2.0.0-eksbuild.2 and later).
 
-    Issue 9 says the add-on turns the gateway on by default, with TLS certificates auto-issued,
-    and then needs ``inferenceGateway.serviceAccount.roleArn``: a role with the AWS managed policy
-    ``AmazonSageMakerHyperPodInferenceGatewayAccess`` that exists before the add-on. No AWS source
-    read for this project shows the ``inferenceGateway`` key in the add-on's configuration
-    (docs/sources.md §11), so by default the platform sends no ``inferenceGateway`` key at all;
-    ``scripts/preflight.py`` fails when the pinned version's schema has the key and does not
-    default ``enabled`` to false, naming ``set_in_addon``. A business line with ``routing_strategy:
-    gateway`` is routed by the gateway and needs ``enabled: true``; every other line keeps the
-    operator's own load balancer and intelligent routing (docs/routing.md). AWS's gateway guide
-    (docs/sources.md §31) shows the ``inferenceGateway.enabled`` and ``inferenceGateway.serviceAccount.roleArn``
-    keys and names the ServiceAccount ``inference-gateway-controller``.
+    AWS's gateway guide (docs/sources.md §31, "Prerequisites and deployment") documents the add-on keys
+    ``inferenceGateway.enabled`` and ``inferenceGateway.serviceAccount.roleArn`` for the version pinned:
+    the role has the AWS managed policy ``AmazonSageMakerHyperPodInferenceGatewayAccess``, is trusted by
+    ``system:serviceaccount:hyperpod-inference-system:inference-gateway-controller`` and must exist
+    before the add-on. Installing the add-on "makes the gateway available" and TLS auto-issue "is
+    enabled by default", so with the gateway off the platform sends ``inferenceGateway.enabled: false``
+    explicitly (``set_in_addon``, default true) rather than rely on the add-on's own default.
+    A business line with ``routing_strategy: gateway`` is routed by the gateway and needs
+    ``enabled: true``; every other line keeps the operator's own load balancer and intelligent routing
+    (docs/routing.md).
     """
 
     #: false: no gateway. true: the platform creates the gateway's IRSA role and sends
     #: ``inferenceGateway: {enabled: true, serviceAccount: {roleArn}}``.
     enabled: bool = False
-    #: With ``enabled: false``: true sends ``inferenceGateway.enabled: false`` explicitly; false
-    #: (default) leaves the unverified ``inferenceGateway`` key out of the add-on's configuration.
-    #: Set true when scripts/preflight.py reports that the pinned add-on version has the key.
-    set_in_addon: bool = False
-    #: Kubernetes ServiceAccount of the gateway in ``hyperpod-inference-system``, which the role
-    #: trusts. Required when enabled: AWS's gateway guide names ``inference-gateway-controller``
-    #: (docs/sources.md §31); not defaulted, so a change of the add-on shows in the config.
-    service_account: DnsLabel | None = None
-
-    @model_validator(mode="after")
-    def _service_account_when_enabled(self) -> "InferenceGatewayConfig":
-        if self.enabled and self.service_account is None:
-            raise FieldError("service_account", "inference gateway enabled: set service_account (the gateway's ServiceAccount "
-                             "in hyperpod-inference-system, which its IAM role trusts); allowed: a ServiceAccount name")
-        return self
+    #: With ``enabled: false``: true (default) sends ``inferenceGateway.enabled: false`` explicitly,
+    #: the key AWS's gateway guide documents for the pinned add-on (docs/sources.md §31), so the add-on
+    #: runs no gateway nobody configured; false leaves the key out, only for an add-on version whose
+    #: configuration schema lacks it (scripts/preflight.py reports which, and fails when a schema that
+    #: has the key does not default it off while it is left out). Ignored with ``enabled: true``.
+    set_in_addon: bool = True
+    #: Kubernetes ServiceAccount of the gateway controller in ``hyperpod-inference-system``, which the
+    #: gateway's IAM role trusts. Default ``inference-gateway-controller``: the name AWS's gateway guide
+    #: gives in the role's trust policy and its RBAC section (docs/sources.md §31).
+    service_account: DnsLabel = "inference-gateway-controller"
 
 
 class InferenceOperatorConfig(StrictModel):

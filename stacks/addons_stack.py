@@ -50,7 +50,7 @@ INFERENCE_DEPENDENCIES = ("aws-mountpoint-s3-csi-driver", "aws-fsx-csi-driver", 
 #: _validateRequiredValues.tpl`` at 011ca927: "for the managed policy restrictions";
 #: docs/sources.md §11), so the role gets a fixed name instead of a generated one.
 INFERENCE_EXECUTION_ROLE_PREFIX = "SageMakerHyperPodInference"
-#: AWS managed policy of the inference gateway's role (add-on v2.0.0; docs/sources.md §11).
+#: AWS managed policy of the inference gateway's role (add-on v2.0.0-eksbuild.2; docs/sources.md §31).
 INFERENCE_GATEWAY_POLICY = "AmazonSageMakerHyperPodInferenceGatewayAccess"
 #: IAM role names are at most 64 characters.
 IAM_ROLE_NAME_MAX = 64
@@ -275,7 +275,6 @@ class AddonsStack(Stack):
         self.gateway_role: IrsaRole | None = None
         gateway = platform.inference_operator.gateway
         if gateway.enabled:
-            assert gateway.service_account is not None  # the config model requires it
             self.gateway_role = IrsaRole(
                 self, "InferenceGatewayRole", cluster=cluster, namespace=INFERENCE_NAMESPACE,
                 service_account=gateway.service_account,
@@ -285,7 +284,7 @@ class AddonsStack(Stack):
             nag.acknowledge_managed_policies(
                 self.gateway_role.role, [INFERENCE_GATEWAY_POLICY],
                 "The AWS managed policy the add-on's inference gateway requires (HyperPod inference add-on "
-                "v2.0.0; docs/sources.md §11); AWS keeps it in step with the gateway.")
+                "v2.0.0-eksbuild.2; docs/sources.md §31); AWS keeps it in step with the gateway.")
 
         inference = self._addon(
             INFERENCE_ADDON,

@@ -5,8 +5,9 @@ this evaluator instead. It implements exactly the constructs our policy uses, wi
 semantics as documented for kyverno.io/v1 (1.10+), and rejects anything else, so a policy that
 grows a construct this file does not know fails the tests rather than being half-simulated:
 
-* ``match.any[].resources``: ``kinds``, ``operations``, ``selector.matchLabels``; a namespaced
-  ``Policy`` sees only its own namespace.
+* ``match.any[].resources``: ``kinds``, ``operations``, ``names`` (Kyverno's wildcards ``*`` and
+  ``?``), ``selector.matchLabels``; a namespaced ``Policy`` sees only its own namespace. Any kind,
+  not only Pods (the gateway line's Policy mutates an ``InferenceGatewayConfig``).
 * rules applied in declaration order, each on the result of the previous one; rule-level
   ``preconditions``.
 * ``mutate.patchesJson6902`` (a YAML/JSON string of RFC 6902 ops, applied with ``jsonpatch``).
@@ -27,6 +28,7 @@ tests run both).
 from __future__ import annotations
 
 import copy
+import fnmatch
 import json
 import random as _random
 import re
@@ -43,7 +45,7 @@ VARIABLE = re.compile(r"\{\{(\{[^{}]*\}|[^{}])*\}\}")
 _RULE_KEYS = {"name", "match", "mutate", "preconditions"}
 _MUTATE_KEYS = {"foreach", "patchesJson6902"}
 _FOREACH_KEYS = {"list", "order", "preconditions", "foreach", "patchesJson6902"}
-_RESOURCE_KEYS = {"kinds", "operations", "selector"}
+_RESOURCE_KEYS = {"kinds", "operations", "names", "selector"}
 _SPEC_KEYS = {"background", "admission", "applyRules", "webhookConfiguration", "rules"}
 _OPERATORS = {"Equals", "NotEquals", "AnyIn", "AnyNotIn"}
 
@@ -193,6 +195,8 @@ def _matches(policy: dict, rule: dict, pod: dict, operation: str) -> bool:
         res = entry["resources"]
         _strict(res, _RESOURCE_KEYS, "match.any[].resources")
         if pod["kind"] not in res["kinds"] or operation not in res.get("operations", [operation]):
+            continue
+        if "names" in res and not any(fnmatch.fnmatchcase(pod["metadata"].get("name", ""), n) for n in res["names"]):
             continue
         labels = pod["metadata"].get("labels") or {}
         selector = res.get("selector") or {}

@@ -20,6 +20,7 @@ from capacity.fit import inputs_from_line
 from capacity.planner import plan
 from capacity.routing_sim import line_routing_notes, simulated_strategy
 from k8s import names
+from k8s.gateway_policy import GATEWAY_CONFIG_API_VERSION, GATEWAY_CONFIG_KIND, gateway_policy_manifest
 from k8s.render import render_manifests
 from observability.alerts import line_alerts
 from observability.autoscaling import project_scaling
@@ -27,6 +28,7 @@ from platform_config import ProjectConfig, load_project
 from tests.example_config import copy_example_config, edit_yaml
 from tests.k8s.conftest import VOLUME_ID, ZONE, find
 from tests.k8s.immutable_fields import refused_updates
+from tests.k8s.kyverno_eval import apply_policy
 from tests.k8s.test_k8s_schemas import pruned_fields
 
 LINE = "rag-assistant"
@@ -183,3 +185,238 @@ def test_moving_a_line_to_or_from_the_gateway_needs_a_re_created_endpoint(gatewa
     expected = [f"InferenceEndpointConfig {ns}/{LINE}: spec.intelligentRoutingSpec.enabled"]
     assert refused_updates(control_manifests, gateway_manifests) == expected
     assert refused_updates(gateway_manifests, control_manifests) == expected
+
+
+# --- The line's gateway settings: request authentication and scorer weights (k8s/gateway_policy.py) -----
+
+ISSUER = "https://idp.example.com/realms/rag"
+JWKS = "https://idp.example.com/realms/rag/protocol/openid-connect/certs"
+SETTINGS: dict[str, Any] = {
+    "jwt": {"name": "corp-idp", "issuer": ISSUER, "remote_jwks_uri": JWKS, "audiences": ["rag-assistant"],
+            "required_claims": [{"name": "groups", "value_type": "StringArray", "values": ["rag-users"]}]},
+    "weights": {"queue": 4, "kv_cache": 2, "prefix": 2, "lru": 1},
+}
+#: The provider and weights as the CRD spells them (AWS's gateway guide, ``spec.auth``, ``SchedulerSpec``).
+PROVIDER = {"name": "corp-idp", "issuer": ISSUER, "remoteJWKS": {"uri": JWKS}, "audiences": ["rag-assistant"],
+            "requiredClaims": [{"name": "groups", "valueType": "StringArray", "values": ["rag-users"]}]}
+WEIGHTS = {"queue": 4, "kvCache": 2, "prefix": 2, "lru": 1}
+
+_NON_NEGATIVE = {"type": "integer", "minimum": 0}
+_HTTPS = {"type": "string", "pattern": "^https://"}
+#: The parts of ``InferenceGatewayConfig`` the policy writes, as AWS's gateway guide documents them ("spec
+#: fields", ``auth``; "SchedulerSpec fields", ``weights``; "Validation rules"; docs/sources.md §31): closed
+#: objects, so a misspelled field fails. No CRD file of the gateway was readable; this is the guide's text.
+DOCUMENTED_GATEWAY_CONFIG: dict[str, Any] = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {"spec": {
+        "type": "object",
+        "required": ["bbr", "schedulers"],
+        "properties": {
+            "bbr": {"type": "object", "required": ["enabled"], "properties": {"enabled": {"type": "boolean"}}},
+            "auth": {"type": "object", "additionalProperties": False, "properties": {"jwt": {
+                "type": "object", "additionalProperties": False, "required": ["provider"], "properties": {"provider": {
+                    "type": "object", "additionalProperties": False, "required": ["name", "issuer", "remoteJWKS"],
+                    "anyOf": [{"required": ["audiences"]}, {"required": ["requiredClaims"]}],
+                    "properties": {
+                        "name": {"type": "string", "minLength": 1},
+                        "issuer": _HTTPS,
+                        "remoteJWKS": {"type": "object", "additionalProperties": False, "required": ["uri"],
+                                       "properties": {"uri": _HTTPS}},
+                        "audiences": {"type": "array", "maxItems": 8, "items": {"type": "string"}},
+                        "requiredClaims": {"type": "array", "maxItems": 16, "items": {
+                            "type": "object", "additionalProperties": False,
+                            "required": ["name", "valueType", "values"],
+                            "properties": {
+                                "name": {"type": "string"},
+                                "valueType": {"enum": ["String", "StringArray"]},
+                                "values": {"type": "array", "minItems": 1, "maxItems": 128,
+                                           "items": {"type": "string", "minLength": 1, "maxLength": 1024}}}}},
+                    }}}}}},
+            "schedulers": {"type": "array", "minItems": 1, "maxItems": 100, "items": {
+                "type": "object", "required": ["name", "modelSelector", "modelName"],
+                "not": {"required": ["weights", "configMapRef"]},
+                "properties": {
+                    "scheduler": {"enum": ["llm-d", "epp"]},
+                    "weights": {"type": "object", "additionalProperties": False, "properties": {
+                        k: _NON_NEGATIVE for k in ("queue", "kvCache", "prefix", "lru", "loraAffinity",
+                                                   "runningRequests", "predictedLatency")}},
+                },
+                # weights.lru only with the llm-d scheduler (the default).
+                "if": {"required": ["weights"], "properties": {"weights": {"required": ["lru"]}}},
+                "then": {"properties": {"scheduler": {"const": "llm-d"}}},
+            }},
+        }}},
+}
+
+
+def _entry(name: str, **extra: Any) -> dict[str, Any]:
+    """A scheduler entry as the operator writes it (the guide: name, modelName, targetPort, modelSelector,
+    scheduler llm-d), plus ``extra``."""
+    return {"name": name, "modelName": f"{name}-model", "modelSelector": {"matchLabels": {"app": name}},
+            "targetPort": 8000, "scheduler": "llm-d", **extra}
+
+
+def _gateway_config(namespace: str, name: str, *entries: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    assert (GATEWAY_CONFIG_API_VERSION, GATEWAY_CONFIG_KIND) == (  # the guide's CRD reference
+        "inference.sagemaker.aws.amazon.com/v1alpha1", "InferenceGatewayConfig")
+    return {"apiVersion": GATEWAY_CONFIG_API_VERSION, "kind": GATEWAY_CONFIG_KIND,
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"bbr": {"enabled": len(entries) > 1}, "schedulers": list(entries), **spec}}
+
+
+@pytest.fixture(scope="module")
+def settings_project(tmp_path_factory) -> ProjectConfig:
+    """The gateway config with rag-assistant's ``gateway`` settings set."""
+    config = copy_example_config(tmp_path_factory.mktemp("settings") / "config")
+    edit_yaml(config / "platform.yaml", lambda d: d["inference_operator"]["gateway"].update(enabled=True))
+    edit_yaml(config / "business-lines" / f"{LINE}.yaml",
+              lambda d: d.update(routing_strategy="gateway", gateway=copy.deepcopy(SETTINGS)))
+    return load_project(config)
+
+
+@pytest.fixture(scope="module")
+def settings_manifests(settings_project) -> dict[str, list[dict]]:
+    return _render(settings_project)
+
+
+@pytest.fixture(scope="module")
+def gateway_policy(settings_project, settings_manifests) -> dict[str, Any]:
+    line = settings_project.business_line(LINE)
+    rendered = find(settings_manifests[f"line-{LINE}"], "Policy", names.gateway_policy_name(line))
+    expected = gateway_policy_manifest(line)
+    assert rendered["apiVersion"] == "kyverno.io/v1" and rendered["metadata"]["namespace"] == line.namespace
+    assert rendered["spec"] == expected["spec"]
+    return rendered
+
+
+def test_the_gateway_policy_is_rendered_only_for_a_gateway_line_with_settings(
+        gateway_policy, settings_project, settings_manifests, gateway_manifests, control_manifests) -> None:
+    """rag-assistant with jwt and weights gets the Policy, before its endpoint; without settings (the
+    gateway render) or off the gateway (the control) there is none, and no other chart changes."""
+    chart = settings_manifests[f"line-{LINE}"]
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in chart]
+    policy_at = kinds.index(("Policy", names.gateway_policy_name(settings_project.business_line(LINE))))
+    assert policy_at < kinds.index(("InferenceEndpointConfig", LINE))
+    for rendered in (gateway_manifests, control_manifests):
+        assert not [o for o in rendered[f"line-{LINE}"] if o["metadata"]["name"].endswith("-gateway-settings")]
+    for name, objects in settings_manifests.items():
+        if name != f"line-{LINE}":
+            assert objects == gateway_manifests[name], name
+    # Only this object, in this namespace: the webhook's own conditions and the rules' match.
+    line = settings_project.business_line(LINE)
+    conditions = {c["name"]: c["expression"] for c in gateway_policy["spec"]["webhookConfiguration"]["matchConditions"]}
+    assert conditions == {"business-line-namespace": f"request.namespace == '{line.namespace}'",
+                          "line-gateway": f"request.name == '{LINE}-gateway'"}
+    assert gateway_policy["spec"]["webhookConfiguration"]["failurePolicy"] == "Fail"
+    assert gateway_policy["spec"]["background"] is False
+    for rule in gateway_policy["spec"]["rules"]:
+        assert rule["match"] == {"any": [{"resources": {"kinds": ["InferenceGatewayConfig"],
+                                                        "operations": ["CREATE", "UPDATE"],
+                                                        "names": [f"{LINE}-gateway"]}}]}
+
+
+@pytest.mark.parametrize("refresh", [True, False])
+def test_the_policy_adds_auth_and_weights_only_where_absent(gateway_policy, settings_project, refresh) -> None:
+    """Applied (tests/k8s/kyverno_eval.py) to the gateway as the operator writes it: spec.auth.jwt.provider is
+    set (an existing one replaced); weights are added to an entry without weights or configMapRef, and to no
+    other; lru only where the scheduler is llm-d. The result holds to the guide's documented schema."""
+    ns = settings_project.business_line(LINE).namespace
+    bare = _entry("rag")
+    tuned = _entry("tuned", weights={"queue": 1, "prefix": 5})
+    custom = _entry("custom", configMapRef={"name": "picker"})
+    epp = _entry("sglang", scheduler="epp", engineType="sglang")
+    implicit = {k: v for k, v in _entry("implicit").items() if k != "scheduler"}  # llm-d by default
+    before = _gateway_config(ns, f"{LINE}-gateway", bare, tuned, custom, epp, implicit,
+                             auth={"jwt": {"provider": {"name": "old", "issuer": "https://old.example.com",
+                                                        "remoteJWKS": {"uri": "https://old.example.com/jwks"},
+                                                        "audiences": ["old"]}}})
+    jsonschema.validate(before, DOCUMENTED_GATEWAY_CONFIG)
+    for operation in ("CREATE", "UPDATE"):
+        after = apply_policy(gateway_policy, before, operation=operation, refresh_context=refresh)
+        jsonschema.validate(after, DOCUMENTED_GATEWAY_CONFIG)
+        assert after["spec"]["auth"] == {"jwt": {"provider": PROVIDER}}
+        by_name = {e["name"]: e for e in after["spec"]["schedulers"]}
+        assert by_name["rag"] == {**bare, "weights": WEIGHTS}
+        assert by_name["implicit"] == {**implicit, "weights": WEIGHTS}
+        assert by_name["tuned"] == tuned and by_name["custom"] == custom and by_name["sglang"] == epp
+        assert {k: v for k, v in after["spec"].items() if k not in ("auth", "schedulers")} == {
+            k: v for k, v in before["spec"].items() if k not in ("auth", "schedulers")}
+        assert after["metadata"] == before["metadata"]
+        # Idempotent: a later update (the operator's reconciliation) changes nothing more.
+        assert apply_policy(gateway_policy, after, operation="UPDATE", refresh_context=refresh) == after
+    # Without lru, an epp entry gets the weights too.
+    line = settings_project.business_line(LINE)
+    no_lru = line.model_copy(update={"gateway": line.gateway.model_copy(update={
+        "weights": line.gateway.weights.model_copy(update={"lru": None})})})
+    after = apply_policy(gateway_policy_manifest(no_lru), _gateway_config(ns, f"{LINE}-gateway", epp))
+    assert after["spec"]["schedulers"] == [{**epp, "weights": {"queue": 4, "kvCache": 2, "prefix": 2}}]
+    jsonschema.validate(after, DOCUMENTED_GATEWAY_CONFIG)
+
+
+def test_the_policy_touches_no_other_object(gateway_policy, settings_project) -> None:
+    """Another InferenceGatewayConfig of the namespace, the same name in another namespace, a DELETE: unchanged."""
+    ns = settings_project.business_line(LINE).namespace
+    for obj, operation in ((_gateway_config(ns, "another-gateway", _entry("x")), "CREATE"),
+                           (_gateway_config("someone-else", f"{LINE}-gateway", _entry("x")), "CREATE"),
+                           (_gateway_config(ns, f"{LINE}-gateway", _entry("x")), "DELETE")):
+        assert apply_policy(gateway_policy, obj, operation=operation) == obj
+
+
+def test_a_weights_change_reaches_the_entry_once_its_weights_are_removed(gateway_policy, settings_project) -> None:
+    """The documented way to apply a new gateway.weights (docs/routing.md): remove the entry's weights; the
+    same update gets the policy's (new) weights."""
+    ns = settings_project.business_line(LINE).namespace
+    old = _gateway_config(ns, f"{LINE}-gateway", _entry("rag", weights={"queue": 2, "kvCache": 2, "prefix": 3}))
+    removed = copy.deepcopy(old)
+    del removed["spec"]["schedulers"][0]["weights"]
+    assert apply_policy(gateway_policy, old, operation="UPDATE")["spec"]["schedulers"][0]["weights"] == {
+        "queue": 2, "kvCache": 2, "prefix": 3}
+    assert apply_policy(gateway_policy, removed, operation="UPDATE")["spec"]["schedulers"][0]["weights"] == WEIGHTS
+
+
+def test_only_what_the_line_sets_is_written(settings_project) -> None:
+    line = settings_project.business_line(LINE)
+    auth_only = line.model_copy(update={"gateway": line.gateway.model_copy(update={"weights": None})})
+    weights_only = line.model_copy(update={"gateway": line.gateway.model_copy(update={"jwt": None})})
+    neither = line.model_copy(update={"gateway": type(line.gateway)()})
+    assert [r["name"] for r in gateway_policy_manifest(auth_only)["spec"]["rules"]] == ["set-request-auth"]
+    assert [r["name"] for r in gateway_policy_manifest(weights_only)["spec"]["rules"]] == ["add-scheduler-weights"]
+    assert gateway_policy_manifest(neither) is None
+
+
+@pytest.mark.parametrize("edit, field, says", [
+    (lambda g: g["weights"].update(queue=-1), "gateway.weights.queue", "greater than or equal to 0"),
+    (lambda g: g["weights"].update(kvcache=1), "gateway.weights.kvcache", ""),
+    (lambda g: g.update(weights={}), "gateway.weights", "kv_cache, prefix"),
+    (lambda g: g["jwt"].update(issuer="http://idp.example.com"), "gateway.jwt.issuer", "https"),
+    (lambda g: g["jwt"].update(audiences=[], required_claims=[]), "gateway.jwt", "audiences or required_claims"),
+    (lambda g: g["jwt"]["required_claims"][0].update(value_type="List"), "gateway.jwt.required_claims.0.value_type",
+     "String"),
+    (lambda g: g["jwt"].update(audiences=[f"a{i}" for i in range(9)]), "gateway.jwt.audiences", "8"),
+])
+def test_bad_gateway_settings_are_refused_naming_file_and_field(tmp_path, edit, field, says) -> None:
+    from platform_config import ConfigError
+
+    config = copy_example_config(tmp_path / "config")
+    edit_yaml(config / "platform.yaml", lambda d: d["inference_operator"]["gateway"].update(enabled=True))
+    settings = copy.deepcopy(SETTINGS)
+    edit(settings)
+    edit_yaml(config / "business-lines" / f"{LINE}.yaml",
+              lambda d: d.update(routing_strategy="gateway", gateway=settings))
+    with pytest.raises(ConfigError) as info:
+        load_project(config)
+    (problem,) = info.value.problems
+    assert problem.field == field and says in problem.message, problem
+    assert problem.file.endswith(f"business-lines/{LINE}.yaml"), problem
+
+
+def test_gateway_settings_on_a_line_off_the_gateway_are_refused(tmp_path) -> None:
+    from platform_config import ConfigError
+
+    config = copy_example_config(tmp_path / "config")
+    edit_yaml(config / "business-lines" / f"{LINE}.yaml", lambda d: d.update(gateway=copy.deepcopy(SETTINGS)))
+    with pytest.raises(ConfigError) as info:
+        load_project(config)
+    (problem,) = info.value.problems
+    assert problem.field == "gateway" and "allowed: routing_strategy: gateway" in problem.message, problem

@@ -108,8 +108,17 @@ def configuration_values(addon: dict) -> dict:
 
 def test_inference_addon_configuration_values(templates, addons, project) -> None:
     config = configuration_values(addons["amazon-sagemaker-hyperpod-inference"])
-    # Only keys an AWS source shows in the add-on's configuration: no unverified key by default.
-    assert set(config) == {"executionRoleArn", "tlsCertificateS3Bucket", "hyperpodClusterArn", "alb", "keda"}
+    # Only keys an AWS source shows in the add-on's configuration: no unverified key by default, and
+    # the gateway turned off explicitly (AWS's gateway guide, docs/sources.md §31).
+    assert set(config) == {"executionRoleArn", "tlsCertificateS3Bucket", "hyperpodClusterArn", "alb", "keda",
+                           "inferenceGateway"}
+    assert config["inferenceGateway"] == {"enabled": False}
+    from aws_cdk.assertions import Match
+
+    templates[ADDONS].has_resource_properties("AWS::EKS::Addon", {
+        "AddonName": "amazon-sagemaker-hyperpod-inference",
+        "ConfigurationValues": {"Fn::Join": ["", Match.array_with([
+            Match.string_like_regexp(r'"inferenceGateway":\{"enabled":false\}\}$')])]}})
     execution_id, _ = role_by_subject(
         templates, "system:serviceaccount:hyperpod-inference-system:hyperpod-inference-controller-manager")
     alb_id, _ = role_by_subject(templates, "system:serviceaccount:hyperpod-inference-system:aws-load-balancer-controller")
@@ -126,14 +135,12 @@ def test_inference_addon_configuration_values(templates, addons, project) -> Non
     assert "jumpstartGatedModelDownloadRoleArn" not in config
 
 
-def with_operator(platform, *, scheme_in_addon: bool = False, gateway: bool = False, gateway_in_addon: bool = False):
-    """``platform`` with the inference operator's opt-in switches set."""
+def with_operator(platform, *, scheme_in_addon: bool = False, gateway: bool = False, gateway_in_addon: bool = True):
+    """``platform`` with the inference operator's switches set (defaults: the model's own)."""
     operator = platform.inference_operator
     return platform.model_copy(update={"inference_operator": operator.model_copy(update={
         "set_scheme_in_addon": scheme_in_addon,
-        "gateway": operator.gateway.model_copy(update={
-            "enabled": gateway, "set_in_addon": gateway_in_addon,
-            "service_account": "gateway-sa" if gateway else None})})})
+        "gateway": operator.gateway.model_copy(update={"enabled": gateway, "set_in_addon": gateway_in_addon})})})
 
 
 def configuration_of(platform) -> dict:
@@ -142,17 +149,26 @@ def configuration_of(platform) -> dict:
                                          gateway_role_arn="g" if platform.inference_operator.gateway.enabled else None)
 
 
-def test_the_default_configuration_sends_no_unverified_key(project) -> None:
+def test_the_default_configuration_sends_only_verified_keys_and_turns_the_gateway_off(project) -> None:
     """By default only verified keys are sent (an unverified one could fail CreateAddon after the
-    network, eks and hyperpod stacks are deployed); the scenario config keeps the defaults."""
-    verified = {k.path for k in INFERENCE_ADDON_KEYS if k.verified}
+    network, eks and hyperpod stacks are deployed), and the gateway is turned off explicitly: AWS's
+    gateway guide documents ``inferenceGateway.enabled`` for the pinned add-on, whose gateway is
+    available once installed (docs/sources.md §31). The scenario config keeps the defaults."""
     defaults = type(project.platform.inference_operator)()
-    assert (defaults.set_scheme_in_addon, defaults.gateway.enabled, defaults.gateway.set_in_addon) == (False,) * 3
+    assert (defaults.set_scheme_in_addon, defaults.gateway.enabled, defaults.gateway.set_in_addon) == (
+        False, False, True)
+    assert defaults.gateway.service_account == "inference-gateway-controller"
     assert project.platform.inference_operator == defaults.model_copy(
         update={"load_balancer_scheme": project.platform.inference_operator.load_balancer_scheme})
-    assert leaf_keys(configuration_of(project.platform)) == {
-        k.path for k in INFERENCE_ADDON_KEYS if k.verified and not k.never_sent}
-    assert not verified & {"alb.ingressClassParams.spec.scheme", "inferenceGateway.enabled"}
+    config = configuration_of(project.platform)
+    assert config["inferenceGateway"] == {"enabled": False}
+    assert leaf_keys(config) == {
+        k.path for k in INFERENCE_ADDON_KEYS if k.verified and not k.never_sent and not k.when} | {
+        "inferenceGateway.enabled"}
+    assert {k.path: k.verified for k in INFERENCE_ADDON_KEYS if k.path.startswith("inferenceGateway.")} == {
+        "inferenceGateway.enabled": True, "inferenceGateway.serviceAccount.roleArn": True}
+    assert all("§31" in k.source for k in INFERENCE_ADDON_KEYS if k.path.startswith("inferenceGateway."))
+    assert not any(k.verified for k in INFERENCE_ADDON_KEYS if k.path == "alb.ingressClassParams.spec.scheme")
 
 
 @pytest.mark.parametrize("switches, sent", [
@@ -160,16 +176,24 @@ def test_the_default_configuration_sends_no_unverified_key(project) -> None:
     ({"gateway_in_addon": True}, {"inferenceGateway": {"enabled": False}}),
     ({"gateway": True}, {"inferenceGateway": {"enabled": True, "serviceAccount": {"roleArn": "g"}}}),
 ])
-def test_each_unverified_key_is_sent_only_when_its_switch_is_on(project, switches, sent) -> None:
-    base = configuration_of(with_operator(project.platform))
-    config = configuration_of(with_operator(project.platform, **switches))
+def test_each_conditional_key_is_sent_only_when_its_switch_is_on(project, switches, sent) -> None:
+    base = configuration_of(with_operator(project.platform, gateway_in_addon=False))
+    config = configuration_of(with_operator(project.platform, **{"gateway_in_addon": False, **switches}))
     added = leaf_keys(config) - leaf_keys(base)
     assert added == leaf_keys(sent)
-    assert all(not k.verified for k in INFERENCE_ADDON_KEYS if k.path in added)
+    # Only the scheme is unverified; the gateway keys are sent conditionally, on AWS's word (§31).
+    assert {k.path for k in INFERENCE_ADDON_KEYS if k.path in added and not k.verified} == (
+        {"alb.ingressClassParams.spec.scheme"} & added)
     if "alb" in sent:
         assert config["alb"] == {**base["alb"], **sent["alb"]}
     else:
         assert config["inferenceGateway"] == sent["inferenceGateway"]
+
+
+def test_an_enabled_gateway_ignores_set_in_addon(project) -> None:
+    for in_addon in (True, False):
+        assert configuration_of(with_operator(project.platform, gateway=True, gateway_in_addon=in_addon))[
+            "inferenceGateway"] == {"enabled": True, "serviceAccount": {"roleArn": "g"}}
 
 
 def leaf_keys(config: dict, prefix: str = "") -> set[str]:
@@ -193,6 +217,10 @@ def test_every_inference_addon_key_is_documented(project, gateway: bool, gateway
     assert keys <= {k.path for k in INFERENCE_ADDON_KEYS if not k.never_sent}
     assert ("inferenceGateway.serviceAccount.roleArn" in keys) is gateway
     assert ("inferenceGateway.enabled" in keys) is (gateway or gateway_in_addon)
+    # The table says when: "unless ... set_in_addon: false" for the explicit off, "only with" for the role.
+    sent_when = {k.path: k.sent for k in INFERENCE_ADDON_KEYS}
+    assert sent_when["inferenceGateway.enabled"].startswith("unless")
+    assert sent_when["inferenceGateway.serviceAccount.roleArn"] == "only with `inference_operator.gateway.enabled`"
     assert ("alb.ingressClassParams.spec.scheme" in keys) is in_addon
     assert all(key.source and key.value for key in INFERENCE_ADDON_KEYS)
     deploy_doc = (Path(__file__).resolve().parents[2] / "docs" / "deploy.md").read_text()
@@ -347,7 +375,7 @@ def gateway_addons(project, tmp_path_factory):
         "load_balancer_scheme": "internet-facing",
         "set_scheme_in_addon": True,
         "gateway": project.platform.inference_operator.gateway.model_copy(
-            update={"enabled": True, "service_account": "inference-gateway"})})
+            update={"enabled": True})})  # service_account: the default, inference-gateway-controller
     platform = project.platform.model_copy(update={"inference_operator": operator})
     env = cdk.Environment(account=platform.account, region=platform.region)
     app = stacks.new_app(outdir=str(tmp_path_factory.mktemp("gateway")))
@@ -365,12 +393,22 @@ def gateway_addons(project, tmp_path_factory):
 
 
 def test_enabled_gateway_gets_its_role_before_the_addon(gateway_addons) -> None:
+    from aws_cdk.assertions import Match
+
     templates = {ADDONS: gateway_addons}
     ((addon_id, addon),) = [(lid, r) for lid, r in gateway_addons.find_resources("AWS::EKS::Addon").items()
                             if r["Properties"]["AddonName"] == "amazon-sagemaker-hyperpod-inference"]
     config = configuration_values(addon)
-    role_id, role = role_by_subject(templates, "system:serviceaccount:hyperpod-inference-system:inference-gateway")
+    role_id, role = role_by_subject(
+        templates, "system:serviceaccount:hyperpod-inference-system:inference-gateway-controller")
     assert config["inferenceGateway"] == {"enabled": True, "serviceAccount": {"roleArn": {"Fn::GetAtt": [role_id, "Arn"]}}}
+    # The role is referenced by the add-on's configuration, so CloudFormation creates it first (AWS's
+    # gateway guide: the controller reads it when it starts).
+    gateway_addons.has_resource_properties("AWS::EKS::Addon", {
+        "AddonName": "amazon-sagemaker-hyperpod-inference",
+        "ConfigurationValues": {"Fn::Join": ["", Match.array_with([
+            Match.string_like_regexp(r'"inferenceGateway":\{"enabled":true,"serviceAccount":\{"roleArn":"$'),
+            {"Fn::GetAtt": [role_id, "Arn"]}])]}})
     assert role["Properties"]["ManagedPolicyArns"][0]["Fn::Join"][1][-1] == (
         ":iam::aws:policy/AmazonSageMakerHyperPodInferenceGatewayAccess")
     assert not statements_of(templates, role_id)  # the managed policy only
@@ -378,17 +416,22 @@ def test_enabled_gateway_gets_its_role_before_the_addon(gateway_addons) -> None:
     assert config["alb"]["ingressClassParams"] == {"spec": {"scheme": "internet-facing"}}
 
 
-def test_gateway_needs_its_service_account_named(tmp_path) -> None:
+def test_gateway_service_account_defaults_to_the_guides(tmp_path) -> None:
+    """``gateway.enabled: true`` alone is enough: the ServiceAccount defaults to the one AWS's gateway
+    guide trusts (``inference-gateway-controller``, docs/sources.md §31); a bad name is refused naming
+    the field."""
     from platform_config import ConfigError, load_project
     from tests.example_config import copy_example_config, edit_yaml
 
     config = copy_example_config(tmp_path / "config")
     edit_yaml(config / "platform.yaml", lambda d: d["inference_operator"]["gateway"].update(enabled=True))
+    assert load_project(config).platform.inference_operator.gateway.service_account == "inference-gateway-controller"
+    edit_yaml(config / "platform.yaml",
+              lambda d: d["inference_operator"]["gateway"].update(service_account="Inference_Gateway"))
     with pytest.raises(ConfigError) as info:
         load_project(config)
     (problem,) = info.value.problems
     assert problem.field == "inference_operator.gateway.service_account"
-    assert "set service_account" in problem.message
 
 
 # --- Issue 25 items 5 and 6: what the add-on roles may do, asserted with Template/Match/Capture ---

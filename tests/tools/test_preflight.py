@@ -169,7 +169,8 @@ def test_every_key_we_set_is_in_the_schema() -> None:
 
 
 def opted_in(platform=PLATFORM, *, scheme: bool = True, gateway: bool = True):
-    """``platform`` with the unverified keys switched on (``set_scheme_in_addon``, ``gateway.set_in_addon``)."""
+    """``platform`` with ``set_scheme_in_addon`` (the unverified key) and ``gateway.set_in_addon`` (the
+    explicit gateway "off", true by default) set as given."""
     operator = platform.inference_operator
     return platform.model_copy(update={"inference_operator": operator.model_copy(update={
         "set_scheme_in_addon": scheme, "gateway": operator.gateway.model_copy(update={"set_in_addon": gateway})})})
@@ -181,45 +182,51 @@ def test_keys_the_schema_lacks_are_reported_by_path() -> None:
     result = check_addon_configuration(INFERENCE_ADDON, "v2.0.0-eksbuild.2", configuration, response)
     assert result == CheckResult("add-on amazon-sagemaker-hyperpod-inference configuration", False,
                                  "v2.0.0-eksbuild.2 schema lacks alb.ingressClassParams")
-    # An add-on version from before the gateway: the explicit "off" is a key it does not know.
+    # An add-on version from before the gateway: the explicit "off" (sent by default) is a key it does
+    # not know, and the detail names the switch that leaves it out.
     response = schema_responses(gateway=False)[INFERENCE_ADDON]
-    assert check_addon_configuration(INFERENCE_ADDON, "v1.0.0-eksbuild.1", configuration,
-                                     response).detail == "v1.0.0-eksbuild.1 schema lacks inferenceGateway"
-    # The default configuration sends neither unverified key, so neither schema is a problem for it.
+    assert check_addon_configuration(INFERENCE_ADDON, "v1.0.0-eksbuild.1", configured_addons(PLATFORM)[INFERENCE_ADDON],
+                                     response).detail == (
+        "v1.0.0-eksbuild.1 schema lacks inferenceGateway; to leave it out set "
+        "inference_operator.gateway.set_in_addon: false")
+    # With that switch, the default configuration holds no key either schema lacks.
     for response in (schema_responses(ingress_class_params=False, gateway=False)[INFERENCE_ADDON],):
         assert check_addon_configuration(INFERENCE_ADDON, "v1.0.0-eksbuild.1",
-                                         configured_addons(PLATFORM)[INFERENCE_ADDON], response).ok
+                                         configured_addons(opted_in(scheme=False, gateway=False))[INFERENCE_ADDON],
+                                         response).ok
 
 
 LEFT_OUT = "add-on amazon-sagemaker-hyperpod-inference keys left out"
+FIX = "set inference_operator.gateway.set_in_addon: true (the default)"
 
 
 @pytest.mark.parametrize("schema, ok, detail", [
     ({"gateway_default": NO_DEFAULT}, False, "v2.0.0-eksbuild.2 schema has inferenceGateway.enabled and states no "
-     "default; the platform needs false and leaves it out: set inference_operator.gateway.set_in_addon: true"),
+     f"default; the platform needs false and leaves it out: {FIX}"),
     ({"gateway_default": True}, False, "v2.0.0-eksbuild.2 schema has inferenceGateway.enabled and defaults to "
-     "true; the platform needs false and leaves it out: set inference_operator.gateway.set_in_addon: true"),
+     f"true; the platform needs false and leaves it out: {FIX}"),
     # A default stated on the whole object applies when the platform leaves the object out.
     ({"gateway_default": False, "gateway_object_default": {"enabled": True}}, False,
      "v2.0.0-eksbuild.2 schema has inferenceGateway.enabled and defaults to true; the platform needs false and "
-     "leaves it out: set inference_operator.gateway.set_in_addon: true"),
+     f"leaves it out: {FIX}"),
     ({"gateway_default": False, "ingress_class_params": False}, True,
-     "v2.0.0-eksbuild.2 schema also has inferenceGateway.enabled (opt in: inference_operator.gateway.set_in_addon "
-     "or gateway.enabled), inferenceGateway.serviceAccount.roleArn (opt in: inference_operator.gateway.enabled)"),
+     "v2.0.0-eksbuild.2: nothing left out that the schema declares"),
     ({"gateway": False, "ingress_class_params": False}, True,
      "v2.0.0-eksbuild.2: nothing left out that the schema declares"),
     ({"gateway": False}, True, "v2.0.0-eksbuild.2 schema also has alb.ingressClassParams.spec.scheme "
      "(opt in: inference_operator.set_scheme_in_addon)"),
 ])
 def test_left_out_gateway_fails_unless_the_schema_defaults_it_off(schema, ok, detail) -> None:
-    """The gateway key is left out by default (unverified); preflight stops the deploy when the pinned
-    version's schema has it and does not default it off, and names the switch that sends ``false``."""
+    """The gateway key is sent by default (``enabled: false``); left out with ``set_in_addon: false``,
+    preflight stops the deploy when the pinned version's schema has it and does not default it off,
+    and names the switch that sends ``false``."""
     response = schema_responses(**schema)[INFERENCE_ADDON]
-    result = check_left_out_keys(INFERENCE_ADDON, "v2.0.0-eksbuild.2", configured_addons(PLATFORM)[INFERENCE_ADDON],
-                                 response)
+    left_out = configured_addons(opted_in(scheme=False, gateway=False))[INFERENCE_ADDON]
+    assert "inferenceGateway" not in left_out
+    result = check_left_out_keys(INFERENCE_ADDON, "v2.0.0-eksbuild.2", left_out, response)
     assert result == CheckResult(LEFT_OUT, ok, detail)
-    # With the switch on, the key is sent (and the schema check sees it), so nothing is left out.
-    sent = configured_addons(opted_in(scheme=False))[INFERENCE_ADDON]
+    # By default the key is sent (and the schema check sees it), so nothing is left out.
+    sent = configured_addons(PLATFORM)[INFERENCE_ADDON]
     assert sent["inferenceGateway"] == {"enabled": False}
     assert check_left_out_keys(INFERENCE_ADDON, "v2.0.0-eksbuild.2", sent, response).ok
 
@@ -391,13 +398,17 @@ def test_run_preflight_reads_the_pinned_schemas_and_the_cluster_version() -> Non
 
     by_name = {r.name: r for r in run_preflight(PLATFORM, session_factory=factory)}
     assert by_name["add-on vpc-cni configuration"].ok
-    assert by_name["add-on amazon-sagemaker-hyperpod-inference configuration"].ok  # only verified keys sent
-    assert not by_name[LEFT_OUT].ok and by_name[LEFT_OUT].detail.endswith("set inference_operator.gateway.set_in_addon: true")
+    assert by_name["add-on amazon-sagemaker-hyperpod-inference configuration"].ok  # verified keys only
+    assert by_name[LEFT_OUT].ok  # the gateway's "off" is sent by default
+    sessions.clear()
+    left_out = opted_in(scheme=False, gateway=False)
+    by_name = {r.name: r for r in run_preflight(left_out, session_factory=factory)}
+    assert not by_name[LEFT_OUT].ok and by_name[LEFT_OUT].detail.endswith(FIX)
     sessions.clear()
     by_name = {r.name: r for r in run_preflight(opted_in(), session_factory=factory)}
     failed = by_name["add-on amazon-sagemaker-hyperpod-inference configuration"]
     assert not failed.ok and failed.detail.endswith("schema lacks alb.ingressClassParams")
-    assert by_name[LEFT_OUT].ok  # the gateway key is sent now
+    assert by_name[LEFT_OUT].ok  # the gateway key is sent
     assert by_name["cluster version"].ok
     asked = [args for call, args in sessions[0].calls if call == "describe_addon_configuration"]
     assert {"addonName": INFERENCE_ADDON, "addonVersion": "v2.0.0-eksbuild.2"} in asked
