@@ -702,7 +702,16 @@ LineCheck = Callable[[PlatformConfig, list[tuple[Path, BusinessLineConfig]]], tu
 
 def source_warnings(path: Path, line: BusinessLineConfig) -> list[str]:
     """What a valid line should still be told: a Hugging Face model without ``commit_sha``; hot
-    prefixes declared on a line without L2 (nothing warms or keeps them)."""
+    prefixes declared on a line without L2 (nothing warms or keeps them); a line routed by the
+    Inference Gateway without ``gateway.jwt`` (the gateway then accepts any request that reaches it:
+    AWS's gateway guide, docs/sources.md §31)."""
+    unauthenticated = [] if line.routing_strategy != GATEWAY_ROUTING or line.gateway.jwt is not None else [
+        f"{path}: routing_strategy is gateway without gateway.jwt, so the gateway accepts any request that reaches "
+        "it; set gateway.jwt (issuer, remote_jwks_uri, audiences) to require a token (docs/routing.md)"]
+    return unauthenticated + _model_warnings(path, line)
+
+
+def _model_warnings(path: Path, line: BusinessLineConfig) -> list[str]:
     if line.hot_prefixes.active and not line.cache.l2_enabled:
         return [f"{path}: hot_prefixes declares {len(line.hot_prefixes.prefixes)} prefix(es), but cache.l2_enabled is "
                 "false: they are kept in L2, so nothing warms or keeps them until L2 is on"]

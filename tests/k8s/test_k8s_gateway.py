@@ -420,3 +420,14 @@ def test_gateway_settings_on_a_line_off_the_gateway_are_refused(tmp_path) -> Non
         load_project(config)
     (problem,) = info.value.problems
     assert problem.field == "gateway" and "allowed: routing_strategy: gateway" in problem.message, problem
+
+
+def test_a_gateway_line_without_jwt_is_warned_that_its_gateway_is_open(gateway_project, settings_project,
+                                                                     control_project) -> None:
+    """Valid, but told: without `gateway.jwt` the gateway accepts any request that reaches it (AWS's guide)."""
+    (warning,) = [w for w in gateway_project.warnings if "gateway.jwt" in w]
+    assert warning.endswith(f"{LINE}.yaml: routing_strategy is gateway without gateway.jwt, so the gateway "
+                            "accepts any request that reaches it; set gateway.jwt (issuer, remote_jwks_uri, "
+                            "audiences) to require a token (docs/routing.md)")
+    for told in (settings_project, control_project):  # with jwt; off the gateway
+        assert not [w for w in told.warnings if "gateway.jwt" in w]
