@@ -13,17 +13,22 @@ library that every CDK app imports (``from constructs import Construct``).
 - :mod:`kv_constructs.nag`: cdk-nag acknowledgment helpers (``suppress_kubectl_provider``, ...).
 """
 
-from kv_constructs import nag
-from kv_constructs.curvine_volume import CurvinePrimaryVolume, CurvinePrimaryVolumeProps
-from kv_constructs.hyperpod_cluster import (
+from platform_config.runtime import prepare_jsii_node
+
+# Before any construct module imports aws_cdk (which starts jsii's Node process).
+prepare_jsii_node()
+
+from kv_constructs import nag  # noqa: E402
+from kv_constructs.curvine_volume import CurvinePrimaryVolume, CurvinePrimaryVolumeProps  # noqa: E402
+from kv_constructs.hyperpod_cluster import (  # noqa: E402
     HyperPodCluster,
     InstanceGroupSpec,
     LifecycleScripts,
     TaintSpec,
     TieredStorage,
 )
-from kv_constructs.irsa import IrsaRole
-from kv_constructs.secure_bucket import SecureBucket, prefixed_bucket_name
+from kv_constructs.irsa import IrsaRole  # noqa: E402
+from kv_constructs.secure_bucket import SecureBucket, prefixed_bucket_name  # noqa: E402
 
 __all__ = [
     "CurvinePrimaryVolume",

@@ -27,17 +27,9 @@ from constructs import Construct
 
 from platform_config.platform_models import HelmChartVersion
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
 #: Extracted charts of this process ((archive, digest, chart, version) -> chart folder): each archive
 #: is hashed on every call, extracted and checked once.
 _EXTRACTED: dict[tuple[Path, str, str, str], Path] = {}
-
-
-def archive_file(pin: HelmChartVersion) -> Path:
-    """The archive of ``pin`` on disk: ``pin.archive_path`` resolved against the repository root."""
-    path = Path(pin.archive_path)
-    return path if path.is_absolute() else REPO_ROOT / path
 
 
 def sha256_of(path: Path) -> str:
@@ -63,7 +55,7 @@ def verified_chart_dir(pin: HelmChartVersion) -> Path:
     """
     if pin.digest is None:
         raise ValueError(f"{pin.chart} {pin.version} has no digest, so it is installed from its repository")
-    path = archive_file(pin)
+    path = pin.archive_file()
     if not path.is_file():
         raise ValueError(f"no chart archive at {path}; write it with scripts/vendor_chart.py (docs/security.md, "
                          f"'Helm charts by digest'), or remove the digest to install {pin.chart} {pin.version} "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -632,8 +633,13 @@ class HelmChartVersion(StrictModel):
 
     @property
     def archive_path(self) -> str:
-        """``archive`` or its default, ``charts/<chart>-<version>.tgz`` (not resolved against any folder)."""
+        """``archive`` or its default, ``charts/<chart>-<version>.tgz``, as written in the config."""
         return self.archive or f"charts/{self.chart}-{self.version}.tgz"
+
+    def archive_file(self) -> Path:
+        """:attr:`archive_path` on disk: a relative path is taken from the repository root."""
+        path = Path(self.archive_path)
+        return path if path.is_absolute() else Path(__file__).resolve().parents[1] / path
 
 
 class ChartVersions(StrictModel):

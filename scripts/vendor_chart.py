@@ -23,7 +23,6 @@ from typing import Sequence
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kv_constructs.helm_charts import archive_file  # noqa: E402
 from operator_tools import cli  # noqa: E402
 from operator_tools.chart_vendor import DigestMismatch, VendorError, vendor  # noqa: E402
 from platform_config import ConfigError  # noqa: E402
@@ -54,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     chosen = {field: pin for field, pin in pins.items() if not args.chart or field in args.chart}
     lines, mismatched = [], []
     for field, pin in chosen.items():
-        target = archive_file(pin)
+        target = pin.archive_file()
         try:
             done = vendor(pin, target)
         except DigestMismatch as exc:

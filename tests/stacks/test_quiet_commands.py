@@ -33,11 +33,19 @@ def run_python(args: list[str], **env: str) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
-@pytest.mark.parametrize("code", ["import stacks", "import k8s.render"])
+@pytest.mark.parametrize("code", ["import stacks", "import k8s.render", "import kv_constructs.helm_charts"])
 def test_importing_the_cdk_side_prints_no_node_notice(code) -> None:
     result = run_python(["-c", code])
     assert result.returncode == 0, result.stderr
     assert NOTICE not in result.stderr and "b'" not in result.stderr, result.stderr[:600]
+
+
+def test_the_chart_vendoring_script_starts_no_cdk(tmp_path) -> None:
+    """It downloads files: its --help printed jsii's Node box (it imported the constructs package)."""
+    result = run_python(["-X", "importtime", "scripts/vendor_chart.py", "--help"])
+    assert result.returncode == 0, result.stderr
+    assert NOTICE not in result.stderr and "b'" not in result.stderr, result.stderr[:600]
+    assert " aws_cdk" not in result.stderr and " jsii" not in result.stderr
 
 
 def test_make_manifests_script_prints_no_node_notice(tmp_path) -> None:
