@@ -339,7 +339,9 @@ def check_left_out_keys(name: str, version: str, configuration: dict[str, Any],
 def check_bootstrap(stacks_response: dict[str, Any] | None) -> CheckResult:
     """The CDK bootstrap stack exists (``cloudformation:DescribeStacks``); None if absent."""
     if not stacks_response or not stacks_response.get("Stacks"):
-        return CheckResult("cdk bootstrap", False, f"stack {CDK_BOOTSTRAP_STACK} not found; run `cdk bootstrap`")
+        return CheckResult("cdk bootstrap", False, (
+            f"stack {CDK_BOOTSTRAP_STACK} not found; run `cdk bootstrap` with the execution policies "
+            "scripts/bootstrap_policy.py prints (without them its role gets AdministratorAccess)"))
     status = stacks_response["Stacks"][0].get("StackStatus", "")
     ok = status.endswith("_COMPLETE") and "ROLLBACK" not in status and "DELETE" not in status
     return CheckResult("cdk bootstrap", ok, f"{CDK_BOOTSTRAP_STACK} is {status}")

@@ -336,7 +336,8 @@ def test_run_preflight_reports_every_check() -> None:
     assert by_name["account"].ok and by_name["availability zones"].ok
     assert all(r.ok for n, r in by_name.items() if n.startswith("add-on "))
     assert by_name["cdk bootstrap"] == CheckResult(
-        "cdk bootstrap", False, "stack CDKToolkit not found; run `cdk bootstrap`")
+        "cdk bootstrap", False, "stack CDKToolkit not found; run `cdk bootstrap` with the execution policies "
+        "scripts/bootstrap_policy.py prints (without them its role gets AdministratorAccess)")
     assert by_name["EKS support"].detail.startswith(f"Kubernetes {PLATFORM.eks.version}: ")
     assert by_name["image digests"].ok
     assert by_name["chart digests"].ok
