@@ -167,6 +167,8 @@ def _with_allowed(message: str) -> str:
     if match is None or "allowed" in message:
         return message
     rule = re.sub(r" or instance of \w+", "", message[match.end():])
+    # "a valid integer, unable to parse string as an integer": the reason repeats the rule.
+    rule = re.sub(r", unable to parse string as an? \w+$", "", rule)
     rule = rule.replace("a valid dictionary", "a mapping (key: value lines indented below the key)")
     return f"not allowed; allowed: {rule}"
 

@@ -418,3 +418,13 @@ def test_an_unknown_key_lists_the_keys_of_its_section(config_dir: Path, tmp_path
     assert refused(config_dir, tmp_path) == (
         f"{path}: cache.l2_sise: unknown key (typo?); allowed: the keys of this section, chunk_key_generation, chunk_size_tokens, l1_cpu_gib, "
         "l1_enabled, l2_enabled, l2_size, lmcache_mode (the config reference, docs/configuration.md) (got '100Gi')")
+
+
+def test_a_word_where_a_number_goes_names_the_rule_once(config_dir: Path) -> None:
+    """pydantic's "a valid integer, unable to parse string as an integer" said the rule twice."""
+    edit_yaml(config_dir / RAG, lambda d: d["autoscaling"].update(max_replicas="many"))
+    with pytest.raises(ConfigError) as info:
+        load_checked_project(config_dir)
+    (problem,) = info.value.problems
+    assert str(problem) == (f"{config_dir / RAG}: autoscaling.max_replicas: not allowed; allowed: a valid integer "
+                            "(got 'many')")
