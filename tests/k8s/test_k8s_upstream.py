@@ -573,7 +573,8 @@ def leaf_paths(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def addon_problems(configuration: dict[str, Any], keys: Iterable[Any] = INFERENCE_ADDON_KEYS) -> list[str]:
-    """Each key sent is declared, and marked verified exactly when AWS's own script sends it."""
+    """Each key sent is declared, and marked verified exactly when AWS's own script sends it or AWS's
+    gateway guide documents it."""
     declared = {k.path: k for k in keys}
     problems = []
     for path, value in leaf_paths(configuration).items():
@@ -581,9 +582,10 @@ def addon_problems(configuration: dict[str, Any], keys: Iterable[Any] = INFERENC
         if key is None:
             problems.append(f"inference add-on {path}: not declared in INFERENCE_ADDON_KEYS")
             continue
-        if key.verified != (path in up.ADDON_KEYS_AWS_SENDS):
+        if key.verified != (path in up.ADDON_KEYS_AWS_SENDS | up.ADDON_KEYS_AWS_DOCUMENTS):
             problems.append(f"inference add-on {path}: marked {'verified' if key.verified else 'unverified'}, but "
-                            f"AWS's script {'does not send' if key.verified else 'sends'} it ({up.ADDON_KEYS_CITE})")
+                            f"AWS {'neither sends nor documents' if key.verified else 'sends or documents'} it "
+                            f"({up.ADDON_KEYS_CITE}; {up.ADDON_KEYS_AWS_DOCUMENTS_CITE})")
         if key.never_sent:
             problems.append(f"inference add-on {path}: declared never sent")
         if path == "alb.ingressClassParams.spec.scheme" and value not in up.ALB_SCHEMES:
@@ -685,7 +687,7 @@ def test_the_inference_addon_keys_are_awss_or_opt_in(k8s_project, switches):
     configuration = placeholder_addon_configuration(platform)
     assert addon_problems(configuration) == []
     if not switches:
-        assert set(leaf_paths(configuration)) <= up.ADDON_KEYS_AWS_SENDS
+        assert set(leaf_paths(configuration)) <= up.ADDON_KEYS_AWS_SENDS | up.ADDON_KEYS_AWS_DOCUMENTS
 
 
 def test_the_addon_roles_trust_the_service_accounts_the_addon_creates():
@@ -929,7 +931,7 @@ def test_the_addon_checks_find_each_drift(k8s_project):
     with_scheme = copy.deepcopy(configuration)
     with_scheme["alb"]["ingressClassParams"] = {"spec": {"scheme": "public"}}
     problems = addon_problems(with_scheme, overclaimed)
-    assert any("marked verified, but AWS's script does not send it" in p for p in problems), problems
+    assert any("marked verified, but AWS neither sends nor documents it" in p for p in problems), problems
     assert any("'public' is not a scheme" in p for p in problems), problems
 
 

@@ -500,6 +500,11 @@ ADDON_KEYS_AWS_SENDS: Final = frozenset({
     "alb.enabled", "alb.serviceAccount.create", "alb.serviceAccount.roleArn",
     "keda.enabled", "keda.auth.aws.irsa.enabled", "keda.auth.aws.irsa.roleArn"})
 ADDON_KEYS_CITE: Final = HYPERPOD_CLI.at(_H2A, "1003-1037")
+#: The add-on keys AWS's gateway guide documents for v2.0.0-eksbuild.2 and later (its Prerequisites'
+#: ``create-addon`` example; a web page, not a file of a repository: docs/sources.md §31).
+ADDON_KEYS_AWS_DOCUMENTS: Final = frozenset({"inferenceGateway.enabled", "inferenceGateway.serviceAccount.roleArn"})
+ADDON_KEYS_AWS_DOCUMENTS_CITE: Final = ("AWS, Inference Gateway for Amazon SageMaker HyperPod Inference, Prerequisites "
+                                        "(docs/sources.md §31)")
 #: The operator's namespace and the service accounts whose IRSA roles the add-on keys carry.
 INFERENCE_NAMESPACE: Final = "hyperpod-inference-system"
 INFERENCE_NAMESPACE_CITE: Final = HYPERPOD_CLI.at(_H2A, "99-101, 270-272")
