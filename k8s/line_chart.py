@@ -394,7 +394,8 @@ class BusinessLineChart(cdk8s.Chart):
                 model_port=line.vllm.port, vpc_cidr=vpc_cidr(platform))})
         self.endpoint_ingress.add_dependency(self.namespace_obj)
         # A gateway line's jwt and weights, added to the operator's InferenceGatewayConfig at admission
-        # (k8s.gateway_policy): before the endpoint, so the object's first version already has them.
+        # (k8s.gateway_policy): before the endpoint, whose stack also waits for Kyverno to report the
+        # Policy Ready (its webhook registered), so the object's first version already has them.
         self.gateway_policy: cdk8s.ApiObject | None = None
         gateway_policy = gateway_policy_manifest(line) if line.routing_strategy == GATEWAY_ROUTING else None
         if gateway_policy is not None:

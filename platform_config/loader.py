@@ -490,6 +490,12 @@ def cross_check(
                 f"in {platform_path}, so the add-on runs no gateway; allowed: inference_operator.gateway.enabled "
                 f"true in {platform_path}, or one of the operator's strategies ({', '.join(CRD_ROUTING_STRATEGIES)})",
                 line.routing_strategy))
+        if line.gateway != line_models.LineGatewayConfig() and not platform.curvine.enabled:
+            problems.append(ConfigProblem(
+                str(path), "gateway",
+                f"a Kyverno policy writes gateway.jwt and gateway.weights into the line's InferenceGatewayConfig, "
+                f"and the platform installs Kyverno with Curvine, but curvine.enabled is false in {platform_path}; "
+                f"allowed: curvine.enabled true in {platform_path}, or no gateway section"))
         if line.cache.l2_enabled and not platform.curvine.enabled:
             problems.append(ConfigProblem(
                 str(path), "cache.l2_enabled",

@@ -25,6 +25,7 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from k8s import names
+from k8s.gateway_policy import gateway_policy_manifest
 from kv_constructs.teardown_wait import wait_for_load_balancers
 from k8s.kyverno import POLICY_READY_JSONPATH
 from k8s.render import build_line_chart
@@ -111,7 +112,18 @@ class BusinessLineStack(Stack):
                 json_path=POLICY_READY_JSONPATH, timeout=Duration.minutes(POLICY_READY_TIMEOUT_MIN))
             self.policy_ready.node.add_dependency(self.storage)
             self.endpoint.node.add_dependency(self.policy_ready)
-        if policy_engine is not None and line.cache.l2_enabled:
+        # A gateway line's jwt and weights reach the operator's InferenceGatewayConfig only through its
+        # Policy's webhook, which Kyverno registers asynchronously: the endpoint (whose operator creates
+        # that object) waits for it too, or the object's first version could slip in without spec.auth.
+        self.gateway_policy_ready: eks.KubernetesObjectValue | None = None
+        if gateway_policy_manifest(line) is not None:
+            self.gateway_policy_ready = eks.KubernetesObjectValue(
+                self, "GatewayPolicyReady", cluster=cluster, object_type="policies.kyverno.io",
+                object_name=names.gateway_policy_name(line), object_namespace=line.namespace,
+                json_path=POLICY_READY_JSONPATH, timeout=Duration.minutes(POLICY_READY_TIMEOUT_MIN))
+            self.gateway_policy_ready.node.add_dependency(self.storage)
+            self.endpoint.node.add_dependency(self.gateway_policy_ready)
+        if policy_engine is not None and (self.policy_ready or self.gateway_policy_ready):
             self.storage.node.add_dependency(policy_engine)
         if inference_operator is not None:
             self.endpoint.node.add_dependency(inference_operator)

@@ -10,12 +10,15 @@ renders is the gateway's.
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
+from aws_cdk.assertions import Template
 
+import stacks
 from capacity.fit import inputs_from_line
 from capacity.planner import plan
 from capacity.routing_sim import line_routing_notes, simulated_strategy
@@ -24,7 +27,7 @@ from k8s.gateway_policy import GATEWAY_CONFIG_API_VERSION, GATEWAY_CONFIG_KIND, 
 from k8s.render import render_manifests
 from observability.alerts import line_alerts
 from observability.autoscaling import project_scaling
-from platform_config import ProjectConfig, load_project
+from platform_config import ConfigError, ProjectConfig, load_project
 from tests.example_config import copy_example_config, edit_yaml
 from tests.k8s.conftest import VOLUME_ID, ZONE, find
 from tests.k8s.immutable_fields import refused_updates
@@ -387,7 +390,7 @@ def test_only_what_the_line_sets_is_written(settings_project) -> None:
 
 @pytest.mark.parametrize("edit, field, says", [
     (lambda g: g["weights"].update(queue=-1), "gateway.weights.queue", "greater than or equal to 0"),
-    (lambda g: g["weights"].update(kvcache=1), "gateway.weights.kvcache", ""),
+    (lambda g: g["weights"].update(kvcache=1), "gateway.weights.kvcache", "unknown key (typo?); allowed: the keys of this section, kv_cache, lora_affinity, lru"),
     (lambda g: g.update(weights={}), "gateway.weights", "kv_cache, prefix"),
     (lambda g: g["jwt"].update(issuer="http://idp.example.com"), "gateway.jwt.issuer", "https"),
     (lambda g: g["jwt"].update(audiences=[], required_claims=[]), "gateway.jwt", "audiences or required_claims"),
@@ -396,8 +399,6 @@ def test_only_what_the_line_sets_is_written(settings_project) -> None:
     (lambda g: g["jwt"].update(audiences=[f"a{i}" for i in range(9)]), "gateway.jwt.audiences", "8"),
 ])
 def test_bad_gateway_settings_are_refused_naming_file_and_field(tmp_path, edit, field, says) -> None:
-    from platform_config import ConfigError
-
     config = copy_example_config(tmp_path / "config")
     edit_yaml(config / "platform.yaml", lambda d: d["inference_operator"]["gateway"].update(enabled=True))
     settings = copy.deepcopy(SETTINGS)
@@ -412,8 +413,6 @@ def test_bad_gateway_settings_are_refused_naming_file_and_field(tmp_path, edit, 
 
 
 def test_gateway_settings_on_a_line_off_the_gateway_are_refused(tmp_path) -> None:
-    from platform_config import ConfigError
-
     config = copy_example_config(tmp_path / "config")
     edit_yaml(config / "business-lines" / f"{LINE}.yaml", lambda d: d.update(gateway=copy.deepcopy(SETTINGS)))
     with pytest.raises(ConfigError) as info:
@@ -431,3 +430,41 @@ def test_a_gateway_line_without_jwt_is_warned_that_its_gateway_is_open(gateway_p
                             "audiences) to require a token (docs/routing.md)")
     for told in (settings_project, control_project):  # with jwt; off the gateway
         assert not [w for w in told.warnings if "gateway.jwt" in w]
+
+
+def test_the_endpoint_waits_until_kyverno_reports_the_gateway_policy_ready(settings_project, tmp_path_factory) -> None:
+    """Kyverno registers a Policy's webhook asynchronously: were the endpoint applied at once, the operator
+    could create `<line>-gateway` before the webhook exists, and its first version would have no spec.auth."""
+    app = stacks.new_app(outdir=str(tmp_path_factory.mktemp("settings-synth")))
+    built = stacks.build_platform(app, settings_project)
+    resources = Template.from_stack(built.business_lines[LINE]).to_json()["Resources"]
+    values = {r["Properties"]["ObjectName"]: (lid, r) for lid, r in resources.items()
+              if r["Type"] == "Custom::AWSCDK-EKS-KubernetesObjectValue"}
+    line = settings_project.business_line(LINE)
+    lid, ready = values[names.gateway_policy_name(line)]
+    assert ready["Properties"]["ObjectType"] == "policies.kyverno.io"
+    assert ready["Properties"]["ObjectNamespace"] == line.namespace
+    assert ready["Properties"]["JsonPath"] == '.status.conditions[?(@.status=="True")].type'
+    (endpoint,) = [r for r in resources.values() if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+                   and "InferenceEndpointConfig" in json.dumps(r["Properties"]["Manifest"])]
+    assert lid in endpoint["DependsOn"]
+    assert built.l2_cache in built.business_lines[LINE].dependencies  # Kyverno's chart, before the Policy
+
+
+def test_gateway_settings_need_the_kyverno_the_platform_installs_with_curvine(tmp_path) -> None:
+    """Without Curvine no Kyverno is installed, so the line's Policy could not be applied: a config error."""
+    config = copy_example_config(tmp_path / "config")
+    edit_yaml(config / "platform.yaml", lambda d: (d["inference_operator"]["gateway"].update(enabled=True),
+                                                   d["curvine"].update(enabled=False)))
+    for path in (config / "business-lines").glob("*.yaml"):
+        edit_yaml(path, lambda d: d["cache"].update(l2_enabled=False))
+    edit_yaml(config / "business-lines" / f"{LINE}.yaml",
+              lambda d: d.update(routing_strategy="gateway", gateway=copy.deepcopy(SETTINGS)))
+    with pytest.raises(ConfigError) as info:
+        load_project(config)
+    (problem,) = [p for p in info.value.problems if p.field == "gateway"]
+    assert problem.file == str(config / "business-lines" / f"{LINE}.yaml")
+    assert problem.message == (
+        "a Kyverno policy writes gateway.jwt and gateway.weights into the line's InferenceGatewayConfig, and the "
+        f"platform installs Kyverno with Curvine, but curvine.enabled is false in {config / 'platform.yaml'}; "
+        f"allowed: curvine.enabled true in {config / 'platform.yaml'}, or no gateway section")
