@@ -13,7 +13,6 @@ is the documented manual step (docs/security.md, "Helm charts by digest").
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 import urllib.error
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from platform_config.platform_models import HelmChartVersion
+from platform_config.platform_models import HelmChartVersion, chart_digest
 
 #: Largest index or archive read (bytes): a bound far above a chart archive or a repository index,
 #: so that a response that is neither is refused rather than read into memory.
@@ -50,11 +49,30 @@ class Vendored:
     digest: str
 
 
+class _HttpsOnlyRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib follows a redirect to plain http by default, which would let whoever is on that path
+    serve the index and the archive together (and so pass the digest check): refused."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001 - urllib's signature
+        if urllib.parse.urlsplit(newurl).scheme != "https":
+            raise VendorError(f"{req.full_url}: redirected to {newurl}; only https is fetched")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_HttpsOnlyRedirects)
+
+
 def _get(url: str) -> bytes:
+    """The body of ``url``, over HTTPS only (redirects included), certificates verified by Python's
+    default context, at most :data:`MAX_DOWNLOAD_BYTES`.
+
+    Raises:
+        VendorError: not https, redirected to another scheme, unreachable, an HTTP error, or too large.
+    """
     if urllib.parse.urlsplit(url).scheme != "https":
         raise VendorError(f"{url}: only https is fetched")
     try:
-        with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:  # noqa: S310 (https only, above)
+        with _OPENER.open(url, timeout=TIMEOUT_S) as response:
             body = response.read(MAX_DOWNLOAD_BYTES + 1)
     except (urllib.error.URLError, OSError) as exc:
         raise VendorError(f"{url}: {getattr(exc, 'reason', exc)}") from None
@@ -85,15 +103,18 @@ def index_entry(pin: HelmChartVersion) -> tuple[str, str]:
         raise VendorError(f"{index_url}: no entries; not a Helm repository index")
     versions = entries.get(pin.chart)
     if not versions:
-        raise VendorError(f"{index_url}: no chart {pin.chart!r}; allowed: {', '.join(sorted(entries)[:20])}")
+        raise VendorError(f"{index_url}: no chart {pin.chart!r}; allowed: {', '.join(sorted(map(str, entries))[:20])}")
+    if not isinstance(versions, list) or not all(isinstance(v, dict) for v in versions):
+        raise VendorError(f"{index_url}: entries.{pin.chart} is not a list of versions; not a Helm repository index")
     entry = next((v for v in versions if str(v.get("version")) == pin.version), None)
     if entry is None:
         listed = ", ".join(str(v.get("version")) for v in versions[:10])
         raise VendorError(f"{index_url}: {pin.chart} has no version {pin.version}; the newest listed: {listed}")
-    urls, digest = entry.get("urls") or [], str(entry.get("digest", ""))
-    if not urls or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+    urls, digest = entry.get("urls"), str(entry.get("digest", ""))
+    if (not isinstance(urls, list) or not urls or not isinstance(urls[0], str) or len(digest) != 64
+            or any(c not in "0123456789abcdef" for c in digest)):
         raise VendorError(f"{index_url}: {pin.chart} {pin.version} lists no archive URL or no SHA-256 digest")
-    return urllib.parse.urljoin(base, str(urls[0])), f"sha256:{digest}"
+    return urllib.parse.urljoin(base, urls[0]), f"sha256:{digest}"
 
 
 def vendor(pin: HelmChartVersion, target: Path) -> Vendored:
@@ -110,7 +131,7 @@ def vendor(pin: HelmChartVersion, target: Path) -> Vendored:
         raise DigestMismatch(f"{pin.chart} {pin.version}: the config says {pin.digest}, the repository's index "
                              f"lists {listed} (re-published, or the config is wrong); nothing written")
     body = _get(url)
-    actual = f"sha256:{hashlib.sha256(body).hexdigest()}"
+    actual = chart_digest(body)
     if actual != listed:
         raise VendorError(f"{url}: SHA-256 {actual}, but the index lists {listed}; nothing written")
     target.parent.mkdir(parents=True, exist_ok=True)

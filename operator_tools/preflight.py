@@ -741,8 +741,8 @@ def check_chart_digests(platform: PlatformConfig) -> CheckResult:
     loose = [f"{field} ({pin.chart} {pin.version})" for field, pin in pins.items() if pin.digest is None]
     if not loose:
         return CheckResult(CHART_DIGESTS_CHECK, True, (
-            f"every chart installed from a repository ({len(pins)}) is pinned by digest and installed from its "
-            "committed archive"))
+            f"every chart installed from a repository ({len(pins)}) is pinned by digest: synthesis installs its "
+            "committed archive, checked against it"))
     return CheckResult(CHART_DIGESTS_CHECK, True, (
         f"{len(loose)} of {len(pins)} charts installed by version only, from their repository at deploy time: "
         f"{'; '.join(loose)}; pin them with `scripts/vendor_chart.py`, commit the archives, set each printed "

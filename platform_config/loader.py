@@ -42,6 +42,7 @@ PATTERN_DESCRIPTIONS = {
     hp_rules.TRAINING_PLAN_ARN_PATTERN: "a training plan ARN (arn:aws:sagemaker:<region>:<account>:training-plan/<name>)",
     platform_models.WORKER_DATA_DIR_PATTERN: "a directory below /opt/dlami/nvme or /opt/sagemaker",
     platform_models.EMAIL_PATTERN: "an email address such as oncall@example.com",
+    platform_models.CHART_NAME_PATTERN: "a Helm chart name: letters, digits, '.', '_' and '-', such as kyverno",
     platform_models.CHART_DIGEST_PATTERN: ("a chart archive's SHA-256, sha256:<64 lowercase hex digits> (scripts/"
                                            "vendor_chart.py prints it)"),
     line_models.HTTPS_URL_PATTERN: "an https:// URL without spaces, such as https://idp.example.com/realms/rag",
@@ -720,16 +721,18 @@ def source_warnings(path: Path, line: BusinessLineConfig) -> list[str]:
 
 
 def _model_warnings(path: Path, line: BusinessLineConfig) -> list[str]:
+    warnings = []
     if line.hot_prefixes.active and not line.cache.l2_enabled:
-        return [f"{path}: hot_prefixes declares {len(line.hot_prefixes.prefixes)} prefix(es), but cache.l2_enabled is "
-                "false: they are kept in L2, so nothing warms or keeps them until L2 is on"]
+        warnings.append(f"{path}: hot_prefixes declares {len(line.hot_prefixes.prefixes)} prefix(es), but "
+                        "cache.l2_enabled is false: they are kept in L2, so nothing warms or keeps them until L2 is on")
     source = line.model.source
     if isinstance(source, line_models.HuggingFaceModelSource) and source.commit_sha is None:
-        return [f"{path}: model.source.commit_sha is not set, so each pod downloads whatever revision of "
-                f"{source.model_id} the Hub serves when it starts: after the repository changes, replicas serve "
-                "different weights, and new pods read the old weights' KV from the line's L2 directory (its name "
-                "covers the commit, not the weights) as cache hits; pin the 40-hex commit to rule this out"]
-    return []
+        warnings.append(
+            f"{path}: model.source.commit_sha is not set, so each pod downloads whatever revision of "
+            f"{source.model_id} the Hub serves when it starts: after the repository changes, replicas serve "
+            "different weights, and new pods read the old weights' KV from the line's L2 directory (its name "
+            "covers the commit, not the weights) as cache hits; pin the 40-hex commit to rule this out")
+    return warnings
 
 
 def load_project(config_dir: str | Path = "config", *, line_checks: Sequence[LineCheck] = ()) -> ProjectConfig:

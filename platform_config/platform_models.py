@@ -13,6 +13,7 @@ we keep the API's name), ``*_mibps`` MiB/s.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 from pathlib import Path
@@ -605,6 +606,22 @@ VERSION_COUPLED_ADDONS = {"vpc-cni": "vpc_cni", "coredns": "coredns", "kube-prox
 
 #: A chart archive's SHA-256, as a classic Helm repository's ``index.yaml`` lists it (``digest``).
 CHART_DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+def chart_digest(archive: bytes) -> str:
+    """The ``digest`` of a chart archive's bytes as the config writes it: ``sha256:<64 lowercase hex>``
+    (a Helm repository index lists the hex alone: docs/sources.md §34)."""
+    return f"sha256:{hashlib.sha256(archive).hexdigest()}"
+
+
+#: A Helm chart's name: it also names the archive file (``<chart>-<version>.tgz``), so no ``/``.
+CHART_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+
+
+def _check_archive_path(path: str) -> str:
+    """A chart archive's path: a ``.tgz`` file, no ``..`` part (the vendoring script writes there)."""
+    if not path.endswith(".tgz") or ".." in Path(path).parts:
+        raise ValueError(f"archive {path!r}: allowed: a path to a .tgz file without '..' parts, relative to the "
+                         "repository root (e.g. charts/kyverno-3.5.2.tgz) or absolute")
+    return path
 
 
 class HelmChartVersion(StrictModel):
@@ -621,7 +638,8 @@ class HelmChartVersion(StrictModel):
     """
 
     repository: Annotated[str, StringConstraints(pattern=r"^(https|oci)://\S+$")]
-    chart: Annotated[str, StringConstraints(min_length=1)]
+    #: The chart's name in the repository (Helm: letters, digits, ``-``, ``_``, ``.``; it names the archive).
+    chart: Annotated[str, StringConstraints(pattern=CHART_NAME_PATTERN)]
     version: PinnedVersion
     #: ``sha256:<64 lowercase hex>``: the SHA-256 of the chart archive (``.tgz``), the ``digest`` of
     #: this version in the repository's ``index.yaml`` (Helm, "The Chart Repository Guide").
@@ -629,7 +647,7 @@ class HelmChartVersion(StrictModel):
     #: Where the archive is, relative to the repository root (or absolute); default
     #: ``charts/<chart>-<version>.tgz``, the name ``helm pull`` and ``scripts/vendor_chart.py`` write.
     #: Read only with ``digest``.
-    archive: Annotated[str, StringConstraints(min_length=1)] | None = None
+    archive: Annotated[str, StringConstraints(min_length=1), AfterValidator(_check_archive_path)] | None = None
 
     @property
     def archive_path(self) -> str:

@@ -60,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             mismatched.append(f"{field}: {exc}")
             continue
         except VendorError as exc:
+            if lines:  # the charts written before it, and their digests
+                cli.emit("\n".join(lines + mismatched))
             return cli.fail(f"{field}: {exc}")
         lines.append(f"{field}: wrote {done.path} ({done.size:,} bytes); set {field}.digest: {done.digest}")
     cli.emit("\n".join(lines + mismatched))

@@ -428,3 +428,15 @@ def test_a_word_where_a_number_goes_names_the_rule_once(config_dir: Path) -> Non
     (problem,) = info.value.problems
     assert str(problem) == (f"{config_dir / RAG}: autoscaling.max_replicas: not allowed; allowed: a valid integer "
                             "(got 'many')")
+
+
+def test_every_warning_of_a_line_is_given_not_only_the_first(config_dir: Path) -> None:
+    """Hot prefixes without L2 used to hide a missing commit on the same line."""
+    path = config_dir / RAG
+    edit_yaml(path, lambda d: (d["cache"].update(l2_enabled=False), d.update(model={
+        **d["model"], "source": {"type": "huggingface", "model_id": "Qwen/Qwen2-7B-Instruct"}})))
+    warnings = [w for w in load_checked_project(config_dir).warnings if w.startswith(str(path))]
+    assert [w.split(": ", 2)[1] for w in warnings] == ["hot_prefixes declares 1 prefix(es), but cache.l2_enabled is "
+                                                      "false", "model.source.commit_sha is not set, so each pod "
+                                                      "downloads whatever revision of Qwen/Qwen2-7B-Instruct the Hub "
+                                                      "serves when it starts"]

@@ -24,12 +24,13 @@ import yaml
 
 
 def chart_archive(path: Path, name: str, version: str, *, top: str | None = None,
-                  extra: dict[str, bytes] | None = None) -> str:
+                  extra: dict[str, bytes] | None = None, links: dict[str, str] | None = None) -> str:
     """Write a chart archive of ``name`` ``version`` to ``path``; return its ``sha256:<hex>``.
 
     Args:
         top: the folder at the archive's top (default ``name``, as Helm writes it).
         extra: more members, by path inside the archive, e.g. ``{"../escape": b"x"}``.
+        links: symbolic-link members, path -> target, e.g. ``{"kyverno/t.yaml": "Chart.yaml"}``.
     """
     folder = top or name
     members = {
@@ -46,6 +47,10 @@ def chart_archive(path: Path, name: str, version: str, *, top: str | None = None
             info = tarfile.TarInfo(member)
             info.size, info.mtime = len(data), 1_700_000_000
             archive.addfile(info, io.BytesIO(data))
+        for member, target in (links or {}).items():
+            info = tarfile.TarInfo(member)
+            info.type, info.linkname, info.mtime = tarfile.SYMTYPE, target, 1_700_000_000
+            archive.addfile(info)
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -62,7 +67,8 @@ def index_entry(name: str, version: str, url: str, digest: str) -> dict[str, Any
 
 class HttpsChartRepository:
     """Serves ``folder`` at ``https://localhost:<port>/`` until :meth:`close`; :attr:`ca_file` is the
-    certificate to trust (self-signed, ``subjectAltName`` localhost and 127.0.0.1)."""
+    certificate to trust (self-signed, ``subjectAltName`` localhost and 127.0.0.1); a path in
+    :attr:`redirects` answers ``302 Found`` to its URL instead."""
 
     def __init__(self, folder: Path, certs: Path) -> None:
         certs.mkdir(parents=True, exist_ok=True)
@@ -73,7 +79,20 @@ class HttpsChartRepository:
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(self.ca_file, key)
 
+        #: Request path -> the URL a ``302 Found`` sends the client to (set by a test).
+        self.redirects: dict[str, str] = {}
+        redirects = self.redirects
+
         class Quiet(SimpleHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                if self.path in redirects:
+                    self.send_response(302)
+                    self.send_header("Location", redirects[self.path])
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                super().do_GET()
+
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
                 pass
 

@@ -15,6 +15,7 @@ from cdk_nag import AwsSolutionsChecks
 import stacks
 from platform_config import ConfigError, ProjectConfig, load_project
 from platform_config.platform_models import HelmChartVersion, HyperPodDependencyChartConfig
+from kv_constructs.helm_charts import verified_chart_dir
 from stacks.hyperpod_stack import DEPENDENCY_CHART_DEFAULTS
 from tests.helm.charts import chart_archive
 
@@ -134,7 +135,6 @@ def _refused(project, tmp_path, pin: HelmChartVersion, field: str = "versions.ch
     (problem,) = info.value.problems
     assert (problem.field, problem.value) == (field, pin.digest)
     assert problem.file.endswith("platform.yaml")
-    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # nothing written
     return problem.message
 
 
@@ -143,6 +143,16 @@ def test_an_archive_that_is_not_the_digest_is_a_config_error(project, tmp_path) 
     (tmp_path / "kyverno-3.5.2.tgz").write_bytes(b"\x1f\x8b another archive")
     message = _refused(project, tmp_path, pin)
     assert "kyverno-3.5.2.tgz has SHA-256 sha256:" in message and f"not the configured {pin.digest}" in message
+
+
+def test_the_archive_is_hashed_again_on_every_check(project, tmp_path) -> None:
+    """Once extracted, a changed archive under the same path and digest is still refused (only the
+    extraction is cached)."""
+    pin = by_digest(project, tmp_path)
+    verified_chart_dir(pin)
+    Path(pin.archive).write_bytes(Path(pin.archive).read_bytes() + b"\0")
+    with pytest.raises(ValueError, match="not the configured " + pin.digest):
+        verified_chart_dir(pin)
 
 
 def test_a_missing_archive_names_the_script_that_writes_it(project, tmp_path) -> None:
@@ -155,7 +165,9 @@ def test_a_missing_archive_names_the_script_that_writes_it(project, tmp_path) ->
 @pytest.mark.parametrize(("archive", "message"), [
     ({"version": "3.5.1"}, "its Chart.yaml is kyverno 3.5.1; allowed: kyverno 3.5.2"),
     ({"top": "policy-reporter"}, "holds policy-reporter at its top; allowed: one folder kyverno/"),
-    ({"extra": {"../outside.yaml": b"x"}}, "is not a chart archive Helm writes"),
+    ({"extra": {"../outside.yaml": b"x"}}, "refused as a chart archive (a gzipped tar of one folder): "),
+    ({"links": {"kyverno/templates/link.yaml": "../Chart.yaml"}},
+     "member 'kyverno/templates/link.yaml' is a link or special file; allowed: files and folders"),
     # tarfile's data filter makes an absolute member relative: it lands in the folder, beside the chart.
     ({"extra": {"/etc/kvcache-chart.yaml": b"x"}}, "holds etc, kyverno at its top; allowed: one folder kyverno/"),
 ])
@@ -164,6 +176,23 @@ def test_an_archive_of_another_chart_or_escaping_its_folder_is_refused(project, 
     written outside the folder (Python's tarfile `data` filter)."""
     assert message in _refused(project, tmp_path, by_digest(project, tmp_path, **archive))
     assert not Path("/etc/kvcache-chart.yaml").exists()
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("archive", "../outside/kyverno.tgz", "a path to a .tgz file without '..' parts"),
+    ("archive", "charts/kyverno.zip", "a path to a .tgz file"),
+    ("chart", "../kyverno", "a Helm chart name"),
+])
+def test_a_chart_pin_cannot_name_a_file_outside_its_place(config_dir, field, value, says) -> None:
+    """The vendoring script writes the archive there: no `..`, and a chart name is no path."""
+    path = config_dir / "platform.yaml"
+    platform = yaml.safe_load(path.read_text())
+    platform["versions"]["charts"]["kyverno"][field] = value
+    path.write_text(yaml.safe_dump(platform))
+    with pytest.raises(ConfigError) as info:
+        load_project(config_dir)
+    (problem,) = info.value.problems
+    assert problem.field == f"versions.charts.kyverno.{field}" and says in problem.message, problem
 
 
 def test_require_digests_refuses_a_chart_pinned_by_version_only(config_dir) -> None:

@@ -369,7 +369,8 @@ def test_chart_digests_names_each_chart_installed_by_version_only() -> None:
         "versions": PLATFORM.versions.model_copy(update={"charts": charts}),
         "observability": PLATFORM.observability.model_copy(update={"dcgm_exporter": exporter})})
     assert check_chart_digests(pinned).detail == (
-        "every chart installed from a repository (2) is pinned by digest and installed from its committed archive")
+        "every chart installed from a repository (2) is pinned by digest: synthesis installs its committed archive, "
+        "checked against it")
 
 
 @pytest.mark.parametrize("support_type, today, ok, says", [

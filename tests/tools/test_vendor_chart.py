@@ -5,8 +5,12 @@ version and an OCI registry are refused with nothing written."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import re
 import shutil
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -80,6 +84,49 @@ def test_an_unknown_chart_or_version_names_what_the_index_has(repo, tmp_path, na
     with pytest.raises(chart_vendor.VendorError) as info:
         chart_vendor.vendor(pin(repo, name_version), tmp_path / "x.tgz")
     assert message in str(info.value)
+
+
+@pytest.fixture()
+def plain_http(repo):
+    """The same folder over plain http on 127.0.0.1 (what a redirect must not be followed to)."""
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(repo.served))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("path", ["/index.yaml", "/kyverno-3.5.2.tgz"])
+def test_a_redirect_to_plain_http_is_refused(repo, plain_http, tmp_path, path) -> None:
+    """Whoever sits on a plain-http path could serve the index and the archive together."""
+    repo.redirects[path] = plain_http + path.lstrip("/")
+    with pytest.raises(chart_vendor.VendorError,
+                       match=re.escape(f"redirected to {plain_http}{path.lstrip('/')}; only https is fetched")):
+        chart_vendor.vendor(pin(repo), tmp_path / "x.tgz")
+    assert not (tmp_path / "x.tgz").exists()
+
+
+def test_a_redirect_to_https_is_followed(repo, tmp_path) -> None:
+    repo.redirects["/kyverno-3.5.2.tgz"] = repo.url + "moved/kyverno-3.5.2.tgz"
+    (repo.served / "moved").mkdir()
+    (repo.served / "moved" / "kyverno-3.5.2.tgz").write_bytes((repo.served / "kyverno-3.5.2.tgz").read_bytes())
+    assert chart_vendor.vendor(pin(repo), tmp_path / "x.tgz").digest == repo.digests["kyverno"]
+
+
+def test_an_index_listing_a_plain_http_archive_is_refused(repo, plain_http, tmp_path) -> None:
+    write_index(repo.served, {"kyverno": [index_entry(*KYVERNO, plain_http + "kyverno-3.5.2.tgz",
+                                                      repo.digests["kyverno"])]})
+    with pytest.raises(chart_vendor.VendorError, match="only https is fetched"):
+        chart_vendor.vendor(pin(repo), tmp_path / "x.tgz")
+
+
+@pytest.mark.parametrize("versions", [{"3.5.2": {}}, ["not an entry"], [{"version": "3.5.2", "urls": "x.tgz",
+                                                                          "digest": "0" * 64}]])
+def test_a_malformed_index_is_an_error_not_a_traceback(repo, tmp_path, versions) -> None:
+    (repo.served / "index.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "entries": {"kyverno": versions}}))
+    with pytest.raises(chart_vendor.VendorError, match="index.yaml: "):
+        chart_vendor.vendor(pin(repo), tmp_path / "x.tgz")
 
 
 def test_an_untrusted_certificate_is_an_error_not_a_download(repo, tmp_path, monkeypatch) -> None:
