@@ -506,15 +506,15 @@ class AutoscalingConfig(StrictModel):
 
 #: An ``https://`` URL (the gateway's JWT issuer and JWKS endpoint: AWS's gateway guide, ``spec.auth``).
 HTTPS_URL_PATTERN = r"^https://[^\s/?#]+[^\s]*$"
-HttpsUrl = Annotated[str, StringConstraints(pattern=HTTPS_URL_PATTERN, max_length=2048)]
+HttpsUrl = Annotated[str, StringConstraints(pattern=HTTPS_URL_PATTERN)]
 
 
 class GatewayJwtClaim(StrictModel):
     """One ``requiredClaims`` entry of the gateway's JWT provider (AWS's gateway guide, ``spec.auth``,
     docs/sources.md §31): a token is admitted only if its claim ``name`` holds one of ``values``."""
 
-    #: The claim's name in the token (e.g. ``groups``, ``scope``).
-    name: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+    #: The claim's name in the token (e.g. ``groups``, ``scope``); the guide gives no length limit.
+    name: Annotated[str, StringConstraints(min_length=1)]
     #: ``String`` (a single value) or ``StringArray`` (a list in the token), the guide's ``valueType``.
     value_type: Literal["String", "StringArray"] = "String"
     #: Accepted values: 1-128 entries of 1-1024 characters each (the guide's limits).
@@ -528,8 +528,8 @@ class GatewayJwtProvider(StrictModel):
     by a key of ``remote_jwks_uri`` and issued by ``issuer``; load balancer health checks stay
     unauthenticated. At least one of ``audiences`` or ``required_claims`` is required (the guide's rule)."""
 
-    #: Unique name of the provider (the guide's ``name``, required).
-    name: Annotated[str, StringConstraints(min_length=1, max_length=253)]
+    #: Unique name of the provider (the guide's ``name``, required; it gives no length limit).
+    name: Annotated[str, StringConstraints(min_length=1)]
     #: OIDC issuer URL, ``https://...``; the token's ``iss`` claim must equal it (``issuer``, required).
     issuer: HttpsUrl
     #: HTTPS JWKS endpoint publishing the issuer's signing keys (``remoteJWKS.uri``, required).

@@ -28,7 +28,6 @@ tests run both).
 from __future__ import annotations
 
 import copy
-import fnmatch
 import json
 import random as _random
 import re
@@ -52,6 +51,14 @@ _OPERATORS = {"Equals", "NotEquals", "AnyIn", "AnyNotIn"}
 
 class UnsupportedPolicy(ValueError):
     """The policy uses a construct this evaluator does not implement."""
+
+
+
+def _wildcard_match(name: str, pattern: str) -> bool:
+    """Kyverno's name wildcards: ``*`` any run, ``?`` one character, everything else literal (its
+    ``wildcard.Match``; fnmatch would also read ``[...]`` as a class)."""
+    regex = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(regex, name, flags=re.DOTALL) is not None
 
 
 def _strict(obj: dict, allowed: set[str], where: str) -> None:
@@ -196,7 +203,7 @@ def _matches(policy: dict, rule: dict, pod: dict, operation: str) -> bool:
         _strict(res, _RESOURCE_KEYS, "match.any[].resources")
         if pod["kind"] not in res["kinds"] or operation not in res.get("operations", [operation]):
             continue
-        if "names" in res and not any(fnmatch.fnmatchcase(pod["metadata"].get("name", ""), n) for n in res["names"]):
+        if "names" in res and not any(_wildcard_match(pod["metadata"].get("name", ""), n) for n in res["names"]):
             continue
         labels = pod["metadata"].get("labels") or {}
         selector = res.get("selector") or {}
