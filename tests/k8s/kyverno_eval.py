@@ -53,7 +53,6 @@ class UnsupportedPolicy(ValueError):
     """The policy uses a construct this evaluator does not implement."""
 
 
-
 def _wildcard_match(name: str, pattern: str) -> bool:
     """Kyverno's name wildcards: ``*`` any run, ``?`` one character, everything else literal (its
     ``wildcard.Match``; fnmatch would also read ``[...]`` as a class)."""
