@@ -45,6 +45,7 @@ from platform_config import BusinessLineConfig
 #: The ``InferenceGatewayConfig`` CRD (AWS's gateway guide, "InferenceGatewayConfig CRD reference").
 GATEWAY_CONFIG_KIND: Final = "InferenceGatewayConfig"
 GATEWAY_CONFIG_API_VERSION: Final = "inference.sagemaker.aws.amazon.com/v1alpha1"
+GATEWAY_CONFIG_PLURAL: Final = "inferencegatewayconfigs"
 #: ``weights.lru`` is valid only with this scheduler type, also the default (the guide's validation rules).
 LRU_SCHEDULER: Final = "llm-d"
 

@@ -46,6 +46,11 @@ business line (L2 enabled)
     watchdogs rather than by ``exec`` into each pod: they already bound every probe (a ``stat`` of
     a hung FUSE mount never returns), it needs only ``get pods/proxy`` in Curvine's namespace
     instead of ``create pods/exec`` (a shell) in every line's, and it is what the alert reads;
+  * a gateway line (``routing_strategy: gateway``) with ``gateway.jwt`` or ``gateway.weights``: the
+    operator's ``InferenceGatewayConfig`` ``<line>-gateway`` carries them (``spec.auth`` equal to the
+    config's provider; every scheduler entry without ``configMapRef`` with the configured weights). The
+    line's Kyverno policy writes them at admission only: an object admitted while its webhook was not
+    registered, or an entry whose weights were set by hand or by the operator, keeps other values;
   * optionally (``cross_pod=True``): the same fresh prompt sent to pod A then pod B shows
     "LMCache hit tokens: N > 0" in pod B's log.
 
@@ -64,6 +69,7 @@ import uuid
 from typing import Any, Iterable, Protocol
 
 from k8s import kv_transfer, names
+from k8s.gateway_policy import GATEWAY_CONFIG_API_VERSION, GATEWAY_CONFIG_PLURAL
 from k8s.lmcache import POD_NAME_ENV, PYTHONHASHSEED_ENV, TMP_DIR_PREFIX, env_name, owned_env_names
 from k8s.patch import DEPLOYMENT_TMP_TOKEN, chunk_key_env_entry, find_vllm_container, line_cache_env, owned_volumes
 from k8s.vllm_plugins import CHUNK_KEY_ENV
@@ -458,6 +464,38 @@ def check_l2_mounts(line: BusinessLineConfig, pods: list[dict[str, Any]], report
                        f"alive in all {len(pods)} pod(s), per the L2 mount watchdog on {nodes} node(s)")
 
 
+def check_gateway_settings(line: BusinessLineConfig, gateway: dict[str, Any] | None) -> CheckResult:
+    """The line's ``gateway.jwt`` and ``gateway.weights`` on the live ``InferenceGatewayConfig``
+    ``<line>-gateway`` (as :func:`k8s.gateway_policy.gateway_policy_manifest` writes them): ``spec.auth`` is
+    exactly ``{jwt: {provider}}`` of the config, and every scheduler entry without ``configMapRef`` has
+    the configured weights. Failing, the detail says what differs and how to re-apply the policy."""
+    name = f"{line.name}: gateway settings"
+    where = f"{line.namespace}/{names.gateway_name(line)}"
+    if gateway is None:
+        return _fail(name, f"InferenceGatewayConfig {where} not found (the operator creates it once the endpoint "
+                           "attaches to the gateway)")
+    spec = gateway.get("spec") or {}
+    problems = []
+    if line.gateway.jwt is not None:
+        expected = {"jwt": {"provider": line.gateway.jwt.manifest()}}
+        if spec.get("auth") != expected:
+            problems.append(f"spec.auth is {json.dumps(spec.get('auth'))}, the config says {json.dumps(expected)} "
+                            f"(re-run the policy: kubectl -n {line.namespace} annotate inferencegatewayconfig "
+                            f"{names.gateway_name(line)} kvcache.io/resync=\"$(date +%s)\" --overwrite)")
+    if line.gateway.weights is not None:
+        expected_weights = line.gateway.weights.manifest()
+        other = [str(e.get("name")) for e in spec.get("schedulers") or []
+                 if "configMapRef" not in e and e.get("weights") != expected_weights]
+        if other:
+            problems.append(f"scheduler entries {', '.join(other)} have weights other than gateway.weights "
+                            f"{json.dumps(expected_weights)} (set by hand or by the operator; remove an entry's "
+                            "weights and the policy adds the configured ones at that update)")
+    if problems:
+        return _fail(name, "; ".join(problems))
+    said = [w for w, on in (("spec.auth", line.gateway.jwt), ("weights", line.gateway.weights)) if on is not None]
+    return _ok(name, f"{where}: {' and '.join(said)} as configured")
+
+
 def parse_hit_tokens(log_text: str) -> int | None:
     """The last "LMCache hit tokens: N" in a log, or None if the line never appears."""
     hits = HIT_LOG_PATTERN.findall(log_text)
@@ -592,6 +630,9 @@ def verify(reader: Reader, project: ProjectConfig, *, lines: Iterable[str] | Non
     for line in selected:
         pods = reader.list("Pod", line.namespace, f"{names.OPERATOR_POD_LABEL}={names.endpoint_name(line)}")
         results.append(replica_shares(reader, line, pods))
+        if line.gateway.jwt is not None or line.gateway.weights is not None:
+            results.append(check_gateway_settings(
+                line, reader.get("InferenceGatewayConfig", line.namespace, names.gateway_name(line))))
         if not line.cache.l2_enabled:
             results.append(_ok(f"{line.name}: L2", "cache.l2_enabled is false; nothing to check"))
             continue
@@ -646,6 +687,7 @@ class LiveReader:
         self._core = client.CoreV1Api(self._api)
         self._apps = client.AppsV1Api(self._api)
         self._storage = client.StorageV1Api(self._api)
+        self._custom = client.CustomObjectsApi(self._api)
         self._sagemaker = (session or boto3.Session(region_name=region)).client("sagemaker")
         self._not_found = client.exceptions.ApiException
 
@@ -665,6 +707,8 @@ class LiveReader:
             "Deployment": lambda: self._apps.read_namespaced_deployment(name, namespace),
             "PersistentVolumeClaim": lambda: self._core.read_namespaced_persistent_volume_claim(name, namespace),
             "CSIDriver": lambda: self._storage.read_csi_driver(name),
+            "InferenceGatewayConfig": lambda: self._custom.get_namespaced_custom_object(
+                *GATEWAY_CONFIG_API_VERSION.split("/"), namespace, GATEWAY_CONFIG_PLURAL, name),
         }[kind]
         try:
             return self._dict(read())

@@ -34,7 +34,8 @@ from operator_tools.verify import (
     parse_hit_tokens,
     verify,
 )
-from platform_config import load_project
+from platform_config import ProjectConfig, load_project
+from platform_config.line_models import LineGatewayConfig
 from tests.example_config import FIXTURE_CONFIG
 from tests.k8s.operator_render import OPERATOR_KV_TRANSFER, operator_args
 
@@ -425,6 +426,7 @@ RBAC = {
     ("get", "CSIDriver"): "get storage.k8s.io/csidrivers", ("list", "CSINode"): "list storage.k8s.io/csinodes",
     ("pod_get", None): "get pods/proxy", ("pod_post", None): "create pods/proxy", ("pod_log", None): "get pods/log",
     ("pod_text", None): "get pods/proxy",
+    ("get", "InferenceGatewayConfig"): "get inference.sagemaker.aws.amazon.com/inferencegatewayconfigs",
 }
 
 
@@ -458,6 +460,9 @@ def test_verify_permissions_in_the_docs_are_the_calls_it_makes(cluster: FakeRead
     (row,) = [line for line in section[:section.index("\n#")].splitlines() if line.startswith("| `scripts/verify.py`")]
     reader = RecordingReader(cluster)
     verify(reader, PROJECT, cross_pod=True)
+    gateway_reader = RecordingReader(gateway_cluster(cluster))
+    verify(gateway_reader, GATEWAY_PROJECT)  # a gateway line's settings
+    reader.calls |= gateway_reader.calls
     documented = set(re.findall(r"`(sagemaker:[A-Za-z]+|(?:get|list|create) [a-z0-9./]+)`", row))
     assert reader.calls == documented, row
 
@@ -675,3 +680,56 @@ def test_a_hot_replica_fails_the_share_check(cluster: FakeReader) -> None:
     cluster.prompt_tokens = {pods[0]: None}  # a pod without vLLM's counter
     (row,) = [r for r in verify(cluster, PROJECT) if r.name.startswith("rag-assistant: replica shares")]
     assert not row.ok and pods[0] in row.detail
+
+
+# --- a gateway line's settings on the operator's InferenceGatewayConfig ----------------------------
+
+#: rag-assistant routed by the gateway with request authentication and weights (AWS's gateway guide).
+GATEWAY_RAG = RAG.model_copy(update={"routing_strategy": "gateway", "gateway": LineGatewayConfig.model_validate({
+    "jwt": {"name": "corp-idp", "issuer": "https://idp.example.com/realms/rag",
+            "remote_jwks_uri": "https://idp.example.com/realms/rag/certs", "audiences": ["rag-assistant"]},
+    "weights": {"queue": 4, "kv_cache": 2, "prefix": 2}})})
+GATEWAY_PROJECT = ProjectConfig(platform=PLATFORM, config_dir=PROJECT.config_dir, business_lines=tuple(
+    GATEWAY_RAG if line.name == RAG.name else line for line in PROJECT.business_lines))
+PROVIDER = {"name": "corp-idp", "issuer": "https://idp.example.com/realms/rag",
+            "remoteJWKS": {"uri": "https://idp.example.com/realms/rag/certs"}, "audiences": ["rag-assistant"]}
+WEIGHTS = {"queue": 4, "kvCache": 2, "prefix": 2}
+
+
+def gateway_object(auth: Any = None, schedulers: list[dict] | None = None) -> dict:
+    """``<line>-gateway`` as the policy leaves it: the configured auth, one entry with the weights."""
+    return {"kind": "InferenceGatewayConfig", "apiVersion": "inference.sagemaker.aws.amazon.com/v1alpha1",
+            "metadata": {"name": names.gateway_name(GATEWAY_RAG), "namespace": GATEWAY_RAG.namespace},
+            "spec": {"bbr": {"enabled": False}, "auth": auth if auth is not None else {"jwt": {"provider": PROVIDER}},
+                     "schedulers": schedulers if schedulers is not None else [
+                         {"name": "rag", "modelName": "rag", "weights": WEIGHTS}]}}
+
+
+def gateway_cluster(cluster: FakeReader) -> FakeReader:
+    return FakeReader(cluster.describe, [*cluster.objects, gateway_object()])
+
+
+def test_a_gateway_line_is_checked_for_its_auth_and_weights(cluster: FakeReader) -> None:
+    rows = {r.name: r for r in verify(gateway_cluster(cluster), GATEWAY_PROJECT)}
+    row = rows["rag-assistant: gateway settings"]
+    assert row.ok and row.detail == "rag-assistant/rag-assistant-gateway: spec.auth and weights as configured"
+    assert "rag-assistant: gateway settings" not in {r.name for r in verify(cluster, PROJECT)}  # no settings
+
+
+@pytest.mark.parametrize(("gateway", "says"), [
+    (None, "InferenceGatewayConfig rag-assistant/rag-assistant-gateway not found"),
+    (gateway_object(auth={}), 'spec.auth is {}, the config says {"jwt": {"provider": {"name": "corp-idp"'),
+    (gateway_object(auth={"jwt": {"provider": {**PROVIDER, "audiences": ["anyone"]}}}),
+     "kubectl -n rag-assistant annotate inferencegatewayconfig rag-assistant-gateway kvcache.io/resync="),
+    (gateway_object(schedulers=[{"name": "rag", "weights": {"queue": 2, "kvCache": 2, "prefix": 3}},
+                                {"name": "by-map", "configMapRef": {"name": "weights"}},
+                                {"name": "rag-lora"}]),
+     'scheduler entries rag, rag-lora have weights other than gateway.weights {"queue": 4, "kvCache": 2, '
+     '"prefix": 2}'),
+])
+def test_a_gateway_object_without_the_lines_settings_fails(gateway: dict | None, says: str) -> None:
+    """Admitted before the policy's webhook, or weights set by hand or by the operator: the policy
+    only acts at admission, so verify says what differs (an entry with configMapRef is not judged)."""
+    row = verify_mod.check_gateway_settings(GATEWAY_RAG, gateway)
+    assert not row.ok and says in row.detail, row.detail
+
