@@ -104,25 +104,28 @@ class BusinessLineStack(Stack):
         self.endpoint = eks.KubernetesManifest(self, "Endpoint", cluster=cluster, manifest=by_kind["endpoint"],
                                                overwrite=True)
         self.endpoint.node.add_dependency(self.namespace, self.storage)
+
+        def endpoint_waits_for(construct_id: str, policy: str) -> eks.KubernetesObjectValue:
+            """The endpoint is applied once Kyverno reports ``policy`` (from the storage manifest) Ready."""
+            ready = eks.KubernetesObjectValue(
+                self, construct_id, cluster=cluster, object_type="policies.kyverno.io", object_name=policy,
+                object_namespace=line.namespace, json_path=POLICY_READY_JSONPATH,
+                timeout=Duration.minutes(POLICY_READY_TIMEOUT_MIN))
+            ready.node.add_dependency(self.storage)
+            self.endpoint.node.add_dependency(ready)
+            return ready
+
+        # The L2 mutation acts at pod CREATE only: pods created before its webhook was registered would
+        # run without L2 (issue 8, case 4).
         self.policy_ready: eks.KubernetesObjectValue | None = None
         if line.cache.l2_enabled:
-            self.policy_ready = eks.KubernetesObjectValue(
-                self, "PolicyReady", cluster=cluster, object_type="policies.kyverno.io",
-                object_name=names.policy_name(line), object_namespace=line.namespace,
-                json_path=POLICY_READY_JSONPATH, timeout=Duration.minutes(POLICY_READY_TIMEOUT_MIN))
-            self.policy_ready.node.add_dependency(self.storage)
-            self.endpoint.node.add_dependency(self.policy_ready)
+            self.policy_ready = endpoint_waits_for("PolicyReady", names.policy_name(line))
         # A gateway line's jwt and weights reach the operator's InferenceGatewayConfig only through its
         # Policy's webhook, which Kyverno registers asynchronously: the endpoint (whose operator creates
         # that object) waits for it too, or the object's first version could slip in without spec.auth.
         self.gateway_policy_ready: eks.KubernetesObjectValue | None = None
         if gateway_policy_manifest(line) is not None:
-            self.gateway_policy_ready = eks.KubernetesObjectValue(
-                self, "GatewayPolicyReady", cluster=cluster, object_type="policies.kyverno.io",
-                object_name=names.gateway_policy_name(line), object_namespace=line.namespace,
-                json_path=POLICY_READY_JSONPATH, timeout=Duration.minutes(POLICY_READY_TIMEOUT_MIN))
-            self.gateway_policy_ready.node.add_dependency(self.storage)
-            self.endpoint.node.add_dependency(self.gateway_policy_ready)
+            self.gateway_policy_ready = endpoint_waits_for("GatewayPolicyReady", names.gateway_policy_name(line))
         if policy_engine is not None and (self.policy_ready or self.gateway_policy_ready):
             self.storage.node.add_dependency(policy_engine)
         if inference_operator is not None:
