@@ -39,7 +39,7 @@ import json
 from typing import Any, Final
 
 from k8s import names
-from k8s.kyverno import KYVERNO_API_VERSION
+from k8s.kyverno import KYVERNO_API_VERSION, fail_closed_admission_spec
 from platform_config import BusinessLineConfig
 
 #: The ``InferenceGatewayConfig`` CRD (AWS's gateway guide, "InferenceGatewayConfig CRD reference").
@@ -105,14 +105,7 @@ def gateway_policy_spec(line: BusinessLineConfig) -> dict[str, Any] | None:
         })
     if not rules:
         return None
-    return {
-        "background": False,
-        "admission": True,
-        "applyRules": "All",
-        "webhookConfiguration": {"failurePolicy": "Fail", "timeoutSeconds": 15,
-                                 "matchConditions": match_conditions(line)},
-        "rules": rules,
-    }
+    return fail_closed_admission_spec(match_conditions(line), rules)
 
 
 def gateway_policy_manifest(line: BusinessLineConfig) -> dict[str, Any] | None:

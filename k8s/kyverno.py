@@ -264,20 +264,24 @@ def policy_spec(platform: PlatformConfig, line: BusinessLineConfig) -> dict[str,
             {"op": "add", "path": f"/metadata/labels/{names.L2_MUTATED_LABEL_POINTER}", "value": names.L2_MUTATED_VALUE},
         ])},
     }
+    # Admission only: a background scan could not mutate running Pods anyway, and the random() token
+    # has no meaning outside an admission request. Fail closed, but only for this line's vLLM Pods: a
+    # vLLM Pod that started without the patch would silently write to the operator's node-local
+    # backend instead of the shared pool (webhook_match_conditions).
+    return fail_closed_admission_spec(webhook_match_conditions(line), [
+        remove_rule, append_rule, ensure_volumes, add_volume, kv_transfer.kyverno_rule(match, has_vllm, vllm)])
+
+
+def fail_closed_admission_spec(match_conditions: list[dict[str, str]], rules: list[dict[str, Any]]) -> dict[str, Any]:
+    """``spec`` of a mutating Policy that acts at admission only (``background: false``), every rule
+    applied, on a webhook of its own (the CEL ``match_conditions``) that fails closed within 15 s: a
+    Kyverno outage then holds up only the objects the conditions select, never the rest of the cluster."""
     return {
-        # Admission only: a background scan could not mutate running Pods anyway, and the
-        # random() token has no meaning outside an admission request.
         "background": False,
         "admission": True,
         "applyRules": "All",
-        # Fail closed, but only for this line's vLLM Pods: a vLLM Pod that started without the
-        # patch would silently write to the operator's node-local backend instead of the shared
-        # pool. The matchConditions give the policy a webhook of its own, so a Kyverno outage
-        # blocks nothing outside the line's vLLM Pods (webhook_match_conditions).
-        "webhookConfiguration": {"failurePolicy": "Fail", "timeoutSeconds": 15,
-                                 "matchConditions": webhook_match_conditions(line)},
-        "rules": [remove_rule, append_rule, ensure_volumes, add_volume,
-                  kv_transfer.kyverno_rule(match, has_vllm, vllm)],
+        "webhookConfiguration": {"failurePolicy": "Fail", "timeoutSeconds": 15, "matchConditions": match_conditions},
+        "rules": rules,
     }
 
 
