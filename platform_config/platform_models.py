@@ -606,6 +606,13 @@ VERSION_COUPLED_ADDONS = {"vpc-cni": "vpc_cni", "coredns": "coredns", "kube-prox
 
 #: A chart archive's SHA-256, as a classic Helm repository's ``index.yaml`` lists it (``digest``).
 CHART_DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+def repository_path(path: str) -> Path:
+    """A path written in the config on disk: absolute as it is, relative from the repository root
+    (the HyperPod dependency chart's folder, a Helm chart's archive)."""
+    given = Path(path)
+    return given if given.is_absolute() else Path(__file__).resolve().parents[1] / given
+
+
 def chart_digest(archive: bytes) -> str:
     """The ``digest`` of a chart archive's bytes as the config writes it: ``sha256:<64 lowercase hex>``
     (a Helm repository index lists the hex alone: docs/sources.md §34)."""
@@ -655,9 +662,8 @@ class HelmChartVersion(StrictModel):
         return self.archive or f"charts/{self.chart}-{self.version}.tgz"
 
     def archive_file(self) -> Path:
-        """:attr:`archive_path` on disk: a relative path is taken from the repository root."""
-        path = Path(self.archive_path)
-        return path if path.is_absolute() else Path(__file__).resolve().parents[1] / path
+        """:attr:`archive_path` on disk (:func:`repository_path`)."""
+        return repository_path(self.archive_path)
 
 
 class ChartVersions(StrictModel):

@@ -25,10 +25,9 @@ from kv_constructs import (
     prefixed_bucket_name,
 )
 from platform_config import INSTANCE_TYPES, PlatformConfig, hyperpod_rules
-from platform_config.platform_models import HyperPodDependencyChartConfig
+from platform_config.platform_models import HyperPodDependencyChartConfig, repository_path
 from stacks.cluster_stack import HELM_TIMEOUT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 
 #: The lifecycle scripts kept in this repository.
 LIFECYCLE_DIR = Path(__file__).resolve().parent.parent / "lifecycle"
@@ -63,8 +62,7 @@ def dependency_chart_dir(chart: HyperPodDependencyChartConfig) -> Path:
         ValueError: no ``Chart.yaml`` there, or its ``charts/`` (the vendored sub-charts that
             ``helm dependency update`` writes) is missing or empty.
     """
-    path = Path(chart.path)
-    path = path if path.is_absolute() else REPO_ROOT / path
+    path = repository_path(chart.path)
     if not (path / "Chart.yaml").is_file():
         raise ValueError(f"path {chart.path!r}: no Chart.yaml in {path}")
     if not (path / "charts").is_dir() or not any((path / "charts").iterdir()):
