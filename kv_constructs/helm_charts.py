@@ -5,8 +5,8 @@
 no option checks a digest. A :class:`~platform_config.platform_models.HelmChartVersion` with ``digest``
 is installed instead from its archive committed in this repository: synthesis checks the archive's
 SHA-256 against the digest, extracts it (Python's ``tarfile`` ``data`` filter, then files and folders
-only: no absolute paths, no links, nothing outside the folder) and ships the chart folder as an S3 asset (``chart_asset``), which the
-handler unzips and installs. So what runs is what was reviewed, and a moved version in the repository
+only: no absolute paths, no links, nothing outside the folder) and ships the chart folder as an S3
+asset (``chart_asset``), which the handler unzips and installs. So what runs is what was reviewed, and a moved version in the repository
 changes nothing. docs/security.md, "Helm charts by digest"; docs/sources.md §34.
 """
 

@@ -14,6 +14,7 @@ is the documented manual step (docs/security.md, "Helm charts by digest").
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import urllib.error
 import urllib.parse
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import yaml
 
-from platform_config.platform_models import HelmChartVersion, chart_digest
+from platform_config.platform_models import CHART_DIGEST_PATTERN, HelmChartVersion, chart_digest
 
 #: Largest index or archive read (bytes): a bound far above a chart archive or a repository index,
 #: so that a response that is neither is refused rather than read into memory.
@@ -111,8 +112,8 @@ def index_entry(pin: HelmChartVersion) -> tuple[str, str]:
         listed = ", ".join(str(v.get("version")) for v in versions[:10])
         raise VendorError(f"{index_url}: {pin.chart} has no version {pin.version}; the newest listed: {listed}")
     urls, digest = entry.get("urls"), str(entry.get("digest", ""))
-    if (not isinstance(urls, list) or not urls or not isinstance(urls[0], str) or len(digest) != 64
-            or any(c not in "0123456789abcdef" for c in digest)):
+    if (not isinstance(urls, list) or not urls or not isinstance(urls[0], str)
+            or re.fullmatch(CHART_DIGEST_PATTERN, f"sha256:{digest}") is None):
         raise VendorError(f"{index_url}: {pin.chart} {pin.version} lists no archive URL or no SHA-256 digest")
     return urllib.parse.urljoin(base, urls[0]), f"sha256:{digest}"
 
